@@ -1,9 +1,63 @@
 package rules
 
-// Rule is one compiled rule of a rules file.
+// Rule is one compiled rule of a rules file. Its exported fields are what
+// the user wrote (and what actions need); the rest is the compiled form
+// Eval runs. A Rule is immutable after loading and safe for concurrent
+// use.
 type Rule struct {
 	// Name is the rule's unique name.
 	Name string
+	// Description is the rule's optional description.
+	Description string
+	// Source is where the rule is defined: FILE:LINE:COL.
+	Source string
+	// Selectors are the rule's match.resources (with match.custom).
+	Selectors []Selector
+	// On are the change types the rule fires on (default all three).
+	On []ChangeType
+	// IncludeObject puts object and oldObject into the payload.
+	IncludeObject bool
 	// Actions are run, each with the same payload, when the rule fires.
 	Actions []Action
+
+	on         uint8 // bit set of changeBit
+	filter     objectFilter
+	fields     []*fieldTrigger
+	ignore     []*fieldPath
+	redact     []*fieldPath
+	noise      [][]string // noise locations this rule leaves out
+	when       *celExpr
+	projection Projection
+	nameErr    Error // where the name is, for duplicate-name errors
+}
+
+// Matches reports whether r watches res: one of its selectors matches.
+func (r *Rule) Matches(res Resource) bool {
+	for _, s := range r.Selectors {
+		if s.Matches(res) {
+			return true
+		}
+	}
+	return false
+}
+
+func changeBit(t ChangeType) uint8 {
+	switch t {
+	case Created:
+		return 1
+	case Updated:
+		return 2
+	case Deleted:
+		return 4
+	}
+	return 0
+}
+
+// noisePaths are left out of every change (DESIGN.md, "Payload"): they
+// change on every write without saying anything about the object. A rule
+// that lists one of them (or a path below it) in fields still sees it.
+var noisePaths = [][]string{
+	{"metadata", "resourceVersion"},
+	{"metadata", "managedFields"},
+	{"metadata", "generation"},
 }

@@ -1,0 +1,205 @@
+package rules
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/ast"
+	"github.com/google/cel-go/common/operators"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/ext"
+	"github.com/google/cel-go/interpreter"
+)
+
+// CostLimit bounds the runtime cost of one evaluation of a rule's when
+// expression (in CEL cost units, about one per operation or list item
+// visited; Kubernetes uses the same limit per validation rule). An
+// expression that exceeds it is stopped and returned as an evaluation
+// error: one rule cannot stall the watcher.
+const CostLimit = 1_000_000
+
+var (
+	celEnvOnce sync.Once
+	celEnvVal  *cel.Env
+	celEnvErr  error
+)
+
+// celEnv returns the environment every when expression compiles in:
+// object and oldObject (dyn, null when absent), numbers compared across
+// int and double (JSON numbers come as either), optional types
+// (object.?spec.size), and the strings, sets and lists extensions.
+func celEnv() (*cel.Env, error) {
+	celEnvOnce.Do(func() {
+		celEnvVal, celEnvErr = cel.NewEnv(
+			cel.Variable("object", cel.DynType),
+			cel.Variable("oldObject", cel.DynType),
+			cel.CrossTypeNumericComparisons(true),
+			cel.OptionalTypes(),
+			cel.DefaultUTCTimeZone(true),
+			ext.Strings(),
+			ext.Sets(),
+			ext.Lists(),
+		)
+	})
+	return celEnvVal, celEnvErr
+}
+
+// celExpr is a compiled when expression.
+type celExpr struct {
+	src string
+	prg cel.Program
+	// paths are the object field prefixes the expression reads; full is
+	// true when it reads object or oldObject in a way paths cannot say.
+	paths [][]string
+	full  bool
+}
+
+// celIssue is a compile error of an expression, at a 1-based line and
+// column of the expression text.
+type celIssue struct {
+	line, col int
+	msg       string
+}
+
+// compileCEL type-checks src (it must return a bool) and plans it with the
+// cost limit. It returns every compile issue.
+func compileCEL(src string) (*celExpr, []celIssue) {
+	env, err := celEnv()
+	if err != nil {
+		return nil, []celIssue{{1, 1, "CEL environment: " + err.Error()}}
+	}
+	checked, iss := env.Compile(src)
+	if iss != nil && iss.Err() != nil {
+		var out []celIssue
+		for _, e := range iss.Errors() {
+			out = append(out, celIssue{e.Location.Line(), e.Location.Column() + 1, e.Message})
+		}
+		return nil, out
+	}
+	if t := checked.OutputType(); !t.IsExactType(types.BoolType) && !t.IsExactType(types.DynType) {
+		return nil, []celIssue{{1, 1, fmt.Sprintf("must return a bool, not %s", t)}}
+	}
+	prg, err := env.Program(checked, cel.CostLimit(CostLimit), cel.EvalOptions(cel.OptOptimize))
+	if err != nil {
+		return nil, []celIssue{{1, 1, err.Error()}}
+	}
+	x := &celExpr{src: src, prg: prg}
+	x.paths, x.full = celPaths(checked.NativeRep())
+	return x, nil
+}
+
+// celPaths finds the parts of object and oldObject an expression reads:
+// for every use of either variable, the chain of constant field selections
+// (object.spec.size, object["spec"], object.?spec) directly on it. A use
+// with no selection (the whole object passed to a function, say) makes
+// the result full.
+func celPaths(a *ast.AST) (paths [][]string, full bool) {
+	root := ast.NavigateAST(a)
+	for _, id := range ast.MatchDescendants(root, ast.KindMatcher(ast.IdentKind)) {
+		if name := id.AsIdent(); name != "object" && name != "oldObject" {
+			continue
+		}
+		var chain []string
+		cur := id
+		for {
+			parent, ok := cur.Parent()
+			if !ok {
+				break
+			}
+			field, ok := selectedField(parent, cur.ID())
+			if !ok {
+				break
+			}
+			chain = append(chain, field)
+			cur = parent
+		}
+		if len(chain) == 0 {
+			return nil, true
+		}
+		paths = append(paths, chain)
+	}
+	return paths, false
+}
+
+// selectedField returns the constant field e selects on its operand
+// (which must be the expression with id operand).
+func selectedField(e ast.NavigableExpr, operand int64) (string, bool) {
+	switch e.Kind() {
+	case ast.SelectKind:
+		s := e.AsSelect()
+		if s.Operand().ID() == operand {
+			return s.FieldName(), true
+		}
+	case ast.CallKind:
+		c := e.AsCall()
+		switch c.FunctionName() {
+		case operators.Index, operators.OptIndex, operators.OptSelect:
+			args := c.Args()
+			if len(args) == 2 && args[0].ID() == operand && args[1].Kind() == ast.LiteralKind {
+				if s, ok := args[1].AsLiteral().Value().(string); ok {
+					return s, true
+				}
+			}
+		}
+	}
+	return "", false
+}
+
+// celVars binds object and oldObject for one evaluation. The values are
+// converted to CEL values once per change and shared by every rule.
+type celVars struct {
+	object, oldObject ref.Val
+}
+
+func newCELVars(c *Change) *celVars {
+	env, _ := celEnv()
+	adapter := env.CELTypeAdapter()
+	v := &celVars{object: types.NullValue, oldObject: types.NullValue}
+	if c.Object != nil {
+		v.object = adapter.NativeToValue(c.Object)
+	}
+	if c.OldObject != nil {
+		v.oldObject = adapter.NativeToValue(c.OldObject)
+	}
+	return v
+}
+
+// ResolveName implements interpreter.Activation.
+func (v *celVars) ResolveName(name string) (any, bool) {
+	switch name {
+	case "object":
+		return v.object, true
+	case "oldObject":
+		return v.oldObject, true
+	}
+	return nil, false
+}
+
+// Parent implements interpreter.Activation.
+func (v *celVars) Parent() interpreter.Activation { return nil }
+
+var _ interpreter.Activation = (*celVars)(nil)
+
+var errNotBool = errors.New("result is not a bool")
+
+// eval evaluates the expression. A runtime error (no such key, cost limit
+// exceeded, a non-bool result) is returned, never panicked.
+func (x *celExpr) eval(vars *celVars) (ok bool, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			ok, err = false, fmt.Errorf("panic: %v", r)
+		}
+	}()
+	out, _, err := x.prg.Eval(vars)
+	if err != nil {
+		return false, err
+	}
+	b, isBool := out.(types.Bool)
+	if !isBool {
+		return false, fmt.Errorf("%w: %s", errNotBool, out.Type().TypeName())
+	}
+	return bool(b), nil
+}

@@ -1,0 +1,211 @@
+package rules
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// Set is a compiled rules file (or several merged): what Load and Parse
+// return. It is immutable and safe for concurrent use.
+type Set struct {
+	rules  []*Rule
+	byName map[string]*Rule
+
+	// cache maps a Resource to the rules that match it. It is a
+	// copy-on-write map: Eval reads it without locking; a miss adds the
+	// resource under mu.
+	cache atomic.Pointer[map[Resource][]*Rule]
+	mu    sync.Mutex
+}
+
+func newSet(rules []*Rule) *Set {
+	s := &Set{rules: rules, byName: make(map[string]*Rule, len(rules))}
+	for _, r := range rules {
+		s.byName[r.Name] = r
+	}
+	m := map[Resource][]*Rule{}
+	s.cache.Store(&m)
+	return s
+}
+
+// Rules returns the rules in file order (files in the order given to
+// Load). The slice must not be changed.
+func (s *Set) Rules() []*Rule { return s.rules }
+
+// Rule returns the rule named name, or nil.
+func (s *Set) Rule(name string) *Rule { return s.byName[name] }
+
+// Selectors returns the union of the resource selectors of all rules, each
+// once, in rule order: the resources the watcher must resolve through
+// discovery and watch.
+func (s *Set) Selectors() []Selector {
+	var out []Selector
+	seen := map[Selector]bool{}
+	for _, r := range s.rules {
+		for _, sel := range r.Selectors {
+			if !seen[sel] {
+				seen[sel] = true
+				out = append(out, sel)
+			}
+		}
+	}
+	return out
+}
+
+// RulesFor returns the rules whose selectors match res, in rule order.
+// The result is cached per Resource; the slice must not be changed.
+func (s *Set) RulesFor(res Resource) []*Rule {
+	if rules, ok := (*s.cache.Load())[res]; ok {
+		return rules
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := *s.cache.Load()
+	if rules, ok := old[res]; ok {
+		return rules
+	}
+	var rules []*Rule
+	for _, r := range s.rules {
+		if r.Matches(res) {
+			rules = append(rules, r)
+		}
+	}
+	m := make(map[Resource][]*Rule, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[res] = rules
+	s.cache.Store(&m)
+	return rules
+}
+
+// evalState is what the rules evaluated on one change share: computed at
+// most once, when the first rule needs it.
+type evalState struct {
+	c        *Change
+	ns, name string
+	fullDone bool
+	full     []Op // every change but noise
+	vars     *celVars
+}
+
+// fullDiff returns the changes of an update, noise left out.
+func (st *evalState) fullDiff() []Op {
+	if !st.fullDone {
+		st.full = diff(st.c.OldObject, st.c.Object, &pruner{exclude: noisePaths})
+		st.fullDone = true
+	}
+	return st.full
+}
+
+// Eval evaluates c against every rule that matches c.Resource and returns
+// the firings of those that fire, in rule order, with their payloads. Errors
+// are evaluation errors to log (a when expression failing at runtime, a
+// payload that cannot be encoded, a malformed change): the rule concerned
+// does not fire, the others are not affected. Eval is safe for concurrent
+// use and never changes c's maps.
+func (s *Set) Eval(c *Change) ([]Firing, []error) {
+	rules := s.RulesFor(c.Resource)
+	if len(rules) == 0 {
+		return nil, nil
+	}
+	if err := checkChange(c); err != nil {
+		return nil, []error{err}
+	}
+	bit := changeBit(c.Type)
+	st := evalState{c: c}
+	meta := c.meta()
+	st.ns, st.name = metaString(meta, "namespace"), metaString(meta, "name")
+	var firings []Firing
+	var errs []error
+	for _, r := range rules {
+		if r.on&bit == 0 || !r.filter.matches(c, st.ns, st.name) {
+			continue
+		}
+		ops, fired, err := r.eval(&st)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !fired {
+			continue
+		}
+		f, err := r.firing(&st, ops)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("rule %s: payload: %w", r.Name, err))
+			continue
+		}
+		firings = append(firings, f)
+	}
+	return firings, errs
+}
+
+// checkChange rejects changes that lack the objects their type needs.
+func checkChange(c *Change) error {
+	switch c.Type {
+	case Created:
+		if c.Object == nil {
+			return fmt.Errorf("created change without object")
+		}
+	case Updated:
+		if c.Object == nil || c.OldObject == nil {
+			return fmt.Errorf("updated change without object or oldObject")
+		}
+	case Deleted:
+		if c.OldObject == nil {
+			return fmt.Errorf("deleted change without oldObject")
+		}
+	default:
+		return fmt.Errorf("unknown change type %q", c.Type)
+	}
+	return nil
+}
+
+// eval decides whether r fires on st.c (whose type and object r already
+// matched) and returns its changes when it does.
+//
+// Order, cheapest first: field triggers (plain value comparisons), then
+// for a rule without fields the update's changes (an update with none
+// left after noise and ignoreFields does not fire), then the when
+// expression, then the changes of a rule with fields (which must not be
+// empty either: ignoreFields may leave nothing).
+func (r *Rule) eval(st *evalState) (ops []Op, fired bool, err error) {
+	c := st.c
+	haveOps := false
+	if len(r.fields) > 0 {
+		for _, f := range r.fields {
+			if f.fires(c.Type, c.OldObject, c.Object) {
+				fired = true
+				break
+			}
+		}
+		if !fired {
+			return nil, false, nil
+		}
+	} else if c.Type == Updated {
+		ops, haveOps = r.changes(st), true
+		if len(ops) == 0 {
+			return nil, false, nil
+		}
+	}
+	if r.when != nil {
+		if st.vars == nil {
+			st.vars = newCELVars(c)
+		}
+		ok, err := r.when.eval(st.vars)
+		if err != nil {
+			return nil, false, fmt.Errorf("rule %s: when: %w", r.Name, err)
+		}
+		if !ok {
+			return nil, false, nil
+		}
+	}
+	if !haveOps {
+		ops = r.changes(st)
+		if c.Type == Updated && len(ops) == 0 {
+			return nil, false, nil
+		}
+	}
+	return ops, true, nil
+}

@@ -1,0 +1,40 @@
+package rules
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestExamplesLoad loads every example rules file, those added later
+// included, and runs the cases file beside it when there is one.
+func TestExamplesLoad(t *testing.T) {
+	files, err := filepath.Glob("../examples/*/rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no example rules files found")
+	}
+	for _, file := range files {
+		t.Run(filepath.Base(filepath.Dir(file)), func(t *testing.T) {
+			set, err := Load(file)
+			if err != nil {
+				t.Fatalf("load:\n%v", err)
+			}
+			cases := filepath.Join(filepath.Dir(file), "cases.yaml")
+			if _, err := os.Stat(cases); err != nil {
+				return
+			}
+			cs, err := LoadCases(cases)
+			if err != nil {
+				t.Fatalf("load cases:\n%v", err)
+			}
+			for _, r := range RunCases(set, cs) {
+				if !r.Pass {
+					t.Errorf("case %q (%s) failed:\n%s\nfired:\n%s", r.Name, r.Source, r.Diff, r.Firings)
+				}
+			}
+		})
+	}
+}

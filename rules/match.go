@@ -1,0 +1,110 @@
+package rules
+
+import (
+	"path"
+
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// Selector selects resources by group, version, kind and plural resource
+// name, as a rule's match.resources entry says. "*" matches anything.
+// Group "" is the core group. Version "" means the preferred version:
+// the watcher resolves it through discovery, and Matches accepts any
+// version for it. Kind or Resource "" leaves that one unconstrained (a
+// selector sets at least one of them). Custom limits the selector to
+// resources backed by a CustomResourceDefinition.
+type Selector struct {
+	Group, Version, Kind, Resource string
+	Custom                         bool
+}
+
+// Matches reports whether s selects res.
+func (s Selector) Matches(res Resource) bool {
+	return wild(s.Group, res.Group, false) &&
+		wild(s.Version, res.Version, true) &&
+		wild(s.Kind, res.Kind, true) &&
+		wild(s.Resource, res.Resource, true) &&
+		(!s.Custom || res.Custom)
+}
+
+// wild matches a selector field: "*" matches anything, and so does ""
+// when emptyIsAny.
+func wild(pattern, value string, emptyIsAny bool) bool {
+	return pattern == "*" || pattern == value || (emptyIsAny && pattern == "")
+}
+
+// objectFilter is the part of a rule's match that looks at objects:
+// namespaces, names and labels.
+type objectFilter struct {
+	namespaces        []string
+	excludeNamespaces []string
+	names             []string // path.Match globs
+	labels            labels.Selector
+}
+
+// matches reports whether the object a change is about passes f. For an
+// update, the labels may match on either side: a rule for app=shop sees
+// the label being removed.
+func (f *objectFilter) matches(c *Change, ns, name string) bool {
+	if len(f.namespaces) > 0 && !contains(f.namespaces, ns) {
+		return false
+	}
+	if contains(f.excludeNamespaces, ns) {
+		return false
+	}
+	if len(f.names) > 0 {
+		ok := false
+		for _, g := range f.names {
+			if m, _ := path.Match(g, name); m {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	if f.labels != nil {
+		return f.labels.Matches(objectLabels(c.Object)) || (c.Type != Created && f.labels.Matches(objectLabels(c.OldObject)))
+	}
+	return true
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// objectLabels reads metadata.labels of an unstructured object without
+// copying it.
+type objectLabels map[string]any
+
+func (o objectLabels) labels() map[string]any {
+	m, _ := o["metadata"].(map[string]any)
+	l, _ := m["labels"].(map[string]any)
+	return l
+}
+
+// Has implements labels.Labels.
+func (o objectLabels) Has(key string) bool {
+	_, ok := o.labels()[key].(string)
+	return ok
+}
+
+// Get implements labels.Labels.
+func (o objectLabels) Get(key string) string {
+	s, _ := o.labels()[key].(string)
+	return s
+}
+
+var _ labels.Labels = objectLabels(nil)
+
+// Lookup implements labels.Labels.
+func (o objectLabels) Lookup(key string) (string, bool) {
+	s, ok := o.labels()[key].(string)
+	return s, ok
+}

@@ -1,0 +1,178 @@
+package rules
+
+import (
+	"math"
+	"reflect"
+)
+
+// Objects are JSON-like values: map[string]any, []any, string, bool, nil
+// and numbers. Numbers come as int64 and float64 from Kubernetes'
+// unstructured decoder, as float64 from encoding/json and as int from YAML,
+// so every comparison here is numeric across Go types: 1, int64(1) and
+// float64(1) are equal; 1 and "1" are not.
+
+// number is a normalised number: an int64 or a float64.
+type number struct {
+	i     int64
+	f     float64
+	isInt bool
+}
+
+// toNumber returns v as a number when it is one.
+func toNumber(v any) (number, bool) {
+	switch x := v.(type) {
+	case int64:
+		return number{i: x, isInt: true}, true
+	case float64:
+		return number{f: x}, true
+	case int:
+		return number{i: int64(x), isInt: true}, true
+	case int32:
+		return number{i: int64(x), isInt: true}, true
+	case int16:
+		return number{i: int64(x), isInt: true}, true
+	case int8:
+		return number{i: int64(x), isInt: true}, true
+	case uint8:
+		return number{i: int64(x), isInt: true}, true
+	case uint16:
+		return number{i: int64(x), isInt: true}, true
+	case uint32:
+		return number{i: int64(x), isInt: true}, true
+	case uint64:
+		if x <= math.MaxInt64 {
+			return number{i: int64(x), isInt: true}, true
+		}
+		return number{f: float64(x)}, true
+	case uint:
+		if uint64(x) <= math.MaxInt64 {
+			return number{i: int64(x), isInt: true}, true
+		}
+		return number{f: float64(x)}, true
+	case float32:
+		return number{f: float64(x)}, true
+	}
+	return number{}, false
+}
+
+// equalNumbers compares two numbers exactly: an integer equals a float
+// only when the float is that integer.
+func equalNumbers(a, b number) bool {
+	switch {
+	case a.isInt && b.isInt:
+		return a.i == b.i
+	case !a.isInt && !b.isInt:
+		return a.f == b.f
+	case a.isInt:
+		return floatIsInt(b.f, a.i)
+	default:
+		return floatIsInt(a.f, b.i)
+	}
+}
+
+func floatIsInt(f float64, i int64) bool {
+	if f != math.Trunc(f) || f < -(1<<63) || f >= 1<<63 {
+		return false
+	}
+	return int64(f) == i
+}
+
+// equal reports whether a and b are the same JSON value, comparing numbers
+// by value whatever their Go types.
+func equal(a, b any) bool {
+	switch x := a.(type) {
+	case string:
+		y, ok := b.(string)
+		return ok && x == y
+	case map[string]any:
+		y, ok := b.(map[string]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for k, xv := range x {
+			yv, ok := y[k]
+			if !ok || !equal(xv, yv) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		y, ok := b.([]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for i := range x {
+			if !equal(x[i], y[i]) {
+				return false
+			}
+		}
+		return true
+	case bool:
+		y, ok := b.(bool)
+		return ok && x == y
+	case nil:
+		return b == nil
+	}
+	if na, ok := toNumber(a); ok {
+		nb, ok := toNumber(b)
+		return ok && equalNumbers(na, nb)
+	}
+	return reflect.DeepEqual(a, b)
+}
+
+// rewriteAt returns v with the value at toks replaced by f(old value), or
+// deleted when f is nil. Maps and lists on the way are copied, never
+// changed: v may be a shared cache. When toks does not exist in v, v is
+// returned as is. A list item is never deleted (that would shift the
+// items after it); only map keys are.
+func rewriteAt(v any, toks []string, f func(any) any) any {
+	if len(toks) == 0 {
+		if f == nil {
+			return v
+		}
+		return f(v)
+	}
+	switch c := v.(type) {
+	case map[string]any:
+		old, ok := c[toks[0]]
+		if !ok {
+			return v
+		}
+		cp := make(map[string]any, len(c))
+		for k, x := range c {
+			cp[k] = x
+		}
+		if len(toks) == 1 && f == nil {
+			delete(cp, toks[0])
+		} else {
+			cp[toks[0]] = rewriteAt(old, toks[1:], f)
+		}
+		return cp
+	case []any:
+		i, ok := listIndex(toks[0], len(c))
+		if !ok || (len(toks) == 1 && f == nil) {
+			return v
+		}
+		cp := make([]any, len(c))
+		copy(cp, c)
+		cp[i] = rewriteAt(c[i], toks[1:], f)
+		return cp
+	}
+	return v
+}
+
+// listIndex parses a JSON Pointer list token.
+func listIndex(tok string, n int) (int, bool) {
+	if tok == "" || len(tok) > 10 || (len(tok) > 1 && tok[0] == '0') {
+		return 0, false
+	}
+	i := 0
+	for j := 0; j < len(tok); j++ {
+		c := tok[j]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		i = i*10 + int(c-'0')
+	}
+	return i, i < n
+}
