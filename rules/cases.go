@@ -1,7 +1,6 @@
 package rules
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -364,11 +363,11 @@ func jsonLines(v any) []string {
 }
 
 func compactJSON(v any) string {
-	var b bytes.Buffer
-	if err := writeJSON(&b, v); err != nil {
+	b, err := appendJSON(nil, v)
+	if err != nil {
 		return fmt.Sprint(v)
 	}
-	return b.String()
+	return string(b)
 }
 
 // lineDiff is a minimal line diff (longest common subsequence): common

@@ -1,11 +1,9 @@
 package rules
 
 import (
-	"bytes"
-	"encoding/json"
 	"slices"
-	"sort"
 	"strconv"
+	"strings"
 )
 
 // Op is one change of a payload's changes: an RFC 6902 operation (add,
@@ -29,40 +27,27 @@ type Op struct {
 
 // MarshalJSON renders {"op", "path", "value", "oldValue"} in that order;
 // value is left out of a remove and oldValue out of an add.
-func (o Op) MarshalJSON() ([]byte, error) {
-	var b bytes.Buffer
-	b.WriteString(`{"op":`)
-	b.WriteString(strconv.Quote(o.Op))
-	b.WriteString(`,"path":`)
-	if err := writeJSON(&b, o.Path); err != nil {
-		return nil, err
-	}
+func (o Op) MarshalJSON() ([]byte, error) { return o.appendJSON(nil) }
+
+func (o Op) appendJSON(b []byte) ([]byte, error) {
+	b = append(b, `{"op":`...)
+	b = appendJSONString(b, o.Op)
+	b = append(b, `,"path":`...)
+	b = appendJSONString(b, o.Path)
+	var err error
 	if o.Op != "remove" {
-		b.WriteString(`,"value":`)
-		if err := writeJSON(&b, o.Value); err != nil {
+		b = append(b, `,"value":`...)
+		if b, err = appendJSON(b, o.Value); err != nil {
 			return nil, err
 		}
 	}
 	if o.Op != "add" {
-		b.WriteString(`,"oldValue":`)
-		if err := writeJSON(&b, o.OldValue); err != nil {
+		b = append(b, `,"oldValue":`...)
+		if b, err = appendJSON(b, o.OldValue); err != nil {
 			return nil, err
 		}
 	}
-	b.WriteByte('}')
-	return b.Bytes(), nil
-}
-
-// writeJSON appends v as compact JSON without HTML escaping ("<redacted>"
-// stays readable).
-func writeJSON(b *bytes.Buffer, v any) error {
-	enc := json.NewEncoder(b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return err
-	}
-	b.Truncate(b.Len() - 1) // Encode's newline
-	return nil
+	return append(b, '}'), nil
 }
 
 // pruner limits a diff: nothing at or under an excluded location counts,
@@ -74,24 +59,47 @@ type pruner struct {
 }
 
 // skip reports whether nothing at or under toks counts.
-func (p *pruner) skip(toks []string) bool {
+func (p *pruner) skip(toks []string) bool { return p.visit(toks) == skipped }
+
+// visit says how much of the value at toks counts.
+type visit uint8
+
+const (
+	whole   visit = iota // everything at and under toks
+	partial              // only some of what is under toks
+	skipped              // nothing
+)
+
+func (p *pruner) visit(toks []string) visit {
 	if p == nil {
-		return false
+		return whole
 	}
+	above := false // toks is above an excluded location
 	for _, ex := range p.exclude {
 		if hasPrefix(toks, ex) {
-			return true
+			return skipped
 		}
+		above = above || hasPrefix(ex, toks)
 	}
 	if p.include == nil {
-		return false
+		if above {
+			return partial
+		}
+		return whole
 	}
+	v := skipped
 	for _, in := range p.include {
-		if hasPrefix(toks, in) || hasPrefix(in, toks) {
-			return false
+		if hasPrefix(toks, in) {
+			if above {
+				return partial
+			}
+			return whole
+		}
+		if hasPrefix(in, toks) {
+			v = partial
 		}
 	}
-	return true
+	return v
 }
 
 // strip removes the excluded locations below toks from v, a whole value
@@ -108,12 +116,14 @@ func (p *pruner) strip(toks []string, v any) any {
 	return v
 }
 
-// differ computes the operations that turn one object into another.
-// Maps are compared key by key (in key order, so the result is stable).
-// Lists of equal length are compared item by item; a list that only grew
-// at its end gives adds, one that only shrank at its end gives removes
-// (last first, so the operations apply in order); any other list change is
-// one replace of the whole list.
+// differ computes the operations that turn one object into another, in
+// one pass over both. Operations come in key order (maps are compared key
+// by key, and the operations of each key are put in key order once the
+// map is done, so the result is stable). Lists of equal length are
+// compared item by item; a list that only grew at its end gives adds, one
+// that only shrank at its end gives removes (last first, so the
+// operations apply in order); any other list change is one replace of the
+// whole list.
 type differ struct {
 	ops  []Op
 	pr   *pruner
@@ -135,15 +145,15 @@ func (d *differ) walk(old, new any, hasOld, hasNew bool) {
 	case !hasNew:
 		d.emit("remove", old, nil)
 	default:
-		if om, ok := old.(map[string]any); ok {
-			if nm, ok := new.(map[string]any); ok {
-				d.maps(om, nm)
+		switch o := old.(type) {
+		case map[string]any:
+			if n, ok := new.(map[string]any); ok {
+				d.maps(o, n)
 				return
 			}
-		}
-		if ol, ok := old.([]any); ok {
-			if nl, ok := new.([]any); ok {
-				d.lists(ol, nl)
+		case []any:
+			if n, ok := new.([]any); ok {
+				d.lists(o, n)
 				return
 			}
 		}
@@ -153,51 +163,94 @@ func (d *differ) walk(old, new any, hasOld, hasNew bool) {
 	}
 }
 
+func (d *differ) pop() { d.toks = d.toks[:len(d.toks)-1] }
+
+// keySpan is the range of operations one map key produced.
+type keySpan struct {
+	key        string
+	start, end int
+}
+
+// maps diffs two maps. A key whose values are wholly counted is first
+// compared with equal, which stops at the first difference and allocates
+// nothing; only keys that differ are walked. A partially counted key
+// (above an included location) is walked directly, so that what is not
+// counted is never compared.
+func (d *differ) maps(om, nm map[string]any) {
+	var buf [4]keySpan
+	spans := buf[:0]
+	base := len(d.ops)
+	for k, ov := range om {
+		nv, hasNew := nm[k]
+		switch d.visitKey(k) {
+		case skipped:
+			continue
+		case whole:
+			if hasNew && equal(ov, nv) {
+				continue
+			}
+		}
+		start := len(d.ops)
+		d.toks = append(d.toks, k)
+		d.walk(ov, nv, true, hasNew)
+		d.pop()
+		if len(d.ops) > start {
+			spans = append(spans, keySpan{k, start, len(d.ops)})
+		}
+	}
+	for k, nv := range nm {
+		if _, ok := om[k]; ok || d.visitKey(k) == skipped {
+			continue
+		}
+		start := len(d.ops)
+		d.toks = append(d.toks, k)
+		d.walk(nil, nv, false, true)
+		d.pop()
+		if len(d.ops) > start {
+			spans = append(spans, keySpan{k, start, len(d.ops)})
+		}
+	}
+	if len(spans) < 2 || slices.IsSortedFunc(spans, cmpSpan) {
+		return
+	}
+	slices.SortFunc(spans, cmpSpan)
+	sorted := make([]Op, 0, len(d.ops)-base)
+	for _, s := range spans {
+		sorted = append(sorted, d.ops[s.start:s.end]...)
+	}
+	copy(d.ops[base:], sorted)
+}
+
+func cmpSpan(a, b keySpan) int { return strings.Compare(a.key, b.key) }
+
+// visitKey says how much of key k of the current map counts.
+func (d *differ) visitKey(k string) visit {
+	if d.pr == nil {
+		return whole
+	}
+	d.toks = append(d.toks, k)
+	v := d.pr.visit(d.toks)
+	d.pop()
+	return v
+}
+
 func (d *differ) push(tok string) bool {
 	d.toks = append(d.toks, tok)
 	if d.pr.skip(d.toks) {
-		d.toks = d.toks[:len(d.toks)-1]
+		d.pop()
 		return false
 	}
 	return true
 }
 
-func (d *differ) pop() { d.toks = d.toks[:len(d.toks)-1] }
-
-func (d *differ) maps(om, nm map[string]any) {
-	var buf [8]string
-	keys := buf[:0]
-	for k, ov := range om {
-		nv, ok := nm[k]
-		if ok && equal(ov, nv) {
-			continue
-		}
-		keys = append(keys, k)
-	}
-	for k := range nm {
-		if _, ok := om[k]; !ok {
-			keys = append(keys, k)
-		}
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if !d.push(k) {
-			continue
-		}
-		ov, hasOld := om[k]
-		nv, hasNew := nm[k]
-		d.walk(ov, nv, hasOld, hasNew)
-		d.pop()
-	}
-}
-
 func (d *differ) lists(ol, nl []any) {
 	if len(ol) == len(nl) {
 		for i := range ol {
-			if equal(ol[i], nl[i]) || !d.push(strconv.Itoa(i)) {
-				continue
+			d.toks = append(d.toks, strconv.Itoa(i))
+			switch v := d.pr.visit(d.toks); {
+			case v == partial || v == whole && !equal(ol[i], nl[i]):
+				d.walk(ol[i], nl[i], true, true)
 			}
-			d.walk(ol[i], nl[i], true, true)
 			d.pop()
 		}
 		return

@@ -1,10 +1,5 @@
 package rules
 
-import (
-	"bytes"
-	"encoding/json"
-)
-
 // Redacted replaces redacted values in payloads.
 const Redacted = "<redacted>"
 
@@ -24,31 +19,6 @@ func mustCompilePath(s string) *fieldPath {
 	return p
 }
 
-// payload is the JSON payload of a firing (DESIGN.md, "Payload"), fields
-// in the contract's order.
-type payload struct {
-	ID              string          `json:"id"`
-	Time            string          `json:"time"`
-	Rule            string          `json:"rule"`
-	Type            ChangeType      `json:"type"`
-	Resource        payloadResource `json:"resource"`
-	Namespace       string          `json:"namespace"`
-	Name            string          `json:"name"`
-	UID             string          `json:"uid"`
-	ResourceVersion string          `json:"resourceVersion"`
-	Changes         []Op            `json:"changes"`
-	Actor           *Actor          `json:"actor,omitempty"`
-	Object          map[string]any  `json:"object,omitempty"`
-	OldObject       map[string]any  `json:"oldObject,omitempty"`
-}
-
-type payloadResource struct {
-	Group    string `json:"group"`
-	Version  string `json:"version"`
-	Resource string `json:"resource"`
-	Kind     string `json:"kind"`
-}
-
 // firing builds the firing of r on st.c with changes ops. It never changes
 // the change's maps: redaction copies what it rewrites.
 func (r *Rule) firing(st *evalState, ops []Op) (Firing, error) {
@@ -64,48 +34,80 @@ func (r *Rule) firing(st *evalState, ops []Op) (Firing, error) {
 		UID:             metaString(meta, "uid"),
 		ResourceVersion: metaString(meta, "resourceVersion"),
 	}
-	p := payload{
-		ID:              ref.UID + "/" + ref.ResourceVersion + "/" + r.Name,
-		Time:            c.Time.UTC().Format(TimeFormat),
-		Rule:            r.Name,
-		Type:            c.Type,
-		Resource:        payloadResource{ref.Group, ref.Version, ref.Resource, ref.Kind},
-		Namespace:       ref.Namespace,
-		Name:            ref.Name,
-		UID:             ref.UID,
-		ResourceVersion: ref.ResourceVersion,
-		Changes:         ops,
-	}
+	var actor *Actor
 	if c.Type != Deleted {
-		p.Actor = actorOf(c.Object, ops)
+		actor = actorOf(c.Object, ops)
 	}
 	redact := r.redact
 	if c.Resource.Group == "" && c.Resource.Resource == "secrets" {
 		redact = append(append([]*fieldPath(nil), secretRedact...), redact...)
 	}
 	oldLocs, newLocs := redactLocations(redact, c.OldObject), redactLocations(redact, c.Object)
-	p.Changes = make([]Op, len(ops))
+	id := ref.UID + "/" + ref.ResourceVersion + "/" + r.Name
+
+	// The payload (DESIGN.md, "Payload"), keys in the contract's order.
+	b := make([]byte, 0, 512)
+	b = append(b, `{"id":`...)
+	b = appendJSONString(b, id)
+	b = append(b, `,"time":"`...)
+	b = c.Time.UTC().AppendFormat(b, TimeFormat)
+	b = append(b, `","rule":`...)
+	b = appendJSONString(b, r.Name)
+	b = append(b, `,"type":`...)
+	b = appendJSONString(b, string(c.Type))
+	b = append(b, `,"resource":{"group":`...)
+	b = appendJSONString(b, ref.Group)
+	b = append(b, `,"version":`...)
+	b = appendJSONString(b, ref.Version)
+	b = append(b, `,"resource":`...)
+	b = appendJSONString(b, ref.Resource)
+	b = append(b, `,"kind":`...)
+	b = appendJSONString(b, ref.Kind)
+	b = append(b, `},"namespace":`...)
+	b = appendJSONString(b, ref.Namespace)
+	b = append(b, `,"name":`...)
+	b = appendJSONString(b, ref.Name)
+	b = append(b, `,"uid":`...)
+	b = appendJSONString(b, ref.UID)
+	b = append(b, `,"resourceVersion":`...)
+	b = appendJSONString(b, ref.ResourceVersion)
+	b = append(b, `,"changes":[`...)
+	var err error
 	for i, o := range ops {
+		if i > 0 {
+			b = append(b, ',')
+		}
 		o.Path = pointer(o.toks)
 		o.Value = redactValue(o.toks, o.Value, newLocs)
 		o.OldValue = redactValue(o.toks, o.OldValue, oldLocs)
-		p.Changes[i] = o
+		if b, err = o.appendJSON(b); err != nil {
+			return Firing{}, err
+		}
+	}
+	b = append(b, ']')
+	if actor != nil {
+		b = append(b, `,"actor":{"manager":`...)
+		b = appendJSONString(b, actor.Manager)
+		b = append(b, `,"operation":`...)
+		b = appendJSONString(b, actor.Operation)
+		b = append(b, '}')
 	}
 	if r.IncludeObject {
 		if c.Object != nil {
-			p.Object = redactValue(nil, c.Object, newLocs).(map[string]any)
+			b = append(b, `,"object":`...)
+			if b, err = appendJSON(b, redactValue(nil, c.Object, newLocs)); err != nil {
+				return Firing{}, err
+			}
 		}
 		if c.OldObject != nil {
-			p.OldObject = redactValue(nil, c.OldObject, oldLocs).(map[string]any)
+			b = append(b, `,"oldObject":`...)
+			if b, err = appendJSON(b, redactValue(nil, c.OldObject, oldLocs)); err != nil {
+				return Firing{}, err
+			}
 		}
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(&p); err != nil {
-		return Firing{}, err
-	}
-	return Firing{ID: p.ID, Rule: r, Payload: bytes.TrimSuffix(buf.Bytes(), []byte("\n")), Object: ref}, nil
+	b = append(b, '}')
+	return Firing{ID: id, Rule: r, Payload: b, Object: ref}, nil
 }
 
 // redactLocations returns the locations paths select in obj.

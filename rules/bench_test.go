@@ -1,0 +1,126 @@
+package rules
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// benchWidget returns a realistic custom object of about 5 KiB, with
+// numbers as int64 as Kubernetes' unstructured decoder makes them.
+func benchWidget(size int, rv string) map[string]any {
+	parts := make([]any, 28)
+	for i := range parts {
+		parts[i] = map[string]any{
+			"name":        fmt.Sprintf("part-%d", i),
+			"count":       int64(i + 1),
+			"props":       map[string]any{"material": "steel", "finish": "matte", "weight": 1.5 * float64(i)},
+			"description": fmt.Sprintf("part %d of the widget", i),
+		}
+	}
+	tags := make([]any, 10)
+	for i := range tags {
+		tags[i] = fmt.Sprintf("tag-%d", i)
+	}
+	return map[string]any{
+		"apiVersion": "example.com/v1",
+		"kind":       "Widget",
+		"metadata": map[string]any{
+			"name":              "web-1",
+			"namespace":         "shop",
+			"uid":               "6f1c2a52-94c3-4b7e-a1d2-3c4d5e6f7a8b",
+			"resourceVersion":   rv,
+			"generation":        int64(size),
+			"creationTimestamp": "2026-01-01T00:00:00Z",
+			"labels":            map[string]any{"app": "shop", "tier": "frontend", "team": "widgets"},
+			"annotations": map[string]any{
+				"kubectl.kubernetes.io/last-applied-configuration": strings.Repeat(`{"spec":{"size":3}}`, 40),
+				"example.com/owner": "alice",
+			},
+			"managedFields": []any{
+				map[string]any{"manager": "kubectl", "operation": "Apply", "apiVersion": "example.com/v1", "time": "2026-01-01T00:00:00Z", "fieldsType": "FieldsV1",
+					"fieldsV1": map[string]any{"f:spec": map[string]any{"f:size": map[string]any{}, "f:color": map[string]any{}, "f:tags": map[string]any{}}}},
+				map[string]any{"manager": "widget-controller", "operation": "Update", "apiVersion": "example.com/v1", "time": "2026-01-01T00:00:0" + rv[len(rv)-1:] + "Z", "fieldsType": "FieldsV1", "subresource": "status",
+					"fieldsV1": map[string]any{"f:status": map[string]any{"f:phase": map[string]any{}, "f:observedGeneration": map[string]any{}}}},
+			},
+		},
+		"spec": map[string]any{
+			"size":  int64(size),
+			"color": "blue",
+			"owner": "alice",
+			"tags":  tags,
+			"parts": parts,
+		},
+		"status": map[string]any{
+			"phase":              "Ready",
+			"observedGeneration": int64(size - 1),
+			"conditions": []any{
+				map[string]any{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z", "reason": "AllGood", "message": "the widget is ready"},
+			},
+		},
+	}
+}
+
+func benchChange(b *testing.B) *Change {
+	b.Helper()
+	old, new := benchWidget(3, "100"), benchWidget(4, "101")
+	data, _ := json.Marshal(new)
+	if len(data) < 4500 || len(data) > 6000 {
+		b.Fatalf("object is %d bytes, want about 5 KiB", len(data))
+	}
+	return &Change{
+		Type:      Updated,
+		Resource:  Resource{Group: "example.com", Version: "v1", Resource: "widgets", Kind: "Widget", Namespaced: true, Custom: true},
+		Object:    new,
+		OldObject: old,
+		Time:      time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC),
+	}
+}
+
+// benchRules makes n rules of which only the first fires on benchChange.
+func benchRules(b *testing.B, n int, cel bool) *Set {
+	b.Helper()
+	var sb strings.Builder
+	sb.WriteString("rules:\n")
+	for i := range n {
+		fmt.Fprintf(&sb, "  - name: r%d\n    match: {resources: [{group: example.com, kind: Widget}], labelSelector: app=shop}\n", i)
+		switch {
+		case cel:
+			fmt.Fprintf(&sb, "    when: object.spec.size > oldObject.spec.size + %d\n", i)
+		case i == 0:
+			sb.WriteString("    fields: [spec.size]\n")
+		default:
+			fmt.Fprintf(&sb, "    fields: ['spec.parts[name=part-%d].count']\n", i%20)
+		}
+		sb.WriteString("    actions: [{log: {}}]\n")
+	}
+	set, err := Parse("bench.yaml", []byte(sb.String()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return set
+}
+
+func benchmarkEval(b *testing.B, n int, cel bool) {
+	set, c := benchRules(b, n, cel), benchChange(b)
+	if f, errs := set.Eval(c); len(f) != 1 || len(errs) > 0 {
+		b.Fatalf("got %d firings, errors %v; want 1 firing", len(f), errs)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		set.Eval(c)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/rule")
+}
+
+// Path-only rules: each compares one field of the old and new object.
+func BenchmarkEvalPath1(b *testing.B)   { benchmarkEval(b, 1, false) }
+func BenchmarkEvalPath10(b *testing.B)  { benchmarkEval(b, 10, false) }
+func BenchmarkEvalPath100(b *testing.B) { benchmarkEval(b, 100, false) }
+
+// CEL rules: each evaluates a when expression over the whole update.
+func BenchmarkEvalCEL1(b *testing.B)   { benchmarkEval(b, 1, true) }
+func BenchmarkEvalCEL10(b *testing.B)  { benchmarkEval(b, 10, true) }
+func BenchmarkEvalCEL100(b *testing.B) { benchmarkEval(b, 100, true) }
