@@ -1,0 +1,73 @@
+package watcher
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// ChangeType says what happened to an object.
+type ChangeType string
+
+// The change types.
+const (
+	Created ChangeType = "created"
+	Updated ChangeType = "updated"
+	Deleted ChangeType = "deleted"
+)
+
+// Change is what happened to one object.
+type Change struct {
+	// Type is created, updated or deleted.
+	Type ChangeType
+	// Resource is the resource the object belongs to.
+	Resource Resource
+	// Old is the object as last delivered for this key (nil for Created).
+	// For Deleted it is the final state the watcher knew.
+	Old *Object
+	// New is the object now (nil for Deleted).
+	New *Object
+	// Initial is set on Created changes for objects found when the watcher
+	// started (only delivered when Config.InitialSync is set).
+	Initial bool
+	// Time is when the watcher received the event.
+	Time time.Time
+}
+
+// Object returns New, or Old for a deletion.
+func (c *Change) Object() *Object {
+	if c.New != nil {
+		return c.New
+	}
+	return c.Old
+}
+
+// Handler receives changes. Handle is called by one worker at a time per
+// object, in the order the changes happened; an error re-queues the change
+// (and the ones after it for the same object) with backoff. Handle must not
+// modify the objects: they are the cache's.
+type Handler interface {
+	Handle(ctx context.Context, c *Change) error
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, c *Change) error
+
+// Handle calls f.
+func (f HandlerFunc) Handle(ctx context.Context, c *Change) error { return f(ctx, c) }
+
+// key identifies one object across versions of its resource, so that a
+// version switch keeps its changes in order.
+type key struct {
+	gr        schema.GroupResource
+	namespace string
+	name      string
+}
+
+func (k key) String() string {
+	if k.namespace == "" {
+		return k.gr.String() + "/" + k.name
+	}
+	return k.gr.String() + "/" + k.namespace + "/" + k.name
+}

@@ -1,0 +1,243 @@
+package watcher
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
+
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{}) }
+
+var (
+	configMaps = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	widgets    = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
+)
+
+// recorder is a Handler that records every change.
+type recorder struct {
+	mu      sync.Mutex
+	changes []*Change
+	fail    func(*Change) error // optional: make Handle fail
+}
+
+func (r *recorder) Handle(_ context.Context, c *Change) error {
+	if r.fail != nil {
+		if err := r.fail(c); err != nil {
+			return err
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.changes = append(r.changes, c)
+	return nil
+}
+
+// of returns the recorded changes of one object, in order.
+func (r *recorder) of(gvr schema.GroupVersionResource, namespace, name string) []*Change {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []*Change
+	for _, c := range r.changes {
+		o := c.Object()
+		if c.Resource.GroupVersionResource == gvr && o.GetNamespace() == namespace && o.GetName() == name {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// count returns the number of recorded changes matching keep.
+func (r *recorder) count(keep func(*Change) bool) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, c := range r.changes {
+		if keep(c) {
+			n++
+		}
+	}
+	return n
+}
+
+// types lists the change types, for messages.
+func kinds(cs []*Change) string {
+	parts := make([]string, len(cs))
+	for i, c := range cs {
+		parts[i] = string(c.Type)
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// startWatcher runs a watcher until the test ends and waits for its sync.
+func startWatcher(t *testing.T, config *rest.Config, cfg Config) (*Watcher, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	cfg.Registerer = reg
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(t)
+	}
+	if cfg.RediscoveryInterval == 0 {
+		cfg.RediscoveryInterval = 2 * time.Second
+	}
+	w, err := New(config, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("Run did not return 30s after its context ended")
+		}
+	})
+	eventually(t, time.Minute, "watcher to sync", w.Synced)
+	return w, reg
+}
+
+// testLogger logs to the test output when -v, else discards.
+func testLogger(t *testing.T) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// namespace creates a namespace for one test.
+func namespace(t *testing.T, env *testenv.Env) string {
+	t.Helper()
+	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	if len(name) > 50 {
+		name = name[:50]
+	}
+	_, err := env.Clientset(t).CoreV1().Namespaces().Create(context.Background(),
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create namespace: %v", err)
+	}
+	return name
+}
+
+// installWidgets installs the example Widget CRD.
+func installWidgets(t *testing.T, env *testenv.Env) {
+	t.Helper()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.InstallCRDs(filepath.Join(root, "examples", "crds", "widgets.yaml")); err != nil {
+		t.Fatalf("install widgets CRD: %v", err)
+	}
+}
+
+func widget(namespace, name string, size int64) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "example.com/v1",
+		"kind":       "Widget",
+		"metadata":   map[string]any{"name": name, "namespace": namespace},
+		"spec":       map[string]any{"size": size},
+	}}
+}
+
+func configMap(namespace, name string, data map[string]any) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1",
+		"kind":       "ConfigMap",
+		"metadata":   map[string]any{"name": name, "namespace": namespace},
+		"data":       data,
+	}}
+}
+
+// field reads a nested field of an object's map form.
+func field(o *Object, path ...string) any {
+	if o == nil {
+		return nil
+	}
+	v, _, _ := unstructured.NestedFieldNoCopy(o.Map(), path...)
+	return v
+}
+
+// metricValue returns the sum of a counter or gauge family's samples
+// whose labels contain the given pairs.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			match := true
+			for k, v := range labels {
+				if !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool {
+					return l.GetName() == k && l.GetValue() == v
+				}) {
+					match = false
+				}
+			}
+			if !match {
+				continue
+			}
+			switch {
+			case m.GetCounter() != nil:
+				sum += m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				sum += m.GetGauge().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+func mustf(t *testing.T, err error, format string, args ...any) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", fmt.Sprintf(format, args...), err)
+	}
+}

@@ -1,0 +1,125 @@
+package watcher
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// metrics are the watcher's Prometheus metrics (namespace fieldwatch,
+// subsystem watcher), registered on Config.Registerer.
+type metrics struct {
+	events          *prometheus.CounterVec
+	listWatchErrors *prometheus.CounterVec
+	discoveryFails  *prometheus.CounterVec
+	handlerErrors   prometheus.Counter
+	resources       prometheus.Gauge
+	pendingKeys     prometheus.GaugeFunc
+	queue           workqueue.MetricsProvider
+}
+
+func newMetrics(reg prometheus.Registerer, pendingKeys func() float64) *metrics {
+	const ns, sub = "fieldwatch", "watcher"
+	m := &metrics{
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "events_total",
+			Help: "Changes received from informers, by resource and type.",
+		}, []string{"group", "version", "resource", "type"}),
+		listWatchErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "list_watch_errors_total",
+			Help: "Failed list or watch requests, by resource.",
+		}, []string{"resource"}),
+		discoveryFails: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "discovery_failures_total",
+			Help: "Discovery passes in which a group version could not be discovered (for example an aggregated API whose service is down).",
+		}, []string{"group_version"}),
+		handlerErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "handler_errors_total",
+			Help: "Changes the handler failed and that were re-queued.",
+		}),
+		resources: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "resources",
+			Help: "Resources (group/version/resource) being watched.",
+		}),
+		pendingKeys: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "pending_objects",
+			Help: "Objects with changes waiting for a worker.",
+		}, pendingKeys),
+	}
+	qm := &queueMetrics{
+		depth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: "workqueue", Name: "depth", Help: "Current depth of the work queue.",
+		}, []string{"name"}),
+		adds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "workqueue", Name: "adds_total", Help: "Adds handled by the work queue.",
+		}, []string{"name"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Subsystem: "workqueue", Name: "queue_duration_seconds",
+			Help: "How long an item waits in the work queue before a worker takes it.", Buckets: prometheus.ExponentialBuckets(1e-5, 4, 12),
+		}, []string{"name"}),
+		work: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Subsystem: "workqueue", Name: "work_duration_seconds",
+			Help: "How long handling an item takes.", Buckets: prometheus.ExponentialBuckets(1e-5, 4, 12),
+		}, []string{"name"}),
+		unfinished: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: "workqueue", Name: "unfinished_work_seconds",
+			Help: "Seconds of work in progress not yet observed by work_duration.",
+		}, []string{"name"}),
+		longest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: "workqueue", Name: "longest_running_processor_seconds",
+			Help: "Seconds the longest running worker has been handling its item.",
+		}, []string{"name"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "workqueue", Name: "retries_total", Help: "Items re-queued after a failure.",
+		}, []string{"name"}),
+	}
+	m.queue = qm
+	if reg != nil {
+		reg.MustRegister(m.events, m.listWatchErrors, m.discoveryFails, m.handlerErrors, m.resources, m.pendingKeys,
+			qm.depth, qm.adds, qm.latency, qm.work, qm.unfinished, qm.longest, qm.retries)
+	}
+	return m
+}
+
+// queueMetrics implements workqueue.MetricsProvider with Prometheus.
+type queueMetrics struct {
+	depth, unfinished, longest *prometheus.GaugeVec
+	adds, retries              *prometheus.CounterVec
+	latency, work              *prometheus.HistogramVec
+}
+
+var _ workqueue.MetricsProvider = &queueMetrics{}
+
+// NewDepthMetric implements workqueue.MetricsProvider.
+func (q *queueMetrics) NewDepthMetric(name string) workqueue.GaugeMetric {
+	return q.depth.WithLabelValues(name)
+}
+
+// NewAddsMetric implements workqueue.MetricsProvider.
+func (q *queueMetrics) NewAddsMetric(name string) workqueue.CounterMetric {
+	return q.adds.WithLabelValues(name)
+}
+
+// NewLatencyMetric implements workqueue.MetricsProvider.
+func (q *queueMetrics) NewLatencyMetric(name string) workqueue.HistogramMetric {
+	return q.latency.WithLabelValues(name)
+}
+
+// NewWorkDurationMetric implements workqueue.MetricsProvider.
+func (q *queueMetrics) NewWorkDurationMetric(name string) workqueue.HistogramMetric {
+	return q.work.WithLabelValues(name)
+}
+
+// NewUnfinishedWorkSecondsMetric implements workqueue.MetricsProvider.
+func (q *queueMetrics) NewUnfinishedWorkSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return q.unfinished.WithLabelValues(name)
+}
+
+// NewLongestRunningProcessorSecondsMetric implements workqueue.MetricsProvider.
+func (q *queueMetrics) NewLongestRunningProcessorSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return q.longest.WithLabelValues(name)
+}
+
+// NewRetriesMetric implements workqueue.MetricsProvider.
+func (q *queueMetrics) NewRetriesMetric(name string) workqueue.CounterMetric {
+	return q.retries.WithLabelValues(name)
+}

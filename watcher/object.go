@@ -1,0 +1,345 @@
+package watcher
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
+)
+
+// Object is the compact form in which the watcher caches an object: its
+// identity as strings, and the rest of what the projection keeps as JSON.
+// It costs a fraction of an *unstructured.Unstructured (no maps, no
+// interface boxes) and is immutable once built, so it can be shared between
+// the informer's cache, the work queue and the handler without copies.
+//
+// Object implements metav1.Object so that client-go's cache can key and
+// index it; the setters exist only to satisfy that interface and replace the
+// JSON wholesale. NEVER modify an Object obtained from the watcher: it is
+// the cache's copy.
+type Object struct {
+	namespace       string
+	name            string
+	uid             types.UID
+	resourceVersion string
+	// rest is the projected object without apiVersion, kind and the four
+	// fields above, as compact JSON with sorted keys.
+	rest []byte
+	// typ is shared by every object of one informer.
+	typ *objectType
+}
+
+// objectType is what all objects of one resource share.
+type objectType struct {
+	gvk        schema.GroupVersionKind
+	apiVersion string
+	projection Projection
+	// foreign marks objects of other shards: cached for keying only.
+	foreign bool
+}
+
+var (
+	_ metav1.Object  = &Object{}
+	_ runtime.Object = &Object{}
+)
+
+// newObject projects obj (a decoded object as map) through p.
+func newObject(obj map[string]any, typ *objectType) (*Object, error) {
+	meta, _ := obj["metadata"].(map[string]any)
+	o := &Object{typ: typ}
+	o.namespace = intern(stringField(meta, "namespace"))
+	o.name = stringField(meta, "name")
+	o.uid = types.UID(stringField(meta, "uid"))
+	o.resourceVersion = stringField(meta, "resourceVersion")
+	rest, err := json.Marshal(typ.projection.apply(obj))
+	if err != nil {
+		return nil, fmt.Errorf("encode %s %s/%s: %w", typ.gvk.Kind, o.namespace, o.name, err)
+	}
+	o.rest = rest
+	return o, nil
+}
+
+func stringField(m map[string]any, key string) string {
+	s, _ := m[key].(string)
+	return s
+}
+
+// Map decodes the object into a new map, with apiVersion, kind, and
+// metadata name, namespace, uid and resourceVersion restored. Numbers are
+// int64 when integral, float64 otherwise, as in unstructured objects. The
+// map belongs to the caller.
+func (o *Object) Map() map[string]any {
+	m := map[string]any{}
+	if len(o.rest) > 0 {
+		// rest was produced by json.Marshal of a map: it always decodes.
+		_ = utiljson.Unmarshal(o.rest, &m)
+	}
+	if o.typ != nil {
+		m["apiVersion"] = o.typ.apiVersion
+		m["kind"] = o.typ.gvk.Kind
+	}
+	meta, _ := m["metadata"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+		m["metadata"] = meta
+	}
+	if o.namespace != "" {
+		meta["namespace"] = o.namespace
+	}
+	meta["name"] = o.name
+	meta["uid"] = string(o.uid)
+	meta["resourceVersion"] = o.resourceVersion
+	return m
+}
+
+// Raw returns the projected object as JSON without apiVersion, kind, name,
+// namespace, uid and resourceVersion. The bytes must not be modified.
+func (o *Object) Raw() []byte { return o.rest }
+
+// SameContent reports whether o and p carry the same projected content,
+// ignoring resourceVersion.
+func (o *Object) SameContent(p *Object) bool {
+	return o.uid == p.uid && o.name == p.name && o.namespace == p.namespace && bytes.Equal(o.rest, p.rest)
+}
+
+// Size returns the bytes the object holds, for metrics and benchmarks.
+func (o *Object) Size() int {
+	return len(o.name) + len(o.uid) + len(o.resourceVersion) + len(o.rest)
+}
+
+// GroupVersionKind returns the object's kind.
+func (o *Object) GroupVersionKind() schema.GroupVersionKind {
+	if o.typ == nil {
+		return schema.GroupVersionKind{}
+	}
+	return o.typ.gvk
+}
+
+// GetObjectKind implements runtime.Object.
+func (o *Object) GetObjectKind() schema.ObjectKind { return objectKind{o} }
+
+// DeepCopyObject implements runtime.Object. Objects are immutable, so the
+// copy shares the JSON.
+func (o *Object) DeepCopyObject() runtime.Object {
+	c := *o
+	return &c
+}
+
+type objectKind struct{ o *Object }
+
+func (k objectKind) SetGroupVersionKind(gvk schema.GroupVersionKind) {
+	// The kind of cached objects is fixed by their informer.
+}
+
+func (k objectKind) GroupVersionKind() schema.GroupVersionKind { return k.o.GroupVersionKind() }
+
+// GetNamespace implements metav1.Object.
+func (o *Object) GetNamespace() string { return o.namespace }
+
+// SetNamespace implements metav1.Object.
+func (o *Object) SetNamespace(ns string) { o.namespace = ns }
+
+// GetName implements metav1.Object.
+func (o *Object) GetName() string { return o.name }
+
+// SetName implements metav1.Object.
+func (o *Object) SetName(name string) { o.name = name }
+
+// GetUID implements metav1.Object.
+func (o *Object) GetUID() types.UID { return o.uid }
+
+// SetUID implements metav1.Object.
+func (o *Object) SetUID(uid types.UID) { o.uid = uid }
+
+// GetResourceVersion implements metav1.Object.
+func (o *Object) GetResourceVersion() string { return o.resourceVersion }
+
+// SetResourceVersion implements metav1.Object.
+func (o *Object) SetResourceVersion(v string) { o.resourceVersion = v }
+
+// metaField decodes one metadata field from the JSON into out.
+func (o *Object) metaField(key string, out any) bool {
+	var m struct {
+		Metadata map[string]json.RawMessage `json:"metadata"`
+	}
+	if json.Unmarshal(o.rest, &m) != nil {
+		return false
+	}
+	raw, ok := m.Metadata[key]
+	return ok && json.Unmarshal(raw, out) == nil
+}
+
+// setMetaField replaces one metadata field in the JSON (nil removes it).
+func (o *Object) setMetaField(key string, v any) {
+	m := map[string]any{}
+	_ = json.Unmarshal(o.rest, &m)
+	meta, _ := m["metadata"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+		m["metadata"] = meta
+	}
+	if v == nil {
+		delete(meta, key)
+	} else {
+		meta[key] = v
+	}
+	if b, err := json.Marshal(m); err == nil {
+		o.rest = b
+	}
+}
+
+// GetGenerateName implements metav1.Object.
+func (o *Object) GetGenerateName() string {
+	var s string
+	o.metaField("generateName", &s)
+	return s
+}
+
+// SetGenerateName implements metav1.Object.
+func (o *Object) SetGenerateName(s string) { o.setMetaField("generateName", s) }
+
+// GetGeneration implements metav1.Object.
+func (o *Object) GetGeneration() int64 {
+	var g int64
+	o.metaField("generation", &g)
+	return g
+}
+
+// SetGeneration implements metav1.Object.
+func (o *Object) SetGeneration(g int64) { o.setMetaField("generation", g) }
+
+// GetSelfLink implements metav1.Object; self links are not kept.
+func (o *Object) GetSelfLink() string { return "" }
+
+// SetSelfLink implements metav1.Object; self links are not kept.
+func (o *Object) SetSelfLink(string) {}
+
+// GetCreationTimestamp implements metav1.Object.
+func (o *Object) GetCreationTimestamp() metav1.Time {
+	var t metav1.Time
+	o.metaField("creationTimestamp", &t)
+	return t
+}
+
+// SetCreationTimestamp implements metav1.Object.
+func (o *Object) SetCreationTimestamp(t metav1.Time) { o.setMetaField("creationTimestamp", t) }
+
+// GetDeletionTimestamp implements metav1.Object.
+func (o *Object) GetDeletionTimestamp() *metav1.Time {
+	var t metav1.Time
+	if !o.metaField("deletionTimestamp", &t) {
+		return nil
+	}
+	return &t
+}
+
+// SetDeletionTimestamp implements metav1.Object.
+func (o *Object) SetDeletionTimestamp(t *metav1.Time) {
+	if t == nil {
+		o.setMetaField("deletionTimestamp", nil)
+		return
+	}
+	o.setMetaField("deletionTimestamp", t)
+}
+
+// GetDeletionGracePeriodSeconds implements metav1.Object.
+func (o *Object) GetDeletionGracePeriodSeconds() *int64 {
+	var s int64
+	if !o.metaField("deletionGracePeriodSeconds", &s) {
+		return nil
+	}
+	return &s
+}
+
+// SetDeletionGracePeriodSeconds implements metav1.Object.
+func (o *Object) SetDeletionGracePeriodSeconds(s *int64) {
+	if s == nil {
+		o.setMetaField("deletionGracePeriodSeconds", nil)
+		return
+	}
+	o.setMetaField("deletionGracePeriodSeconds", *s)
+}
+
+// GetLabels implements metav1.Object.
+func (o *Object) GetLabels() map[string]string {
+	var l map[string]string
+	o.metaField("labels", &l)
+	return l
+}
+
+// SetLabels implements metav1.Object.
+func (o *Object) SetLabels(l map[string]string) { o.setMetaField("labels", nilIfEmpty(l)) }
+
+// GetAnnotations implements metav1.Object; only projected annotations are kept.
+func (o *Object) GetAnnotations() map[string]string {
+	var a map[string]string
+	o.metaField("annotations", &a)
+	return a
+}
+
+// SetAnnotations implements metav1.Object.
+func (o *Object) SetAnnotations(a map[string]string) { o.setMetaField("annotations", nilIfEmpty(a)) }
+
+// GetFinalizers implements metav1.Object; only projected finalizers are kept.
+func (o *Object) GetFinalizers() []string {
+	var f []string
+	o.metaField("finalizers", &f)
+	return f
+}
+
+// SetFinalizers implements metav1.Object.
+func (o *Object) SetFinalizers(f []string) { o.setMetaField("finalizers", nilIfEmpty(f)) }
+
+// GetOwnerReferences implements metav1.Object; only projected owner references are kept.
+func (o *Object) GetOwnerReferences() []metav1.OwnerReference {
+	var r []metav1.OwnerReference
+	o.metaField("ownerReferences", &r)
+	return r
+}
+
+// SetOwnerReferences implements metav1.Object.
+func (o *Object) SetOwnerReferences(r []metav1.OwnerReference) {
+	o.setMetaField("ownerReferences", nilIfEmpty(r))
+}
+
+// GetManagedFields implements metav1.Object. The watcher keeps only the
+// newest entry, without its field set: who wrote last, and how.
+func (o *Object) GetManagedFields() []metav1.ManagedFieldsEntry {
+	var f []metav1.ManagedFieldsEntry
+	o.metaField("managedFields", &f)
+	return f
+}
+
+// SetManagedFields implements metav1.Object.
+func (o *Object) SetManagedFields(f []metav1.ManagedFieldsEntry) {
+	o.setMetaField("managedFields", nilIfEmpty(f))
+}
+
+// nilIfEmpty returns nil for empty maps and slices, so that setting an
+// empty value removes the field.
+func nilIfEmpty[T any](v T) any {
+	switch x := any(v).(type) {
+	case map[string]string:
+		if len(x) == 0 {
+			return nil
+		}
+	case []string:
+		if len(x) == 0 {
+			return nil
+		}
+	case []metav1.OwnerReference:
+		if len(x) == 0 {
+			return nil
+		}
+	case []metav1.ManagedFieldsEntry:
+		if len(x) == 0 {
+			return nil
+		}
+	}
+	return v
+}

@@ -1,0 +1,173 @@
+package watcher
+
+import (
+	"slices"
+	"strings"
+	"sync"
+)
+
+// Projection says which parts of an object the watcher's cache keeps. The
+// identity (name, namespace, uid, resourceVersion) and metadata.generation,
+// deletionTimestamp and labels are always kept, as is the newest
+// metadata.managedFields entry reduced to manager, operation, subresource
+// and time (who wrote last). Everything else is kept only when Full is set
+// or a path in Paths leads to it.
+type Projection struct {
+	// Full keeps the whole object (managedFields reduced as above).
+	Full bool
+	// Paths are field-name prefixes, such as {"spec", "size"} or
+	// {"metadata", "annotations"}; the subtree under each is kept whole.
+	Paths [][]string
+}
+
+// FullProjection keeps whole objects.
+var FullProjection = Projection{Full: true}
+
+// alwaysKeptMeta are the metadata fields every projection keeps besides the
+// identity and managedFields.
+var alwaysKeptMeta = []string{"generation", "deletionTimestamp", "labels"}
+
+// identityMeta are kept as strings on Object, not in its JSON.
+var identityMeta = map[string]bool{"name": true, "namespace": true, "uid": true, "resourceVersion": true}
+
+// Equal reports whether p and q keep the same fields.
+func (p Projection) Equal(q Projection) bool { return p.key() == q.key() }
+
+// key is a canonical string for the projection.
+func (p Projection) key() string {
+	if p.Full {
+		return "*"
+	}
+	paths := make([]string, len(p.Paths))
+	for i, path := range p.Paths {
+		paths[i] = strings.Join(path, "\x00")
+	}
+	slices.Sort(paths)
+	return strings.Join(slices.Compact(paths), "\x01")
+}
+
+// Union returns a projection that keeps what either keeps.
+func (p Projection) Union(q Projection) Projection {
+	if p.Full || q.Full {
+		return FullProjection
+	}
+	return Projection{Paths: append(slices.Clone(p.Paths), q.Paths...)}
+}
+
+// apply returns the kept part of obj as a new map. It does not modify obj
+// but shares its leaves, so obj must not be modified afterwards either.
+// apiVersion, kind and the identity fields are left out: Object holds them.
+func (p Projection) apply(obj map[string]any) map[string]any {
+	out := make(map[string]any, 4)
+	meta, _ := obj["metadata"].(map[string]any)
+	if p.Full {
+		for k, v := range obj {
+			if k != "apiVersion" && k != "kind" && k != "metadata" {
+				out[k] = v
+			}
+		}
+		outMeta := make(map[string]any, len(meta))
+		for k, v := range meta {
+			if !identityMeta[k] && k != "managedFields" && k != "selfLink" {
+				outMeta[k] = v
+			}
+		}
+		keepManagedFields(meta, outMeta)
+		if len(outMeta) > 0 {
+			out["metadata"] = outMeta
+		}
+		return out
+	}
+	out["metadata"] = map[string]any{}
+	for _, k := range alwaysKeptMeta {
+		copyPath(obj, out, []string{"metadata", k})
+	}
+	for _, path := range p.Paths {
+		copyPath(obj, out, path)
+	}
+	delete(out, "apiVersion")
+	delete(out, "kind")
+	// A path may have copied obj's own metadata map (path "metadata"):
+	// rebuild it rather than delete from it.
+	kept, _ := out["metadata"].(map[string]any)
+	outMeta := make(map[string]any, len(kept))
+	for k, v := range kept {
+		if !identityMeta[k] && k != "managedFields" && k != "selfLink" && v != nil {
+			outMeta[k] = v
+		}
+	}
+	keepManagedFields(meta, outMeta)
+	if len(outMeta) > 0 {
+		out["metadata"] = outMeta
+	} else {
+		delete(out, "metadata")
+	}
+	return out
+}
+
+// copyPath copies the subtree of src at path into dst, creating the maps on
+// the way. A path that ends early at a non-map value copies that value.
+func copyPath(src, dst map[string]any, path []string) {
+	for i, name := range path {
+		v, ok := src[name]
+		if !ok {
+			return
+		}
+		next, isMap := v.(map[string]any)
+		if i == len(path)-1 || !isMap {
+			dst[name] = v
+			return
+		}
+		d, ok := dst[name].(map[string]any)
+		if !ok {
+			d = map[string]any{}
+			dst[name] = d
+		}
+		src, dst = next, d
+	}
+}
+
+// keepManagedFields copies the newest managedFields entry of meta into out,
+// reduced to manager, operation, subresource and time.
+func keepManagedFields(meta, out map[string]any) {
+	entries, _ := meta["managedFields"].([]any)
+	var newest map[string]any
+	newestTime := ""
+	for _, e := range entries {
+		entry, ok := e.(map[string]any)
+		if !ok {
+			continue
+		}
+		// RFC 3339 times in UTC compare as strings; the later entry wins
+		// a tie, as the apiserver appends the most recent writer.
+		if t, _ := entry["time"].(string); newest == nil || t >= newestTime {
+			newest, newestTime = entry, t
+		}
+	}
+	if newest == nil {
+		return
+	}
+	reduced := make(map[string]any, 4)
+	for _, k := range []string{"manager", "operation", "subresource", "time"} {
+		if v, ok := newest[k]; ok {
+			reduced[k] = v
+		}
+	}
+	out["managedFields"] = []any{reduced}
+}
+
+// interned holds one copy of each namespace name.
+var interned sync.Map
+
+// intern returns a shared copy of s, so that the thousands of objects of
+// one namespace hold one string.
+func intern(s string) string {
+	if s == "" {
+		return ""
+	}
+	if v, ok := interned.Load(s); ok {
+		return v.(string)
+	}
+	v, _ := interned.LoadOrStore(strings.Clone(s), strings.Clone(s))
+	return v.(string)
+}

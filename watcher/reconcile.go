@@ -1,0 +1,223 @@
+package watcher
+
+import (
+	"context"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+)
+
+// forbiddenRetry is how long a resource the watcher may not list stays
+// unwatched before the watcher tries again.
+const forbiddenRetry = 5 * time.Minute
+
+// startCRDWatch starts following CRDs before the first discovery, so that
+// discovery can tell custom resources apart. Without permission to list
+// CRDs the watcher guesses from group names and rediscovers on a timer only.
+func (w *Watcher) startCRDWatch(ctx context.Context) {
+	if !w.canList(ctx, crdResource) {
+		w.log.Warn("cannot list CustomResourceDefinitions; new CRDs are found by periodic discovery only",
+			"every", w.cfg.RediscoveryInterval)
+		return
+	}
+	w.mu.Lock()
+	rw := w.startWatch(ctx, crdResource, crdProjection, false, quietStart, nil)
+	w.crds = rw
+	w.mu.Unlock()
+	cache.WaitForCacheSync(ctx.Done(), rw.hasSynced)
+}
+
+// canList reports whether the watcher may list res.
+func (w *Watcher) canList(ctx context.Context, res Resource) bool {
+	_, err := w.dyn.Resource(res.GroupVersionResource).List(ctx, metav1.ListOptions{Limit: 1})
+	return !apierrors.IsForbidden(err) && !apierrors.IsNotFound(err)
+}
+
+// want is what reconcile wants watched for one resource.
+type want struct {
+	res      Resource
+	deliver  bool
+	proj     Projection
+	internal bool // followed to keep discovery current
+}
+
+// reconcile runs discovery and brings the informers in line with it and
+// with the selectors: it starts informers for new resources, stops those of
+// resources that are gone or no longer selected, and restarts those whose
+// projection changed. Resources of group versions whose discovery failed
+// are unknown, not gone: their informers keep running.
+func (w *Watcher) reconcile(ctx context.Context) error {
+	d, err := discover(w.disc, w.customResources())
+	if err != nil {
+		return err
+	}
+	w.noteFailures(d.failed)
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	wants := w.wants(d.resources)
+	served := map[schema.GroupResource]bool{}
+	for _, r := range d.resources {
+		served[r.GroupResource()] = true
+	}
+
+	handover := map[schema.GroupResource]map[types.UID]*Object{}
+	for gvr, rw := range w.watches {
+		if _, ok := wants[gvr]; ok || d.failed[gvr.GroupVersion()] != nil {
+			continue
+		}
+		rw.stop()
+		delete(w.watches, gvr)
+		gr := gvr.GroupResource()
+		switch {
+		case served[gr]:
+			// Another version took over, or the rules no longer select
+			// the resource: the successor, if any, compares with this.
+			handover[gr] = rw.objects()
+			w.log.Info("stopped watching", "gvr", rw.res.String())
+		default:
+			// The resource is gone (its CRD deleted): whatever the cache
+			// still holds was deleted with it.
+			w.log.Info("resource no longer served; stopped watching", "gvr", rw.res.String())
+			if rw.deliver.Load() {
+				for _, o := range rw.objects() {
+					rw.emit(&Change{Type: Deleted, Resource: rw.res, Old: o, Time: time.Now()})
+				}
+			}
+		}
+	}
+
+	for gvr, wt := range wants {
+		rw := w.watches[gvr]
+		if rw != nil && rw.typ.projection.Equal(wt.proj) {
+			rw.deliver.Store(wt.deliver)
+			continue
+		}
+		gr := gvr.GroupResource()
+		var mode startMode
+		var base map[types.UID]*Object
+		switch {
+		case rw != nil:
+			// The projection changed: the new informer takes over from
+			// the old one's cache.
+			mode, base = baselineStart, rw.objects()
+			rw.stop()
+		case handover[gr] != nil:
+			mode, base = baselineStart, handover[gr]
+		case !w.started.Load() || w.known[gr] || w.everFailed[gvr.GroupVersion()]:
+			// At start, or a resource that existed before (newly
+			// selected, or an aggregated API back): its objects are not
+			// news.
+			mode = quietStart
+		default:
+			// A resource that did not exist before (a new CRD): every
+			// object of it is new.
+			mode, base = baselineStart, map[types.UID]*Object{}
+		}
+		nrw := w.startWatch(ctx, wt.res, wt.proj, wt.deliver, mode, base)
+		if gvr == crdResource.GroupVersionResource {
+			w.crds = nrw
+		}
+		w.log.Info("watching", "gvr", wt.res.String(), "custom", wt.res.Custom, "deliver", wt.deliver)
+	}
+
+	for _, r := range d.resources {
+		w.known[r.GroupResource()] = true
+	}
+	n := 0
+	for _, rw := range w.watches {
+		if rw.deliver.Load() {
+			n++
+		}
+	}
+	w.metrics.resources.Set(float64(n))
+	return nil
+}
+
+// wants lists the resources to watch: the selected ones, and the ones the
+// watcher follows for itself.
+func (w *Watcher) wants(resources []Resource) map[schema.GroupVersionResource]*want {
+	out := map[schema.GroupVersionResource]*want{}
+	for _, r := range resources {
+		if w.isForbidden(r.GroupVersionResource) {
+			continue
+		}
+		sel := selected(w.selectors, r)
+		internal := r.GroupVersionResource == crdResource.GroupVersionResource && w.crds != nil
+		if !sel && !internal {
+			continue
+		}
+		var proj Projection
+		if sel {
+			proj = w.projection(r)
+		}
+		if internal {
+			proj = proj.Union(crdProjection)
+		}
+		out[r.GroupVersionResource] = &want{res: r, deliver: sel, proj: proj, internal: internal}
+	}
+	return out
+}
+
+// startWatch starts an informer for res. w.mu must be held.
+func (w *Watcher) startWatch(ctx context.Context, res Resource, proj Projection, deliver bool, mode startMode, base map[types.UID]*Object) *resourceWatch {
+	rw := newResourceWatch(w, res, proj)
+	rw.deliver.Store(deliver)
+	rw.mode = mode
+	rw.baseline = base
+	if res.GroupVersionResource == crdResource.GroupVersionResource || res.GroupVersionResource == apiServiceResource.GroupVersionResource {
+		rw.observe = func(*Change) { w.triggerDiscovery() }
+	}
+	w.watches[res.GroupVersionResource] = rw
+	rw.run(ctx)
+	return rw
+}
+
+// noteFailures logs and counts group versions whose discovery failed, and
+// logs those that recovered.
+func (w *Watcher) noteFailures(failed map[schema.GroupVersion]error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for gv, err := range failed {
+		w.metrics.discoveryFails.WithLabelValues(gv.String()).Inc()
+		if !w.failedGV[gv] {
+			w.log.Warn("discovery of a group version failed; its resources keep their informers and it is retried",
+				"groupVersion", gv.String(), "err", err, "retry", w.cfg.RediscoveryInterval)
+		}
+		w.failedGV[gv] = true
+		w.everFailed[gv] = true
+	}
+	for gv := range w.failedGV {
+		if _, still := failed[gv]; !still {
+			w.log.Info("discovery of a group version recovered", "groupVersion", gv.String())
+			delete(w.failedGV, gv)
+		}
+	}
+}
+
+// markForbidden stops watching a resource the watcher may not list, for a
+// while, instead of letting its informer fail forever (and readiness wait
+// for it).
+func (w *Watcher) markForbidden(res Resource, err error) {
+	w.forbiddenMu.Lock()
+	_, already := w.forbiddenSince[res.GroupVersionResource]
+	w.forbiddenSince[res.GroupVersionResource] = time.Now()
+	w.forbiddenMu.Unlock()
+	if !already {
+		w.log.Error("not allowed to list or watch a selected resource; it is not watched (grant get/list/watch, see `fieldwatch rbac`)",
+			"gvr", res.String(), "err", err, "retry", forbiddenRetry)
+	}
+	w.triggerDiscovery()
+}
+
+// isForbidden reports whether gvr was found forbidden recently.
+func (w *Watcher) isForbidden(gvr schema.GroupVersionResource) bool {
+	w.forbiddenMu.Lock()
+	defer w.forbiddenMu.Unlock()
+	since, ok := w.forbiddenSince[gvr]
+	return ok && time.Since(since) < forbiddenRetry
+}

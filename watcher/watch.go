@@ -1,0 +1,271 @@
+package watcher
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+)
+
+// startMode says what a watch does with the objects of its initial list.
+type startMode int
+
+const (
+	// quietStart: the objects are the baseline; nothing is delivered for
+	// them (or Created changes marked Initial, with Config.InitialSync).
+	quietStart startMode = iota
+	// baselineStart: the objects are compared with a baseline (the cache
+	// of a previous version of the resource, or of a previous run): new
+	// ones are Created, changed ones Updated, missing ones Deleted. A
+	// resource that appears while the watcher runs starts this way with an
+	// empty baseline, so objects created with a brand-new CRD are reported.
+	baselineStart
+)
+
+// resourceWatch is the informer of one resource: its cache of Objects and
+// the glue that turns its events into pending changes. Handlers run
+// synchronously in the informer's processing goroutine, after the cache is
+// updated, so the cache and the changes handed on never disagree.
+type resourceWatch struct {
+	res     Resource
+	typ     *objectType
+	foreign *objectType // for other shards' objects
+	w       *Watcher
+	store   cache.Store
+	ctrl    cache.Controller
+	deliver atomic.Bool     // hand changes to the watcher's handler
+	observe func(c *Change) // internal observer (CRD tracking), may be nil
+
+	mode      startMode
+	initialMu sync.Mutex
+	baseline  map[types.UID]*Object // baselineStart: not yet seen
+	cancel    context.CancelFunc
+	done      chan struct{}
+}
+
+// newResourceWatch builds the informer for res; run starts it.
+func newResourceWatch(w *Watcher, res Resource, proj Projection) *resourceWatch {
+	typ := &objectType{
+		gvk:        res.GroupVersion().WithKind(res.Kind),
+		apiVersion: res.GroupVersion().String(),
+		projection: proj,
+	}
+	foreign := *typ
+	foreign.foreign = true
+	rw := &resourceWatch{
+		res:     res,
+		w:       w,
+		typ:     typ,
+		foreign: &foreign,
+		done:    make(chan struct{}),
+	}
+	client := w.dyn.Resource(res.GroupVersionResource)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			w.cfg.Shard.apply(&opts)
+			list, err := client.List(ctx, opts)
+			rw.observeError(err)
+			return list, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			w.cfg.Shard.apply(&opts)
+			wi, err := client.Watch(ctx, opts)
+			rw.observeError(err)
+			return wi, err
+		},
+	}
+	rw.store, rw.ctrl = cache.NewInformerWithOptions(cache.InformerOptions{
+		ListerWatcher: lw,
+		ObjectType:    &unstructured.Unstructured{},
+		Handler:       rw,
+		ResyncPeriod:  0, // a resync only replays the cache: nothing to learn from it
+		Transform:     rw.transform,
+	})
+	return rw
+}
+
+// observeError reacts to list/watch errors: a resource that is gone
+// (its CRD deleted) makes the watcher rediscover at once rather than let the
+// reflector retry against a 404.
+func (rw *resourceWatch) observeError(err error) {
+	if err == nil {
+		return
+	}
+	rw.w.metrics.listWatchErrors.WithLabelValues(rw.res.String()).Inc()
+	switch {
+	case apierrors.IsForbidden(err):
+		rw.w.markForbidden(rw.res, err)
+	case apierrors.IsNotFound(err), apierrors.IsMethodNotSupported(err):
+		rw.w.triggerDiscovery()
+	}
+}
+
+// run runs the informer until ctx ends.
+func (rw *resourceWatch) run(ctx context.Context) {
+	ctx, rw.cancel = context.WithCancel(ctx)
+	go func() {
+		defer close(rw.done)
+		rw.ctrl.RunWithContext(ctx)
+	}()
+	go rw.finishInitial(ctx)
+}
+
+// stop stops the informer and waits until its handlers have returned.
+func (rw *resourceWatch) stop() {
+	rw.cancel()
+	<-rw.done
+}
+
+// hasSynced reports whether the initial list has been processed.
+func (rw *resourceWatch) hasSynced() bool { return rw.ctrl.HasSynced() }
+
+// finishInitial waits for the initial list and reports the baseline objects
+// that were not in it as deleted.
+func (rw *resourceWatch) finishInitial(ctx context.Context) {
+	if !cache.WaitForCacheSync(ctx.Done(), rw.ctrl.HasSynced) {
+		return
+	}
+	rw.initialMu.Lock()
+	defer rw.initialMu.Unlock()
+	for _, old := range rw.baseline {
+		rw.emit(&Change{Type: Deleted, Resource: rw.res, Old: old, Time: time.Now()})
+	}
+	rw.baseline = nil
+}
+
+// transform turns a decoded object into its compact, projected form before
+// the informer caches it. Tombstones and objects already transformed pass
+// through unchanged (the FIFO may hand an object over twice).
+func (rw *resourceWatch) transform(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *Object:
+		return o, nil
+	case *unstructured.Unstructured:
+		if shard := rw.w.cfg.Shard; shard.enabled() && !shard.ServerSide && !shard.Owns(o.GetUID()) {
+			// Another replica's object: keep only what the cache
+			// needs to key it.
+			return &Object{namespace: intern(o.GetNamespace()), name: o.GetName(), uid: o.GetUID(),
+				resourceVersion: o.GetResourceVersion(), typ: rw.foreign}, nil
+		}
+		return newObject(o.Object, rw.typ)
+	case cache.DeletedFinalStateUnknown:
+		return o, nil
+	default:
+		return nil, fmt.Errorf("%s: unexpected object type %T", rw.res, obj)
+	}
+}
+
+// OnAdd implements cache.ResourceEventHandler.
+func (rw *resourceWatch) OnAdd(obj any, isInInitialList bool) {
+	o, ok := obj.(*Object)
+	if !ok {
+		rw.w.unexpected(rw.res, obj)
+		return
+	}
+	if !isInInitialList {
+		rw.emit(&Change{Type: Created, Resource: rw.res, New: o, Time: time.Now()})
+		return
+	}
+	switch rw.mode {
+	case quietStart:
+		if rw.w.cfg.InitialSync {
+			rw.emit(&Change{Type: Created, Resource: rw.res, New: o, Initial: true, Time: time.Now()})
+		}
+	case baselineStart:
+		rw.initialMu.Lock()
+		old, found := rw.baseline[o.GetUID()]
+		delete(rw.baseline, o.GetUID())
+		rw.initialMu.Unlock()
+		switch {
+		case !found:
+			rw.emit(&Change{Type: Created, Resource: rw.res, New: o, Time: time.Now()})
+		case old.resourceVersion != o.resourceVersion && !sameUnder(old, o):
+			rw.emit(&Change{Type: Updated, Resource: rw.res, Old: old, New: o, Time: time.Now()})
+		}
+	}
+}
+
+// OnUpdate implements cache.ResourceEventHandler.
+func (rw *resourceWatch) OnUpdate(oldObj, newObj any) {
+	old, ok1 := oldObj.(*Object)
+	o, ok2 := newObj.(*Object)
+	if !ok1 || !ok2 {
+		rw.w.unexpected(rw.res, newObj)
+		return
+	}
+	if old.resourceVersion == o.resourceVersion {
+		return // a relist that found the object unchanged
+	}
+	if old.uid != o.uid {
+		// A relist after a disconnection found another object under the
+		// same name: the first was deleted, the second created.
+		rw.emit(&Change{Type: Deleted, Resource: rw.res, Old: old, Time: time.Now()})
+		rw.emit(&Change{Type: Created, Resource: rw.res, New: o, Time: time.Now()})
+		return
+	}
+	rw.emit(&Change{Type: Updated, Resource: rw.res, Old: old, New: o, Time: time.Now()})
+}
+
+// OnDelete implements cache.ResourceEventHandler.
+func (rw *resourceWatch) OnDelete(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		// The watch missed the deletion; the tombstone carries the last
+		// state the cache had.
+		obj = tomb.Obj
+	}
+	o, ok := obj.(*Object)
+	if !ok {
+		rw.w.unexpected(rw.res, obj)
+		return
+	}
+	rw.emit(&Change{Type: Deleted, Resource: rw.res, Old: o, Time: time.Now()})
+}
+
+// emit hands c to the internal observer and, when the resource is
+// selected, to the work queue.
+func (rw *resourceWatch) emit(c *Change) {
+	rw.w.metrics.events.WithLabelValues(rw.res.Group, rw.res.Version, rw.res.Resource, string(c.Type)).Inc()
+	if rw.observe != nil {
+		rw.observe(c)
+	}
+	if rw.deliver.Load() {
+		rw.w.enqueue(c)
+	}
+}
+
+// objects returns the cached objects by UID.
+func (rw *resourceWatch) objects() map[types.UID]*Object {
+	items := rw.store.List()
+	m := make(map[types.UID]*Object, len(items))
+	for _, item := range items {
+		if o, ok := item.(*Object); ok {
+			m[o.uid] = o
+		}
+	}
+	return m
+}
+
+// sameUnder reports whether old and o carry the same content when both are
+// seen through the narrower of their projections (a changed rules file may
+// have widened what is kept; fields that were not kept before cannot be
+// said to have changed).
+func sameUnder(old, o *Object) bool {
+	if old.typ.projection.Equal(o.typ.projection) {
+		return old.SameContent(o)
+	}
+	both := func(x *Object) string {
+		b, _ := json.Marshal(old.typ.projection.apply(o.typ.projection.apply(x.Map())))
+		return string(b)
+	}
+	return both(old) == both(o)
+}

@@ -1,0 +1,412 @@
+package watcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// Config configures a Watcher.
+type Config struct {
+	// Selectors pick the resources to watch (see All and AllCustom).
+	Selectors []Selector
+	// Projection says what to cache of each selected resource's objects;
+	// nil caches whole objects (FullProjection).
+	Projection func(Resource) Projection
+	// Handler receives the changes. Required.
+	Handler Handler
+	// Workers is the number of changes handled in parallel (default 4).
+	Workers int
+	// InitialSync delivers a Created change marked Initial for every object
+	// found at start. Without it those objects are the baseline and only
+	// what happens to them afterwards is delivered.
+	InitialSync bool
+	// RediscoveryInterval is how often discovery runs besides when a CRD or
+	// APIService changes (default 30s); failed group versions are retried
+	// then.
+	RediscoveryInterval time.Duration
+	// DrainTimeout bounds how long Run keeps handling queued changes after
+	// its context ends (default 10s).
+	DrainTimeout time.Duration
+	// MaxRetryDelay caps the backoff between retries of a failing change
+	// (default 2m). Failing changes are retried until they succeed.
+	MaxRetryDelay time.Duration
+	// Shard restricts the watcher to a share of the objects.
+	Shard Shard
+	// Logger receives the watcher's logs (default slog.Default()).
+	Logger *slog.Logger
+	// Registerer receives the watcher's metrics (nil: not registered).
+	Registerer prometheus.Registerer
+}
+
+// The resources the watcher follows for itself: CRDs tell which resources
+// are custom and when to rediscover, APIServices when aggregated APIs come
+// and go.
+var (
+	crdResource = Resource{
+		GroupVersionResource: schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"},
+		Kind:                 "CustomResourceDefinition", Preferred: true,
+	}
+	apiServiceResource = Resource{
+		GroupVersionResource: schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"},
+		Kind:                 "APIService", Preferred: true,
+	}
+	crdProjection = Projection{Paths: [][]string{{"spec", "group"}, {"spec", "names"}}}
+)
+
+// Watcher watches the selected resources and hands their changes to a
+// Handler. Build it with New, then call Run.
+type Watcher struct {
+	cfg     Config
+	dyn     dynamic.Interface
+	disc    discovery.DiscoveryInterface
+	log     *slog.Logger
+	metrics *metrics
+	queue   workqueue.TypedRateLimitingInterface[key]
+	pending *pending
+	trigger chan struct{}
+	started atomic.Bool // the initial sync is done and workers run
+
+	mu         sync.Mutex
+	selectors  []Selector
+	projection func(Resource) Projection
+	watches    map[schema.GroupVersionResource]*resourceWatch
+	known      map[schema.GroupResource]bool // resources discovered at least once
+	failedGV   map[schema.GroupVersion]bool  // group versions whose discovery fails
+	everFailed map[schema.GroupVersion]bool  // group versions whose discovery ever failed
+	crds       *resourceWatch                // nil when CRDs cannot be listed
+
+	forbiddenMu    sync.Mutex // not mu: informers report while reconcile holds mu
+	forbiddenSince map[schema.GroupVersionResource]time.Time
+}
+
+// New returns a Watcher for the cluster config points to.
+func New(config *rest.Config, cfg Config) (*Watcher, error) {
+	dyn, err := dynamic.NewForConfig(config)
+	if err != nil {
+		return nil, fmt.Errorf("dynamic client: %w", err)
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(config)
+	if err != nil {
+		return nil, fmt.Errorf("discovery client: %w", err)
+	}
+	return NewForClients(dyn, disc, cfg)
+}
+
+// NewForClients returns a Watcher that uses the given clients.
+func NewForClients(dyn dynamic.Interface, disc discovery.DiscoveryInterface, cfg Config) (*Watcher, error) {
+	if cfg.Handler == nil {
+		return nil, errors.New("watcher: Config.Handler is required")
+	}
+	for _, s := range cfg.Selectors {
+		if err := s.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	if err := cfg.Shard.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 4
+	}
+	if cfg.RediscoveryInterval <= 0 {
+		cfg.RediscoveryInterval = 30 * time.Second
+	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = 10 * time.Second
+	}
+	if cfg.MaxRetryDelay <= 0 {
+		cfg.MaxRetryDelay = 2 * time.Minute
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Projection == nil {
+		cfg.Projection = func(Resource) Projection { return FullProjection }
+	}
+	w := &Watcher{
+		cfg:        cfg,
+		dyn:        dyn,
+		disc:       disc,
+		log:        cfg.Logger,
+		pending:    newPending(),
+		trigger:    make(chan struct{}, 1),
+		selectors:  slices.Clone(cfg.Selectors),
+		projection: cfg.Projection,
+		watches:    map[schema.GroupVersionResource]*resourceWatch{},
+		known:      map[schema.GroupResource]bool{},
+		failedGV:   map[schema.GroupVersion]bool{},
+		everFailed: map[schema.GroupVersion]bool{},
+
+		forbiddenSince: map[schema.GroupVersionResource]time.Time{},
+	}
+	w.metrics = newMetrics(cfg.Registerer, func() float64 { return float64(w.pending.len()) })
+	w.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[key](5*time.Millisecond, cfg.MaxRetryDelay),
+		workqueue.TypedRateLimitingQueueConfig[key]{Name: "changes", MetricsProvider: w.metrics.queue},
+	)
+	return w, nil
+}
+
+// Run watches until ctx ends. It discovers the resources, starts their
+// informers, waits until all have synced, then starts the workers and keeps
+// the set of informers in step with the cluster. When ctx ends it stops the
+// informers and lets the workers handle what is queued for up to
+// Config.DrainTimeout.
+func (w *Watcher) Run(ctx context.Context) error {
+	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWork()
+	var workers sync.WaitGroup
+	defer func() {
+		w.stopAll()
+		w.drain(&workers, stopWork)
+	}()
+
+	w.startCRDWatch(ctx)
+	for {
+		err := w.reconcile(ctx)
+		if err == nil {
+			break
+		}
+		w.log.Error("discovery failed; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(2 * time.Second):
+		}
+	}
+	if !w.waitForSync(ctx) {
+		return nil
+	}
+	w.started.Store(true)
+	w.log.Info("watcher synced", "resources", len(w.Resources()))
+	for range w.cfg.Workers {
+		workers.Go(func() {
+			for w.processNext(workCtx) {
+			}
+		})
+	}
+
+	ticker := time.NewTicker(w.cfg.RediscoveryInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-w.trigger:
+			// Let a burst of CRD events settle into one discovery.
+			select {
+			case <-time.After(200 * time.Millisecond):
+			case <-ctx.Done():
+				return nil
+			}
+		case <-ticker.C:
+		}
+		if err := w.reconcile(ctx); err != nil {
+			w.log.Error("discovery failed; keeping the current resources", "err", err)
+		}
+	}
+}
+
+// drain lets the workers finish the queue, then stops them.
+func (w *Watcher) drain(workers *sync.WaitGroup, stopWork context.CancelFunc) {
+	done := make(chan struct{})
+	go func() {
+		w.queue.ShutDownWithDrain()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(w.cfg.DrainTimeout):
+		if n := w.pending.len(); n > 0 {
+			w.log.Warn("stopping with changes not handled", "objects", n)
+		}
+		w.queue.ShutDown()
+	}
+	stopWork()
+	workers.Wait()
+}
+
+// waitForSync waits until every informer has synced, logging the
+// stragglers now and then. It returns false when ctx ends first.
+func (w *Watcher) waitForSync(ctx context.Context) bool {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	report := time.Now().Add(30 * time.Second)
+	for {
+		waiting := w.unsynced()
+		if len(waiting) == 0 {
+			return true
+		}
+		if time.Now().After(report) {
+			w.log.Warn("waiting for informers to sync", "resources", waiting)
+			report = time.Now().Add(30 * time.Second)
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-w.trigger:
+			// A resource turned out forbidden, or CRDs changed.
+			if err := w.reconcile(ctx); err != nil {
+				w.log.Error("discovery failed", "err", err)
+			}
+		case <-tick.C:
+		}
+	}
+}
+
+// unsynced lists the watched resources whose initial list is not done.
+func (w *Watcher) unsynced() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for _, rw := range w.watches {
+		if !rw.hasSynced() {
+			out = append(out, rw.res.String())
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Synced reports whether the watcher has completed its initial sync and
+// every resource it watches now has synced too (readiness).
+func (w *Watcher) Synced() bool {
+	return w.started.Load() && len(w.unsynced()) == 0
+}
+
+// Resources returns the resources being watched for the handler.
+func (w *Watcher) Resources() []Resource {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []Resource
+	for _, rw := range w.watches {
+		if rw.deliver.Load() {
+			out = append(out, rw.res)
+		}
+	}
+	slices.SortFunc(out, func(a, b Resource) int { return cmpString(a.String(), b.String()) })
+	return out
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// SetSelectors replaces the selectors and projection (a reloaded rules
+// file). Informers of resources still selected with the same projection
+// keep running; the others are started, stopped or restarted by the next
+// discovery, which this triggers.
+func (w *Watcher) SetSelectors(sels []Selector, projection func(Resource) Projection) error {
+	for _, s := range sels {
+		if err := s.Validate(); err != nil {
+			return err
+		}
+	}
+	if projection == nil {
+		projection = func(Resource) Projection { return FullProjection }
+	}
+	w.mu.Lock()
+	w.selectors = slices.Clone(sels)
+	w.projection = projection
+	w.mu.Unlock()
+	w.triggerDiscovery()
+	return nil
+}
+
+// triggerDiscovery asks Run for a discovery pass soon.
+func (w *Watcher) triggerDiscovery() {
+	select {
+	case w.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// enqueue queues a change for the handler.
+func (w *Watcher) enqueue(c *Change) {
+	o := c.Object()
+	if o.typ.foreign {
+		return // another shard's object
+	}
+	k := key{gr: c.Resource.GroupResource(), namespace: o.namespace, name: o.name}
+	w.pending.add(k, c)
+	w.queue.Add(k)
+}
+
+// processNext handles the changes of one key. It returns false when the
+// queue is shut down.
+func (w *Watcher) processNext(ctx context.Context) bool {
+	k, quit := w.queue.Get()
+	if quit {
+		return false
+	}
+	defer w.queue.Done(k)
+	list := w.pending.take(k)
+	for i, c := range list {
+		if err := w.cfg.Handler.Handle(ctx, c); err != nil {
+			w.pending.putBack(k, list[i:])
+			w.metrics.handlerErrors.Inc()
+			w.log.Warn("handling change failed; will retry", "gvr", c.Resource.String(),
+				"namespace", k.namespace, "name", k.name, "type", c.Type, "err", err)
+			w.queue.AddRateLimited(k)
+			return true
+		}
+	}
+	w.queue.Forget(k)
+	return true
+}
+
+// unexpected logs an object of a type the watcher did not cache.
+func (w *Watcher) unexpected(res Resource, obj any) {
+	w.log.Error("informer delivered an unexpected object; ignored", "gvr", res.String(), "type", fmt.Sprintf("%T", obj))
+}
+
+// customResources returns which group resources a CRD serves, or nil when
+// the CRDs cannot be read (then the group names are the guide).
+func (w *Watcher) customResources() func(schema.GroupResource) bool {
+	if w.crds == nil {
+		return func(gr schema.GroupResource) bool { return !builtinGroup(gr.Group) }
+	}
+	set := map[schema.GroupResource]bool{}
+	for _, item := range w.crds.store.List() {
+		o, ok := item.(*Object)
+		if !ok {
+			continue
+		}
+		spec, _ := o.Map()["spec"].(map[string]any)
+		names, _ := spec["names"].(map[string]any)
+		group, _ := spec["group"].(string)
+		plural, _ := names["plural"].(string)
+		set[schema.GroupResource{Group: group, Resource: plural}] = true
+	}
+	return func(gr schema.GroupResource) bool { return set[gr] }
+}
+
+// stopAll stops every informer.
+func (w *Watcher) stopAll() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for gvr, rw := range w.watches {
+		rw.stop()
+		delete(w.watches, gvr)
+	}
+	w.metrics.resources.Set(0)
+}

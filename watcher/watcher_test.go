@@ -1,0 +1,329 @@
+package watcher
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
+)
+
+// TestBuiltinAndCustomChanges: ConfigMaps and a CRD present at start are
+// watched; objects that existed before start yield nothing; create, update
+// and delete arrive once each with the right old and new objects.
+func TestBuiltinAndCustomChanges(t *testing.T) {
+	env := testenv.Shared(t)
+	installWidgets(t, env)
+	ns := namespace(t, env)
+	ctx := context.Background()
+	dyn := env.Dynamic(t)
+	cms := dyn.Resource(configMaps).Namespace(ns)
+	wds := dyn.Resource(widgets).Namespace(ns)
+
+	_, err := cms.Create(ctx, configMap(ns, "before", map[string]any{"k": "v"}), metav1.CreateOptions{})
+	mustf(t, err, "create configmap")
+	_, err = wds.Create(ctx, widget(ns, "before", 1), metav1.CreateOptions{})
+	mustf(t, err, "create widget")
+
+	rec := &recorder{}
+	w, _ := startWatcher(t, env.Config(), Config{
+		Selectors: []Selector{{Core: true, Resource: "configmaps"}, {Group: "example.com", Kind: "Widget"}},
+		Handler:   rec,
+	})
+	res := w.Resources()
+	if len(res) != 2 {
+		t.Fatalf("watching %v, want configmaps and widgets", res)
+	}
+	for _, r := range res {
+		if r.Custom != (r.Group == "example.com") {
+			t.Errorf("%s: Custom = %v", r, r.Custom)
+		}
+	}
+
+	cm, err := cms.Create(ctx, configMap(ns, "cm", map[string]any{"k": "1"}), metav1.CreateOptions{})
+	mustf(t, err, "create configmap")
+	mustf(t, unstructured.SetNestedField(cm.Object, "2", "data", "k"), "set")
+	_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
+	mustf(t, err, "update configmap")
+	mustf(t, cms.Delete(ctx, "cm", metav1.DeleteOptions{}), "delete configmap")
+
+	wd, err := wds.Create(ctx, widget(ns, "w1", 1), metav1.CreateOptions{})
+	mustf(t, err, "create widget")
+	mustf(t, unstructured.SetNestedField(wd.Object, int64(2), "spec", "size"), "set")
+	_, err = wds.Update(ctx, wd, metav1.UpdateOptions{})
+	mustf(t, err, "update widget")
+	mustf(t, wds.Delete(ctx, "w1", metav1.DeleteOptions{}), "delete widget")
+
+	check := func(gvr schema.GroupVersionResource, name string, path []string, v1, v2 any) {
+		t.Helper()
+		eventually(t, 30*time.Second, gvr.Resource+" changes", func() bool { return len(rec.of(gvr, ns, name)) >= 3 })
+		cs := rec.of(gvr, ns, name)
+		if got := kinds(cs); got != "[created updated deleted]" {
+			t.Fatalf("%s %s: changes %s, want [created updated deleted]", gvr.Resource, name, got)
+		}
+		created, updated, deleted := cs[0], cs[1], cs[2]
+		if created.Old != nil || field(created.New, path...) != v1 || created.Initial {
+			t.Errorf("created: old %v new %v initial %v", created.Old, field(created.New, path...), created.Initial)
+		}
+		if field(updated.Old, path...) != v1 || field(updated.New, path...) != v2 {
+			t.Errorf("updated: %v -> %v, want %v -> %v", field(updated.Old, path...), field(updated.New, path...), v1, v2)
+		}
+		if deleted.New != nil || field(deleted.Old, path...) != v2 {
+			t.Errorf("deleted: old %v new %v", field(deleted.Old, path...), deleted.New)
+		}
+		if created.New.GetUID() == "" || updated.New.GetUID() != created.New.GetUID() {
+			t.Errorf("uids: %s %s", created.New.GetUID(), updated.New.GetUID())
+		}
+		if m := created.New.Map(); m["kind"] == "" || m["apiVersion"] == "" {
+			t.Errorf("object map lacks apiVersion/kind: %v", m)
+		}
+	}
+	check(configMaps, "cm", []string{"data", "k"}, "1", "2")
+	check(widgets, "w1", []string{"spec", "size"}, int64(1), int64(2))
+
+	if n := len(rec.of(configMaps, ns, "before")) + len(rec.of(widgets, ns, "before")); n != 0 {
+		t.Errorf("%d changes for objects that existed before start, want none", n)
+	}
+}
+
+// TestCRDComesAndGoes: a CRD created after start is watched within a
+// deadline and objects created right after it are reported; when the CRD
+// is deleted its informer stops, its objects are reported deleted, and
+// nothing loops against the vanished resource.
+func TestCRDComesAndGoes(t *testing.T) {
+	env := testenv.Shared(t)
+	ns := namespace(t, env)
+	ctx := context.Background()
+	rec := &recorder{}
+	w, reg := startWatcher(t, env.Config(), Config{Selectors: AllCustom, Handler: rec})
+
+	gadgets := schema.GroupVersionResource{Group: "gadgets.example.org", Version: "v1", Resource: "gadgets"}
+	crd := simpleCRD(gadgets, "Gadget")
+	mustf(t, env.InstallCRD(crd), "install gadget CRD")
+	dyn := env.Dynamic(t)
+	g := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "gadgets.example.org/v1", "kind": "Gadget",
+		"metadata": map[string]any{"name": "g1", "namespace": ns},
+		"spec":     map[string]any{"size": int64(1)},
+	}}
+	_, err := dyn.Resource(gadgets).Namespace(ns).Create(ctx, g, metav1.CreateOptions{})
+	mustf(t, err, "create gadget")
+
+	eventually(t, 15*time.Second, "gadgets to be watched", func() bool {
+		for _, r := range w.Resources() {
+			if r.GroupVersionResource == gadgets && r.Custom {
+				return true
+			}
+		}
+		return false
+	})
+	eventually(t, 15*time.Second, "the gadget created with its CRD to be reported", func() bool {
+		cs := rec.of(gadgets, ns, "g1")
+		return len(cs) == 1 && cs[0].Type == Created && !cs[0].Initial
+	})
+
+	mustf(t, env.Clientset(t).Discovery().RESTClient().Delete().
+		AbsPath("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd.Name).Do(ctx).Error(), "delete CRD")
+	eventually(t, 30*time.Second, "gadgets to be dropped", func() bool {
+		for _, r := range w.Resources() {
+			if r.GroupVersionResource == gadgets {
+				return false
+			}
+		}
+		return true
+	})
+	eventually(t, 15*time.Second, "the gadget to be reported deleted", func() bool {
+		cs := rec.of(gadgets, ns, "g1")
+		return len(cs) == 2 && cs[1].Type == Deleted
+	})
+	// Nothing loops: a few more discovery passes add no errors for the
+	// vanished resource beyond the ones that told the watcher it was gone.
+	before := metricValue(t, reg, "fieldwatch_watcher_list_watch_errors_total", nil)
+	time.Sleep(3 * w.cfg.RediscoveryInterval) // let passes run; the assertion is on what they did
+	after := metricValue(t, reg, "fieldwatch_watcher_list_watch_errors_total", nil)
+	if after-before > 1 {
+		t.Errorf("list/watch errors grew by %v after the CRD was gone", after-before)
+	}
+	if n := len(rec.of(gadgets, ns, "g1")); n != 2 {
+		t.Errorf("gadget changes: %s, want [created deleted]", kinds(rec.of(gadgets, ns, "g1")))
+	}
+}
+
+func simpleCRD(gvr schema.GroupVersionResource, kind string) *apiextensionsv1.CustomResourceDefinition {
+	preserve := true
+	return &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: gvr.Resource + "." + gvr.Group},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: gvr.Group,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{
+				Plural: gvr.Resource, Kind: kind, ListKind: kind + "List",
+			},
+			Scope: apiextensionsv1.NamespaceScoped,
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
+				Name: gvr.Version, Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+					Type: "object", XPreserveUnknownFields: &preserve,
+				}},
+			}},
+		},
+	}
+}
+
+// TestDeleteRecreate: an object deleted and created again under the same
+// name is a delete and a create, never an update, also when the worker is
+// slow and the two wait in the queue together.
+func TestDeleteRecreate(t *testing.T) {
+	env := testenv.Shared(t)
+	ns := namespace(t, env)
+	ctx := context.Background()
+	gate := make(chan struct{})
+	rec := &recorder{fail: func(c *Change) error {
+		if c.Object().GetNamespace() == ns {
+			<-gate // hold the worker so that changes queue up
+		}
+		return nil
+	}}
+	startWatcher(t, env.Config(), Config{Selectors: []Selector{{Core: true, Resource: "configmaps"}}, Handler: rec, Workers: 1})
+	cms := env.Dynamic(t).Resource(configMaps).Namespace(ns)
+
+	first, err := cms.Create(ctx, configMap(ns, "again", map[string]any{"gen": "1"}), metav1.CreateOptions{})
+	mustf(t, err, "create")
+	mustf(t, cms.Delete(ctx, "again", metav1.DeleteOptions{}), "delete")
+	second, err := cms.Create(ctx, configMap(ns, "again", map[string]any{"gen": "2"}), metav1.CreateOptions{})
+	mustf(t, err, "create again")
+	close(gate)
+
+	eventually(t, 30*time.Second, "three changes", func() bool { return len(rec.of(configMaps, ns, "again")) >= 3 })
+	cs := rec.of(configMaps, ns, "again")
+	if got := kinds(cs); got != "[created deleted created]" {
+		t.Fatalf("changes %s, want [created deleted created]", got)
+	}
+	if cs[1].Old.GetUID() != first.GetUID() || cs[2].New.GetUID() != second.GetUID() {
+		t.Errorf("delete of %s then create of %s, want %s then %s", cs[1].Old.GetUID(), cs[2].New.GetUID(), first.GetUID(), second.GetUID())
+	}
+}
+
+// TestCoalescedUpdatesDiff: updates that pile up behind a slow worker merge
+// into one whose old object is the one last delivered.
+func TestCoalescedUpdatesDiff(t *testing.T) {
+	env := testenv.Shared(t)
+	ns := namespace(t, env)
+	ctx := context.Background()
+	gate := make(chan struct{})
+	var once bool
+	rec := &recorder{fail: func(c *Change) error {
+		if c.Object().GetNamespace() == ns && c.Type == Updated && !once {
+			once = true
+			<-gate
+		}
+		return nil
+	}}
+	wat, _ := startWatcher(t, env.Config(), Config{Selectors: []Selector{{Core: true, Resource: "configmaps"}}, Handler: rec, Workers: 1})
+	cms := env.Dynamic(t).Resource(configMaps).Namespace(ns)
+	cm, err := cms.Create(ctx, configMap(ns, "hot", map[string]any{"n": "0"}), metav1.CreateOptions{})
+	mustf(t, err, "create")
+	for i := 1; i <= 5; i++ {
+		mustf(t, unstructured.SetNestedField(cm.Object, fmt.Sprint(i), "data", "n"), "set")
+		cm, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
+		mustf(t, err, "update %d", i)
+	}
+	// The first update holds the worker; wait until the other four are
+	// queued behind it, then let it go.
+	k := key{gr: configMaps.GroupResource(), namespace: ns, name: "hot"}
+	eventually(t, 10*time.Second, "updates to queue", func() bool {
+		wat.pending.mu.Lock()
+		defer wat.pending.mu.Unlock()
+		list := wat.pending.m[k]
+		return len(list) == 1 && list[0].Type == Updated && field(list[0].New, "data", "n") == "5"
+	})
+	close(gate)
+	eventually(t, 30*time.Second, "updates", func() bool {
+		cs := rec.of(configMaps, ns, "hot")
+		return len(cs) > 0 && field(cs[len(cs)-1].New, "data", "n") == "5"
+	})
+	cs := rec.of(configMaps, ns, "hot")
+	if got := kinds(cs); got != "[created updated updated]" {
+		t.Fatalf("changes %s, want [created updated updated] (the last four merged)", got)
+	}
+	if a, b := field(cs[2].Old, "data", "n"), field(cs[2].New, "data", "n"); a != "1" || b != "5" {
+		t.Errorf("merged update %v -> %v, want 1 -> 5", a, b)
+	}
+}
+
+// TestInitialObjects: starting against 1,000 existing objects yields no
+// created changes, unless the caller asks for the initial sync.
+func TestInitialObjects(t *testing.T) {
+	env := testenv.Shared(t)
+	ns := namespace(t, env)
+	ctx := context.Background()
+	cms := env.Dynamic(t).Resource(configMaps).Namespace(ns)
+	const n = 1000
+	for i := range n {
+		_, err := cms.Create(ctx, configMap(ns, fmt.Sprintf("cm-%04d", i), map[string]any{"i": fmt.Sprint(i)}), metav1.CreateOptions{})
+		mustf(t, err, "create %d", i)
+	}
+	inNS := func(c *Change) bool { return c.Object().GetNamespace() == ns }
+
+	quiet := &recorder{}
+	startWatcher(t, env.Config(), Config{Selectors: []Selector{{Core: true, Resource: "configmaps"}}, Handler: quiet})
+	initial := &recorder{}
+	startWatcher(t, env.Config(), Config{Selectors: []Selector{{Core: true, Resource: "configmaps"}}, Handler: initial, InitialSync: true})
+
+	eventually(t, 30*time.Second, "initial-sync changes", func() bool { return initial.count(inNS) >= n })
+	// A change made now is the first thing the quiet watcher reports.
+	_, err := cms.Create(ctx, configMap(ns, "marker", nil), metav1.CreateOptions{})
+	mustf(t, err, "create marker")
+	eventually(t, 30*time.Second, "marker", func() bool { return len(quiet.of(configMaps, ns, "marker")) == 1 })
+	if got := quiet.count(inNS); got != 1 {
+		t.Errorf("quiet watcher reported %d changes in the namespace, want only the marker", got)
+	}
+	eventually(t, 30*time.Second, "marker in initial-sync watcher", func() bool { return len(initial.of(configMaps, ns, "marker")) == 1 })
+	if got := initial.count(func(c *Change) bool { return inNS(c) && c.Initial && c.Type == Created }); got != n {
+		t.Errorf("initial-sync watcher reported %d initial creates, want %d", got, n)
+	}
+	if got := initial.count(func(c *Change) bool { return inNS(c) && c.Initial && c.Object().GetName() == "marker" }); got != 0 {
+		t.Errorf("the marker was marked initial")
+	}
+}
+
+// TestMissingAPIService: an APIService whose Service does not exist makes
+// discovery fail for its group; everything else keeps working and the
+// failure is counted.
+func TestMissingAPIService(t *testing.T) {
+	env := testenv.Shared(t)
+	ns := namespace(t, env)
+	ctx := context.Background()
+	apiservices := schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
+	dyn := env.Dynamic(t)
+	svc := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+		"metadata": map[string]any{"name": "v1.missing.example.net"},
+		"spec": map[string]any{
+			"group": "missing.example.net", "version": "v1",
+			"service":              map[string]any{"name": "nowhere", "namespace": ns},
+			"groupPriorityMinimum": int64(1000), "versionPriority": int64(15),
+			"insecureSkipTLSVerify": true,
+		},
+	}}
+	_, err := dyn.Resource(apiservices).Create(ctx, svc, metav1.CreateOptions{})
+	mustf(t, err, "create APIService")
+	t.Cleanup(func() { _ = dyn.Resource(apiservices).Delete(ctx, "v1.missing.example.net", metav1.DeleteOptions{}) })
+
+	rec := &recorder{}
+	_, reg := startWatcher(t, env.Config(), Config{Selectors: All, Handler: rec})
+	eventually(t, 30*time.Second, "discovery failure to be counted", func() bool {
+		return metricValue(t, reg, "fieldwatch_watcher_discovery_failures_total",
+			map[string]string{"group_version": "missing.example.net/v1"}) > 0
+	})
+	_, err = dyn.Resource(configMaps).Namespace(ns).Create(ctx, configMap(ns, "still", nil), metav1.CreateOptions{})
+	mustf(t, err, "create configmap")
+	eventually(t, 30*time.Second, "configmap change despite the broken APIService", func() bool {
+		return len(rec.of(configMaps, ns, "still")) == 1
+	})
+}
