@@ -1,0 +1,23 @@
+// Package action delivers the JSON payloads of rule firings: it runs the
+// log, webhook, exec, event and patch actions of fieldwatch rules
+// (DESIGN.md, "Rules file" and "Payload") and guarantees that no firing is
+// silently lost.
+//
+// A Dispatcher gives every action of every rule, identified by the rule's
+// name, the action's index and its spec, its own bounded queue and its own
+// workers, so that one slow receiver slows neither the other actions nor
+// the watcher, until its queue is full: then Deliver blocks (backpressure)
+// instead of dropping the firing. Failed deliveries are retried with
+// exponential backoff and jitter, honouring Retry-After; a firing that fails
+// for good, or that is still undelivered when Close's grace period ends, is
+// written to the dead-letter file <state-dir>/dead-letter.jsonl. Deliver's
+// done callback tells the caller when a firing is handled, so that it can
+// persist its progress.
+//
+// The webhook action signs request bodies with HMAC-SHA256 when asked;
+// VerifySignature is the receiver's half of that scheme, for Go receivers.
+//
+// action may import client-go for the event and patch actions, and package
+// rules for the specs it runs. It must not import package watcher (the
+// command wires the two together), nor internal/testenv outside tests.
+package action

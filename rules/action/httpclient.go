@@ -1,0 +1,201 @@
+package action
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+)
+
+// tlsFiles is a webhook's TLS configuration: the files of a CA bundle and
+// of a client certificate. Webhooks with the same files share one
+// http.Transport, so one pool of kept-alive connections per receiver.
+type tlsFiles struct {
+	ca, cert, key string
+}
+
+// httpClients holds one client per distinct tlsFiles.
+type httpClients struct {
+	idlePerHost int
+
+	mu sync.Mutex
+	m  map[tlsFiles]*http.Client
+}
+
+func newHTTPClients(workers int) *httpClients {
+	// Several webhook actions may post to the same host through one
+	// transport: keep room for more idle connections than one action's
+	// workers, so that none is closed only to be dialled again.
+	return &httpClients{idlePerHost: max(4*workers, 64), m: map[tlsFiles]*http.Client{}}
+}
+
+// get returns the client for files, building it on first use.
+func (c *httpClients) get(files tlsFiles) (*http.Client, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cl, ok := c.m[files]; ok {
+		return cl, nil
+	}
+	conf, err := files.config()
+	if err != nil {
+		return nil, err
+	}
+	tr := &http.Transport{
+		Proxy: http.ProxyFromEnvironment,
+		DialContext: (&net.Dialer{
+			Timeout:   10 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		TLSClientConfig:       conf,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          0, // no global bound; per host below
+		MaxIdleConnsPerHost:   c.idlePerHost,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+	cl := &http.Client{
+		Transport: tr,
+		// A redirect is reported as the failure it is: following it would
+		// re-send a signed body to another URL (or, after a 301/302, turn
+		// the POST into a GET).
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	c.m[files] = cl
+	return cl, nil
+}
+
+// closeIdle closes the idle connections of every client.
+func (c *httpClients) closeIdle() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cl := range c.m {
+		cl.CloseIdleConnections()
+	}
+}
+
+// config builds the TLS configuration: the CA bundle trusted on top of the
+// system roots, and the client certificate, re-read when its files change.
+func (f tlsFiles) config() (*tls.Config, error) {
+	if f == (tlsFiles{}) {
+		return nil, nil
+	}
+	conf := &tls.Config{MinVersion: tls.VersionTLS12}
+	if f.ca != "" {
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		pem, err := os.ReadFile(f.ca)
+		if err != nil {
+			return nil, fmt.Errorf("webhook CA: %w", err)
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("webhook CA: no PEM certificate in %s", f.ca)
+		}
+		conf.RootCAs = pool
+	}
+	if f.cert != "" {
+		kp := &keyPair{certFile: f.cert, keyFile: f.key}
+		if _, err := kp.get(nil); err != nil {
+			return nil, err
+		}
+		conf.GetClientCertificate = kp.get
+	}
+	return conf, nil
+}
+
+// keyPair is a client certificate loaded from files and loaded again when
+// either file changes (cert-manager and the like rotate them in place).
+type keyPair struct {
+	certFile, keyFile string
+
+	mu      sync.Mutex
+	stamp   [2]fileStamp
+	current *tls.Certificate
+}
+
+type fileStamp struct {
+	mod  time.Time
+	size int64
+}
+
+func (s fileStamp) same(o fileStamp) bool {
+	return s.mod.Equal(o.mod) && s.size == o.size
+}
+
+func stampOf(path string) (fileStamp, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return fileStamp{}, err
+	}
+	return fileStamp{mod: st.ModTime(), size: st.Size()}, nil
+}
+
+func (kp *keyPair) get(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+	cs, err := stampOf(kp.certFile)
+	if err != nil {
+		return nil, fmt.Errorf("webhook client certificate: %w", err)
+	}
+	ks, err := stampOf(kp.keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("webhook client key: %w", err)
+	}
+	kp.mu.Lock()
+	defer kp.mu.Unlock()
+	if kp.current != nil && kp.stamp[0].same(cs) && kp.stamp[1].same(ks) {
+		return kp.current, nil
+	}
+	c, err := tls.LoadX509KeyPair(kp.certFile, kp.keyFile)
+	if err != nil {
+		if kp.current != nil {
+			return kp.current, nil // half-rotated: keep the last good pair
+		}
+		return nil, fmt.Errorf("webhook client certificate: %w", err)
+	}
+	kp.current, kp.stamp = &c, [2]fileStamp{cs, ks}
+	return kp.current, nil
+}
+
+// fileRecheck bounds how long a cached file's content is trusted when its
+// modification time and size stay the same.
+const fileRecheck = time.Minute
+
+// fileCache is a small secret file (a bearer token, a signing secret): read
+// again when its modification time or size changes, and at least every
+// fileRecheck. Surrounding white space is trimmed.
+type fileCache struct {
+	path string
+
+	mu     sync.Mutex
+	stamp  fileStamp
+	readAt time.Time
+	data   []byte
+}
+
+func (c *fileCache) get() ([]byte, error) {
+	st, err := stampOf(c.path)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.data != nil && st.same(c.stamp) && time.Since(c.readAt) < fileRecheck {
+		return c.data, nil
+	}
+	b, err := os.ReadFile(c.path)
+	if err != nil {
+		return nil, err
+	}
+	b = []byte(strings.TrimSpace(string(b)))
+	if len(b) == 0 {
+		return nil, fmt.Errorf("%s is empty", c.path)
+	}
+	c.data, c.stamp, c.readAt = b, st, time.Now()
+	return c.data, nil
+}

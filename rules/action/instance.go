@@ -1,0 +1,279 @@
+package action
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fieldwatch/fieldwatch/rules"
+)
+
+// handler is one kind of action: it tries to deliver a firing once.
+type handler interface {
+	attempt(ctx context.Context, it *item) error
+}
+
+// item is one firing queued to one action.
+type item struct {
+	f      rules.Firing
+	tr     *tracker
+	queued time.Time
+}
+
+// tracker calls a firing's done callback when its last action finishes.
+type tracker struct {
+	left atomic.Int32
+	done func()
+}
+
+func (t *tracker) finish() {
+	if t.left.Add(-1) == 0 && t.done != nil {
+		t.done()
+	}
+}
+
+// errRetired is returned by enqueue on an instance that Retain retired.
+var errRetired = errors.New("action retired")
+
+// instance is one action of one rule: its queue, its workers and its
+// handler.
+type instance struct {
+	d       *Dispatcher
+	rule    string
+	index   int
+	kind    string
+	retry   rules.Retry
+	workers int
+	h       handler
+	lw      *logWriter // set for the log action, which batches instead
+	queue   chan *item
+	m       series
+	log     *slog.Logger
+
+	mu     sync.RWMutex // held for reading while sending on queue
+	closed bool         // queue closed
+	wg     sync.WaitGroup
+}
+
+// actionKey identifies an action across rule reloads: the rule's name, the
+// action's index and its whole spec (templates included).
+func actionKey(rule string, i int, a rules.Action) string {
+	spec, err := json.Marshal(a)
+	if err != nil {
+		// Specs are plain data; this does not happen. Fall back to a key
+		// that is unique to this spec value.
+		spec = fmt.Appendf(nil, "%#v", a)
+	}
+	key := rule + "\x00" + strconv.Itoa(i) + "\x00" + string(spec)
+	if a.Webhook != nil && a.Webhook.Template != nil {
+		key += "\x00" + a.Webhook.Template.Source()
+	}
+	if a.Event != nil && a.Event.Note != nil {
+		key += "\x00" + a.Event.Note.Source()
+	}
+	return key
+}
+
+// newInstance builds the instance of action i of rule; d.mu is held.
+func (d *Dispatcher) newInstance(rule string, i int, a rules.Action) *instance {
+	kind := a.Kind()
+	in := &instance{
+		d:     d,
+		rule:  rule,
+		index: i,
+		kind:  kind,
+		queue: make(chan *item, d.opts.QueueSize),
+		m:     d.metrics.series(rule, kind, i),
+		log:   d.log.With("rule", rule, "action", kind, "index", i),
+	}
+	switch {
+	case a.Log != nil:
+		in.retry = rules.Retry{}.WithDefaults()
+		in.workers = 1
+		in.lw = &logWriter{sink: d.sinks.get(a.Log.File)}
+	case a.Webhook != nil:
+		in.retry = a.Webhook.Retry.WithDefaults()
+		in.workers = d.opts.WebhookWorkers
+		in.h = newWebhook(a.Webhook, d.clients)
+	case a.Exec != nil:
+		in.retry = a.Exec.Retry.WithDefaults()
+		in.workers = d.opts.ExecWorkers
+		in.h = newExec(a.Exec, d.procs, d.opts.OutputLimit, in.log)
+	case a.Event != nil:
+		in.retry = a.Event.Retry.WithDefaults()
+		in.workers = d.opts.EventWorkers
+		in.h = newEvent(rule, i, a.Event, d.opts, d.limiter(rule))
+	case a.Patch != nil:
+		in.retry = a.Patch.Retry.WithDefaults()
+		in.workers = d.opts.PatchWorkers
+		in.h = newPatch(a.Patch, d.opts.Dynamic, d.opts.DryRun, in.log)
+	default:
+		in.retry = rules.Retry{Attempts: 1}.WithDefaults()
+		in.workers = 1
+		in.h = handlerFunc(func(context.Context, *item) error {
+			return permanent(errors.New("empty action"))
+		})
+	}
+	return in
+}
+
+// handlerFunc adapts a function to handler.
+type handlerFunc func(ctx context.Context, it *item) error
+
+func (f handlerFunc) attempt(ctx context.Context, it *item) error { return f(ctx, it) }
+
+// enqueue queues it, blocking while the queue is full until ctx ends.
+func (in *instance) enqueue(ctx context.Context, it *item) error {
+	in.mu.RLock()
+	defer in.mu.RUnlock()
+	if in.closed {
+		return errRetired
+	}
+	// depth goes up before the send so that a worker never takes it
+	// below zero.
+	in.m.depth.Inc()
+	select {
+	case in.queue <- it:
+		in.m.fired.Inc()
+		return nil
+	default:
+	}
+	select {
+	case in.queue <- it:
+		in.m.fired.Inc()
+		return nil
+	case <-ctx.Done():
+		in.m.depth.Dec()
+		return ctx.Err()
+	}
+}
+
+// closeInput closes the queue; the workers drain it and stop. It waits
+// for the Delivers blocked on a full queue.
+func (in *instance) closeInput() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if !in.closed {
+		in.closed = true
+		close(in.queue)
+	}
+}
+
+// work is one worker: it delivers queued firings until the queue is closed
+// and drained. Once ctx ends (Close's grace period is over) every firing
+// left is dead-lettered without an attempt.
+func (in *instance) work(ctx context.Context) {
+	if in.lw != nil {
+		in.logLoop(ctx)
+		return
+	}
+	for it := range in.queue {
+		in.m.depth.Dec()
+		in.process(ctx, it)
+	}
+}
+
+// process delivers it, retrying within the action's budget, and
+// dead-letters it when that fails.
+func (in *instance) process(ctx context.Context, it *item) {
+	in.deliverBatch(ctx, []*item{it}, func(ctx context.Context) error {
+		return in.h.attempt(ctx, it)
+	})
+}
+
+// deliverBatch delivers batch with try, which delivers all its items or
+// none, retrying within the action's budget; when that fails every item
+// is dead-lettered.
+func (in *instance) deliverBatch(ctx context.Context, batch []*item, try func(context.Context) error) {
+	attempts := 0
+	var err error
+	for attempts < in.retry.Attempts {
+		if ctx.Err() != nil {
+			break
+		}
+		attempts++
+		err = try(ctx)
+		if err == nil {
+			for _, it := range batch {
+				in.delivered(it)
+			}
+			return
+		}
+		in.m.failed.Inc()
+		if ctx.Err() != nil || isPermanent(err) || attempts == in.retry.Attempts {
+			break
+		}
+		wait := backoff(in.retry, attempts, err)
+		in.m.retried.Inc()
+		if in.log.Enabled(ctx, slog.LevelDebug) {
+			in.firingLog(batch[0]).Debug("delivery failed, retrying", "attempt", attempts, "wait", wait, "error", err, "firings", len(batch))
+		}
+		if !sleep(ctx, wait) {
+			break
+		}
+	}
+	for _, it := range batch {
+		if ctx.Err() != nil {
+			in.shutdown(it, attempts, err)
+		} else {
+			in.giveUp(it, attempts, err)
+		}
+	}
+}
+
+func (in *instance) delivered(it *item) {
+	in.m.delivered.Inc()
+	in.m.latency.Observe(time.Since(it.queued).Seconds())
+	it.tr.finish()
+}
+
+// giveUp dead-letters it after its last attempt failed with err.
+func (in *instance) giveUp(it *item, attempts int, err error) {
+	in.firingLog(it).Error("delivery failed for good, dead-lettered", "attempts", attempts, "error", err)
+	in.deadLetter(it, attempts, err.Error(), "")
+}
+
+// shutdown dead-letters it because Close's grace period ended; last is the
+// error of its last attempt, if any.
+func (in *instance) shutdown(it *item, attempts int, last error) {
+	lastMsg := ""
+	if last != nil {
+		lastMsg = last.Error()
+	}
+	in.deadLetter(it, attempts, ShutdownError, lastMsg)
+}
+
+func (in *instance) deadLetter(it *item, attempts int, msg, last string) {
+	in.m.deadLettered.Inc()
+	in.d.dead.write(DeadLetter{
+		Time: time.Now().UTC(), Rule: in.rule, Action: in.kind, Index: in.index,
+		Attempts: attempts, Error: msg, LastError: last, ID: it.f.ID, Payload: it.f.Payload,
+	})
+	it.tr.finish()
+}
+
+// firingLog returns in's logger with the firing's object.
+func (in *instance) firingLog(it *item) *slog.Logger {
+	return withFiring(in.log, it)
+}
+
+// withFiring adds the firing's object and id to log.
+func withFiring(log *slog.Logger, it *item) *slog.Logger {
+	o := it.f.Object
+	return log.With("gvr", gvrString(o), "namespace", o.Namespace, "name", o.Name, "id", it.f.ID)
+}
+
+// gvrString formats the object's resource as kubectl does:
+// resource.version.group ("pods.v1" in the core group).
+func gvrString(o rules.ObjectRef) string {
+	if o.Group == "" {
+		return o.Resource + "." + o.Version
+	}
+	return o.Resource + "." + o.Version + "." + o.Group
+}

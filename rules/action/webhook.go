@@ -1,0 +1,187 @@
+package action
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/fieldwatch/fieldwatch/rules"
+)
+
+// webhook POSTs the payload (or the rendered template) to a URL.
+type webhook struct {
+	spec      *rules.WebhookAction
+	clients   *httpClients
+	tls       tlsFiles
+	client    atomic.Pointer[http.Client] // set on first use
+	url       string                      // redacted, for errors
+	timeout   time.Duration
+	header    http.Header // the rule's headers, canonical
+	host      string      // a Host header of the rule
+	token     *fileCache  // nil without BearerTokenFile
+	secret    func() ([]byte, error)
+	sigHeader string
+}
+
+var _ handler = &webhook{}
+
+func newWebhook(spec *rules.WebhookAction, clients *httpClients) *webhook {
+	w := &webhook{
+		spec:    spec,
+		clients: clients,
+		tls:     tlsFiles{ca: spec.CAFile, cert: spec.CertFile, key: spec.KeyFile},
+		url:     spec.URL,
+		timeout: spec.Timeout,
+		header:  http.Header{},
+	}
+	if u, err := url.Parse(spec.URL); err == nil {
+		w.url = u.Redacted()
+	}
+	if w.timeout <= 0 {
+		w.timeout = rules.DefaultWebhookTimeout
+	}
+	for k, v := range spec.Headers {
+		if strings.EqualFold(k, "Host") {
+			w.host = v
+			continue
+		}
+		w.header.Set(k, v)
+	}
+	if spec.BearerTokenFile != "" {
+		w.token = &fileCache{path: spec.BearerTokenFile}
+	}
+	if s := spec.Signing; s != nil {
+		w.sigHeader = s.Header
+		if w.sigHeader == "" {
+			w.sigHeader = rules.DefaultSignatureHeader
+		}
+		w.secret = secretSource(s)
+	}
+	return w
+}
+
+// secretSource returns how to read the signing secret: from the file (re-
+// read when it changes) or the environment variable, surrounding white
+// space trimmed.
+func secretSource(s *rules.Signing) func() ([]byte, error) {
+	if s.SecretFile != "" {
+		fc := &fileCache{path: s.SecretFile}
+		return fc.get
+	}
+	return func() ([]byte, error) {
+		v := strings.TrimSpace(os.Getenv(s.SecretEnv))
+		if v == "" {
+			return nil, fmt.Errorf("signing secret: environment variable %s is empty", s.SecretEnv)
+		}
+		return []byte(v), nil
+	}
+}
+
+func (w *webhook) attempt(ctx context.Context, it *item) error {
+	client, err := w.httpClient()
+	if err != nil {
+		return err // the CA or certificate may be mounted later
+	}
+	body := it.f.Payload
+	if w.spec.Template != nil {
+		if body, err = w.spec.Template.Render(it.f.Payload); err != nil {
+			return permanent(fmt.Errorf("render body: %w", err))
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.spec.URL, bytes.NewReader(body))
+	if err != nil {
+		return permanent(fmt.Errorf("webhook request: %w", err))
+	}
+	if err := w.setHeaders(req, it, body); err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("post: %w", err)
+	}
+	// Read the body to its end and close it, always: that puts the
+	// connection back in the pool for the next request.
+	defer drainClose(resp.Body)
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return nil
+	}
+	return w.statusError(resp)
+}
+
+func (w *webhook) httpClient() (*http.Client, error) {
+	if c := w.client.Load(); c != nil {
+		return c, nil
+	}
+	c, err := w.clients.get(w.tls)
+	if err != nil {
+		return nil, err
+	}
+	w.client.Store(c)
+	return c, nil
+}
+
+func (w *webhook) setHeaders(req *http.Request, it *item, body []byte) error {
+	h := req.Header
+	for k, v := range w.header {
+		h[k] = v // shared, read-only values
+	}
+	if w.host != "" {
+		req.Host = w.host
+	}
+	h.Set("Content-Type", "application/json")
+	h.Set("User-Agent", "fieldwatch")
+	h.Set("Idempotency-Key", it.f.ID)
+	if w.token != nil {
+		tok, err := w.token.get()
+		if err != nil {
+			return fmt.Errorf("bearer token: %w", err)
+		}
+		h.Set("Authorization", "Bearer "+string(tok))
+	}
+	if w.secret != nil {
+		secret, err := w.secret()
+		if err != nil {
+			return fmt.Errorf("signing secret: %w", err)
+		}
+		ts := strconv.FormatInt(time.Now().Unix(), 10)
+		h.Set(TimestampHeader, ts)
+		h.Set(w.sigHeader, Sign(secret, ts, body))
+	}
+	return nil
+}
+
+// statusError turns a non-2xx response into an error: permanent for a
+// redirect (fieldwatch does not re-send a signed body elsewhere) and a 4xx
+// other than 408 and 429; with the Retry-After delay when there is one.
+func (w *webhook) statusError(resp *http.Response) error {
+	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+	msg := fmt.Sprintf("post %s: %s", w.url, resp.Status)
+	if s := strings.TrimSpace(strings.ToValidUTF8(string(snippet), "")); s != "" {
+		msg += ": " + s
+	}
+	code := resp.StatusCode
+	return &deliveryError{
+		err:        errors.New(msg),
+		permanent:  httpStatusPermanent(code) || (code >= 300 && code < 400),
+		retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
+	}
+}
+
+// drainClose reads what is left of a response body (up to a bound: a
+// larger one costs its connection rather than the time to read it) and
+// closes it.
+func drainClose(body io.ReadCloser) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, 64<<10))
+	_ = body.Close()
+}
