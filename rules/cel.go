@@ -3,6 +3,7 @@ package rules
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/google/cel-go/cel"
@@ -75,7 +76,8 @@ func compileCEL(src string) (*celExpr, []celIssue) {
 	if iss != nil && iss.Err() != nil {
 		var out []celIssue
 		for _, e := range iss.Errors() {
-			out = append(out, celIssue{e.Location.Line(), e.Location.Column() + 1, e.Message})
+			msg := strings.ReplaceAll(e.Message, " (in container '')", "")
+			out = append(out, celIssue{e.Location.Line(), e.Location.Column() + 1, msg})
 		}
 		return nil, out
 	}

@@ -238,7 +238,7 @@ func (p *fieldPath) String() string {
 			b.WriteString("[*]")
 		case segMatch:
 			b.WriteByte('[')
-			if isPlainName(s.name) {
+			if isPlainName(s.name) && !strings.ContainsAny(s.name[:1], "*-0123456789") {
 				b.WriteString(s.name)
 			} else {
 				b.WriteString(strconv.Quote(s.name))

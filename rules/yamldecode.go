@@ -31,6 +31,23 @@ type yamlDecoder struct {
 	errs ErrorList
 	// pos maps a field path (rules[0].match.names[1]) to its value node.
 	pos map[string]position
+	// work counts decoded nodes, to stop alias bombs (anchors that
+	// expand exponentially) instead of running out of memory.
+	work int
+}
+
+// maxWork bounds the number of YAML nodes one file decodes to, aliases
+// expanded.
+const maxWork = 200_000
+
+// tooMuch counts one node of work and reports (once, as an error at n)
+// when the file has exceeded maxWork.
+func (d *yamlDecoder) tooMuch(n *yaml.Node, path string) bool {
+	d.work++
+	if d.work == maxWork+1 {
+		d.errorf(n, path, "too many values: more than %d YAML nodes once aliases are expanded", maxWork)
+	}
+	return d.work > maxWork
 }
 
 func newYAMLDecoder(file string) *yamlDecoder {
@@ -148,6 +165,9 @@ func isNull(n *yaml.Node) bool {
 // must render JSON), *yaml.Node (kept as is) and any (JSON-like values).
 func (d *yamlDecoder) decode(n *yaml.Node, v reflect.Value, path string) {
 	n = resolve(n)
+	if d.tooMuch(n, path) {
+		return
+	}
 	d.pos[path] = position{n.Line, n.Column}
 	t := v.Type()
 	switch t {
@@ -383,6 +403,9 @@ func (d *yamlDecoder) decodeAny(n *yaml.Node, path string) any {
 
 func (d *yamlDecoder) decodeAnyDepth(n *yaml.Node, path string, depth int) any {
 	n = resolve(n)
+	if d.tooMuch(n, path) {
+		return nil
+	}
 	d.pos[path] = position{n.Line, n.Column}
 	if depth > 200 {
 		d.errorf(n, path, "value nested too deeply")

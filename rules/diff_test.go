@@ -1,0 +1,96 @@
+package rules
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+// opsJSON renders ops as a payload does.
+func opsJSON(t *testing.T, ops []Op) string {
+	t.Helper()
+	for i := range ops {
+		ops[i].Path = pointer(ops[i].toks)
+	}
+	if ops == nil {
+		ops = []Op{}
+	}
+	b, err := json.Marshal(ops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// obj decodes a JSON object for tests.
+func obj(t testing.TB, s string) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(s), &m); err != nil {
+		t.Fatalf("bad test object %s: %v", s, err)
+	}
+	return m
+}
+
+func TestDiff(t *testing.T) {
+	tests := []struct {
+		name     string
+		old, new string
+		include  []string // field paths; nil = all
+		exclude  []string
+		want     string
+	}{
+		{"no change", `{"a":1}`, `{"a":1.0}`, nil, nil, `[]`},
+		{"replace", `{"a":1}`, `{"a":2}`, nil, nil, `[{"op":"replace","path":"/a","value":2,"oldValue":1}]`},
+		{"type change", `{"a":1}`, `{"a":"1"}`, nil, nil, `[{"op":"replace","path":"/a","value":"1","oldValue":1}]`},
+		{"add and remove in key order", `{"b":1,"d":2}`, `{"a":0,"c":3,"d":2}`, nil, nil,
+			`[{"op":"add","path":"/a","value":0},{"op":"remove","path":"/b","oldValue":1},{"op":"add","path":"/c","value":3}]`},
+		{"nested", `{"spec":{"x":{"y":1}}}`, `{"spec":{"x":{"y":2}}}`, nil, nil, `[{"op":"replace","path":"/spec/x/y","value":2,"oldValue":1}]`},
+		{"null value", `{"a":null}`, `{"a":1}`, nil, nil, `[{"op":"replace","path":"/a","value":1,"oldValue":null}]`},
+		{"escaped pointer", `{"m":{"a/b~c":1}}`, `{"m":{"a/b~c":2}}`, nil, nil, `[{"op":"replace","path":"/m/a~1b~0c","value":2,"oldValue":1}]`},
+		{"list item by item", `{"l":[1,{"a":1},3]}`, `{"l":[1,{"a":2},4]}`, nil, nil,
+			`[{"op":"replace","path":"/l/1/a","value":2,"oldValue":1},{"op":"replace","path":"/l/2","value":4,"oldValue":3}]`},
+		{"list append", `{"l":[1]}`, `{"l":[1,2,3]}`, nil, nil,
+			`[{"op":"add","path":"/l/1","value":2},{"op":"add","path":"/l/2","value":3}]`},
+		{"list truncate last first", `{"l":[1,2,3]}`, `{"l":[1]}`, nil, nil,
+			`[{"op":"remove","path":"/l/2","oldValue":3},{"op":"remove","path":"/l/1","oldValue":2}]`},
+		{"list insert replaces whole", `{"l":[1,2]}`, `{"l":[0,1,2]}`, nil, nil,
+			`[{"op":"replace","path":"/l","value":[0,1,2],"oldValue":[1,2]}]`},
+		{"map to list", `{"a":{}}`, `{"a":[]}`, nil, nil, `[{"op":"replace","path":"/a","value":[],"oldValue":{}}]`},
+		{"exclude", `{"a":1,"status":{"x":1}}`, `{"a":2,"status":{"x":2}}`, nil, []string{"status"},
+			`[{"op":"replace","path":"/a","value":2,"oldValue":1}]`},
+		{"exclude stripped from an added value", `{}`, `{"spec":{"a":1,"secret":2}}`, nil, []string{"spec.secret"},
+			`[{"op":"add","path":"/spec","value":{"a":1}}]`},
+		{"include", `{"a":1,"spec":{"size":1,"color":"r"}}`, `{"a":2,"spec":{"size":2,"color":"b"}}`, []string{"spec.size"}, nil,
+			`[{"op":"replace","path":"/spec/size","value":2,"oldValue":1}]`},
+		{"include under a list item", `{"l":[{"n":"a","c":1},{"n":"b","c":1}]}`, `{"l":[{"n":"a","c":1},{"n":"b","c":2}]}`, []string{"l[n=b].c"}, nil,
+			`[{"op":"replace","path":"/l/1/c","value":2,"oldValue":1}]`},
+		{"include keeps a whole list replaced above it", `{"l":[{"n":"b","c":1}]}`, `{"l":[{"n":"a"},{"n":"b","c":2}]}`, []string{"l[n=b].c"}, nil,
+			`[{"op":"replace","path":"/l","value":[{"n":"a"},{"c":2,"n":"b"}],"oldValue":[{"c":1,"n":"b"}]}]`},
+		{"include an added parent", `{}`, `{"spec":{"size":1,"color":"r"}}`, []string{"spec.size"}, nil,
+			`[{"op":"add","path":"/spec","value":{"color":"r","size":1}}]`},
+		{"include and exclude", `{"spec":{"a":1,"b":1}}`, `{"spec":{"a":2,"b":2}}`, []string{"spec"}, []string{"spec.b"},
+			`[{"op":"replace","path":"/spec/a","value":2,"oldValue":1}]`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			old, new := obj(t, tt.old), obj(t, tt.new)
+			var pr *pruner
+			if tt.include != nil || tt.exclude != nil {
+				pr = &pruner{}
+				for _, p := range tt.include {
+					add := func(toks []string) { pr.include = append(pr.include, toks) }
+					mustCompilePath(p).locations(old, add)
+					mustCompilePath(p).locations(new, add)
+				}
+				for _, p := range tt.exclude {
+					add := func(toks []string) { pr.exclude = append(pr.exclude, toks) }
+					mustCompilePath(p).locations(old, add)
+					mustCompilePath(p).locations(new, add)
+				}
+			}
+			if got := opsJSON(t, diff(old, new, pr)); got != tt.want {
+				t.Errorf("diff =\n  %s\nwant\n  %s", got, tt.want)
+			}
+		})
+	}
+}
