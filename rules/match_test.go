@@ -1,0 +1,164 @@
+package rules
+
+import (
+	"testing"
+
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+var (
+	widgetsV1 = Resource{Group: "example.com", Version: "v1", Resource: "widgets", Kind: "Widget", Namespaced: true, Custom: true}
+	widgetsV2 = Resource{Group: "example.com", Version: "v2", Resource: "widgets", Kind: "Widget", Namespaced: true, Custom: true}
+	gadgets   = Resource{Group: "example.com", Version: "v1", Resource: "gadgets", Kind: "Gadget", Namespaced: true}
+	pods      = Resource{Group: "", Version: "v1", Resource: "pods", Kind: "Pod", Namespaced: true}
+	nodes     = Resource{Group: "", Version: "v1", Resource: "nodes", Kind: "Node"}
+	secrets   = Resource{Group: "", Version: "v1", Resource: "secrets", Kind: "Secret", Namespaced: true}
+)
+
+func TestSelectorMatches(t *testing.T) {
+	tests := []struct {
+		name string
+		sel  Selector
+		res  Resource
+		want bool
+	}{
+		{"group and kind", Selector{Group: "example.com", Kind: "Widget"}, widgetsV1, true},
+		{"any version by default", Selector{Group: "example.com", Kind: "Widget"}, widgetsV2, true},
+		{"version", Selector{Group: "example.com", Version: "v1", Kind: "Widget"}, widgetsV2, false},
+		{"version star", Selector{Group: "example.com", Version: "*", Kind: "Widget"}, widgetsV2, true},
+		{"resource", Selector{Group: "example.com", Resource: "widgets"}, widgetsV1, true},
+		{"resource and kind", Selector{Group: "example.com", Resource: "widgets", Kind: "Gadget"}, widgetsV1, false},
+		{"other kind", Selector{Group: "example.com", Kind: "Widget"}, gadgets, false},
+		{"kind star", Selector{Group: "example.com", Kind: "*"}, gadgets, true},
+		{"core group", Selector{Group: "", Kind: "Pod"}, pods, true},
+		{"core group is not any group", Selector{Group: "", Kind: "Widget"}, widgetsV1, false},
+		{"other group", Selector{Group: "apps", Kind: "Pod"}, pods, false},
+		{"group star", Selector{Group: "*", Kind: "Pod"}, pods, true},
+		{"everything", Selector{Group: "*", Kind: "*"}, nodes, true},
+		{"custom only: CRD", Selector{Group: "*", Kind: "*", Custom: true}, widgetsV1, true},
+		{"custom only: built-in", Selector{Group: "*", Kind: "*", Custom: true}, pods, false},
+		{"custom only: aggregated", Selector{Group: "example.com", Kind: "Gadget", Custom: true}, gadgets, false},
+		{"kind is case-sensitive", Selector{Group: "", Kind: "pod"}, pods, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.sel.Matches(tt.res); got != tt.want {
+				t.Errorf("%+v.Matches(%+v) = %v, want %v", tt.sel, tt.res, got, tt.want)
+			}
+			r := &Rule{Selectors: []Selector{{Group: "none", Kind: "None"}, tt.sel}}
+			if got := r.Matches(tt.res); got != tt.want {
+				t.Errorf("Rule.Matches = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestObjectFilter(t *testing.T) {
+	widget := func(ns, name string, lbls map[string]any) map[string]any {
+		meta := map[string]any{"name": name}
+		if ns != "" {
+			meta["namespace"] = ns
+		}
+		if lbls != nil {
+			meta["labels"] = lbls
+		}
+		return map[string]any{"metadata": meta}
+	}
+	shop := map[string]any{"app": "shop", "tier": "web"}
+	sel := func(s string) labels.Selector {
+		l, err := labels.Parse(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	tests := []struct {
+		name   string
+		filter objectFilter
+		change Change
+		want   bool
+	}{
+		{"no filter", objectFilter{}, Change{Type: Created, Object: widget("a", "w", nil)}, true},
+		{"namespace in", objectFilter{namespaces: []string{"a", "b"}}, Change{Type: Created, Object: widget("b", "w", nil)}, true},
+		{"namespace out", objectFilter{namespaces: []string{"a"}}, Change{Type: Created, Object: widget("b", "w", nil)}, false},
+		{"cluster-scoped with namespaces", objectFilter{namespaces: []string{"a"}}, Change{Type: Created, Object: widget("", "n", nil)}, false},
+		{"excluded", objectFilter{excludeNamespaces: []string{"kube-system"}}, Change{Type: Created, Object: widget("kube-system", "w", nil)}, false},
+		{"not excluded", objectFilter{excludeNamespaces: []string{"kube-system"}}, Change{Type: Created, Object: widget("a", "w", nil)}, true},
+		{"cluster-scoped not excluded", objectFilter{excludeNamespaces: []string{"kube-system"}}, Change{Type: Created, Object: widget("", "n", nil)}, true},
+		{"name glob", objectFilter{names: []string{"web-*"}}, Change{Type: Created, Object: widget("a", "web-1", nil)}, true},
+		{"name glob miss", objectFilter{names: []string{"web-*"}}, Change{Type: Created, Object: widget("a", "api-1", nil)}, false},
+		{"second name glob", objectFilter{names: []string{"web-*", "api-?"}}, Change{Type: Created, Object: widget("a", "api-1", nil)}, true},
+		{"exact name", objectFilter{names: []string{"w"}}, Change{Type: Created, Object: widget("a", "w", nil)}, true},
+		{"labels", objectFilter{labels: sel("app=shop")}, Change{Type: Created, Object: widget("a", "w", shop)}, true},
+		{"labels set-based", objectFilter{labels: sel("tier in (web,api),!legacy")}, Change{Type: Created, Object: widget("a", "w", shop)}, true},
+		{"labels miss", objectFilter{labels: sel("app=other")}, Change{Type: Created, Object: widget("a", "w", shop)}, false},
+		{"no labels", objectFilter{labels: sel("app=shop")}, Change{Type: Created, Object: widget("a", "w", nil)}, false},
+		{"label exists", objectFilter{labels: sel("app")}, Change{Type: Created, Object: widget("a", "w", shop)}, true},
+		{"label must not exist", objectFilter{labels: sel("!app")}, Change{Type: Created, Object: widget("a", "w", nil)}, true},
+		{"update: label removed", objectFilter{labels: sel("app=shop")}, Change{Type: Updated, OldObject: widget("a", "w", shop), Object: widget("a", "w", nil)}, true},
+		{"update: label added", objectFilter{labels: sel("app=shop")}, Change{Type: Updated, OldObject: widget("a", "w", nil), Object: widget("a", "w", shop)}, true},
+		{"update: neither", objectFilter{labels: sel("app=shop")}, Change{Type: Updated, OldObject: widget("a", "w", nil), Object: widget("a", "w", nil)}, false},
+		{"delete: final state", objectFilter{labels: sel("app=shop")}, Change{Type: Deleted, OldObject: widget("a", "w", shop)}, true},
+		{"non-string label value", objectFilter{labels: sel("n=1")}, Change{Type: Created, Object: widget("a", "w", map[string]any{"n": int64(1)})}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			meta := tt.change.meta()
+			if got := tt.filter.matches(&tt.change, metaString(meta, "namespace"), metaString(meta, "name")); got != tt.want {
+				t.Errorf("matches = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestSelectorsAndRulesFor(t *testing.T) {
+	set, err := Parse("f.yaml", []byte(`rules:
+  - name: a
+    match: {resources: [{group: example.com, kind: Widget}, {group: "", resource: pods}]}
+    actions: [{log: {}}]
+  - name: b
+    match: {resources: [{group: example.com, kind: Widget}], custom: true}
+    actions: [{log: {}}]
+  - name: c
+    match: {resources: [{group: "", resource: pods}]}
+    actions: [{log: {}}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Selector{
+		{Group: "example.com", Kind: "Widget"},
+		{Group: "", Resource: "pods"},
+		{Group: "example.com", Kind: "Widget", Custom: true},
+	}
+	if got := set.Selectors(); len(got) != len(want) || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+		t.Errorf("Selectors = %+v, want %+v", got, want)
+	}
+	names := func(rs []*Rule) (out []string) {
+		for _, r := range rs {
+			out = append(out, r.Name)
+		}
+		return out
+	}
+	for _, tt := range []struct {
+		res  Resource
+		want string
+	}{{widgetsV1, "[a b]"}, {pods, "[a c]"}, {nodes, "[]"}, {gadgets, "[]"}} {
+		for range 2 { // the second time from the cache
+			if got := names(set.RulesFor(tt.res)); fmtList(got) != tt.want {
+				t.Errorf("RulesFor(%s) = %v, want %s", tt.res.Resource, got, tt.want)
+			}
+		}
+	}
+}
+
+func fmtList(l []string) string {
+	out := "["
+	for i, s := range l {
+		if i > 0 {
+			out += " "
+		}
+		out += s
+	}
+	return out + "]"
+}

@@ -1,0 +1,73 @@
+package rules
+
+import (
+	"reflect"
+	"testing"
+)
+
+func TestProjection(t *testing.T) {
+	tests := []struct {
+		name  string
+		rules string // rule bodies after match; each "- " starts a rule
+		want  Projection
+	}{
+		{"no fields: full", logAction, Projection{Full: true}},
+		{"fields", logAction + "    fields: [spec.size, 'metadata.annotations[\"a.b/c\"]']\n",
+			Projection{Paths: [][]string{{"metadata", "annotations", "a.b/c"}, {"spec", "size"}}}},
+		{"list selectors truncate", logAction + "    fields: ['spec.parts[name=a].count', 'spec.tags[*]', 'status.conditions[0].status']\n",
+			Projection{Paths: [][]string{{"spec", "parts"}, {"spec", "tags"}, {"status", "conditions"}}}},
+		{"nested paths merge", logAction + "    fields: [spec.a.b, spec.a, spec.a.c]\n",
+			Projection{Paths: [][]string{{"spec", "a"}}}},
+		{"includeObject: full", logAction + "    fields: [spec.size]\n    includeObject: true\n", Projection{Full: true}},
+		{"CEL selections", logAction + "    fields: [spec.size]\n    when: has(object.status.phase) && object.status.phase != oldObject.metadata.labels.x\n",
+			Projection{Paths: [][]string{{"metadata", "labels", "x"}, {"spec", "size"}, {"status", "phase"}}}},
+		{"CEL whole object: full", logAction + "    fields: [spec.size]\n    when: size(object) > 1\n", Projection{Full: true}},
+		{"redact and ignore add nothing", logAction + "    fields: [spec.size]\n    redact: [spec.password]\n    ignoreFields: [status]\n",
+			Projection{Paths: [][]string{{"spec", "size"}}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			set, err := Parse("f.yaml", []byte(rule(match+tt.rules)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := set.Projection(widgetsV1); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("Projection = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestSetProjectionUnion(t *testing.T) {
+	set, err := Parse("f.yaml", []byte(`rules:
+  - name: a
+    match: {resources: [{group: example.com, kind: Widget}]}
+    fields: [spec.size]
+    actions: [{log: {}}]
+  - name: b
+    match: {resources: [{group: example.com, kind: "*"}]}
+    fields: [status.phase, spec.size]
+    actions: [{log: {}}]
+  - name: c
+    match: {resources: [{group: "", kind: Pod}]}
+    actions: [{log: {}}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := set.Projection(widgetsV1), (Projection{Paths: [][]string{{"spec", "size"}, {"status", "phase"}}}); !reflect.DeepEqual(got, want) {
+		t.Errorf("widgets: %+v, want %+v", got, want)
+	}
+	if got := set.Projection(gadgets); !reflect.DeepEqual(got.Paths, [][]string{{"spec", "size"}, {"status", "phase"}}) || got.Full {
+		t.Errorf("gadgets: %+v", got)
+	}
+	if got := set.Projection(pods); !got.Full {
+		t.Errorf("pods: %+v, want full", got)
+	}
+	if got := set.Projection(nodes); got.Full || got.Paths != nil {
+		t.Errorf("nodes (no rule): %+v, want empty", got)
+	}
+	if s := set.Projection(widgetsV1).String(); s != "spec.size,status.phase" {
+		t.Errorf("String = %q", s)
+	}
+}
