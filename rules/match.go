@@ -42,9 +42,10 @@ type objectFilter struct {
 	labels            labels.Selector
 }
 
-// matches reports whether the object a change is about passes f. For an
-// update, the labels may match on either side: a rule for app=shop sees
-// the label being removed.
+// matches reports whether the object a change is about passes f. Labels
+// are those of the new object on create, of the final state on delete,
+// and of either side on update: a rule for app=shop sees the label being
+// removed.
 func (f *objectFilter) matches(c *Change, ns, name string) bool {
 	if len(f.namespaces) > 0 && !contains(f.namespaces, ns) {
 		return false
@@ -65,7 +66,13 @@ func (f *objectFilter) matches(c *Change, ns, name string) bool {
 		}
 	}
 	if f.labels != nil {
-		return f.labels.Matches(objectLabels(c.Object)) || (c.Type != Created && f.labels.Matches(objectLabels(c.OldObject)))
+		switch c.Type {
+		case Created:
+			return f.labels.Matches(objectLabels(c.Object))
+		case Deleted:
+			return f.labels.Matches(objectLabels(c.OldObject))
+		}
+		return f.labels.Matches(objectLabels(c.Object)) || f.labels.Matches(objectLabels(c.OldObject))
 	}
 	return true
 }

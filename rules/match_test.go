@@ -99,6 +99,8 @@ func TestObjectFilter(t *testing.T) {
 		{"update: label added", objectFilter{labels: sel("app=shop")}, Change{Type: Updated, OldObject: widget("a", "w", nil), Object: widget("a", "w", shop)}, true},
 		{"update: neither", objectFilter{labels: sel("app=shop")}, Change{Type: Updated, OldObject: widget("a", "w", nil), Object: widget("a", "w", nil)}, false},
 		{"delete: final state", objectFilter{labels: sel("app=shop")}, Change{Type: Deleted, OldObject: widget("a", "w", shop)}, true},
+		{"delete: negation sees the final state", objectFilter{labels: sel("!app")}, Change{Type: Deleted, OldObject: widget("a", "w", shop)}, false},
+		{"create: negation", objectFilter{labels: sel("!app")}, Change{Type: Created, Object: widget("a", "w", shop)}, false},
 		{"non-string label value", objectFilter{labels: sel("n=1")}, Change{Type: Created, Object: widget("a", "w", map[string]any{"n": int64(1)})}, false},
 	}
 	for _, tt := range tests {

@@ -1,0 +1,25 @@
+package rules
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestNoClientGo keeps package rules free of k8s.io/client-go (doc.go):
+// it must stay testable with JSON fixtures alone.
+func TestNoClientGo(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("go tool not in PATH")
+	}
+	out, err := exec.Command(goTool, "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, pkg := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(pkg, "k8s.io/client-go") || strings.Contains(pkg, "fieldwatch/watcher") || strings.Contains(pkg, "fieldwatch/rules/action") {
+			t.Errorf("rules depends on %s", pkg)
+		}
+	}
+}
