@@ -85,6 +85,10 @@ func New(opts Options) (*Env, error) {
 	api := env.ControlPlane.GetAPIServer()
 	api.CertDir = certDir
 	args := api.Configure()
+	// Without a grace period kube-apiserver does not end open watches on
+	// SIGTERM and waits for them until envtest kills it: stopping it for a
+	// fault test would take a minute instead of a second.
+	args.Set("shutdown-watch-termination-grace-period", "2s")
 	if len(opts.FeatureGates) > 0 {
 		args.Set("feature-gates", strings.Join(opts.FeatureGates, ","))
 	}

@@ -1,0 +1,180 @@
+package watcher
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/cache"
+)
+
+func sampleObject() map[string]any {
+	return map[string]any{
+		"apiVersion": "example.com/v1",
+		"kind":       "Widget",
+		"metadata": map[string]any{
+			"name": "w1", "namespace": "default", "uid": "u-1", "resourceVersion": "42",
+			"generation": int64(3), "labels": map[string]any{"app": "shop"},
+			"annotations": map[string]any{"note": "big", "other": "x"},
+			"selfLink":    "/apis/example.com/v1/namespaces/default/widgets/w1",
+			"managedFields": []any{
+				map[string]any{"manager": "kubectl", "operation": "Update", "time": "2026-12-02T10:00:00Z", "fieldsV1": map[string]any{"f:spec": map[string]any{}}},
+				map[string]any{"manager": "controller", "operation": "Update", "subresource": "status", "time": "2026-12-02T11:00:00Z", "fieldsV1": map[string]any{"f:status": map[string]any{}}},
+			},
+		},
+		"spec":   map[string]any{"size": int64(2), "color": "blue", "parts": []any{map[string]any{"name": "a"}}},
+		"status": map[string]any{"phase": "Ready"},
+	}
+}
+
+func TestProjectionApply(t *testing.T) {
+	newest := []any{map[string]any{"manager": "controller", "operation": "Update", "subresource": "status", "time": "2026-12-02T11:00:00Z"}}
+	tests := []struct {
+		name string
+		proj Projection
+		want map[string]any
+	}{{
+		name: "full keeps everything but identity, selfLink and field sets",
+		proj: FullProjection,
+		want: map[string]any{
+			"metadata": map[string]any{
+				"generation": int64(3), "labels": map[string]any{"app": "shop"},
+				"annotations":   map[string]any{"note": "big", "other": "x"},
+				"managedFields": newest,
+			},
+			"spec":   map[string]any{"size": int64(2), "color": "blue", "parts": []any{map[string]any{"name": "a"}}},
+			"status": map[string]any{"phase": "Ready"},
+		},
+	}, {
+		name: "paths keep their subtrees and the always-kept metadata",
+		proj: Projection{Paths: [][]string{{"spec", "size"}, {"metadata", "annotations", "note"}, {"spec", "parts"}, {"missing", "field"}}},
+		want: map[string]any{
+			"metadata": map[string]any{
+				"generation": int64(3), "labels": map[string]any{"app": "shop"},
+				"annotations":   map[string]any{"note": "big"},
+				"managedFields": newest,
+			},
+			"spec": map[string]any{"size": int64(2), "parts": []any{map[string]any{"name": "a"}}},
+		},
+	}, {
+		name: "a path through a list keeps the list",
+		proj: Projection{Paths: [][]string{{"spec", "parts", "name"}}},
+		want: map[string]any{
+			"metadata": map[string]any{"generation": int64(3), "labels": map[string]any{"app": "shop"}, "managedFields": newest},
+			"spec":     map[string]any{"parts": []any{map[string]any{"name": "a"}}},
+		},
+	}, {
+		name: "the whole metadata path does not leak identity or field sets",
+		proj: Projection{Paths: [][]string{{"metadata"}}},
+		want: map[string]any{
+			"metadata": map[string]any{
+				"generation": int64(3), "labels": map[string]any{"app": "shop"},
+				"annotations":   map[string]any{"note": "big", "other": "x"},
+				"managedFields": newest,
+			},
+		},
+	}, {
+		name: "no paths: metadata only",
+		proj: Projection{},
+		want: map[string]any{
+			"metadata": map[string]any{"generation": int64(3), "labels": map[string]any{"app": "shop"}, "managedFields": newest},
+		},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := sampleObject()
+			got := tt.proj.apply(in)
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("apply:\n got %v\nwant %v", got, tt.want)
+			}
+			if !reflect.DeepEqual(in, sampleObject()) {
+				t.Errorf("apply modified its input")
+			}
+		})
+	}
+}
+
+func TestObjectRoundTrip(t *testing.T) {
+	typ := &objectType{gvk: schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Widget"}, apiVersion: "example.com/v1", projection: FullProjection}
+	o, err := newObject(sampleObject(), typ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.GetName() != "w1" || o.GetNamespace() != "default" || o.GetUID() != "u-1" || o.GetResourceVersion() != "42" {
+		t.Errorf("identity: %s/%s %s %s", o.GetNamespace(), o.GetName(), o.GetUID(), o.GetResourceVersion())
+	}
+	if o.GetGeneration() != 3 || o.GetLabels()["app"] != "shop" || o.GetAnnotations()["note"] != "big" {
+		t.Errorf("metadata getters: gen %d labels %v annotations %v", o.GetGeneration(), o.GetLabels(), o.GetAnnotations())
+	}
+	if mf := o.GetManagedFields(); len(mf) != 1 || mf[0].Manager != "controller" || mf[0].Subresource != "status" {
+		t.Errorf("managed fields: %+v", mf)
+	}
+	m := o.Map()
+	want := sampleObject()
+	meta := want["metadata"].(map[string]any)
+	delete(meta, "selfLink")
+	meta["managedFields"] = []any{map[string]any{"manager": "controller", "operation": "Update", "subresource": "status", "time": "2026-12-02T11:00:00Z"}}
+	if !reflect.DeepEqual(m, want) {
+		t.Errorf("Map:\n got %v\nwant %v", m, want)
+	}
+	// Map returns a fresh copy each time.
+	m["spec"].(map[string]any)["size"] = int64(99)
+	if o.Map()["spec"].(map[string]any)["size"] != int64(2) {
+		t.Error("Map shares state with the object")
+	}
+	// The cache can key it.
+	if k, err := cache.MetaNamespaceKeyFunc(o); err != nil || k != "default/w1" {
+		t.Errorf("key %q, %v", k, err)
+	}
+	// Setters replace the JSON and keep the rest.
+	c := o.DeepCopyObject().(*Object)
+	c.SetLabels(map[string]string{"app": "other"})
+	c.SetDeletionTimestamp(&metav1.Time{})
+	if c.GetLabels()["app"] != "other" || o.GetLabels()["app"] != "shop" || c.GetDeletionTimestamp() == nil {
+		t.Errorf("setters: copy %v original %v", c.GetLabels(), o.GetLabels())
+	}
+	if c.GetObjectKind().GroupVersionKind() != typ.gvk {
+		t.Errorf("kind %v", c.GetObjectKind().GroupVersionKind())
+	}
+}
+
+func TestObjectCompactSize(t *testing.T) {
+	typ := &objectType{projection: Projection{Paths: [][]string{{"spec", "size"}}}}
+	o, err := newObject(sampleObject(), typ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rest map[string]any
+	if err := json.Unmarshal(o.Raw(), &rest); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"apiVersion", "kind", "status"} {
+		if _, ok := rest[k]; ok {
+			t.Errorf("projected JSON keeps %s: %s", k, o.Raw())
+		}
+	}
+	if meta := rest["metadata"].(map[string]any); meta["name"] != nil || meta["uid"] != nil || meta["resourceVersion"] != nil {
+		t.Errorf("projected JSON repeats the identity: %s", o.Raw())
+	}
+}
+
+func TestSameUnder(t *testing.T) {
+	narrow := &objectType{projection: Projection{Paths: [][]string{{"spec", "size"}}}}
+	wide := &objectType{projection: Projection{Paths: [][]string{{"spec"}}}}
+	a, _ := newObject(sampleObject(), narrow)
+	changedColor := sampleObject()
+	changedColor["spec"].(map[string]any)["color"] = "red"
+	changedColor["metadata"].(map[string]any)["resourceVersion"] = "43"
+	b, _ := newObject(changedColor, wide)
+	if !sameUnder(a, b) {
+		t.Error("a change outside the narrower projection counts as a change")
+	}
+	changedSize := sampleObject()
+	changedSize["spec"].(map[string]any)["size"] = int64(5)
+	c, _ := newObject(changedSize, wide)
+	if sameUnder(a, c) {
+		t.Error("a change inside both projections is not seen")
+	}
+}

@@ -1,0 +1,160 @@
+package watcher
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+func TestSelectorMatches(t *testing.T) {
+	cm := Resource{GroupVersionResource: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, Kind: "ConfigMap", Preferred: true}
+	deploy := Resource{GroupVersionResource: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, Kind: "Deployment", Preferred: true}
+	widgetV1 := Resource{GroupVersionResource: schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}, Kind: "Widget", Custom: true, Preferred: true}
+	widgetV2 := widgetV1
+	widgetV2.Version, widgetV2.Preferred = "v2beta1", false
+	tests := []struct {
+		sel  Selector
+		res  Resource
+		want bool
+	}{
+		{Selector{}, cm, true},
+		{Selector{}, widgetV2, false}, // preferred version only by default
+		{Selector{Version: "*"}, widgetV2, true},
+		{Selector{Version: "v2*"}, widgetV2, true},
+		{Selector{Core: true}, cm, true},
+		{Selector{Core: true}, deploy, false},
+		{Selector{Group: "apps", Kind: "Deployment"}, deploy, true},
+		{Selector{Group: "apps", Kind: "Deploy*"}, deploy, true},
+		{Selector{Group: "apps", Resource: "statefulsets"}, deploy, false},
+		{Selector{Custom: true}, widgetV1, true},
+		{Selector{Custom: true}, cm, false},
+		{Selector{Group: "*.com"}, widgetV1, true},
+		{Selector{Group: "*.com"}, deploy, false},
+	}
+	for _, tt := range tests {
+		if got := tt.sel.Matches(tt.res); got != tt.want {
+			t.Errorf("%+v matches %s = %v, want %v", tt.sel, tt.res, got, tt.want)
+		}
+	}
+	if err := (Selector{Kind: "[bad"}).Validate(); err == nil {
+		t.Error("a bad glob validates")
+	}
+}
+
+func TestGroupResources(t *testing.T) {
+	g := &metav1.APIGroup{
+		Name: "example.com",
+		Versions: []metav1.GroupVersionForDiscovery{
+			{GroupVersion: "example.com/v2", Version: "v2"},
+			{GroupVersion: "example.com/v1", Version: "v1"},
+		},
+		PreferredVersion: metav1.GroupVersionForDiscovery{GroupVersion: "example.com/v1", Version: "v1"},
+	}
+	lists := map[string]*metav1.APIResourceList{
+		"example.com/v1": {GroupVersion: "example.com/v1", APIResources: []metav1.APIResource{
+			{Name: "widgets", Kind: "Widget", Namespaced: true, Verbs: []string{"get", "list", "watch"}},
+			{Name: "widgets/status", Kind: "Widget", Verbs: []string{"get", "patch"}},
+			{Name: "reviews", Kind: "Review", Verbs: []string{"create"}},
+		}},
+		"example.com/v2": {GroupVersion: "example.com/v2", APIResources: []metav1.APIResource{
+			{Name: "widgets", Kind: "Widget", Namespaced: true, Verbs: []string{"list", "watch"}},
+			{Name: "gizmos", Kind: "Gizmo", Verbs: []string{"list", "watch"}},
+		}},
+	}
+	got := groupResources(g, lists, func(gr schema.GroupResource) bool { return gr.Resource == "widgets" })
+	want := []string{"widgets.v1.example.com pref=true custom=true", "widgets.v2.example.com pref=false custom=true", "gizmos.v2.example.com pref=true custom=false"}
+	if len(got) != len(want) {
+		t.Fatalf("got %v", got)
+	}
+	for i, r := range got {
+		if s := fmt.Sprintf("%s pref=%v custom=%v", r, r.Preferred, r.Custom); s != want[i] {
+			t.Errorf("[%d] %s, want %s", i, s, want[i])
+		}
+	}
+}
+
+func TestShard(t *testing.T) {
+	if (Shard{}).Owns("anything") != true || (Shard{}).Selector() != "" {
+		t.Error("the zero shard must own everything")
+	}
+	s := Shard{Index: 1, Total: 4}
+	if got, want := s.Selector(), "shardRange(object.metadata.uid, '0x4000000000000000', '0x8000000000000000')"; got != want {
+		t.Errorf("selector %s, want %s", got, want)
+	}
+	if got := (Shard{Index: 2, Total: 3}).Selector(); got != "shardRange(object.metadata.uid, '0xaaaaaaaaaaaaaaaa', '0x10000000000000000')" {
+		t.Errorf("last shard selector %s", got)
+	}
+	// Every UID belongs to exactly one shard, and random UIDs (as the
+	// apiserver makes them) split evenly.
+	const total, n = 3, 30000
+	counts := make([]int, total)
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for range n {
+		uid := types.UID(fmt.Sprintf("%08x-%04x-4%03x-%04x-%012x", rnd.Uint32(), rnd.Uint32()&0xffff, rnd.Uint32()&0xfff, rnd.Uint32()&0xffff, rnd.Uint64()&0xffffffffffff))
+		owners := 0
+		for idx := range total {
+			if (Shard{Index: idx, Total: total}).Owns(uid) {
+				owners++
+				counts[idx]++
+			}
+		}
+		if owners != 1 {
+			t.Fatalf("%s has %d owners", uid, owners)
+		}
+	}
+	for idx, c := range counts {
+		if math.Abs(float64(c)-n/total) > n/total*0.05 {
+			t.Errorf("shard %d owns %d of %d", idx, c, n)
+		}
+	}
+	for _, bad := range []Shard{{Index: 3, Total: 3}, {Index: -1, Total: 2}, {Total: -1}} {
+		if bad.Validate() == nil {
+			t.Errorf("%+v validates", bad)
+		}
+	}
+}
+
+func TestPendingMerge(t *testing.T) {
+	typ := &objectType{}
+	obj := func(uid, rv string) *Object {
+		return &Object{name: "x", uid: types.UID(uid), resourceVersion: rv, typ: typ}
+	}
+	p := newPending()
+	k := key{name: "x"}
+	p.add(k, &Change{Type: Created, New: obj("a", "1")})
+	p.add(k, &Change{Type: Updated, Old: obj("a", "1"), New: obj("a", "2")})
+	p.add(k, &Change{Type: Updated, Old: obj("a", "2"), New: obj("a", "3")})
+	p.add(k, &Change{Type: Deleted, Old: obj("a", "3")})
+	p.add(k, &Change{Type: Created, New: obj("b", "4")})
+	p.add(k, &Change{Type: Updated, Old: obj("b", "4"), New: obj("b", "5")})
+	list := p.take(k)
+	got := ""
+	for _, c := range list {
+		got += fmt.Sprintf("%s(%s->%s) ", c.Type, rv(c.Old), rv(c.New))
+	}
+	if want := "created(->1) updated(1->3) deleted(3->) created(->4) updated(4->5) "; got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+	// Failed changes go back before newer ones and merge with them.
+	p.add(k, &Change{Type: Updated, Old: obj("b", "5"), New: obj("b", "6")})
+	p.putBack(k, list[4:])
+	list = p.take(k)
+	if len(list) != 1 || rv(list[0].Old) != "4" || rv(list[0].New) != "6" {
+		t.Errorf("after putBack: %d changes, first %s->%s", len(list), rv(list[0].Old), rv(list[0].New))
+	}
+	if p.len() != 0 {
+		t.Errorf("pending keys %d after take", p.len())
+	}
+}
+
+func rv(o *Object) string {
+	if o == nil {
+		return ""
+	}
+	return o.resourceVersion
+}
