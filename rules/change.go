@@ -46,10 +46,10 @@ type Change struct {
 // meta returns the object a change is about: the new state, or the final
 // one for a deletion.
 func (c *Change) meta() map[string]any {
-	if c.Object != nil {
-		return c.Object
+	if c.Type == Deleted || c.Object == nil {
+		return c.OldObject
 	}
-	return c.OldObject
+	return c.Object
 }
 
 // metaString returns metadata.<key> of obj as a string ("" if absent).
