@@ -3,6 +3,7 @@ package rules
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
 	"reflect"
@@ -26,7 +27,11 @@ func Load(paths ...string) (*Set, error) {
 	for _, p := range paths {
 		data, err := os.ReadFile(p)
 		if err != nil {
-			errs = append(errs, &Error{File: p, Msg: fmt.Sprintf("read: %v", errors.Unwrap(err))})
+			var pe *fs.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err // the path is already in the message
+			}
+			errs = append(errs, &Error{File: p, Msg: fmt.Sprintf("read: %v", err)})
 			continue
 		}
 		rules, ferrs := parseFile(p, data)
