@@ -24,14 +24,10 @@ func (r *Rule) changes(st *evalState) []Op {
 		}
 		return r.snapshotChanges(c)
 	}
-	exclude := r.excluded(c)
 	if len(r.fields) == 0 {
-		full := st.fullDiff()
-		if len(r.ignore) == 0 {
-			return full
-		}
-		return filterOps(full, &pruner{exclude: exclude})
+		return st.updateDiff(r)
 	}
+	exclude := r.excluded(c)
 	var include [][]string
 	add := func(toks []string) { include = append(include, toks) }
 	for _, f := range r.fields {
@@ -96,21 +92,6 @@ func (r *Rule) snapshotChanges(c *Change) []Op {
 		})
 	}
 	return ops
-}
-
-// filterOps returns ops without those pr skips, with excluded locations
-// stripped from the values of the others.
-func filterOps(ops []Op, pr *pruner) []Op {
-	out := make([]Op, 0, len(ops))
-	for _, o := range ops {
-		if pr.skip(o.toks) {
-			continue
-		}
-		o.Value = pr.strip(o.toks, o.Value)
-		o.OldValue = pr.strip(o.toks, o.OldValue)
-		out = append(out, o)
-	}
-	return out
 }
 
 // valueAt returns the value at JSON Pointer tokens in obj.

@@ -87,16 +87,32 @@ type evalState struct {
 	ns, name string
 	fullDone bool
 	full     []Op // every change but noise
-	vars     *celVars
+	// ignored holds the changes of rules with ignoreFields, by their
+	// ignoreKey: rules that ignore the same paths share them.
+	ignored map[string][]Op
+	vars    *celVars
 }
 
-// fullDiff returns the changes of an update, noise left out.
-func (st *evalState) fullDiff() []Op {
-	if !st.fullDone {
-		st.full = diff(st.c.OldObject, st.c.Object, &pruner{exclude: noisePaths})
-		st.fullDone = true
+// updateDiff returns the changes of an update for a rule without fields:
+// everything but noise and the rule's ignoreFields. The diff skips the
+// ignored subtrees (a Node's status, say) instead of comparing them.
+func (st *evalState) updateDiff(r *Rule) []Op {
+	if len(r.ignore) == 0 {
+		if !st.fullDone {
+			st.full = diff(st.c.OldObject, st.c.Object, &pruner{exclude: noisePaths})
+			st.fullDone = true
+		}
+		return st.full
 	}
-	return st.full
+	if ops, ok := st.ignored[r.ignoreKey]; ok {
+		return ops
+	}
+	ops := diff(st.c.OldObject, st.c.Object, &pruner{exclude: r.excluded(st.c)})
+	if st.ignored == nil {
+		st.ignored = map[string][]Op{}
+	}
+	st.ignored[r.ignoreKey] = ops
+	return ops
 }
 
 // Eval evaluates c against every rule that matches c.Resource and returns

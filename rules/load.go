@@ -131,6 +131,9 @@ func compileRule(d *yamlDecoder, rs *ruleSpec, p string) *Rule {
 		}
 	}
 	r.ignore = compilePaths(d, rs.IgnoreFields, p+".ignoreFields")
+	for _, ip := range r.ignore {
+		r.ignoreKey += ip.String() + "\n"
+	}
 	r.redact = compilePaths(d, rs.Redact, p+".redact")
 	r.noise = ruleNoise(r.fields)
 	if rs.When != nil {

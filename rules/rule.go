@@ -24,6 +24,7 @@ type Rule struct {
 	filter     objectFilter
 	fields     []*fieldTrigger
 	ignore     []*fieldPath
+	ignoreKey  string // the ignore paths, canonical: rules with the same share diffs
 	redact     []*fieldPath
 	noise      [][]string // noise locations this rule leaves out
 	when       *celExpr
