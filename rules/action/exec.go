@@ -89,7 +89,7 @@ func (e *execAction) attempt(ctx context.Context, it *item) error {
 	if errors.Is(err, exec.ErrWaitDelay) && cmd.ProcessState != nil && cmd.ProcessState.Success() {
 		err = nil // it succeeded; something it left behind held the pipes
 	}
-	attrs := []any{"pid", pidOf(cmd), "elapsed", elapsed.Round(time.Millisecond)}
+	attrs := []any{"pid", pidOf(cmd), "elapsed", elapsed.Round(time.Millisecond).String()}
 	if stdout.Len() > 0 {
 		attrs = append(attrs, "stdout", stdout.String())
 	}

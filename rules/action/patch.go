@@ -40,15 +40,11 @@ func (p *patchAction) attempt(ctx context.Context, it *item) error {
 	if o.UID == "" || o.Name == "" {
 		return permanent(errors.New("patch: the firing has no object UID to guard the patch with"))
 	}
-	pt, body, err := p.body(o.UID)
-	if err != nil {
-		return permanent(err)
-	}
-	var sub []string
-	if p.spec.Subresource != "" {
-		sub = []string{p.spec.Subresource}
-	}
 	if p.dryRun {
+		pt, body, err := p.body(o.UID, "")
+		if err != nil {
+			return permanent(err)
+		}
 		withFiring(p.log, it).Info("dry run: patch not sent",
 			"patchType", string(pt), "subresource", p.spec.Subresource, "patch", json.RawMessage(body))
 		return nil
@@ -57,21 +53,60 @@ func (p *patchAction) attempt(ctx context.Context, it *item) error {
 		return permanent(errors.New("patch: no Kubernetes client configured"))
 	}
 	client := p.resource(o)
-	_, err = client.Patch(ctx, o.Name, pt, body, metav1.PatchOptions{FieldManager: fieldManager}, sub...)
+	// A merge patch to a subresource also carries the object's
+	// resourceVersion: the status strategy resets metadata before the UID
+	// could be compared, while the resourceVersion precondition is checked
+	// first (and a recreated object never has an old resourceVersion).
+	// The firing's may be stale: on a conflict, read the object, and
+	// patch again with its resourceVersion if it is still the same object.
+	rv := ""
+	if p.spec.JSON == nil && p.spec.Subresource != "" {
+		rv = o.ResourceVersion
+	}
+	var err error
+	for range maxConflicts {
+		if err = p.patch(ctx, client, o, rv); err == nil || !apierrors.IsConflict(err) {
+			break
+		}
+		cur, gone := p.current(ctx, client, o)
+		if gone != nil {
+			return permanent(fmt.Errorf("%w (%w)", gone, err))
+		}
+		if cur == "" || rv == "" {
+			return err // cannot tell now, or a conflict without a precondition: retry later
+		}
+		rv = cur
+	}
 	if err == nil {
 		return nil
 	}
-	err = fmt.Errorf("patch %s %s/%s: %w", gvrString(o), o.Namespace, o.Name, err)
-	if apierrors.IsConflict(err) {
-		// A conflict is worth retrying, unless the object is not the one
-		// the firing is about any more (the UID guard can surface as a
-		// conflict too).
-		if gone := p.replaced(ctx, client, o); gone != nil {
+	if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+		// A failed UID guard reads as an invalid request: say which.
+		if _, gone := p.current(ctx, client, o); gone != nil {
 			return permanent(fmt.Errorf("%w (%w)", gone, err))
 		}
-		return err
 	}
 	return classifyKube(err)
+}
+
+// maxConflicts bounds the conflicts one attempt resolves by reading the
+// object again; after that the attempt fails and is retried with backoff.
+const maxConflicts = 5
+
+func (p *patchAction) patch(ctx context.Context, client dynamic.ResourceInterface, o rules.ObjectRef, rv string) error {
+	pt, body, err := p.body(o.UID, rv)
+	if err != nil {
+		return permanent(err)
+	}
+	var sub []string
+	if p.spec.Subresource != "" {
+		sub = []string{p.spec.Subresource}
+	}
+	_, err = client.Patch(ctx, o.Name, pt, body, metav1.PatchOptions{FieldManager: fieldManager}, sub...)
+	if err != nil {
+		return fmt.Errorf("patch %s %s/%s: %w", gvrString(o), o.Namespace, o.Name, err)
+	}
+	return nil
 }
 
 func (p *patchAction) resource(o rules.ObjectRef) dynamic.ResourceInterface {
@@ -82,26 +117,27 @@ func (p *patchAction) resource(o rules.ObjectRef) dynamic.ResourceInterface {
 	return p.dyn.Resource(gvr).Namespace(o.Namespace)
 }
 
-// replaced returns an error when the object is gone or is another object
-// under the same name; nil when it is still the firing's object or that
-// cannot be told now.
-func (p *patchAction) replaced(ctx context.Context, client dynamic.ResourceInterface, o rules.ObjectRef) error {
+// current reads the object: its resourceVersion when it is still the
+// firing's object; an error (gone) when it was deleted or replaced by
+// another object of the same name; neither when it cannot be told now.
+func (p *patchAction) current(ctx context.Context, client dynamic.ResourceInterface, o rules.ObjectRef) (rv string, gone error) {
 	cur, err := client.Get(ctx, o.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return fmt.Errorf("object %s/%s (uid %s) was deleted", o.Namespace, o.Name, o.UID)
+		return "", fmt.Errorf("object %s/%s (uid %s) was deleted", o.Namespace, o.Name, o.UID)
 	case err != nil:
-		return nil
+		return "", nil
 	case string(cur.GetUID()) != o.UID:
-		return fmt.Errorf("object %s/%s was replaced: uid %s, the firing's %s", o.Namespace, o.Name, cur.GetUID(), o.UID)
+		return "", fmt.Errorf("object %s/%s was replaced: uid %s, the firing's %s", o.Namespace, o.Name, cur.GetUID(), o.UID)
 	}
-	return nil
+	return cur.GetResourceVersion(), nil
 }
 
 // body returns the patch with its UID guard: metadata.uid inside a merge
 // patch (the apiserver refuses to change a UID, so a patch meant for an
 // older object fails), or a leading test of /metadata/uid in a JSON patch.
-func (p *patchAction) body(uid string) (types.PatchType, []byte, error) {
+// A non-empty rv is set as metadata.resourceVersion of a merge patch.
+func (p *patchAction) body(uid, rv string) (types.PatchType, []byte, error) {
 	if p.spec.JSON != nil {
 		ops := make([]map[string]any, 0, len(p.spec.JSON)+1)
 		ops = append(ops, map[string]any{"op": "test", "path": "/metadata/uid", "value": uid})
@@ -121,6 +157,9 @@ func (p *patchAction) body(uid string) (types.PatchType, []byte, error) {
 		meta = maps.Clone(m)
 	}
 	meta["uid"] = uid
+	if rv != "" {
+		meta["resourceVersion"] = rv
+	}
 	patch["metadata"] = meta
 	b, err := json.Marshal(patch)
 	if err != nil {

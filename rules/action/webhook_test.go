@@ -404,7 +404,9 @@ func TestWebhookReceiverComesBack(t *testing.T) {
 
 // TestWebhookConnectionReuse: N requests use about as many connections as
 // there are workers, errors with bodies included (every response body is
-// drained and closed).
+// drained and closed). The transport may dial a spare connection when a
+// worker's next request races the return of its connection to the pool,
+// hence the slack; a leak would show one connection per request.
 func TestWebhookConnectionReuse(t *testing.T) {
 	rc := newReceiver(t, func(n int, w http.ResponseWriter, _ *http.Request) int {
 		if n%3 == 0 {
@@ -425,8 +427,8 @@ func TestWebhookConnectionReuse(t *testing.T) {
 	if got := rc.count(); got < n {
 		t.Fatalf("receiver got %d requests, want at least %d", got, n)
 	}
-	if conns := rc.newConns.Load(); conns > workers {
-		t.Errorf("%d requests used %d connections; want at most %d (one per worker)", rc.count(), conns, workers)
+	if conns := rc.newConns.Load(); conns > 2*workers {
+		t.Errorf("%d requests used %d connections; want about one per worker (%d)", rc.count(), conns, workers)
 	}
 }
 

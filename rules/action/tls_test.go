@@ -1,0 +1,155 @@
+package action
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fieldwatch/fieldwatch/rules"
+)
+
+// testCA is a certificate authority made for one test.
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pem  []byte
+}
+
+var serial int64
+
+func newTestCA(t *testing.T, name string) *testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial++
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(serial),
+		Subject:               pkix.Name{CommonName: name},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IsCA:                  true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+// issue signs a leaf certificate for 127.0.0.1 with the given usage and
+// returns it as PEM certificate and key.
+func (ca *testCA) issue(t *testing.T, name string, usage x509.ExtKeyUsage) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial++
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial),
+		Subject:      pkix.Name{CommonName: name},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+}
+
+// TestWebhookTLS: a receiver with a certificate from a private CA that
+// requires a client certificate from another one.
+func TestWebhookTLS(t *testing.T) {
+	dir := t.TempDir()
+	serverCA, clientCA := newTestCA(t, "server-ca"), newTestCA(t, "client-ca")
+	serverCert, serverKey := serverCA.issue(t, "receiver", x509.ExtKeyUsageServerAuth)
+	clientCert, clientKey := clientCA.issue(t, "fieldwatch", x509.ExtKeyUsageClientAuth)
+	files := map[string][]byte{"ca.pem": serverCA.pem, "client.pem": clientCert, "client-key.pem": clientKey}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pair, err := tls.X509KeyPair(serverCert, serverKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clients := x509.NewCertPool()
+	clients.AddCert(clientCA.cert)
+
+	var peer atomic.Value // of string
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(r.TLS.PeerCertificates) > 0 {
+			peer.Store(r.TLS.PeerCertificates[0].Subject.CommonName)
+		}
+	}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: clients}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+
+	h := newHarness(t, nil)
+	once := rules.Retry{Attempts: 1}
+	ok := webhookRule("tls", &rules.WebhookAction{
+		URL:      srv.URL,
+		CAFile:   filepath.Join(dir, "ca.pem"),
+		CertFile: filepath.Join(dir, "client.pem"),
+		KeyFile:  filepath.Join(dir, "client-key.pem"),
+		Retry:    once,
+	})
+	noClientCert := webhookRule("tls-no-client-cert", &rules.WebhookAction{URL: srv.URL, CAFile: filepath.Join(dir, "ca.pem"), Retry: once})
+	noCA := webhookRule("tls-no-ca", &rules.WebhookAction{URL: srv.URL, Retry: once})
+
+	done := newDoneCounter(t)
+	for _, r := range []*rules.Rule{ok, noClientCert, noCA} {
+		f := newFiring(r)
+		h.deliver(t, f, done.fn(f.ID))
+	}
+	eventually(t, 10*time.Second, "all done", func() bool { return done.total.Load() == 3 })
+	if got := h.metric(t, "delivered_total", "tls", "webhook", 0); got != 1 {
+		t.Errorf("delivered with the CA and a client certificate: %v, want 1", got)
+	}
+	if got, _ := peer.Load().(string); got != "fieldwatch" {
+		t.Errorf("receiver saw client certificate %q", got)
+	}
+	failed := map[string]string{}
+	for _, dl := range h.deadLetters(t) {
+		failed[dl.Rule] = dl.Error
+	}
+	if len(failed) != 2 {
+		t.Fatalf("dead letters %v, want the two without client certificate or CA", failed)
+	}
+	if !strings.Contains(failed["tls-no-ca"], "certificate") {
+		t.Errorf("without the CA: %s", failed["tls-no-ca"])
+	}
+}
