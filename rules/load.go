@@ -89,6 +89,9 @@ func duplicateNames(rules []*Rule) ErrorList {
 	var errs ErrorList
 	first := map[string]*Rule{}
 	for _, r := range rules {
+		if r.Name == "" {
+			continue // reported as required
+		}
 		if f, ok := first[r.Name]; ok {
 			e := r.nameErr
 			e.Msg = fmt.Sprintf("duplicate rule name %q (first defined at %s)", r.Name, f.Source)

@@ -152,6 +152,8 @@ func TestParseErrors(t *testing.T) {
 		{"unknown rule key", rule(match + logAction + "    fieldz: [a]\n"), []string{`f.yaml:5:5: rules[0].fieldz: unknown key "fieldz"`}},
 		{"duplicate key", rule(match + logAction + "    on: [create]\n    on: [update]\n"), []string{`f.yaml:6:5: rules[0].on: duplicate key "on"`}},
 		{"no name", "rules:\n  - match: {resources: [{group: a, kind: B}]}\n" + logAction, []string{"f.yaml:2:5: rules[0].name: required"}},
+		{"two without name", "rules:\n  - {match: {resources: [{group: a, kind: B}]}, actions: [{log: {}}]}\n  - {match: {resources: [{group: a, kind: B}]}, actions: [{log: {}}]}\n",
+			[]string{"f.yaml:2:5: rules[0].name: required\nf.yaml:3:5: rules[1].name: required"}},
 		{"bad name", "rules:\n  - name: a/b\n" + match + logAction, []string{`f.yaml:2:11: rules[0].name: "a/b" is not a valid rule name`}},
 		{"duplicate names", "rules:\n  - name: a\n" + match + logAction + "  - name: a\n" + match + logAction,
 			[]string{`f.yaml:5:11: rules[1].name: duplicate rule name "a" (first defined at f.yaml:2:5)`}},
