@@ -79,16 +79,25 @@ func benchChange(b *testing.B) *Change {
 	}
 }
 
+// Kinds of rules the benchmarks evaluate.
+const (
+	pathRules       = iota // fields only
+	celRules               // a when expression without loops (unmetered)
+	meteredCELRules        // a when expression with a loop (cost-limited)
+)
+
 // benchRules makes n rules of which only the first fires on benchChange.
-func benchRules(b *testing.B, n int, cel bool) *Set {
+func benchRules(b *testing.B, n int, kind int) *Set {
 	b.Helper()
 	var sb strings.Builder
 	sb.WriteString("rules:\n")
 	for i := range n {
 		fmt.Fprintf(&sb, "  - name: r%d\n    match: {resources: [{group: example.com, kind: Widget}], labelSelector: app=shop}\n", i)
 		switch {
-		case cel:
+		case kind == celRules:
 			fmt.Fprintf(&sb, "    when: object.spec.size > oldObject.spec.size + %d\n", i)
+		case kind == meteredCELRules:
+			fmt.Fprintf(&sb, "    when: object.spec.size > oldObject.spec.size + %d && object.spec.tags.exists(t, t == 'tag-3')\n", i)
 		case i == 0:
 			sb.WriteString("    fields: [spec.size]\n")
 		default:
@@ -103,8 +112,8 @@ func benchRules(b *testing.B, n int, cel bool) *Set {
 	return set
 }
 
-func benchmarkEval(b *testing.B, n int, cel bool) {
-	set, c := benchRules(b, n, cel), benchChange(b)
+func benchmarkEval(b *testing.B, n int, kind int) {
+	set, c := benchRules(b, n, kind), benchChange(b)
 	if f, errs := set.Eval(c); len(f) != 1 || len(errs) > 0 {
 		b.Fatalf("got %d firings, errors %v; want 1 firing", len(f), errs)
 	}
@@ -116,11 +125,17 @@ func benchmarkEval(b *testing.B, n int, cel bool) {
 }
 
 // Path-only rules: each compares one field of the old and new object.
-func BenchmarkEvalPath1(b *testing.B)   { benchmarkEval(b, 1, false) }
-func BenchmarkEvalPath10(b *testing.B)  { benchmarkEval(b, 10, false) }
-func BenchmarkEvalPath100(b *testing.B) { benchmarkEval(b, 100, false) }
+func BenchmarkEvalPath1(b *testing.B)   { benchmarkEval(b, 1, pathRules) }
+func BenchmarkEvalPath10(b *testing.B)  { benchmarkEval(b, 10, pathRules) }
+func BenchmarkEvalPath100(b *testing.B) { benchmarkEval(b, 100, pathRules) }
 
-// CEL rules: each evaluates a when expression over the whole update.
-func BenchmarkEvalCEL1(b *testing.B)   { benchmarkEval(b, 1, true) }
-func BenchmarkEvalCEL10(b *testing.B)  { benchmarkEval(b, 10, true) }
-func BenchmarkEvalCEL100(b *testing.B) { benchmarkEval(b, 100, true) }
+// CEL rules: no fields, so every rule also needs the whole update's
+// changes (computed once per change), then its when expression.
+func BenchmarkEvalCEL1(b *testing.B)   { benchmarkEval(b, 1, celRules) }
+func BenchmarkEvalCEL10(b *testing.B)  { benchmarkEval(b, 10, celRules) }
+func BenchmarkEvalCEL100(b *testing.B) { benchmarkEval(b, 100, celRules) }
+
+// Metered CEL rules: a loop in the expression turns on the cost limit.
+func BenchmarkEvalCELMetered1(b *testing.B)   { benchmarkEval(b, 1, meteredCELRules) }
+func BenchmarkEvalCELMetered10(b *testing.B)  { benchmarkEval(b, 10, meteredCELRules) }
+func BenchmarkEvalCELMetered100(b *testing.B) { benchmarkEval(b, 100, meteredCELRules) }

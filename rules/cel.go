@@ -20,7 +20,35 @@ import (
 // visited; Kubernetes uses the same limit per validation rule). An
 // expression that exceeds it is stopped and returned as an evaluation
 // error: one rule cannot stall the watcher.
+//
+// Metering costs time (a tracker per evaluation, about three times the
+// cost of a simple comparison), so it is left out for expressions whose
+// cost cannot grow beyond linear in the object's size: no loops (the all,
+// exists, exists_one, map, filter macros and the like) and only calls of
+// linearFunctions. Everything else is metered.
 const CostLimit = 1_000_000
+
+// linearFunctions are the CEL functions whose cost is at most linear in
+// the size of their arguments: an expression calling only these (and
+// without loops) is bounded by the object's size without metering.
+// Quadratic ones (sets.contains, replace with a long argument, ...) are
+// not listed.
+var linearFunctions = map[string]bool{
+	operators.Conditional: true, operators.LogicalAnd: true, operators.LogicalOr: true,
+	operators.LogicalNot: true, operators.Equals: true, operators.NotEquals: true,
+	operators.Less: true, operators.LessEquals: true, operators.Greater: true,
+	operators.GreaterEquals: true, operators.Add: true, operators.Subtract: true,
+	operators.Multiply: true, operators.Divide: true, operators.Modulo: true,
+	operators.Negate: true, operators.Index: true, operators.OptIndex: true,
+	operators.OptSelect: true, operators.In: true, operators.NotStrictlyFalse: true,
+	"size": true, "contains": true, "startsWith": true, "endsWith": true, "matches": true,
+	"int": true, "uint": true, "double": true, "string": true, "bool": true, "bytes": true,
+	"type": true, "dyn": true, "timestamp": true, "duration": true,
+	"orValue": true, "hasValue": true, "value": true, "optional.of": true,
+	"optional.ofNonZeroValue": true, "optional.none": true, "or": true,
+	"lowerAscii": true, "upperAscii": true, "trim": true, "charAt": true,
+	"indexOf": true, "lastIndexOf": true, "substring": true,
+}
 
 var (
 	celEnvOnce sync.Once
@@ -42,7 +70,7 @@ func celEnv() (*cel.Env, error) {
 			cel.DefaultUTCTimeZone(true),
 			ext.Strings(),
 			ext.Sets(),
-			ext.Lists(),
+			ext.Lists(ext.ListsMaxRangeSize(10_000)),
 		)
 	})
 	return celEnvVal, celEnvErr
@@ -52,6 +80,8 @@ func celEnv() (*cel.Env, error) {
 type celExpr struct {
 	src string
 	prg cel.Program
+	// metered is true when the program runs with CostLimit.
+	metered bool
 	// paths are the object field prefixes the expression reads; full is
 	// true when it reads object or oldObject in a way paths cannot say.
 	paths [][]string
@@ -84,13 +114,31 @@ func compileCEL(src string) (*celExpr, []celIssue) {
 	if t := checked.OutputType(); !t.IsExactType(types.BoolType) && !t.IsExactType(types.DynType) {
 		return nil, []celIssue{{1, 1, fmt.Sprintf("must return a bool, not %s", t)}}
 	}
-	prg, err := env.Program(checked, cel.CostLimit(CostLimit), cel.EvalOptions(cel.OptOptimize))
-	if err != nil {
+	x := &celExpr{src: src, metered: needsMetering(checked.NativeRep())}
+	opts := []cel.ProgramOption{cel.EvalOptions(cel.OptOptimize)}
+	if x.metered {
+		opts = append(opts, cel.CostLimit(CostLimit))
+	}
+	if x.prg, err = env.Program(checked, opts...); err != nil {
 		return nil, []celIssue{{1, 1, err.Error()}}
 	}
-	x := &celExpr{src: src, prg: prg}
 	x.paths, x.full = celPaths(checked.NativeRep())
 	return x, nil
+}
+
+// needsMetering reports whether an expression loops or calls a function
+// not in linearFunctions.
+func needsMetering(a *ast.AST) bool {
+	root := ast.NavigateAST(a)
+	if len(ast.MatchDescendants(root, ast.KindMatcher(ast.ComprehensionKind))) > 0 {
+		return true
+	}
+	for _, call := range ast.MatchDescendants(root, ast.KindMatcher(ast.CallKind)) {
+		if !linearFunctions[call.AsCall().FunctionName()] {
+			return true
+		}
+	}
+	return false
 }
 
 // celPaths finds the parts of object and oldObject an expression reads:

@@ -65,6 +65,33 @@ func TestCELEval(t *testing.T) {
 	}
 }
 
+func TestCELMetering(t *testing.T) {
+	tests := []struct {
+		expr    string
+		metered bool
+	}{
+		{"object.spec.size > oldObject.spec.size", false},
+		{"has(object.spec.x) && object.spec.x.startsWith('a') && size(object.spec.l) > 2", false},
+		{"object.?spec.x.orValue(1) == 1 ? true : 'a' in object.spec.l", false},
+		{"object.spec.l.exists(x, x == 1)", true},
+		{"object.spec.l.all(x, x > 0)", true},
+		{"sets.contains(object.spec.l, oldObject.spec.l)", true},
+		{"object.spec.s.replace('a', object.spec.s) == ''", true},
+		{"lists.range(5).size() == 5", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.expr, func(t *testing.T) {
+			x, issues := compileCEL(tt.expr)
+			if issues != nil {
+				t.Fatalf("compile: %v", issues)
+			}
+			if x.metered != tt.metered {
+				t.Errorf("metered = %v, want %v", x.metered, tt.metered)
+			}
+		})
+	}
+}
+
 func TestCELPaths(t *testing.T) {
 	tests := []struct {
 		expr  string

@@ -126,6 +126,10 @@
 // must return a bool. At runtime a missing key is an error (guard with
 // has(object.spec.size)); an error, or a run over CostLimit, means the
 // rule does not fire and is returned by Eval as an error to log.
+// Expressions that loop (all, exists, map, filter, ...) or call functions
+// that may cost more than linear time run metered against CostLimit;
+// simple ones (comparisons, has, size, string tests) run unmetered, their
+// cost bounded by the object's size.
 //
 // # Changes
 //
