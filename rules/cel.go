@@ -24,8 +24,9 @@ import (
 // Metering costs time (a tracker per evaluation, about three times the
 // cost of a simple comparison), so it is left out for expressions whose
 // cost cannot grow beyond linear in the object's size: no loops (the all,
-// exists, exists_one, map, filter macros and the like) and only calls of
-// linearFunctions. Everything else is metered.
+// exists, exists_one, map, filter macros and the like), only calls of
+// linearFunctions, and few of them (maxUnmeteredCalls). Everything else is
+// metered.
 const CostLimit = 1_000_000
 
 // linearFunctions are the CEL functions whose cost is at most linear in
@@ -126,14 +127,22 @@ func compileCEL(src string) (*celExpr, []celIssue) {
 	return x, nil
 }
 
-// needsMetering reports whether an expression loops or calls a function
-// not in linearFunctions.
+// maxUnmeteredCalls bounds the calls of an unmetered expression, so that
+// its cost stays a small multiple of the object's size.
+const maxUnmeteredCalls = 32
+
+// needsMetering reports whether an expression loops, calls a function not
+// in linearFunctions or makes more than maxUnmeteredCalls calls.
 func needsMetering(a *ast.AST) bool {
 	root := ast.NavigateAST(a)
 	if len(ast.MatchDescendants(root, ast.KindMatcher(ast.ComprehensionKind))) > 0 {
 		return true
 	}
-	for _, call := range ast.MatchDescendants(root, ast.KindMatcher(ast.CallKind)) {
+	calls := ast.MatchDescendants(root, ast.KindMatcher(ast.CallKind))
+	if len(calls) > maxUnmeteredCalls {
+		return true
+	}
+	for _, call := range calls {
 		if !linearFunctions[call.AsCall().FunctionName()] {
 			return true
 		}

@@ -78,6 +78,7 @@ func TestCELMetering(t *testing.T) {
 		{"sets.contains(object.spec.l, oldObject.spec.l)", true},
 		{"object.spec.s.replace('a', object.spec.s) == ''", true},
 		{"lists.range(5).size() == 5", true},
+		{strings.Repeat("object.a == oldObject.a && ", 40) + "true", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.expr, func(t *testing.T) {
