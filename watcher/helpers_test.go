@@ -138,6 +138,9 @@ func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
+// testLoggerB discards, for benchmarks.
+func testLoggerB() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
 type tWriter struct{ t *testing.T }
 
 func (w tWriter) Write(p []byte) (int, error) {
