@@ -27,6 +27,10 @@ type Resource struct {
 	Namespaced bool
 	// Custom is true for resources backed by a CustomResourceDefinition.
 	Custom bool
+	// OtherVersion is true when Version is not the version discovery
+	// prefers for the resource: selectors with version "" skip it, so that
+	// a resource watched at two versions does not fire such rules twice.
+	OtherVersion bool
 }
 
 // Change is one observed change of one object, what Set.Eval evaluates.

@@ -66,8 +66,9 @@
 // namespaces, excludeNamespaces, names and labelSelector. The label
 // selector is checked against the new object on create, the old one on
 // delete, and either on update (so a rule for app=shop sees the label
-// being removed). A selector version "" matches whatever version the
-// watcher delivers: the watcher resolves it to the preferred version.
+// being removed). A selector version "" matches the preferred version only
+// (Resource.OtherVersion false), so that a resource another rule watches at
+// every version does not fire it twice.
 //
 // # Field paths
 //

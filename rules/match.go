@@ -10,7 +10,7 @@ import (
 // name, as a rule's match.resources entry says. "*" matches anything.
 // Group "" is the core group. Version "" means the preferred version:
 // the watcher resolves it through discovery, and Matches accepts any
-// version for it. Kind or Resource "" leaves that one unconstrained (a
+// version not marked Resource.OtherVersion. Kind or Resource "" leaves that one unconstrained (a
 // selector sets at least one of them). Custom limits the selector to
 // resources backed by a CustomResourceDefinition.
 type Selector struct {
@@ -21,7 +21,7 @@ type Selector struct {
 // Matches reports whether s selects res.
 func (s Selector) Matches(res Resource) bool {
 	return wild(s.Group, res.Group, false) &&
-		wild(s.Version, res.Version, true) &&
+		(wild(s.Version, res.Version, false) || (s.Version == "" && !res.OtherVersion)) &&
 		wild(s.Kind, res.Kind, true) &&
 		wild(s.Resource, res.Resource, true) &&
 		(!s.Custom || res.Custom)

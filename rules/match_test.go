@@ -7,12 +7,13 @@ import (
 )
 
 var (
-	widgetsV1 = Resource{Group: "example.com", Version: "v1", Resource: "widgets", Kind: "Widget", Namespaced: true, Custom: true}
-	widgetsV2 = Resource{Group: "example.com", Version: "v2", Resource: "widgets", Kind: "Widget", Namespaced: true, Custom: true}
-	gadgets   = Resource{Group: "example.com", Version: "v1", Resource: "gadgets", Kind: "Gadget", Namespaced: true}
-	pods      = Resource{Group: "", Version: "v1", Resource: "pods", Kind: "Pod", Namespaced: true}
-	nodes     = Resource{Group: "", Version: "v1", Resource: "nodes", Kind: "Node"}
-	secrets   = Resource{Group: "", Version: "v1", Resource: "secrets", Kind: "Secret", Namespaced: true}
+	widgetsV1      = Resource{Group: "example.com", Version: "v1", Resource: "widgets", Kind: "Widget", Namespaced: true, Custom: true}
+	widgetsV2      = Resource{Group: "example.com", Version: "v2", Resource: "widgets", Kind: "Widget", Namespaced: true, Custom: true}
+	widgetsV2other = Resource{Group: "example.com", Version: "v2", Resource: "widgets", Kind: "Widget", Namespaced: true, Custom: true, OtherVersion: true}
+	gadgets        = Resource{Group: "example.com", Version: "v1", Resource: "gadgets", Kind: "Gadget", Namespaced: true}
+	pods           = Resource{Group: "", Version: "v1", Resource: "pods", Kind: "Pod", Namespaced: true}
+	nodes          = Resource{Group: "", Version: "v1", Resource: "nodes", Kind: "Node"}
+	secrets        = Resource{Group: "", Version: "v1", Resource: "secrets", Kind: "Secret", Namespaced: true}
 )
 
 func TestSelectorMatches(t *testing.T) {
@@ -26,6 +27,9 @@ func TestSelectorMatches(t *testing.T) {
 		{"any version by default", Selector{Group: "example.com", Kind: "Widget"}, widgetsV2, true},
 		{"version", Selector{Group: "example.com", Version: "v1", Kind: "Widget"}, widgetsV2, false},
 		{"version star", Selector{Group: "example.com", Version: "*", Kind: "Widget"}, widgetsV2, true},
+		{"preferred version", Selector{Group: "example.com", Kind: "Widget"}, widgetsV1, true},
+		{"not the preferred version", Selector{Group: "example.com", Kind: "Widget"}, widgetsV2other, false},
+		{"star and another version", Selector{Group: "example.com", Version: "*", Kind: "Widget"}, widgetsV2other, true},
 		{"resource", Selector{Group: "example.com", Resource: "widgets"}, widgetsV1, true},
 		{"resource and kind", Selector{Group: "example.com", Resource: "widgets", Kind: "Gadget"}, widgetsV1, false},
 		{"other kind", Selector{Group: "example.com", Kind: "Widget"}, gadgets, false},
