@@ -16,7 +16,7 @@ func sampleObject() map[string]any {
 		"kind":       "Widget",
 		"metadata": map[string]any{
 			"name": "w1", "namespace": "default", "uid": "u-1", "resourceVersion": "42",
-			"generation": int64(3), "labels": map[string]any{"app": "shop"},
+			"generation": int64(3), "creationTimestamp": "2026-12-01T00:00:00Z", "labels": map[string]any{"app": "shop"},
 			"annotations": map[string]any{"note": "big", "other": "x"},
 			"selfLink":    "/apis/example.com/v1/namespaces/default/widgets/w1",
 			"managedFields": []any{
@@ -40,7 +40,7 @@ func TestProjectionApply(t *testing.T) {
 		proj: FullProjection,
 		want: map[string]any{
 			"metadata": map[string]any{
-				"generation": int64(3), "labels": map[string]any{"app": "shop"},
+				"generation": int64(3), "creationTimestamp": "2026-12-01T00:00:00Z", "labels": map[string]any{"app": "shop"},
 				"annotations":   map[string]any{"note": "big", "other": "x"},
 				"managedFields": newest,
 			},
@@ -52,7 +52,7 @@ func TestProjectionApply(t *testing.T) {
 		proj: Projection{Paths: [][]string{{"spec", "size"}, {"metadata", "annotations", "note"}, {"spec", "parts"}, {"missing", "field"}}},
 		want: map[string]any{
 			"metadata": map[string]any{
-				"generation": int64(3), "labels": map[string]any{"app": "shop"},
+				"generation": int64(3), "creationTimestamp": "2026-12-01T00:00:00Z", "labels": map[string]any{"app": "shop"},
 				"annotations":   map[string]any{"note": "big"},
 				"managedFields": newest,
 			},
@@ -62,7 +62,7 @@ func TestProjectionApply(t *testing.T) {
 		name: "a path through a list keeps the list",
 		proj: Projection{Paths: [][]string{{"spec", "parts", "name"}}},
 		want: map[string]any{
-			"metadata": map[string]any{"generation": int64(3), "labels": map[string]any{"app": "shop"}, "managedFields": newest},
+			"metadata": map[string]any{"generation": int64(3), "creationTimestamp": "2026-12-01T00:00:00Z", "labels": map[string]any{"app": "shop"}, "managedFields": newest},
 			"spec":     map[string]any{"parts": []any{map[string]any{"name": "a"}}},
 		},
 	}, {
@@ -70,7 +70,7 @@ func TestProjectionApply(t *testing.T) {
 		proj: Projection{Paths: [][]string{{"metadata"}}},
 		want: map[string]any{
 			"metadata": map[string]any{
-				"generation": int64(3), "labels": map[string]any{"app": "shop"},
+				"generation": int64(3), "creationTimestamp": "2026-12-01T00:00:00Z", "labels": map[string]any{"app": "shop"},
 				"annotations":   map[string]any{"note": "big", "other": "x"},
 				"managedFields": newest,
 			},
@@ -79,7 +79,7 @@ func TestProjectionApply(t *testing.T) {
 		name: "no paths: metadata only",
 		proj: Projection{},
 		want: map[string]any{
-			"metadata": map[string]any{"generation": int64(3), "labels": map[string]any{"app": "shop"}, "managedFields": newest},
+			"metadata": map[string]any{"generation": int64(3), "creationTimestamp": "2026-12-01T00:00:00Z", "labels": map[string]any{"app": "shop"}, "managedFields": newest},
 		},
 	}}
 	for _, tt := range tests {

@@ -8,7 +8,7 @@ import (
 
 // Projection says which parts of an object the watcher's cache keeps. The
 // identity (name, namespace, uid, resourceVersion) and metadata.generation,
-// deletionTimestamp and labels are always kept, as is the newest
+// creationTimestamp, deletionTimestamp and labels are always kept, as is the newest
 // metadata.managedFields entry reduced to manager, operation, subresource
 // and time (who wrote last). Everything else is kept only when Full is set
 // or a path in Paths leads to it.
@@ -25,7 +25,7 @@ var FullProjection = Projection{Full: true}
 
 // alwaysKeptMeta are the metadata fields every projection keeps besides the
 // identity and managedFields.
-var alwaysKeptMeta = []string{"generation", "deletionTimestamp", "labels"}
+var alwaysKeptMeta = []string{"generation", "creationTimestamp", "deletionTimestamp", "labels"}
 
 // identityMeta are kept as strings on Object, not in its JSON.
 var identityMeta = map[string]bool{"name": true, "namespace": true, "uid": true, "resourceVersion": true}
