@@ -1,14 +1,18 @@
 package watcher
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 )
 
 // discovered is one discovery pass: every resource served at every version
@@ -92,4 +96,31 @@ func groupResources(g *metav1.APIGroup, byGV map[string]*metav1.APIResourceList,
 // an api-approved annotation).
 func builtinGroup(group string) bool {
 	return group == "" || !strings.Contains(group, ".") || strings.HasSuffix(group, ".k8s.io")
+}
+
+// Discover lists every resource the cluster serves that can be listed and
+// watched, at every version, CRD-backed ones marked Custom, and the group
+// versions whose discovery failed (partial results are still returned).
+// It is `fieldwatch api-resources`.
+func Discover(ctx context.Context, config *rest.Config) ([]Resource, map[schema.GroupVersion]error, error) {
+	disc, err := discovery.NewDiscoveryClientForConfig(config)
+	if err != nil {
+		return nil, nil, fmt.Errorf("discovery client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(config)
+	if err != nil {
+		return nil, nil, fmt.Errorf("dynamic client: %w", err)
+	}
+	isCustom := func(gr schema.GroupResource) bool { return !builtinGroup(gr.Group) }
+	if list, err := dyn.Resource(crdResource.GroupVersionResource).List(ctx, metav1.ListOptions{}); err == nil {
+		set := map[schema.GroupResource]bool{}
+		for _, item := range list.Items {
+			group, _, _ := unstructured.NestedString(item.Object, "spec", "group")
+			plural, _, _ := unstructured.NestedString(item.Object, "spec", "names", "plural")
+			set[schema.GroupResource{Group: group, Resource: plural}] = true
+		}
+		isCustom = func(gr schema.GroupResource) bool { return set[gr] }
+	}
+	d, err := discover(disc, isCustom)
+	return d.resources, d.failed, err
 }

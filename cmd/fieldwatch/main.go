@@ -1,0 +1,71 @@
+// Command fieldwatch watches every resource a Kubernetes cluster serves and
+// turns the field changes described in a rules file into JSON payloads
+// delivered to logs, webhooks, programs, Events and patches.
+//
+// main only parses flags and wires packages: the logic lives in
+// internal/app, watcher, rules and rules/action.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// command is one subcommand.
+type command struct {
+	name, args, help string
+	run              func(ctx context.Context, args []string, stdout, stderr io.Writer) int
+}
+
+func commands() []command {
+	return []command{
+		{"run", "--rules FILE [flags]", "watch the cluster and run the rules' actions", runCmd},
+		{"validate", "FILE...", "check rules files; errors as FILE:LINE:COL: message", validateCmd},
+		{"test", "--rules FILE CASES...", "evaluate offline cases (old/new objects) and check what fires", testCmd},
+		{"api-resources", "[flags]", "list what discovery sees, CRD-backed resources marked", apiResourcesCmd},
+		{"rbac", "--rules FILE [flags]", "print the least-privilege RBAC for these rules", rbacCmd},
+		{"version", "", "print the version", versionCmd},
+	}
+}
+
+// run dispatches to a subcommand and returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
+		usage(stdout)
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name == args[0] {
+			return c.run(ctx, args[1:], stdout, stderr)
+		}
+	}
+	fmt.Fprintf(stderr, "fieldwatch: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "fieldwatch watches every resource a Kubernetes cluster serves and turns the\n")
+	fmt.Fprintf(w, "field changes described in a rules file into JSON payloads for actions.\n\n")
+	fmt.Fprintf(w, "Usage:\n")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  fieldwatch %-14s %-24s %s\n", c.name, c.args, c.help)
+	}
+	fmt.Fprintf(w, "\n`fieldwatch COMMAND -h` shows a command's flags.\n")
+}

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/fieldwatch/fieldwatch/internal/app"
+	"github.com/fieldwatch/fieldwatch/rules"
+	"github.com/fieldwatch/fieldwatch/watcher"
+)
+
+func rbacCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("fieldwatch rbac", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		kube      kubeFlags
+		ruleFiles files
+		opts      app.RBACOptions
+	)
+	kube.register(fs)
+	fs.Var(&ruleFiles, "rules", "rules file (repeat for several). Required")
+	fs.StringVar(&opts.Name, "name", "fieldwatch", "name of the ClusterRole and bindings")
+	fs.StringVar(&opts.Namespace, "namespace", "fieldwatch", "namespace of the service account")
+	fs.StringVar(&opts.ServiceAccount, "service-account", "fieldwatch", "service account to bind")
+	fs.BoolVar(&opts.LeaderElection, "leader-elect", false, "add a Role for the leader election Lease in --namespace")
+	offline := fs.Bool("offline", false, "do not ask the cluster how kinds map to resources; guess plurals")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if len(ruleFiles) == 0 || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "fieldwatch rbac: --rules FILE is required and no arguments are taken")
+		return 2
+	}
+	set, err := rules.Load(ruleFiles...)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	if !*offline {
+		cfg, err := kube.config()
+		if err == nil {
+			opts.Resources, _, err = watcher.Discover(ctx, cfg)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "fieldwatch rbac: cannot discover resources (%v); use --offline to guess them from kinds\n", err)
+			return 1
+		}
+	}
+	out, err := app.RBAC(set, opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "fieldwatch rbac: %v\n", err)
+		return 1
+	}
+	_, _ = stdout.Write(out)
+	return 0
+}

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/fieldwatch/fieldwatch/internal/app"
+)
+
+// files is a repeatable flag.
+type files []string
+
+func (f *files) String() string     { return strings.Join(*f, ",") }
+func (f *files) Set(v string) error { *f = append(*f, v); return nil }
+
+func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("fieldwatch run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		kube      kubeFlags
+		ruleFiles files
+		cfg       app.Config
+		logLevel  string
+	)
+	kube.register(fs)
+	fs.Var(&ruleFiles, "rules", "rules file (repeat for several; they are merged). Required")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", ":8080", "address for /metrics, /healthz and /readyz (\"\" to disable)")
+	fs.StringVar(&cfg.StateDir, "state-dir", "", "directory for the dead-letter file (dead-letter.jsonl)")
+	fs.IntVar(&cfg.Workers, "workers", 4, "changes evaluated in parallel")
+	fs.BoolVar(&cfg.DryRun, "dry-run", false, "patch actions log the patch instead of sending it")
+	fs.BoolVar(&cfg.LeaderElect, "leader-elect", false, "elect one active replica through a coordination.k8s.io Lease")
+	fs.StringVar(&cfg.LeaseNamespace, "leader-elect-namespace", podNamespace(), "namespace of the leader election Lease")
+	fs.StringVar(&cfg.LeaseName, "leader-elect-name", "fieldwatch", "name of the leader election Lease")
+	fs.StringVar(&cfg.Identity, "leader-elect-identity", "", "this replica's identity in the Lease (default: host name)")
+	fs.IntVar(&cfg.Shard, "shard", 0, "this replica's shard, 0 <= shard < total-shards")
+	fs.IntVar(&cfg.TotalShards, "total-shards", 1, "number of shards the objects are split into (by the FNV-1a hash of their UID)")
+	fs.DurationVar(&cfg.GracePeriod, "grace-period", 20*time.Second, "on SIGTERM, how long queued changes and actions may drain")
+	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if len(ruleFiles) == 0 || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "fieldwatch run: --rules FILE is required and no arguments are taken")
+		fs.Usage()
+		return 2
+	}
+	logger, err := newLogger(stderr, logLevel)
+	if err != nil {
+		fmt.Fprintf(stderr, "fieldwatch run: %v\n", err)
+		return 2
+	}
+	rest, err := kube.config()
+	if err != nil {
+		logger.Error("cannot reach the cluster", "err", err)
+		return 1
+	}
+	if cfg.TotalShards > 1 && cfg.LeaderElect && cfg.LeaseName == "fieldwatch" {
+		// Each shard elects its own leader.
+		cfg.LeaseName = fmt.Sprintf("fieldwatch-shard-%d-of-%d", cfg.Shard, cfg.TotalShards)
+	}
+	cfg.RulesFiles = ruleFiles
+	cfg.Rest = rest
+	cfg.Logger = logger
+	cfg.Stdout = stdout
+	if err := app.Run(ctx, cfg); err != nil {
+		logger.Error("fieldwatch stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// newLogger returns the process logger: JSON lines on stderr. client-go's
+// klog output goes through it too.
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, errors.New("--log-level: want debug, info, warn or error")
+	}
+	logger := slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+	klog.SetSlogLogger(logger)
+	return logger, nil
+}
+
+// podNamespace is the namespace of the pod's service account, "default"
+// outside a cluster.
+func podNamespace() string {
+	if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
+		if ns := strings.TrimSpace(string(b)); ns != "" {
+			return ns
+		}
+	}
+	return "default"
+}

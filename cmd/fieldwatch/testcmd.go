@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/fieldwatch/fieldwatch/rules"
+)
+
+func testCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("fieldwatch test", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var ruleFiles files
+	fs.Var(&ruleFiles, "rules", "rules file (repeat for several). Required")
+	quiet := fs.Bool("q", false, "print only failures")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: fieldwatch test --rules FILE CASES...\n\nEvaluates each case (a change: old and new objects) against the rules offline,\nprints what fired as JSON lines, and exits 1 when an expectation fails.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if len(ruleFiles) == 0 || fs.NArg() == 0 {
+		fs.Usage()
+		return 2
+	}
+	set, err := rules.Load(ruleFiles...)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	failed, total := 0, 0
+	for _, path := range fs.Args() {
+		cases, err := rules.LoadCases(path)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		for _, r := range rules.RunCases(set, cases) {
+			total++
+			if !r.Pass {
+				failed++
+			}
+			if *quiet && r.Pass {
+				continue
+			}
+			printResult(stdout, r)
+		}
+	}
+	fmt.Fprintf(stdout, "%d of %d cases passed\n", total-failed, total)
+	if failed > 0 {
+		return 1
+	}
+	return 0
+}
+
+// printResult prints one case: a header line, then each firing's payload
+// as one JSON line, then what failed.
+func printResult(w io.Writer, r rules.CaseResult) {
+	status := "PASS"
+	if !r.Pass {
+		status = "FAIL"
+	}
+	fmt.Fprintf(w, "%s %s (%s)\n", status, r.Name, r.Source)
+	for _, f := range r.Firings {
+		b, err := json.Marshal(f)
+		if err != nil {
+			b = f
+		}
+		fmt.Fprintf(w, "  %s\n", b)
+	}
+	for _, e := range r.Errors {
+		fmt.Fprintf(w, "  error: %s\n", e)
+	}
+	if r.Diff != "" {
+		fmt.Fprintf(w, "  %s\n", r.Diff)
+	}
+}

@@ -1,0 +1,31 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/fieldwatch/fieldwatch/rules"
+)
+
+func validateCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("fieldwatch validate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: fieldwatch validate FILE...\n\nChecks rules files. Exit 0 when valid; 1 with one FILE:LINE:COL: message per error.")
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return 2
+	}
+	if err := rules.Validate(fs.Args()...); err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%d file(s) valid\n", fs.NArg())
+	return 0
+}

@@ -1,0 +1,10 @@
+// Package app is `fieldwatch run`: it ties the watcher, the rules and the
+// actions together into the process people deploy. It loads the rules,
+// tells the watcher which resources (and which of their fields) they need,
+// evaluates every change, hands the firings to the actions, reloads the
+// rules when their file changes, serves /metrics, /healthz and /readyz, and
+// takes part in leader election and sharding.
+//
+// cmd/fieldwatch only parses flags and calls Run; the logic lives here so
+// that it can be tested in process against the real control plane.
+package app

@@ -1,0 +1,58 @@
+package app
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// metrics are the process-level metrics of `fieldwatch run`.
+type metrics struct {
+	changes     *prometheus.CounterVec
+	evalErrors  prometheus.Counter
+	rules       prometheus.Gauge
+	reloads     prometheus.Counter
+	reloadFails prometheus.Counter
+	leader      prometheus.Gauge
+	serverShard prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "fieldwatch", Name: "changes_evaluated_total",
+			Help: "Changes evaluated against the rules, by type.",
+		}, []string{"type"}),
+		evalErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "fieldwatch", Name: "rule_evaluation_errors_total",
+			Help: "Rule evaluations that failed (a CEL runtime error, for example); the rule did not fire.",
+		}),
+		rules: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "fieldwatch", Name: "rules",
+			Help: "Rules loaded.",
+		}),
+		reloads: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "fieldwatch", Name: "rules_reloads_total",
+			Help: "Rules files reloaded successfully.",
+		}),
+		reloadFails: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "fieldwatch", Name: "rules_reload_failures_total",
+			Help: "Rules files that failed to load on a reload; the previous rules kept running.",
+		}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "fieldwatch", Name: "leader",
+			Help: "1 when this replica watches and acts (the leader, or no leader election).",
+		}),
+		serverShard: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "fieldwatch", Name: "shard_server_side",
+			Help: "1 when the apiserver filters this shard's objects (ShardedListAndWatch), 0 when the client does.",
+		}),
+	}
+	reg.MustRegister(m.changes, m.evalErrors, m.rules, m.reloads, m.reloadFails, m.leader, m.serverShard)
+	return m
+}
+
+func promhttpHandler(reg *prometheus.Registry) http.Handler {
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+}

@@ -1,0 +1,47 @@
+package app
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/fieldwatch/fieldwatch/watcher"
+)
+
+// pipeline is the watcher's handler: it evaluates a change against the
+// current rules and hands each firing to the actions. Deliver blocks while
+// an action's queue is full, which is how a slow receiver slows the watcher
+// instead of losing firings.
+type pipeline struct {
+	app        *App
+	lastErrLog atomic.Int64 // unix nanoseconds
+}
+
+var _ watcher.Handler = &pipeline{}
+
+// Handle implements watcher.Handler.
+func (p *pipeline) Handle(ctx context.Context, c *watcher.Change) error {
+	set := p.app.set.Load()
+	if len(set.RulesFor(rulesResource(c.Resource))) == 0 {
+		return nil // no rule watches this resource (any more)
+	}
+	p.app.metrics.changes.WithLabelValues(string(c.Type)).Inc()
+	firings, errs := set.Eval(rulesChange(c))
+	for _, err := range errs {
+		p.app.metrics.evalErrors.Inc()
+		// Evaluation errors repeat for every object a broken rule sees:
+		// log one a second, count all.
+		now, last := time.Now().UnixNano(), p.lastErrLog.Load()
+		if now-last > int64(time.Second) && p.lastErrLog.CompareAndSwap(last, now) {
+			o := c.Object()
+			p.app.log.Warn("rule evaluation failed", "gvr", c.Resource.String(),
+				"namespace", o.GetNamespace(), "name", o.GetName(), "err", err)
+		}
+	}
+	for _, f := range firings {
+		if err := p.app.disp.Load().Deliver(ctx, f, nil); err != nil {
+			return err // shutting down: the watcher keeps the change queued
+		}
+	}
+	return nil
+}

@@ -1,0 +1,124 @@
+package app
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/fieldwatch/fieldwatch/rules"
+	"github.com/fieldwatch/fieldwatch/watcher"
+)
+
+// loadRules loads the rules files and returns them with a digest of their
+// content, so that a reload can tell whether anything changed.
+func loadRules(files []string) (*rules.Set, string, error) {
+	h := sha256.New()
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, "", fmt.Errorf("read rules: %w", err)
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", f, len(data))
+		h.Write(data)
+	}
+	set, err := rules.Load(files...)
+	if err != nil {
+		return nil, "", err
+	}
+	return set, hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// watchRules reloads the rules when a rules file changes and on SIGHUP
+// (which also reopens the log action's files). It watches the files'
+// directories rather than the files, so that it sees the symlink swap with
+// which Kubernetes updates a mounted ConfigMap.
+func (a *App) watchRules(ctx context.Context) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	fw, err := fsnotify.NewWatcher()
+	if err != nil {
+		a.log.Error("cannot watch the rules files; reload with SIGHUP", "err", err)
+	} else {
+		defer fw.Close()
+		dirs := map[string]bool{}
+		for _, f := range a.cfg.RulesFiles {
+			dirs[filepath.Dir(f)] = true
+		}
+		for d := range dirs {
+			if err := fw.Add(d); err != nil {
+				a.log.Error("cannot watch a rules directory; reload with SIGHUP", "dir", d, "err", err)
+			}
+		}
+	}
+	var events <-chan fsnotify.Event
+	var errs <-chan error
+	if fw != nil {
+		events, errs = fw.Events, fw.Errors
+	}
+	var settle <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			a.log.Info("SIGHUP: reloading rules and reopening log files")
+			if d := a.disp.Load(); d != nil {
+				if err := d.Reopen(); err != nil {
+					a.log.Error("reopen log files", "err", err)
+				}
+			}
+			a.Reload()
+		case <-events:
+			// Editors and ConfigMap updates write in several steps:
+			// reload once they settle.
+			settle = time.After(250 * time.Millisecond)
+		case err := <-errs:
+			a.log.Warn("watching rules files", "err", err)
+		case <-settle:
+			settle = nil
+			a.Reload()
+		}
+	}
+}
+
+// Reload loads the rules files again. Invalid rules are logged and counted
+// and the running rules stay; valid ones replace them, and the watcher
+// adjusts its informers (those of resources still in use keep running).
+func (a *App) Reload() {
+	a.reload.Lock()
+	defer a.reload.Unlock()
+	set, digest, err := loadRules(a.cfg.RulesFiles)
+	if err != nil {
+		a.metrics.reloadFails.Inc()
+		a.log.Error("rules reload failed; the previous rules keep running", "err", err)
+		return
+	}
+	if digest == a.digest {
+		return
+	}
+	a.digest = digest
+	a.set.Store(set)
+	a.metrics.reloads.Inc()
+	a.metrics.rules.Set(float64(len(set.Rules())))
+	if w := a.watcher.Load(); w != nil {
+		if err := w.SetSelectors(watcherSelectors(set.Selectors()),
+			func(r watcher.Resource) watcher.Projection { return projection(set, r) }); err != nil {
+			a.log.Error("new selectors rejected by the watcher", "err", err)
+		}
+	}
+	if d := a.disp.Load(); d != nil {
+		d.Retain(set.Rules())
+	}
+	a.log.Info("rules reloaded", "rules", len(set.Rules()))
+}
+
