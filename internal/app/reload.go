@@ -121,4 +121,3 @@ func (a *App) Reload() {
 	}
 	a.log.Info("rules reloaded", "rules", len(set.Rules()))
 }
-
