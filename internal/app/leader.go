@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,8 +42,11 @@ func (a *App) elect(ctx context.Context, serve func(context.Context) error) erro
 		Client:     a.kube.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: id},
 	}
-	var serveErr error
-	led := false
+	// OnStartedLeading runs in a goroutine that le.Run does not wait for:
+	// served carries serve's result so that elect returns only once the
+	// drain is over.
+	served := make(chan error, 1)
+	var led atomic.Bool
 	a.standby.Store(true)
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
@@ -53,11 +57,11 @@ func (a *App) elect(ctx context.Context, serve func(context.Context) error) erro
 		Name:            a.cfg.LeaseName,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
-				led = true
+				led.Store(true)
 				a.standby.Store(false)
 				a.metrics.leader.Set(1)
 				a.log.Info("leading", "lease", a.cfg.LeaseNamespace+"/"+a.cfg.LeaseName, "identity", id)
-				serveErr = serve(ctx)
+				served <- serve(ctx)
 			},
 			OnStoppedLeading: func() {
 				a.metrics.leader.Set(0)
@@ -73,10 +77,13 @@ func (a *App) elect(ctx context.Context, serve func(context.Context) error) erro
 		return fmt.Errorf("leader election: %w", err)
 	}
 	le.Run(ctx)
-	switch {
-	case serveErr != nil:
-		return serveErr
-	case led && ctx.Err() == nil:
+	if !led.Load() {
+		return nil // stopped while standing by
+	}
+	if err := <-served; err != nil {
+		return err
+	}
+	if ctx.Err() == nil {
 		return errLostLeadership
 	}
 	return nil

@@ -1,0 +1,246 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
+)
+
+// binary is the fieldwatch binary the end-to-end tests run, built with
+// -race by TestMain.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "fieldwatch-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "fieldwatch")
+	build := exec.Command("go", "build", "-race", "-o", binary, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "build fieldwatch: %v\n", err)
+		os.Exit(1)
+	}
+	defer os.RemoveAll(dir)
+	testenv.Main(m, testenv.Options{})
+}
+
+// proc is a fieldwatch process run by a test.
+type proc struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	addr   string
+	mu     sync.Mutex
+	out    []string // stdout lines: the log action's payloads
+	stderr bytes.Buffer
+	done   chan struct{}
+}
+
+// startFieldwatch runs `fieldwatch run` with args against the cluster of
+// kubeconfig, waits until /readyz answers 200 (unless noWait), and stops it
+// with SIGTERM when the test ends, expecting exit code 0.
+func startFieldwatch(t *testing.T, kubeconfig string, args ...string) *proc {
+	t.Helper()
+	p := launch(t, kubeconfig, args...)
+	p.waitReady(60 * time.Second)
+	return p
+}
+
+func launch(t *testing.T, kubeconfig string, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, addr: freeAddr(t), done: make(chan struct{})}
+	full := append([]string{"run", "--kubeconfig", kubeconfig, "--http-addr", p.addr, "--log-level", "debug", "--grace-period", "10s"}, args...)
+	p.cmd = exec.Command(binary, full...)
+	p.cmd.Stderr = &syncWriter{mu: &p.mu, w: &p.stderr}
+	stdout, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(p.done)
+		s := bufio.NewScanner(stdout)
+		s.Buffer(make([]byte, 4<<20), 4<<20)
+		for s.Scan() {
+			p.mu.Lock()
+			p.out = append(p.out, s.Text())
+			p.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			p.stop()
+		}
+		if t.Failed() {
+			t.Logf("fieldwatch stderr (last 4 KiB):\n%s", tail(p.logs(), 4096))
+		}
+	})
+	return p
+}
+
+// stop sends SIGTERM and expects a clean exit.
+func (p *proc) stop() {
+	p.t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	exited := make(chan error, 1)
+	go func() { exited <- p.cmd.Wait() }()
+	select {
+	case err := <-exited:
+		<-p.done
+		if err != nil {
+			p.t.Errorf("fieldwatch exited with %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		p.t.Errorf("fieldwatch did not exit 30s after SIGTERM")
+	}
+}
+
+func (p *proc) logs() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stderr.String()
+}
+
+// payloads returns the payloads printed so far.
+func (p *proc) payloads() []map[string]any {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []map[string]any
+	for _, line := range p.out {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			p.t.Errorf("stdout line is not JSON: %q", line)
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// waitPayloads waits until at least n payloads were printed.
+func (p *proc) waitPayloads(n int, timeout time.Duration) []map[string]any {
+	p.t.Helper()
+	eventually(p.t, timeout, fmt.Sprintf("%d payloads", n), func() bool { return len(p.payloads()) >= n })
+	return p.payloads()
+}
+
+func (p *proc) waitReady(timeout time.Duration) {
+	p.t.Helper()
+	eventually(p.t, timeout, "fieldwatch /readyz", func() bool {
+		code, _ := p.get("/readyz")
+		return code == http.StatusOK
+	})
+}
+
+// get fetches a path of the process's HTTP server.
+func (p *proc) get(path string) (int, string) {
+	resp, err := http.Get("http://" + p.addr + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// metric returns the value of a metric sample line that starts with
+// prefix (name and labels), 0 if absent.
+func (p *proc) metric(prefix string) float64 {
+	_, body := p.get("/metrics")
+	for _, line := range strings.Split(body, "\n") {
+		if strings.HasPrefix(line, prefix) {
+			var v float64
+			fields := strings.Fields(line)
+			fmt.Sscan(fields[len(fields)-1], &v)
+			return v
+		}
+	}
+	return 0
+}
+
+type syncWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(b)
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// repo returns a path in the repository.
+func repo(t *testing.T, parts ...string) string {
+	t.Helper()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(append([]string{root}, parts...)...)
+}
+
+// apply applies a manifest with field manager "kubectl".
+func apply(t *testing.T, env *testenv.Env, manifest string) {
+	t.Helper()
+	if _, err := env.Apply(context.Background(), testenv.ApplyOptions{FieldManager: "kubectl"}, []byte(manifest)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeFile writes a file in a fresh temporary directory and returns its path.
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
