@@ -380,7 +380,8 @@ func (d *Dispatcher) Retain(rs []*rules.Rule) {
 // action drain its queue until ctx ends, then dead-letters what is still
 // undelivered with the error ShutdownError, cancelling attempts in flight.
 // It returns when every worker has stopped, with an error when ctx ended
-// before the queues were drained. Nothing is silently dropped.
+// before the queues were drained. Nothing is silently dropped. A second
+// Close returns ErrClosed at once.
 func (d *Dispatcher) Close(ctx context.Context) error {
 	d.mu.Lock()
 	if d.closed {

@@ -360,6 +360,53 @@ func TestReloadKeepsQueues(t *testing.T) {
 	}
 }
 
+// TestRetireWhileBlocked: retiring an action whose queue is full lets the
+// Deliver blocked on it finish once there is room; its firings are all
+// delivered and later firings of the new rules go to a new queue at once.
+func TestRetireWhileBlocked(t *testing.T) {
+	rc, release := blockingReceiver(t)
+	h := newHarness(t, func(o *Options) {
+		o.QueueSize = 1
+		o.WebhookWorkers = 1
+	})
+	old := webhookRule("r", &rules.WebhookAction{URL: rc.URL, Timeout: time.Minute})
+	done := newDoneCounter(t)
+	send := func(r *rules.Rule) {
+		f := newFiring(r)
+		h.deliver(t, f, done.fn(f.ID))
+	}
+	send(old)
+	eventually(t, 5*time.Second, "the first request", func() bool { return rc.count() == 1 })
+	send(old) // the queue is full now
+	blocked := newFiring(old)
+	returned := make(chan error, 1)
+	go func() { returned <- h.Deliver(context.Background(), blocked, done.fn(blocked.ID)) }()
+	eventually(t, 5*time.Second, "a blocked sender", func() bool {
+		h.mu.RLock()
+		in := h.byRule[old][0]
+		h.mu.RUnlock()
+		in.mu.Lock()
+		defer in.mu.Unlock()
+		return in.senders == 1
+	})
+
+	renamed := webhookRule("r", &rules.WebhookAction{URL: rc.URL + "/v2", Timeout: time.Minute})
+	h.Retain([]*rules.Rule{renamed})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := h.Deliver(ctx, newFiring(renamed), nil); err != nil {
+		t.Fatalf("Deliver to the new rule while the old queue is full: %v", err)
+	}
+	close(release)
+	if err := <-returned; err != nil {
+		t.Fatalf("the blocked Deliver: %v", err)
+	}
+	eventually(t, 5*time.Second, "the old firings done", func() bool { return done.total.Load() == 3 })
+	if dls := h.deadLetters(t); len(dls) != 0 {
+		t.Errorf("dead letters: %+v", dls)
+	}
+}
+
 // TestMetricsRegistered: every metric is registered under fieldwatch_, and
 // a second Dispatcher on the same registry shares them.
 func TestMetricsRegistered(t *testing.T) {

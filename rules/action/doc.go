@@ -12,7 +12,10 @@
 // for good, or that is still undelivered when Close's grace period ends, is
 // written to the dead-letter file <state-dir>/dead-letter.jsonl. Deliver's
 // done callback tells the caller when a firing is handled, so that it can
-// persist its progress.
+// persist its progress. Delivery is at least once: a receiver drops
+// duplicates by the payload's id (the webhook's Idempotency-Key header).
+// Order is kept by the log action (one writer) only; the other actions
+// run several workers each.
 //
 // The webhook action signs request bodies with HMAC-SHA256 when asked;
 // VerifySignature is the receiver's half of that scheme, for Go receivers.

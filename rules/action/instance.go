@@ -56,9 +56,11 @@ type instance struct {
 	m       series
 	log     *slog.Logger
 
-	mu     sync.RWMutex // held for reading while sending on queue
-	closed bool         // queue closed
-	wg     sync.WaitGroup
+	mu      sync.Mutex
+	closed  bool       // no new sends; queue is closed once senders is 0
+	senders int        // enqueue calls between their check of closed and their send
+	idle    *sync.Cond // signalled when senders drops to 0
+	wg      sync.WaitGroup
 }
 
 // actionKey identifies an action across rule reloads: the rule's name, the
@@ -92,6 +94,7 @@ func (d *Dispatcher) newInstance(rule string, i int, a rules.Action) *instance {
 		m:     d.metrics.series(rule, kind, i),
 		log:   d.log.With("rule", rule, "action", kind, "index", i),
 	}
+	in.idle = sync.NewCond(&in.mu)
 	switch {
 	case a.Log != nil:
 		in.retry = rules.Retry{}.WithDefaults()
@@ -130,11 +133,20 @@ func (f handlerFunc) attempt(ctx context.Context, it *item) error { return f(ctx
 
 // enqueue queues it, blocking while the queue is full until ctx ends.
 func (in *instance) enqueue(ctx context.Context, it *item) error {
-	in.mu.RLock()
-	defer in.mu.RUnlock()
+	in.mu.Lock()
 	if in.closed {
+		in.mu.Unlock()
 		return errRetired
 	}
+	in.senders++
+	in.mu.Unlock()
+	defer func() {
+		in.mu.Lock()
+		if in.senders--; in.senders == 0 {
+			in.idle.Broadcast()
+		}
+		in.mu.Unlock()
+	}()
 	// depth goes up before the send so that a worker never takes it
 	// below zero.
 	in.m.depth.Inc()
@@ -154,15 +166,20 @@ func (in *instance) enqueue(ctx context.Context, it *item) error {
 	}
 }
 
-// closeInput closes the queue; the workers drain it and stop. It waits
-// for the Delivers blocked on a full queue.
+// closeInput refuses new firings at once, waits for the Delivers already
+// sending (blocked on a full queue until the workers make room or their
+// context ends), and closes the queue; the workers drain it and stop.
 func (in *instance) closeInput() {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if !in.closed {
-		in.closed = true
-		close(in.queue)
+	if in.closed {
+		return // another caller is closing it
 	}
+	in.closed = true
+	for in.senders > 0 {
+		in.idle.Wait()
+	}
+	close(in.queue)
 }
 
 // work is one worker: it delivers queued firings until the queue is closed

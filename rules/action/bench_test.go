@@ -1,0 +1,179 @@
+package action
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fieldwatch/fieldwatch/rules"
+)
+
+// benchDispatcher is a Dispatcher as the command builds it: quiet logger,
+// default workers and queue.
+func benchDispatcher(b *testing.B) *Dispatcher {
+	b.Helper()
+	d, err := New(Options{
+		Logger:     slog.New(slog.DiscardHandler),
+		Registerer: prometheus.NewRegistry(),
+		StateDir:   b.TempDir(),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = d.Close(ctx)
+	})
+	return d
+}
+
+// drain delivers n firings of r as fast as Deliver takes them (a backlog)
+// and returns the firings per second, first Deliver to last done.
+func drain(b *testing.B, d *Dispatcher, r *rules.Rule, n int) float64 {
+	b.Helper()
+	firings := make([]rules.Firing, n)
+	for i := range firings {
+		firings[i] = newFiring(r)
+	}
+	var left sync.WaitGroup
+	left.Add(n)
+	ctx := context.Background()
+	start := time.Now()
+	for _, f := range firings {
+		if err := d.Deliver(ctx, f, left.Done); err != nil {
+			b.Fatal(err)
+		}
+	}
+	left.Wait()
+	return float64(n) / time.Since(start).Seconds()
+}
+
+// BenchmarkLog: firings per second through the log action to a file.
+func BenchmarkLog(b *testing.B) {
+	d := benchDispatcher(b)
+	r := &rules.Rule{Name: "bench-log", Actions: []rules.Action{{Log: &rules.LogAction{File: filepath.Join(b.TempDir(), "firings.jsonl")}}}}
+	b.ResetTimer()
+	rate := drain(b, d, r, b.N)
+	b.ReportMetric(rate, "firings/s")
+}
+
+// benchReceiver is a minimal local webhook receiver: it reads the body and
+// answers 200, calling seen with the idempotency key.
+func benchReceiver(b *testing.B, seen func(id string)) string {
+	b.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if seen != nil {
+			seen(r.Header.Get("Idempotency-Key"))
+		}
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	b.Cleanup(func() { _ = srv.Close() })
+	return "http://" + ln.Addr().String() + "/hook"
+}
+
+// BenchmarkWebhook: firings per second through the webhook action to a
+// local receiver, draining a backlog (receiver in the same process, so
+// sharing the CPUs).
+func BenchmarkWebhook(b *testing.B) {
+	url := benchReceiver(b, nil)
+	d := benchDispatcher(b)
+	r := webhookRule("bench-webhook", &rules.WebhookAction{URL: url})
+	drain(b, d, r, 2000) // warm the connection pool
+	b.ResetTimer()
+	rate := drain(b, d, r, b.N)
+	b.ReportMetric(rate, "firings/s")
+}
+
+// maxWebhookRate is the drain rate BenchmarkWebhookLatency paces against,
+// measured once per process.
+var (
+	maxWebhookRateOnce sync.Once
+	maxWebhookRate     float64
+)
+
+func measureMaxWebhookRate(b *testing.B) float64 {
+	maxWebhookRateOnce.Do(func() {
+		url := benchReceiver(b, nil)
+		d := benchDispatcher(b)
+		r := webhookRule("bench-max", &rules.WebhookAction{URL: url})
+		drain(b, d, r, 2000)
+		maxWebhookRate = drain(b, d, r, 30000)
+	})
+	return maxWebhookRate
+}
+
+// BenchmarkWebhookLatency: the time from Deliver to the receiver getting
+// the request, at half the webhook's maximum rate, as p50 and p99.
+func BenchmarkWebhookLatency(b *testing.B) {
+	rate := measureMaxWebhookRate(b) / 2
+	var mu sync.Mutex
+	sent := map[string]time.Time{}
+	var latencies []time.Duration
+	var got atomic.Int64
+	url := benchReceiver(b, func(id string) {
+		now := time.Now()
+		mu.Lock()
+		latencies = append(latencies, now.Sub(sent[id]))
+		mu.Unlock()
+		got.Add(1)
+	})
+	d := benchDispatcher(b)
+	r := webhookRule("bench-latency", &rules.WebhookAction{URL: url})
+	drain(b, d, r, 2000)
+	mu.Lock()
+	latencies = latencies[:0]
+	mu.Unlock()
+	got.Store(0)
+
+	n := max(b.N, 1000)
+	firings := make([]rules.Firing, n)
+	for i := range firings {
+		firings[i] = newFiring(r)
+	}
+	interval := time.Duration(float64(time.Second) / rate)
+	ctx := context.Background()
+	b.ResetTimer()
+	start := time.Now()
+	for i, f := range firings {
+		// Pace by the clock, not by sleeping per firing, so that
+		// oversleeping is caught up on.
+		if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
+			time.Sleep(wait)
+		}
+		mu.Lock()
+		sent[f.ID] = time.Now()
+		mu.Unlock()
+		if err := d.Deliver(ctx, f, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for got.Load() < int64(n) {
+		time.Sleep(time.Millisecond)
+	}
+	b.StopTimer()
+	mu.Lock()
+	defer mu.Unlock()
+	slices.Sort(latencies)
+	pct := func(p float64) float64 {
+		return float64(latencies[int(p*float64(len(latencies)-1))]) / float64(time.Millisecond)
+	}
+	b.ReportMetric(rate, "paced-firings/s")
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+}
