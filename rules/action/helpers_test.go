@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -22,7 +23,18 @@ import (
 	"github.com/fieldwatch/fieldwatch/rules"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{}) }
+// TestMain starts the control plane for the event and patch tests, except
+// in the worker processes of `go test -fuzz`: they run only the fuzz
+// target, which needs no Kubernetes, and a control plane started in each
+// of them stalls the fuzzer (its workers do not answer in time; their
+// control planes are left behind).
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if f := flag.Lookup("test.fuzzworker"); f != nil && f.Value.String() == "true" {
+		os.Exit(m.Run())
+	}
+	testenv.Main(m, testenv.Options{})
+}
 
 // syncBuffer is a bytes.Buffer safe for concurrent writers.
 type syncBuffer struct {
