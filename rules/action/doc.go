@@ -17,6 +17,13 @@
 // Order is kept by the log action (one writer) only; the other actions
 // run several workers each.
 //
+// Metrics (registered on Options.Registerer), each with the labels rule,
+// action (the action's kind) and index (its position in the rule):
+// fieldwatch_action_fired_total, _delivered_total, _failed_total (failed
+// attempts), _retried_total, _dead_lettered_total, the gauge
+// fieldwatch_action_queue_depth and the histogram
+// fieldwatch_action_delivery_seconds (Deliver to delivered).
+//
 // The webhook action signs request bodies with HMAC-SHA256 when asked;
 // VerifySignature is the receiver's half of that scheme, for Go receivers.
 //

@@ -203,7 +203,7 @@ func eventName(object, id string, index int) string {
 func dnsSafe(name string, n int) string {
 	b := []byte(strings.ToLower(name))
 	for i, c := range b {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.') {
+		if !dnsChar(c) {
 			b[i] = '-'
 		}
 	}
@@ -220,6 +220,10 @@ func dnsSafe(name string, n int) string {
 		return "object"
 	}
 	return strings.Join(labels, ".")
+}
+
+func dnsChar(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.'
 }
 
 func apiVersion(o rules.ObjectRef) string {

@@ -22,7 +22,7 @@ func TestEventName(t *testing.T) {
 	if eventName("w", "id", 0) == eventName("w", "id", 1) {
 		t.Error("two actions of one firing share an event name")
 	}
-	if eventName("w", "id", 0) != eventName("w", "id", 0) {
+	if a, b := eventName("w", "id", 0), eventName("w", "id", 0); a != b {
 		t.Error("event name not stable")
 	}
 }

@@ -139,7 +139,7 @@ func readPids(t *testing.T, path string) []int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	var out []int
 	s := bufio.NewScanner(f)
 	for s.Scan() {

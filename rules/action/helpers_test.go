@@ -189,7 +189,7 @@ func (h *harness) deadLetters(t testing.TB) []DeadLetter {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	var out []DeadLetter
 	s := bufio.NewScanner(f)
 	s.Buffer(nil, 1<<20)

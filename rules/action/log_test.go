@@ -97,7 +97,7 @@ func jsonLines(t *testing.T, path string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	n := 0
 	s := bufio.NewScanner(f)
 	for s.Scan() {

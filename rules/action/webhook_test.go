@@ -358,7 +358,7 @@ func TestWebhookReceiverComesBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
-	ln.Close() // down: connections are refused
+	_ = ln.Close() // down: connections are refused
 
 	h := newHarness(t, nil)
 	retry := rules.Retry{Attempts: 100, InitialBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}
