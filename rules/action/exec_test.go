@@ -169,7 +169,7 @@ func alive(pid int) bool {
 func TestExecConcurrencyCap(t *testing.T) {
 	dir := t.TempDir()
 	events := filepath.Join(dir, "events")
-	bin := script(t, dir, "slow", `echo start >> "$EVENTS"; sleep 0.2; echo end >> "$EVENTS"`)
+	bin := script(t, dir, "slow", `echo start >> "$EVENTS"; sleep 0.3; echo end >> "$EVENTS"`)
 	h := newHarness(t, func(o *Options) {
 		o.MaxProcesses = 2
 		o.ExecWorkers = 4
