@@ -20,8 +20,8 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## build bin/fieldwatch
-	$(GO) build -o $(BIN)/fieldwatch ./cmd/fieldwatch
+build: ## build bin/fieldwatch (static, as in the image)
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/fieldwatch ./cmd/fieldwatch
 
 .PHONY: controlplane
 controlplane: ## build kube-apiserver and etcd into bin/ (once; about 12 minutes the first time)
@@ -38,8 +38,40 @@ lint: check ## gofmt, go vet and golangci-lint (pinned)
 	$(GO) run $(GOLANGCI_LINT) run ./...
 
 .PHONY: test
-test: controlplane check ## unit and integration tests with -race on the real control plane
+test: controlplane check examples fuzz-short ## unit and integration tests with -race on the real control plane
 	$(GO) test $(TEST_FLAGS) ./...
+
+.PHONY: examples
+examples: build ## run every example's cases through `fieldwatch test`
+	@set -e; for rules in examples/*/rules.yaml; do \
+	  dir=$$(dirname $$rules); \
+	  echo "fieldwatch test --rules $$rules $$dir/cases.yaml"; \
+	  $(BIN)/fieldwatch test -q --rules $$rules $$dir/cases.yaml; \
+	done
+
+# FUZZ_TARGETS are package:Fuzz pairs; go test -fuzz takes one at a time.
+FUZZ_TARGETS := ./rules:FuzzLoad ./rules:FuzzCompilePath ./rules/action:FuzzParseRetryAfter ./rules/action:FuzzVerifySignature
+
+.PHONY: fuzz-short
+fuzz-short: ## run every fuzz target briefly (FUZZ_TIME, default 10s)
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; fn=$${t##*:}; \
+	  echo "fuzz $$pkg $$fn for $(FUZZ_TIME)"; \
+	  $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZ_TIME) $$pkg; \
+	done
+
+.PHONY: fuzz
+fuzz: ## run every fuzz target for 5 minutes
+	$(MAKE) fuzz-short FUZZ_TIME=5m
+
+.PHONY: deploy/rbac.yaml
+deploy/rbac.yaml: build ## regenerate the deploy RBAC from deploy/rules.yaml
+	(echo "# Regenerate with: make deploy/rbac.yaml (fieldwatch rbac --offline --rules deploy/rules.yaml --leader-elect)"; \
+	  $(BIN)/fieldwatch rbac --offline --rules deploy/rules.yaml --leader-elect) > deploy/rbac.yaml
+
+.PHONY: image
+image: ## build the container image (needs a Docker engine)
+	docker build -t fieldwatch:dev .
 
 .PHONY: demo
 demo: controlplane build ## run fieldwatch on a local control plane and show what fires

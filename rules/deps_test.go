@@ -11,7 +11,7 @@ import (
 func TestNoClientGo(t *testing.T) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		t.Skip("go tool not in PATH")
+		t.Fatalf("go tool not in PATH: %v", err)
 	}
 	out, err := exec.Command(goTool, "list", "-deps", ".").Output()
 	if err != nil {

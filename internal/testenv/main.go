@@ -3,40 +3,46 @@ package testenv
 import (
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 )
 
-var shared *Env
+var (
+	sharedOpts Options
+	sharedOnce sync.Once
+	shared     *Env
+	sharedErr  error
+)
 
-// Main starts one control plane for a test package, runs its tests and
-// stops the control plane. Call it from TestMain:
+// Main runs a test package whose tests share one control plane: the first
+// call to Shared starts it, and Main stops it after the tests. Call it from
+// TestMain:
 //
 //	func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{}) }
 //
-// When the control plane cannot start, every test of the package fails with
-// the reason: exit code 1, never a skip.
+// Starting lazily keeps the control plane out of test binaries that need
+// none, such as the worker processes of `go test -fuzz`.
 func Main(m *testing.M, opts Options) {
-	e, err := New(opts)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "testenv: start control plane: %v\n", err)
-		os.Exit(1)
-	}
-	shared = e
+	sharedOpts = opts
 	code := m.Run()
-	if err := e.Stop(); err != nil {
-		fmt.Fprintf(os.Stderr, "testenv: stop control plane: %v\n", err)
-		if code == 0 {
-			code = 1
+	if shared != nil {
+		if err := shared.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "testenv: stop control plane: %v\n", err)
+			if code == 0 {
+				code = 1
+			}
 		}
 	}
 	os.Exit(code)
 }
 
-// Shared returns the control plane started by Main.
+// Shared returns the package's control plane, starting it on first use.
+// When it cannot start, the test fails with the reason (never a skip).
 func Shared(t testing.TB) *Env {
 	t.Helper()
-	if shared == nil {
-		t.Fatal("testenv.Shared called without testenv.Main in TestMain")
+	sharedOnce.Do(func() { shared, sharedErr = New(sharedOpts) })
+	if sharedErr != nil {
+		t.Fatalf("start control plane: %v", sharedErr)
 	}
 	return shared
 }
