@@ -119,8 +119,8 @@ func (fw *fieldwatch) get(t *testing.T, path string) (int, string) {
 	if err != nil {
 		return 0, err.Error()
 	}
-	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
 	return resp.StatusCode, strings.TrimSpace(string(body))
 }
 
