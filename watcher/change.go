@@ -33,6 +33,23 @@ type Change struct {
 	Initial bool
 	// Time is when the watcher received the event.
 	Time time.Time
+
+	// deferred is set by Defer.
+	deferred func()
+}
+
+// Defer tells the watcher that the handler finishes c after Handle returns
+// (its actions run asynchronously): the watcher records c's object as
+// handled, for the restart baseline, only when done is called. Call it
+// from Handle, at most once; done must then be called exactly once.
+// Without Defer, c counts as handled when Handle returns nil.
+func (c *Change) Defer() (done func()) {
+	finish := c.deferred
+	c.deferred = nil
+	if finish == nil {
+		return func() {}
+	}
+	return finish
 }
 
 // Object returns New, or Old for a deletion.

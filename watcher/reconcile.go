@@ -108,6 +108,8 @@ func (w *Watcher) reconcile(ctx context.Context) error {
 			rw.stop()
 		case handover[gr] != nil:
 			mode, base = baselineStart, handover[gr]
+		case w.cfg.Store != nil && wt.deliver && !w.started.Load():
+			mode, base = w.storedBaseline(wt.res)
 		case !w.started.Load() || w.known[gr] || w.everFailed[gvr.GroupVersion()]:
 			// At start, or a resource that existed before (newly
 			// selected, or an aggregated API back): its objects are not
@@ -125,6 +127,9 @@ func (w *Watcher) reconcile(ctx context.Context) error {
 		w.log.Info("watching", "gvr", wt.res.String(), "custom", wt.res.Custom, "deliver", wt.deliver)
 	}
 
+	if w.cfg.Store != nil {
+		w.syncStore(served, d.failed, wants)
+	}
 	for _, r := range d.resources {
 		w.known[r.GroupResource()] = true
 	}
@@ -169,6 +174,12 @@ func (w *Watcher) startWatch(ctx context.Context, res Resource, proj Projection,
 	rw.deliver.Store(deliver)
 	rw.mode = mode
 	rw.baseline = base
+	rw.record = w.cfg.Store != nil && deliver && mode == quietStart
+	if w.cfg.Store != nil && deliver {
+		if err := w.cfg.Store.track(res); err != nil {
+			w.log.Error("cannot record a resource in the baseline", "gvr", res.String(), "err", err)
+		}
+	}
 	if res.GroupVersionResource == crdResource.GroupVersionResource || res.GroupVersionResource == apiServiceResource.GroupVersionResource {
 		rw.observe = func(*Change) { w.triggerDiscovery() }
 	}
@@ -220,4 +231,85 @@ func (w *Watcher) isForbidden(gvr schema.GroupVersionResource) bool {
 	defer w.forbiddenMu.Unlock()
 	since, ok := w.forbiddenSince[gvr]
 	return ok && time.Since(since) < forbiddenRetry
+}
+
+// storedBaseline decides how a resource starts at process start when there
+// is a Store: against the objects recorded by the previous run; with an
+// empty baseline (every object is new) when the resource appeared while
+// the watcher was down; quietly (the objects become the baseline) on the
+// very first run or when the previous run did not watch it.
+func (w *Watcher) storedBaseline(res Resource) (startMode, map[types.UID]*Object) {
+	store, gr := w.cfg.Store, res.GroupResource()
+	switch {
+	case store.hasResource(gr):
+		base, err := store.load(gr, res)
+		if err != nil {
+			w.log.Error("cannot read the baseline of a resource; starting it without one", "gvr", res.String(), "err", err)
+			return quietStart, nil
+		}
+		w.log.Info("comparing with the baseline of the previous run", "gvr", res.String(), "objects", len(base))
+		return baselineStart, base
+	case !store.firstRun() && !store.wasKnown(gr):
+		w.log.Info("resource appeared while fieldwatch was down: its objects are new", "gvr", res.String())
+		return baselineStart, map[types.UID]*Object{}
+	}
+	return quietStart, nil
+}
+
+// syncStore keeps the Store in step with discovery: resources recorded
+// but no longer served (their CRD deleted, maybe while the watcher was
+// down) report their objects deleted; resources no longer selected are
+// forgotten; the served set is remembered for the next run. w.mu is held.
+func (w *Watcher) syncStore(served map[schema.GroupResource]bool, failed map[schema.GroupVersion]error, wants map[schema.GroupVersionResource]*want) {
+	store := w.cfg.Store
+	stored, err := store.resources()
+	if err != nil {
+		w.log.Error("cannot read the baseline's resources", "err", err)
+		return
+	}
+	selected := map[schema.GroupResource]bool{}
+	for gvr, wt := range wants {
+		if wt.deliver {
+			selected[gvr.GroupResource()] = true
+		}
+	}
+	for gr, res := range stored {
+		switch {
+		case selected[gr], failed[res.GroupVersion()] != nil:
+		case served[gr]:
+			if err := store.dropResource(gr); err != nil {
+				w.log.Error("cannot forget a resource in the baseline", "gvr", res.String(), "err", err)
+			}
+		case !w.gone[gr]:
+			objs, err := store.load(gr, res)
+			if err != nil {
+				w.log.Error("cannot read the baseline of a vanished resource", "gvr", res.String(), "err", err)
+				continue
+			}
+			w.gone[gr] = true
+			w.log.Info("resource gone since the last run: its recorded objects were deleted", "gvr", res.String(), "objects", len(objs))
+			for _, o := range objs {
+				w.enqueue(&Change{Type: Deleted, Resource: res, Old: o, Time: time.Now()})
+			}
+		}
+	}
+	if !sameSet(served, w.storedKnown) {
+		if err := store.setKnown(served); err != nil {
+			w.log.Error("cannot record the served resources in the baseline", "err", err)
+			return
+		}
+		w.storedKnown = served
+	}
+}
+
+func sameSet[K comparable](a, b map[K]bool) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k := range a {
+		if !b[k] {
+			return false
+		}
+	}
+	return true
 }

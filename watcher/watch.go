@@ -47,6 +47,7 @@ type resourceWatch struct {
 	observe func(c *Change) // internal observer (CRD tracking), may be nil
 
 	mode      startMode
+	record    bool // quietStart with a Store: record the initial objects as the baseline
 	initialMu sync.Mutex
 	baseline  map[types.UID]*Object // baselineStart: not yet seen
 	cancel    context.CancelFunc
@@ -178,8 +179,11 @@ func (rw *resourceWatch) OnAdd(obj any, isInInitialList bool) {
 	}
 	switch rw.mode {
 	case quietStart:
-		if rw.w.cfg.InitialSync {
+		switch {
+		case rw.w.cfg.InitialSync:
 			rw.emit(&Change{Type: Created, Resource: rw.res, New: o, Initial: true, Time: time.Now()})
+		case rw.record && !o.typ.foreign:
+			rw.w.cfg.Store.put(rw.res, o)
 		}
 	case baselineStart:
 		rw.initialMu.Lock()

@@ -45,6 +45,11 @@ type Config struct {
 	MaxRetryDelay time.Duration
 	// Shard restricts the watcher to a share of the objects.
 	Shard Shard
+	// Store, when set, keeps the restart baseline: what was handled for
+	// each object, so that the next run reports what changed meanwhile
+	// (see Store). The caller opens and closes it; close it after the
+	// handler's deferred changes are done.
+	Store *Store
 	// Logger receives the watcher's logs (default slog.Default()).
 	Logger *slog.Logger
 	// Registerer receives the watcher's metrics (nil: not registered).
@@ -78,15 +83,18 @@ type Watcher struct {
 	pending *pending
 	trigger chan struct{}
 	started atomic.Bool // the initial sync is done and workers run
+	commits *commits    // nil without a Store
 
-	mu         sync.Mutex
-	selectors  []Selector
-	projection func(Resource) Projection
-	watches    map[schema.GroupVersionResource]*resourceWatch
-	known      map[schema.GroupResource]bool // resources discovered at least once
-	failedGV   map[schema.GroupVersion]bool  // group versions whose discovery fails
-	everFailed map[schema.GroupVersion]bool  // group versions whose discovery ever failed
-	crds       *resourceWatch                // nil when CRDs cannot be listed
+	mu          sync.Mutex
+	selectors   []Selector
+	projection  func(Resource) Projection
+	watches     map[schema.GroupVersionResource]*resourceWatch
+	known       map[schema.GroupResource]bool // resources discovered at least once
+	failedGV    map[schema.GroupVersion]bool  // group versions whose discovery fails
+	everFailed  map[schema.GroupVersion]bool  // group versions whose discovery ever failed
+	crds        *resourceWatch                // nil when CRDs cannot be listed
+	gone        map[schema.GroupResource]bool // stored resources reported deleted this run
+	storedKnown map[schema.GroupResource]bool // served set last written to the Store
 
 	forbiddenMu    sync.Mutex // not mu: informers report while reconcile holds mu
 	forbiddenSince map[schema.GroupVersionResource]time.Time
@@ -149,8 +157,12 @@ func NewForClients(dyn dynamic.Interface, disc discovery.DiscoveryInterface, cfg
 		known:      map[schema.GroupResource]bool{},
 		failedGV:   map[schema.GroupVersion]bool{},
 		everFailed: map[schema.GroupVersion]bool{},
+		gone:       map[schema.GroupResource]bool{},
 
 		forbiddenSince: map[schema.GroupVersionResource]time.Time{},
+	}
+	if cfg.Store != nil {
+		w.commits = newCommits(cfg.Store)
 	}
 	w.metrics = newMetrics(cfg.Registerer, func() float64 { return float64(w.pending.len()) })
 	w.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
@@ -361,7 +373,23 @@ func (w *Watcher) processNext(ctx context.Context) bool {
 	defer w.queue.Done(k)
 	list := w.pending.take(k)
 	for i, c := range list {
-		if err := w.cfg.Handler.Handle(ctx, c); err != nil {
+		var pc *commit
+		if w.commits != nil {
+			pc = w.commits.start(k, c)
+			c.deferred = func() { w.commits.finish(k, pc) }
+		}
+		err := w.cfg.Handler.Handle(ctx, c)
+		if pc != nil {
+			switch {
+			case err != nil:
+				c.deferred = nil
+				w.commits.abandon(k, pc)
+			case c.deferred != nil: // not deferred: handled now
+				c.deferred = nil
+				w.commits.finish(k, pc)
+			}
+		}
+		if err != nil {
 			w.pending.putBack(k, list[i:])
 			w.metrics.handlerErrors.Inc()
 			w.log.Warn("handling change failed; will retry", "gvr", c.Resource.String(),

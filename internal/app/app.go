@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -167,6 +169,21 @@ func (a *App) serve(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var store *watcher.Store
+	if a.cfg.StateDir != "" {
+		if err := os.MkdirAll(a.cfg.StateDir, 0o700); err != nil {
+			return fmt.Errorf("state dir: %w", err)
+		}
+		if store, err = watcher.OpenStore(filepath.Join(a.cfg.StateDir, "baseline.db"), a.log); err != nil {
+			return err
+		}
+		// Closed after the actions: their completions record changes.
+		defer func() {
+			if err := store.Close(); err != nil {
+				a.log.Error("closing the baseline", "err", err)
+			}
+		}()
+	}
 	set := a.set.Load()
 	w, err := watcher.New(a.cfg.Rest, watcher.Config{
 		Selectors:    watcherSelectors(set.Selectors()),
@@ -175,6 +192,7 @@ func (a *App) serve(ctx context.Context) error {
 		Workers:      a.cfg.Workers,
 		DrainTimeout: a.cfg.GracePeriod / 2,
 		Shard:        shard,
+		Store:        store,
 		Logger:       a.log,
 		Registerer:   a.reg,
 	})

@@ -38,8 +38,21 @@ func (p *pipeline) Handle(ctx context.Context, c *watcher.Change) error {
 				"namespace", o.GetNamespace(), "name", o.GetName(), "err", err)
 		}
 	}
+	if len(firings) == 0 {
+		return nil
+	}
+	// The change counts as handled (for the restart baseline) once every
+	// action of every firing is done: delivered, or dead-lettered.
+	done := c.Defer()
+	var remaining atomic.Int64
+	remaining.Store(int64(len(firings)))
+	each := func() {
+		if remaining.Add(-1) == 0 {
+			done()
+		}
+	}
 	for _, f := range firings {
-		if err := p.app.disp.Load().Deliver(ctx, f, nil); err != nil {
+		if err := p.app.disp.Load().Deliver(ctx, f, each); err != nil {
 			return err // shutting down: the watcher keeps the change queued
 		}
 	}

@@ -1,0 +1,394 @@
+package watcher
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Store keeps, per object, the projected state the handler last finished
+// with, in a bbolt file, so that after a restart the watcher reports what
+// changed while it was down: objects changed since are updates with the
+// right old values, objects gone are deletions, objects new are creations,
+// objects unchanged fire nothing.
+//
+// Writes are queued and committed in batches by one goroutine, off the
+// informers' and workers' paths. A crash loses at most the last batch, and
+// what it loses is re-reported after the restart (at least once, with the
+// same payload ids): never the reverse. bbolt's transactions make the file
+// survive a SIGKILL at any moment.
+type Store struct {
+	db   *bolt.DB
+	path string
+	log  *slog.Logger
+
+	flushMu sync.Mutex // one flush at a time, so writes commit in order
+	mu      sync.Mutex
+	ops     []storeOp
+	kick    chan struct{}
+	closed  chan struct{}
+	flushed chan struct{}
+	err     error
+
+	// known is the set of resources the previous run served; nil on the
+	// very first run.
+	known map[schema.GroupResource]bool
+}
+
+// storeOp is one queued write: a put of obj, or a delete of uid.
+type storeOp struct {
+	res Resource
+	uid types.UID
+	obj *Object // nil: delete
+}
+
+// record is how one object is kept on disk.
+type record struct {
+	Namespace       string `json:"ns,omitempty"`
+	Name            string `json:"n"`
+	ResourceVersion string `json:"rv"`
+	Projection      string `json:"p"` // JSON of the Projection the object was kept under
+	Rest            []byte `json:"r"`
+}
+
+// resourceMeta describes a bucket's resource, so that its objects can be
+// reported deleted when the resource is gone at the next start.
+type resourceMeta struct {
+	Group, Version, Resource, Kind string
+	Namespaced, Custom             bool
+}
+
+const (
+	storeFormat   = "fieldwatch-baseline-v1"
+	metaBucket    = "meta"
+	formatKey     = "format"
+	knownKey      = "known"
+	resMetaKey    = "\x00resource" // in each resource bucket; UIDs never start with NUL
+	storeBatch    = 1000
+	storeInterval = 100 * time.Millisecond
+)
+
+// OpenStore opens (or creates) the baseline file. A file that is not a
+// fieldwatch baseline or fails its consistency check is moved aside (the
+// log says where) and replaced by an empty one: a broken baseline is never
+// silently reused. A file held by another process is an error.
+func OpenStore(path string, log *slog.Logger) (*Store, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	db, err := openChecked(path)
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil, fmt.Errorf("baseline %s is in use by another process", path)
+	}
+	if err != nil {
+		aside := fmt.Sprintf("%s.corrupt-%d", path, time.Now().Unix())
+		if rerr := os.Rename(path, aside); rerr != nil {
+			return nil, fmt.Errorf("baseline %s is unusable (%v) and cannot be moved aside: %w", path, err, rerr)
+		}
+		log.Error("baseline file is unusable; moved aside, starting with an empty baseline",
+			"path", path, "movedTo", aside, "err", err)
+		if db, err = openChecked(path); err != nil {
+			return nil, fmt.Errorf("create baseline %s: %w", path, err)
+		}
+	}
+	s := &Store{db: db, path: path, log: log, kick: make(chan struct{}, 1), closed: make(chan struct{}), flushed: make(chan struct{})}
+	if s.known, err = s.readKnown(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	go s.writer()
+	return s, nil
+}
+
+// openChecked opens the file and checks that it is a consistent
+// fieldwatch baseline (or empty, then marks it as one).
+func openChecked(path string) (db *bolt.DB, err error) {
+	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		// bbolt panics on some corrupted pages rather than erroring.
+		if r := recover(); r != nil {
+			err = fmt.Errorf("corrupted: %v", r)
+		}
+		if err != nil {
+			_ = db.Close()
+			db = nil
+		}
+	}()
+	err = db.Update(func(tx *bolt.Tx) error {
+		for cerr := range tx.Check() {
+			return fmt.Errorf("consistency check: %w", cerr)
+		}
+		meta := tx.Bucket([]byte(metaBucket))
+		if meta == nil {
+			if k, _ := tx.Cursor().First(); k != nil {
+				return errors.New("not a fieldwatch baseline (no meta bucket)")
+			}
+			meta, err := tx.CreateBucket([]byte(metaBucket))
+			if err != nil {
+				return err
+			}
+			return meta.Put([]byte(formatKey), []byte(storeFormat))
+		}
+		if f := string(meta.Get([]byte(formatKey))); f != storeFormat {
+			return fmt.Errorf("not a fieldwatch baseline (format %q)", f)
+		}
+		return nil
+	})
+	return db, err
+}
+
+func (s *Store) readKnown() (map[schema.GroupResource]bool, error) {
+	var known map[schema.GroupResource]bool
+	err := s.db.View(func(tx *bolt.Tx) error {
+		raw := tx.Bucket([]byte(metaBucket)).Get([]byte(knownKey))
+		if raw == nil {
+			return nil
+		}
+		var list []schema.GroupResource
+		if err := json.Unmarshal(raw, &list); err != nil {
+			return fmt.Errorf("baseline %s: known resources: %w", s.path, err)
+		}
+		known = map[schema.GroupResource]bool{}
+		for _, gr := range list {
+			known[gr] = true
+		}
+		return nil
+	})
+	return known, err
+}
+
+// firstRun reports whether the file had no baseline yet.
+func (s *Store) firstRun() bool { return s.known == nil }
+
+// wasKnown reports whether the previous run saw gr served.
+func (s *Store) wasKnown(gr schema.GroupResource) bool { return s.known[gr] }
+
+// setKnown records the resources served now.
+func (s *Store) setKnown(grs map[schema.GroupResource]bool) error {
+	list := make([]schema.GroupResource, 0, len(grs))
+	for gr := range grs {
+		list = append(list, gr)
+	}
+	raw, err := json.Marshal(list)
+	if err != nil {
+		return err
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte(metaBucket)).Put([]byte(knownKey), raw)
+	})
+}
+
+func bucketName(gr schema.GroupResource) []byte { return []byte("r/" + gr.String()) }
+
+// hasResource reports whether objects of gr were ever recorded.
+func (s *Store) hasResource(gr schema.GroupResource) bool {
+	found := false
+	_ = s.db.View(func(tx *bolt.Tx) error {
+		found = tx.Bucket(bucketName(gr)) != nil
+		return nil
+	})
+	return found
+}
+
+// load returns the recorded objects of gr, as Objects of res's kind.
+func (s *Store) load(gr schema.GroupResource, res Resource) (map[types.UID]*Object, error) {
+	out := map[types.UID]*Object{}
+	types_ := map[string]*objectType{}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketName(gr))
+		if b == nil {
+			return nil
+		}
+		return b.ForEach(func(k, v []byte) error {
+			if string(k) == resMetaKey {
+				return nil
+			}
+			var r record
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("record %s/%s: %w", gr, k, err)
+			}
+			typ := types_[r.Projection]
+			if typ == nil {
+				var p Projection
+				if err := json.Unmarshal([]byte(r.Projection), &p); err != nil {
+					return fmt.Errorf("record %s/%s projection: %w", gr, k, err)
+				}
+				typ = &objectType{gvk: res.GroupVersion().WithKind(res.Kind), apiVersion: res.GroupVersion().String(), projection: p}
+				types_[r.Projection] = typ
+			}
+			out[types.UID(k)] = &Object{namespace: intern(r.Namespace), name: r.Name, uid: types.UID(k),
+				resourceVersion: r.ResourceVersion, rest: append([]byte(nil), r.Rest...), typ: typ}
+			return nil
+		})
+	})
+	return out, err
+}
+
+// resources returns the resources that have a bucket, with their meta.
+func (s *Store) resources() (map[schema.GroupResource]Resource, error) {
+	out := map[schema.GroupResource]Resource{}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+			raw := b.Get([]byte(resMetaKey))
+			if raw == nil {
+				return nil
+			}
+			var m resourceMeta
+			if err := json.Unmarshal(raw, &m); err != nil {
+				return fmt.Errorf("bucket %s: %w", name, err)
+			}
+			r := Resource{GroupVersionResource: schema.GroupVersionResource{Group: m.Group, Version: m.Version, Resource: m.Resource},
+				Kind: m.Kind, Namespaced: m.Namespaced, Custom: m.Custom, Preferred: true}
+			out[r.GroupResource()] = r
+			return nil
+		})
+	})
+	return out, err
+}
+
+// track marks res as watched with a baseline, so that the next run
+// compares with it even if it records no object.
+func (s *Store) track(res Resource) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		_, err := s.bucket(tx, res)
+		return err
+	})
+}
+
+// dropResource forgets every object of gr.
+func (s *Store) dropResource(gr schema.GroupResource) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketName(gr)) == nil {
+			return nil
+		}
+		return tx.DeleteBucket(bucketName(gr))
+	})
+}
+
+// put queues the recording of obj as res's handled state.
+func (s *Store) put(res Resource, obj *Object) { s.queue(storeOp{res: res, uid: obj.uid, obj: obj}) }
+
+// remove queues the forgetting of an object.
+func (s *Store) remove(res Resource, uid types.UID) { s.queue(storeOp{res: res, uid: uid}) }
+
+func (s *Store) queue(op storeOp) {
+	s.mu.Lock()
+	s.ops = append(s.ops, op)
+	n := len(s.ops)
+	s.mu.Unlock()
+	if n >= storeBatch {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// writer commits queued writes every storeInterval or storeBatch writes.
+func (s *Store) writer() {
+	defer close(s.flushed)
+	tick := time.NewTicker(storeInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.closed:
+			s.flush()
+			return
+		case <-tick.C:
+		case <-s.kick:
+		}
+		s.flush()
+	}
+}
+
+// flush commits the queued writes in one transaction.
+func (s *Store) flush() {
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
+	s.mu.Lock()
+	ops := s.ops
+	s.ops = nil
+	s.mu.Unlock()
+	if len(ops) == 0 {
+		return
+	}
+	projections := map[*objectType][]byte{}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		for _, op := range ops {
+			b, err := s.bucket(tx, op.res)
+			if err != nil {
+				return err
+			}
+			if op.obj == nil {
+				if err := b.Delete([]byte(op.uid)); err != nil {
+					return err
+				}
+				continue
+			}
+			p, ok := projections[op.obj.typ]
+			if !ok {
+				if p, err = json.Marshal(op.obj.typ.projection); err != nil {
+					return err
+				}
+				projections[op.obj.typ] = p
+			}
+			v, err := json.Marshal(record{Namespace: op.obj.namespace, Name: op.obj.name,
+				ResourceVersion: op.obj.resourceVersion, Projection: string(p), Rest: op.obj.rest})
+			if err != nil {
+				return err
+			}
+			if err := b.Put([]byte(op.uid), v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		s.mu.Lock()
+		s.err = err
+		s.mu.Unlock()
+		s.log.Error("writing the baseline failed; changes since will be reported again after a restart", "path", s.path, "err", err)
+	}
+}
+
+// bucket returns res's bucket, creating it with its meta.
+func (s *Store) bucket(tx *bolt.Tx, res Resource) (*bolt.Bucket, error) {
+	name := bucketName(res.GroupResource())
+	if b := tx.Bucket(name); b != nil {
+		return b, nil
+	}
+	b, err := tx.CreateBucket(name)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := json.Marshal(resourceMeta{Group: res.Group, Version: res.Version, Resource: res.Resource,
+		Kind: res.Kind, Namespaced: res.Namespaced, Custom: res.Custom})
+	if err != nil {
+		return nil, err
+	}
+	return b, b.Put([]byte(resMetaKey), raw)
+}
+
+// Sync commits what is queued now.
+func (s *Store) Sync() { s.flush() }
+
+// Close commits what is queued and closes the file.
+func (s *Store) Close() error {
+	close(s.closed)
+	<-s.flushed
+	s.mu.Lock()
+	err := s.err
+	s.mu.Unlock()
+	return errors.Join(err, s.db.Close())
+}

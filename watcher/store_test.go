@@ -1,0 +1,263 @@
+package watcher
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
+)
+
+func TestStoreRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "baseline.db")
+	s, err := OpenStore(path, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.firstRun() {
+		t.Error("a new store is not a first run")
+	}
+	res := Resource{GroupVersionResource: widgets, Kind: "Widget", Namespaced: true, Custom: true, Preferred: true}
+	typ := &objectType{gvk: widgets.GroupVersion().WithKind("Widget"), apiVersion: "example.com/v1", projection: Projection{Paths: [][]string{{"spec", "size"}}}}
+	a, _ := newObject(widget("ns", "a", 1).Object, typ)
+	a.uid, a.resourceVersion = "uid-a", "1"
+	b, _ := newObject(widget("ns", "b", 2).Object, typ)
+	b.uid, b.resourceVersion = "uid-b", "2"
+	s.put(res, a)
+	s.put(res, b)
+	s.remove(res, "uid-b")
+	if err := s.setKnown(map[schema.GroupResource]bool{widgets.GroupResource(): true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s, err = OpenStore(path, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.firstRun() || !s.wasKnown(widgets.GroupResource()) || s.wasKnown(configMaps.GroupResource()) {
+		t.Errorf("known resources not kept: first %v", s.firstRun())
+	}
+	got, err := s.load(widgets.GroupResource(), res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got["uid-a"] == nil {
+		t.Fatalf("loaded %v, want only uid-a", got)
+	}
+	if ga := got["uid-a"]; ga.resourceVersion != "1" || !ga.SameContent(a) || !ga.typ.projection.Equal(typ.projection) {
+		t.Errorf("loaded %+v, want %+v", ga, a)
+	}
+	stored, err := s.resources()
+	if err != nil || stored[widgets.GroupResource()].Kind != "Widget" {
+		t.Errorf("resources %v, %v", stored, err)
+	}
+}
+
+func TestStoreBadFiles(t *testing.T) {
+	for name, write := range map[string]func(path string) error{
+		"garbage": func(path string) error { return os.WriteFile(path, []byte(strings.Repeat("not a database ", 1000)), 0o600) },
+		"another bbolt file": func(path string) error {
+			db, err := bolt.Open(path, 0o600, nil)
+			if err != nil {
+				return err
+			}
+			if err := db.Update(func(tx *bolt.Tx) error {
+				b, err := tx.CreateBucket([]byte("someone-else"))
+				if err != nil {
+					return err
+				}
+				return b.Put([]byte("k"), []byte("v"))
+			}); err != nil {
+				return err
+			}
+			return db.Close()
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "baseline.db")
+			if err := write(path); err != nil {
+				t.Fatal(err)
+			}
+			s, err := OpenStore(path, testLogger(t))
+			if err != nil {
+				t.Fatalf("open: %v", err)
+			}
+			defer s.Close()
+			if !s.firstRun() {
+				t.Error("a replaced store must start as a first run")
+			}
+			aside, _ := filepath.Glob(path + ".corrupt-*")
+			if len(aside) != 1 {
+				t.Errorf("the bad file was not moved aside: %v", aside)
+			}
+		})
+	}
+	t.Run("in use", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "baseline.db")
+		s, err := OpenStore(path, testLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if _, err := OpenStore(path, testLogger(t)); err == nil || !strings.Contains(err.Error(), "in use") {
+			t.Errorf("second open: %v, want an in-use error", err)
+		}
+	})
+}
+
+// TestRestartBaseline stops the watcher, changes the cluster, and starts a
+// new watcher on the same baseline: what changed while it was down is
+// reported, with the right old values, and nothing else.
+func TestRestartBaseline(t *testing.T) {
+	env := testenv.Shared(t)
+	installWidgets(t, env)
+	ns := namespace(t, env)
+	ctx := context.Background()
+	cms := env.Dynamic(t).Resource(configMaps).Namespace(ns)
+	for _, name := range []string{"keep", "change", "remove"} {
+		_, err := cms.Create(ctx, configMap(ns, name, map[string]any{"v": "0"}), metav1.CreateOptions{})
+		mustf(t, err, "create %s", name)
+	}
+	path := filepath.Join(t.TempDir(), "baseline.db")
+	sel := []Selector{{Core: true, Resource: "configmaps"}, {Group: "example.com", Kind: "Widget"}}
+	proj := func(Resource) Projection { return Projection{Paths: [][]string{{"data"}, {"spec"}}} }
+
+	// First run: the existing objects are the baseline, nothing fires.
+	first := &recorder{}
+	run1 := runWithStore(t, env, path, sel, proj, first)
+	_, err := cms.Create(ctx, configMap(ns, "live", map[string]any{"v": "0"}), metav1.CreateOptions{})
+	mustf(t, err, "create live")
+	eventually(t, 30*time.Second, "live", func() bool { return len(first.of(configMaps, ns, "live")) == 1 })
+	run1.stop()
+	if n := first.count(func(c *Change) bool { return c.Object().GetNamespace() == ns }); n != 1 {
+		t.Errorf("first run reported %d changes, want only the live create", n)
+	}
+
+	// While down: change one, delete one, create one, leave the rest.
+	cm, err := cms.Get(ctx, "change", metav1.GetOptions{})
+	mustf(t, err, "get")
+	mustf(t, unstructured.SetNestedField(cm.Object, "1", "data", "v"), "set")
+	_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
+	mustf(t, err, "update while down")
+	mustf(t, cms.Delete(ctx, "remove", metav1.DeleteOptions{}), "delete while down")
+	_, err = cms.Create(ctx, configMap(ns, "new", map[string]any{"v": "0"}), metav1.CreateOptions{})
+	mustf(t, err, "create while down")
+	_, err = env.Dynamic(t).Resource(widgets).Namespace(ns).Create(ctx, widget(ns, "w-new", 1), metav1.CreateOptions{})
+	mustf(t, err, "create a widget while down")
+
+	second := &recorder{}
+	runWithStore(t, env, path, sel, proj, second)
+	eventually(t, 30*time.Second, "the changes made while down", func() bool {
+		return len(second.of(configMaps, ns, "change")) == 1 && len(second.of(configMaps, ns, "remove")) == 1 &&
+			len(second.of(configMaps, ns, "new")) == 1 && len(second.of(widgets, ns, "w-new")) == 1
+	})
+	if c := second.of(configMaps, ns, "change")[0]; c.Type != Updated || field(c.Old, "data", "v") != "0" || field(c.New, "data", "v") != "1" {
+		t.Errorf("change: %s %v -> %v, want updated 0 -> 1", c.Type, field(c.Old, "data", "v"), field(c.New, "data", "v"))
+	}
+	if c := second.of(configMaps, ns, "remove")[0]; c.Type != Deleted || c.Old.GetName() != "remove" {
+		t.Errorf("remove: %s", c.Type)
+	}
+	if c := second.of(configMaps, ns, "new")[0]; c.Type != Created || c.Initial {
+		t.Errorf("new: %s initial %v", c.Type, c.Initial)
+	}
+	if c := second.of(widgets, ns, "w-new")[0]; c.Type != Created {
+		t.Errorf("w-new: %s", c.Type)
+	}
+	// A marker made now comes after anything the restart would report.
+	_, err = cms.Create(ctx, configMap(ns, "marker", nil), metav1.CreateOptions{})
+	mustf(t, err, "create marker")
+	eventually(t, 30*time.Second, "marker", func() bool { return len(second.of(configMaps, ns, "marker")) == 1 })
+	for _, name := range []string{"keep", "live"} {
+		if cs := second.of(configMaps, ns, name); len(cs) != 0 {
+			t.Errorf("%s did not change while down but was reported: %s", name, kinds(cs))
+		}
+	}
+}
+
+// TestRestartAfterCRDGone: a CRD deleted while the watcher was down makes
+// the restart report its recorded objects deleted.
+func TestRestartAfterCRDGone(t *testing.T) {
+	env := testenv.Shared(t)
+	ns := namespace(t, env)
+	ctx := context.Background()
+	things := schema.GroupVersionResource{Group: "things.example.org", Version: "v1", Resource: "things"}
+	crd := simpleCRD(things, "Thing")
+	mustf(t, env.InstallCRD(crd), "install")
+	thing := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "things.example.org/v1", "kind": "Thing",
+		"metadata": map[string]any{"name": "t1", "namespace": ns}, "spec": map[string]any{"a": "b"},
+	}}
+	_, err := env.Dynamic(t).Resource(things).Namespace(ns).Create(ctx, thing, metav1.CreateOptions{})
+	mustf(t, err, "create thing")
+
+	path := filepath.Join(t.TempDir(), "baseline.db")
+	rec := &recorder{}
+	run1 := runWithStore(t, env, path, AllCustom, nil, rec)
+	run1.stop()
+	mustf(t, env.Clientset(t).Discovery().RESTClient().Delete().
+		AbsPath("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd.Name).Do(ctx).Error(), "delete CRD")
+	eventually(t, 30*time.Second, "the CRD to go", func() bool {
+		_, err := env.Dynamic(t).Resource(things).Namespace(ns).List(ctx, metav1.ListOptions{})
+		return err != nil
+	})
+
+	second := &recorder{}
+	runWithStore(t, env, path, AllCustom, nil, second)
+	eventually(t, 30*time.Second, "t1 to be reported deleted", func() bool {
+		cs := second.of(things, ns, "t1")
+		return len(cs) == 1 && cs[0].Type == Deleted && field(cs[0].Old, "spec", "a") == "b"
+	})
+}
+
+// running is a watcher with a store, stoppable before the test ends.
+type running struct {
+	cancel  context.CancelFunc
+	done    chan struct{}
+	store   *Store
+	stopped bool
+}
+
+func (r *running) stop() {
+	if r.stopped {
+		return
+	}
+	r.stopped = true
+	r.cancel()
+	<-r.done
+	_ = r.store.Close()
+}
+
+func runWithStore(t *testing.T, env *testenv.Env, path string, sel []Selector, proj func(Resource) Projection, h Handler) *running {
+	t.Helper()
+	store, err := OpenStore(path, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := New(env.Config(), Config{Selectors: sel, Projection: proj, Handler: h, Store: store, Logger: testLogger(t), RediscoveryInterval: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{cancel: cancel, done: make(chan struct{}), store: store}
+	go func() {
+		defer close(r.done)
+		_ = w.Run(ctx)
+	}()
+	t.Cleanup(r.stop)
+	eventually(t, time.Minute, "watcher to sync", w.Synced)
+	return r
+}
+
