@@ -307,8 +307,8 @@ func (o *Object) SetOwnerReferences(r []metav1.OwnerReference) {
 	o.setMetaField("ownerReferences", nilIfEmpty(r))
 }
 
-// GetManagedFields implements metav1.Object. The watcher keeps only the
-// newest entry, without its field set: who wrote last, and how.
+// GetManagedFields implements metav1.Object. The watcher keeps the entries
+// without their field sets (see Projection).
 func (o *Object) GetManagedFields() []metav1.ManagedFieldsEntry {
 	var f []metav1.ManagedFieldsEntry
 	o.metaField("managedFields", &f)

@@ -30,7 +30,7 @@ func sampleObject() map[string]any {
 }
 
 func TestProjectionApply(t *testing.T) {
-	newest := []any{map[string]any{"manager": "controller", "operation": "Update", "subresource": "status", "time": "2026-12-02T11:00:00Z"}}
+	newest := reducedManagedFields()
 	tests := []struct {
 		name string
 		proj Projection
@@ -108,14 +108,14 @@ func TestObjectRoundTrip(t *testing.T) {
 	if o.GetGeneration() != 3 || o.GetLabels()["app"] != "shop" || o.GetAnnotations()["note"] != "big" {
 		t.Errorf("metadata getters: gen %d labels %v annotations %v", o.GetGeneration(), o.GetLabels(), o.GetAnnotations())
 	}
-	if mf := o.GetManagedFields(); len(mf) != 1 || mf[0].Manager != "controller" || mf[0].Subresource != "status" {
+	if mf := o.GetManagedFields(); len(mf) != 2 || mf[1].Manager != "controller" || mf[1].Subresource != "status" {
 		t.Errorf("managed fields: %+v", mf)
 	}
 	m := o.Map()
 	want := sampleObject()
 	meta := want["metadata"].(map[string]any)
 	delete(meta, "selfLink")
-	meta["managedFields"] = []any{map[string]any{"manager": "controller", "operation": "Update", "subresource": "status", "time": "2026-12-02T11:00:00Z"}}
+	meta["managedFields"] = reducedManagedFields()
 	if !reflect.DeepEqual(m, want) {
 		t.Errorf("Map:\n got %v\nwant %v", m, want)
 	}
@@ -176,5 +176,22 @@ func TestSameUnder(t *testing.T) {
 	c, _ := newObject(changedSize, wide)
 	if sameUnder(a, c) {
 		t.Error("a change inside both projections is not seen")
+	}
+}
+
+// reducedManagedFields is sampleObject's managedFields as the cache keeps
+// them: field sets replaced by their hash.
+func reducedManagedFields() []any {
+	return []any{
+		map[string]any{"manager": "kubectl", "operation": "Update", "time": "2026-12-02T10:00:00Z", "fieldsHash": "0b8881c64b5e3817"},
+		map[string]any{"manager": "controller", "operation": "Update", "subresource": "status", "time": "2026-12-02T11:00:00Z", "fieldsHash": "355ed6e4f2e609cd"},
+	}
+}
+
+func TestFieldsHash(t *testing.T) {
+	a := fieldsHash(map[string]any{"f:spec": map[string]any{"f:size": map[string]any{}}})
+	b := fieldsHash(map[string]any{"f:spec": map[string]any{"f:color": map[string]any{}}})
+	if len(a) != 16 || a == b || a != fieldsHash(map[string]any{"f:spec": map[string]any{"f:size": map[string]any{}}}) {
+		t.Errorf("hashes %q %q: want 16 hex digits, stable, different for different field sets", a, b)
 	}
 }

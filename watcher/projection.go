@@ -1,6 +1,9 @@
 package watcher
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"slices"
 	"strings"
 	"sync"
@@ -8,10 +11,11 @@ import (
 
 // Projection says which parts of an object the watcher's cache keeps. The
 // identity (name, namespace, uid, resourceVersion) and metadata.generation,
-// creationTimestamp, deletionTimestamp and labels are always kept, as is the newest
-// metadata.managedFields entry reduced to manager, operation, subresource
-// and time (who wrote last). Everything else is kept only when Full is set
-// or a path in Paths leads to it.
+// creationTimestamp, deletionTimestamp and labels are always kept, as are
+// the metadata.managedFields entries, each reduced to manager, operation,
+// subresource, time and a hash of its field set (fieldsHash): who wrote what
+// last. Everything else is kept only when Full is set or a path in Paths
+// leads to it.
 type Projection struct {
 	// Full keeps the whole object (managedFields reduced as above).
 	Full bool
@@ -127,33 +131,44 @@ func copyPath(src, dst map[string]any, path []string) {
 	}
 }
 
-// keepManagedFields copies the newest managedFields entry of meta into out,
-// reduced to manager, operation, subresource and time.
+// keepManagedFields copies the managedFields entries of meta into out,
+// each reduced to manager, operation, subresource, time and fieldsHash (the
+// first 16 hex digits of the SHA-256 of its fieldsV1): enough to tell which
+// writer changed between two versions of an object, at a fraction of the
+// field sets' size.
 func keepManagedFields(meta, out map[string]any) {
 	entries, _ := meta["managedFields"].([]any)
-	var newest map[string]any
-	newestTime := ""
+	if len(entries) == 0 {
+		return
+	}
+	reduced := make([]any, 0, len(entries))
 	for _, e := range entries {
 		entry, ok := e.(map[string]any)
 		if !ok {
 			continue
 		}
-		// RFC 3339 times in UTC compare as strings; the later entry wins
-		// a tie, as the apiserver appends the most recent writer.
-		if t, _ := entry["time"].(string); newest == nil || t >= newestTime {
-			newest, newestTime = entry, t
+		r := make(map[string]any, 5)
+		for _, k := range []string{"manager", "operation", "subresource", "time"} {
+			if v, ok := entry[k]; ok {
+				r[k] = v
+			}
 		}
-	}
-	if newest == nil {
-		return
-	}
-	reduced := make(map[string]any, 4)
-	for _, k := range []string{"manager", "operation", "subresource", "time"} {
-		if v, ok := newest[k]; ok {
-			reduced[k] = v
+		if f, ok := entry["fieldsV1"]; ok {
+			r["fieldsHash"] = fieldsHash(f)
 		}
+		reduced = append(reduced, r)
 	}
-	out["managedFields"] = []any{reduced}
+	out["managedFields"] = reduced
+}
+
+// fieldsHash digests a field set.
+func fieldsHash(fields any) string {
+	b, err := json.Marshal(fields)
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
 }
 
 // interned holds one copy of each namespace name.
