@@ -67,7 +67,9 @@ func TestStoreRoundTrip(t *testing.T) {
 
 func TestStoreBadFiles(t *testing.T) {
 	for name, write := range map[string]func(path string) error{
-		"garbage": func(path string) error { return os.WriteFile(path, []byte(strings.Repeat("not a database ", 1000)), 0o600) },
+		"garbage": func(path string) error {
+			return os.WriteFile(path, []byte(strings.Repeat("not a database ", 1000)), 0o600)
+		},
 		"another bbolt file": func(path string) error {
 			db, err := bolt.Open(path, 0o600, nil)
 			if err != nil {
@@ -260,4 +262,3 @@ func runWithStore(t *testing.T, env *testenv.Env, path string, sel []Selector, p
 	eventually(t, time.Minute, "watcher to sync", w.Synced)
 	return r
 }
-
