@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -66,11 +67,14 @@ func printResult(w io.Writer, r rules.CaseResult) {
 	}
 	fmt.Fprintf(w, "%s %s (%s)\n", status, r.Name, r.Source)
 	for _, f := range r.Firings {
-		b, err := json.Marshal(f)
-		if err != nil {
-			b = f
+		// Compact without json.Marshal's HTML escaping, so that the line
+		// reads like the log action's ("<redacted>", not "\u003credacted\u003e").
+		var b bytes.Buffer
+		if err := json.Compact(&b, f); err != nil {
+			b.Reset()
+			b.Write(f)
 		}
-		fmt.Fprintf(w, "  %s\n", b)
+		fmt.Fprintf(w, "  %s\n", b.Bytes())
 	}
 	for _, e := range r.Errors {
 		fmt.Fprintf(w, "  error: %s\n", e)
