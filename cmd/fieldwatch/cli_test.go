@@ -1,0 +1,100 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
+)
+
+// runCLI runs the command line in process.
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = run(context.Background(), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestCLI(t *testing.T) {
+	bad := writeFile(t, "bad.yaml", "rules:\n  - name: x\n    match: {resources: [{group: '', kind: ConfigMap}]}\n    fields: [spec..size]\n    actions: [{webhook: {url: 'ftp://nowhere'}}]\n")
+	failing := writeFile(t, "cases.yaml", `cases:
+  - name: expects a firing that does not happen
+    type: updated
+    resource: {group: example.com, version: v1, resource: widgets, kind: Widget, namespaced: true, custom: true}
+    oldObject: {apiVersion: example.com/v1, kind: Widget, metadata: {name: w, namespace: default, uid: u, resourceVersion: "1"}, spec: {size: 1}}
+    object: {apiVersion: example.com/v1, kind: Widget, metadata: {name: w, namespace: default, uid: u, resourceVersion: "2"}, spec: {size: 1}}
+    expect: {fire: [crd-audit]}
+`)
+	audit := repo(t, "examples/crd-audit/rules.yaml")
+	tests := []struct {
+		name     string
+		args     []string
+		code     int
+		stdout   string // regexp the output must match
+		stderr   string
+		noStdout bool
+	}{
+		{name: "help", args: []string{"--help"}, code: 0, stdout: `(?s)run.*validate.*test.*api-resources.*rbac.*version`},
+		{name: "no command", args: nil, code: 2, stderr: `Usage`},
+		{name: "unknown command", args: []string{"frobnicate"}, code: 2, stderr: `unknown command "frobnicate"`},
+		{name: "version", args: []string{"version"}, code: 0, stdout: `^fieldwatch \S+ \(go1\.\d+.*client-go v0\.37\.2`},
+		{name: "validate a valid file", args: []string{"validate", audit}, code: 0, stdout: `1 file\(s\) valid`},
+		{name: "validate reports every error with its position", args: []string{"validate", bad}, code: 1,
+			stderr: `(?s)bad\.yaml:4:\d+: rules\[0\]\.fields\[0\].*bad\.yaml:5:\d+: rules\[0\]\.actions\[0\]\.webhook\.url`},
+		{name: "validate without files", args: []string{"validate"}, code: 2},
+		{name: "test passing cases", args: []string{"test", "--rules", audit, repo(t, "examples/crd-audit/cases.yaml")}, code: 0, stdout: `5 of 5 cases passed`},
+		{name: "test a failing case", args: []string{"test", "--rules", audit, failing}, code: 1, stdout: `(?s)FAIL expects a firing.*0 of 1 cases passed`},
+		{name: "test with broken rules", args: []string{"test", "--rules", bad, failing}, code: 1, stderr: `bad\.yaml:4`},
+		{name: "run without rules", args: []string{"run"}, code: 2, stderr: `--rules FILE is required`},
+		{name: "run with broken rules", args: []string{"run", "--rules", bad, "--kubeconfig", writeFile(t, "kc", "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {}}]\ncurrent-context: c\n"), "--http-addr", ""},
+			code: 1, stderr: `bad\.yaml:4`},
+		{name: "rbac offline", args: []string{"rbac", "--offline", "--rules", audit}, code: 0, stdout: `(?s)kind: ClusterRole.*kind: ClusterRoleBinding`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stdout, stderr := runCLI(t, tt.args...)
+			if code != tt.code {
+				t.Errorf("exit %d, want %d\nstdout: %s\nstderr: %s", code, tt.code, stdout, stderr)
+			}
+			if tt.stdout != "" && !regexp.MustCompile(tt.stdout).MatchString(stdout) {
+				t.Errorf("stdout does not match %q:\n%s", tt.stdout, stdout)
+			}
+			if tt.stderr != "" && !regexp.MustCompile(tt.stderr).MatchString(stderr) {
+				t.Errorf("stderr does not match %q:\n%s", tt.stderr, stderr)
+			}
+		})
+	}
+}
+
+// TestAPIResources lists what the control plane serves, the example CRD
+// marked as such.
+func TestAPIResources(t *testing.T) {
+	env := testenv.Shared(t)
+	if _, err := env.ApplyFiles(context.Background(), testenv.ApplyOptions{}, repo(t, "examples/crds/widgets.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	kc := env.WriteKubeconfig(t)
+	code, stdout, stderr := runCLI(t, "api-resources", "--kubeconfig", kc)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	lines := map[string]string{}
+	for _, line := range strings.Split(stdout, "\n") {
+		if f := strings.Fields(line); len(f) > 0 {
+			lines[f[0]] = line
+		}
+	}
+	if !regexp.MustCompile(`^widgets\s+example\.com/v1\s+true\s+Widget\s+crd$`).MatchString(lines["widgets"]) {
+		t.Errorf("widgets line: %q", lines["widgets"])
+	}
+	if !regexp.MustCompile(`^configmaps\s+v1\s+true\s+ConfigMap\s*$`).MatchString(lines["configmaps"]) {
+		t.Errorf("configmaps line: %q", lines["configmaps"])
+	}
+	code, stdout, _ = runCLI(t, "api-resources", "--kubeconfig", kc, "--custom")
+	if code != 0 || strings.Contains(stdout, "configmaps") || !strings.Contains(stdout, "widgets") {
+		t.Errorf("--custom: exit %d\n%s", code, stdout)
+	}
+}
