@@ -182,8 +182,13 @@
 // Values at redact paths are replaced by "<redacted>" everywhere in the
 // payload (object, oldObject, change values and oldValues). In Secrets
 // (core group, resource secrets) the values of data and stringData are
-// always redacted (their keys stay visible). Payload building never
-// changes the input objects: redaction copies what it rewrites.
+// always redacted (their keys stay visible), and so is the
+// kubectl.kubernetes.io/last-applied-configuration annotation, in which a
+// client-side `kubectl apply` keeps the whole Secret it applied
+// (stringData in plain text): wherever it shows, in a change of the
+// annotation, of the annotations or of the whole metadata, its value is
+// "<redacted>". Payload building never changes the input objects:
+// redaction copies what it rewrites.
 //
 // # Actions
 //

@@ -8,8 +8,19 @@ const Redacted = "<redacted>"
 const TimeFormat = "2006-01-02T15:04:05.000000Z"
 
 // secretRedact are the paths redacted in every Secret (core group,
-// resource secrets): the values of data and stringData, keys kept.
-var secretRedact = []*fieldPath{mustCompilePath("data[*]"), mustCompilePath("stringData[*]")}
+// resource secrets): the values of data and stringData, keys kept, and
+// kubectl's last-applied-configuration annotation, in which a client-side
+// `kubectl apply` stores the whole Secret it applied (stringData in plain
+// text, data in base64).
+var secretRedact = []*fieldPath{
+	mustCompilePath("data[*]"),
+	mustCompilePath("stringData[*]"),
+	mustCompilePath(`metadata.annotations["` + lastAppliedAnnotation + `"]`),
+}
+
+// lastAppliedAnnotation is where client-side `kubectl apply` keeps a copy
+// of the object it applied.
+const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
 
 func mustCompilePath(s string) *fieldPath {
 	p, err := compilePath(s)
