@@ -12,6 +12,7 @@ type metrics struct {
 	listWatchErrors *prometheus.CounterVec
 	discoveryFails  *prometheus.CounterVec
 	handlerErrors   prometheus.Counter
+	tombstones      *prometheus.CounterVec
 	resources       prometheus.Gauge
 	pendingKeys     prometheus.GaugeFunc
 	queue           workqueue.MetricsProvider
@@ -32,6 +33,10 @@ func newMetrics(reg prometheus.Registerer, pendingKeys func() float64) *metrics 
 			Namespace: ns, Subsystem: sub, Name: "discovery_failures_total",
 			Help: "Discovery passes in which a group version could not be discovered (for example an aggregated API whose service is down).",
 		}, []string{"group_version"}),
+		tombstones: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "relist_deletions_total",
+			Help: "Deletions learned from a relist because the watch missed them (after a disconnection or 410 Gone), by resource.",
+		}, []string{"resource"}),
 		handlerErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "handler_errors_total",
 			Help: "Changes the handler failed and that were re-queued.",
@@ -74,7 +79,7 @@ func newMetrics(reg prometheus.Registerer, pendingKeys func() float64) *metrics 
 	}
 	m.queue = qm
 	if reg != nil {
-		reg.MustRegister(m.events, m.listWatchErrors, m.discoveryFails, m.handlerErrors, m.resources, m.pendingKeys,
+		reg.MustRegister(m.events, m.listWatchErrors, m.tombstones, m.discoveryFails, m.handlerErrors, m.resources, m.pendingKeys,
 			qm.depth, qm.adds, qm.latency, qm.work, qm.unfinished, qm.longest, qm.retries)
 	}
 	return m

@@ -13,7 +13,7 @@ import (
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
-// TestAPIServerRestart stops kube-apiserver mid-stream and starts it again
+// TestAPIServerRestart kills kube-apiserver (SIGKILL) mid-stream and starts it again
 // (etcd keeps running). Changes made before the stop, in the gap before the
 // informer is back, and after it are all delivered: those of the gap as
 // their net effect (what a relist can see), the others one by one.
@@ -29,7 +29,7 @@ func TestAPIServerRestart(t *testing.T) {
 	churn(t, ctx, cms, ns, "before", 20)
 	waitSeen(t, rec, cms, ns, "marker-1")
 
-	mustf(t, env.StopAPIServer(), "stop apiserver")
+	mustf(t, env.KillAPIServer(), "kill apiserver")
 	mustf(t, env.StartAPIServer(ctx), "start apiserver")
 	// The gap: the informer has not reconnected yet.
 	for i := 1; i < 20; i += 4 {

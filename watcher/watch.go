@@ -226,6 +226,7 @@ func (rw *resourceWatch) OnDelete(obj any) {
 		// The watch missed the deletion; the tombstone carries the last
 		// state the cache had.
 		obj = tomb.Obj
+		rw.w.metrics.tombstones.WithLabelValues(rw.res.String()).Inc()
 	}
 	o, ok := obj.(*Object)
 	if !ok {

@@ -2,12 +2,17 @@ package testenv
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -221,4 +226,95 @@ func (e *Env) StartAPIServer(ctx context.Context) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// KillAPIServer kills kube-apiserver with SIGKILL (no graceful shutdown:
+// open watches break mid-stream), then lets envtest notice, so that
+// StartAPIServer can bring it back.
+func (e *Env) KillAPIServer() error {
+	api := e.env.ControlPlane.GetAPIServer()
+	port := api.SecureServing.Port
+	pid, err := findProcess("kube-apiserver", "--secure-port="+port)
+	if err != nil {
+		return err
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill kube-apiserver %d: %w", pid, err)
+	}
+	return e.StopAPIServer()
+}
+
+// findProcess returns the pid of the process whose program ends in name
+// and whose arguments include arg.
+func findProcess(name, arg string) (int, error) {
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+		if len(args) == 0 || !strings.HasSuffix(args[0], name) {
+			continue
+		}
+		for _, a := range args[1:] {
+			if a == arg {
+				return pid, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("no %s process with %s", name, arg)
+}
+
+// EtcdURL returns the URL of the control plane's etcd.
+func (e *Env) EtcdURL() string { return e.env.ControlPlane.Etcd.URL.String() }
+
+// CompactEtcd compacts etcd's history up to its current revision, through
+// etcd's JSON gateway: watches resuming from an older resourceVersion then
+// get 410 Gone and must relist.
+func (e *Env) CompactEtcd(ctx context.Context) (int64, error) {
+	post := func(path, body string, out any) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.EtcdURL()+path, strings.NewReader(body))
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("etcd %s: %s: %s", path, resp.Status, b)
+		}
+		return json.Unmarshal(b, out)
+	}
+	var status struct {
+		Header struct {
+			Revision string `json:"revision"`
+		} `json:"header"`
+	}
+	// Any range request returns the current revision in its header.
+	if err := post("/v3/kv/range", `{"key":"AA=="}`, &status); err != nil {
+		return 0, err
+	}
+	rev, err := strconv.ParseInt(status.Header.Revision, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("etcd revision %q: %w", status.Header.Revision, err)
+	}
+	var done map[string]any
+	if err := post("/v3/kv/compaction", fmt.Sprintf(`{"revision":"%d","physical":true}`, rev), &done); err != nil {
+		return 0, err
+	}
+	return rev, nil
 }

@@ -1,0 +1,172 @@
+package watcher
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
+)
+
+// proxy is a TCP proxy to the apiserver that a test can cut (a network
+// partition: connections drop, new ones are refused) and restore on the
+// same address.
+type proxy struct {
+	t      *testing.T
+	addr   string
+	target string
+	mu     sync.Mutex
+	ln     net.Listener
+	conns  map[net.Conn]bool
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	p := &proxy{t: t, target: target, conns: map[net.Conn]bool{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.addr = ln.Addr().String()
+	p.serve(ln)
+	t.Cleanup(p.cut)
+	return p
+}
+
+func (p *proxy) serve(ln net.Listener) {
+	p.mu.Lock()
+	p.ln = ln
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", p.target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns[c], p.conns[up] = true, true
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(up, c); up.Close() }()
+			go func() { _, _ = io.Copy(c, up); c.Close() }()
+		}
+	}()
+}
+
+// cut drops every connection and refuses new ones.
+func (p *proxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		p.ln.Close()
+		p.ln = nil
+	}
+	for c := range p.conns {
+		c.Close()
+	}
+	p.conns = map[net.Conn]bool{}
+}
+
+// restore accepts connections again on the same address.
+func (p *proxy) restore() {
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.serve(ln)
+}
+
+// TestPartitionAndCompaction cuts the watcher off the apiserver, changes
+// objects, compacts etcd's history past the watcher's resourceVersion, and
+// restores the connection. ConfigMaps are served without the watch cache
+// here, so the resumed watch gets 410 Gone from etcd and the informer
+// relists: every object's final state is delivered, deletions missed by
+// the watch arrive as deletions, and no change is delivered twice.
+func TestPartitionAndCompaction(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{APIServerArgs: map[string][]string{"watch-cache-sizes": {"configmaps#0"}}})
+	ns := namespace(t, env)
+	ctx := context.Background()
+	cms := env.Dynamic(t).Resource(configMaps).Namespace(ns)
+	host, err := url.Parse(env.Config().Host)
+	mustf(t, err, "host")
+	px := newProxy(t, host.Host)
+	cfg := env.Config()
+	cfg.Host = "https://" + px.addr
+
+	rec := &recorder{}
+	_, reg := startWatcher(t, cfg, Config{Selectors: []Selector{{Core: true, Resource: "configmaps"}}, Handler: rec})
+	const n = 20
+	for i := range n {
+		_, err := cms.Create(ctx, configMap(ns, fmt.Sprintf("cm-%02d", i), map[string]any{"v": "0"}), metav1.CreateOptions{})
+		mustf(t, err, "create")
+	}
+	eventually(t, 30*time.Second, "the creates", func() bool {
+		return rec.count(func(c *Change) bool { return c.Object().GetNamespace() == ns }) == n
+	})
+
+	px.cut()
+	for round := 1; round <= 2; round++ {
+		for i := range n {
+			name := fmt.Sprintf("cm-%02d", i)
+			cm, err := cms.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				continue
+			}
+			mustf(t, unstructured.SetNestedField(cm.Object, strconv.Itoa(round), "data", "v"), "set")
+			_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
+			mustf(t, err, "update %s", name)
+		}
+	}
+	for i := range 5 {
+		mustf(t, cms.Delete(ctx, fmt.Sprintf("cm-%02d", i), metav1.DeleteOptions{}), "delete")
+		_, err := cms.Create(ctx, configMap(ns, fmt.Sprintf("new-%02d", i), map[string]any{"v": "new"}), metav1.CreateOptions{})
+		mustf(t, err, "create new")
+	}
+	_, err = env.CompactEtcd(ctx)
+	mustf(t, err, "compact etcd")
+	px.restore()
+
+	eventually(t, 60*time.Second, "the relist", func() bool {
+		return metricValue(t, reg, "fieldwatch_watcher_relist_deletions_total", nil) >= 5 &&
+			len(rec.of(configMaps, ns, "new-04")) == 1 && len(rec.of(configMaps, ns, "cm-19")) >= 2
+	})
+	final, err := cms.List(ctx, metav1.ListOptions{})
+	mustf(t, err, "list")
+	want := map[string]string{}
+	for _, item := range final.Items {
+		v, _, _ := unstructured.NestedString(item.Object, "data", "v")
+		want[item.GetName()] = v
+	}
+	for i := range n {
+		name := fmt.Sprintf("cm-%02d", i)
+		cs := rec.of(configMaps, ns, name)
+		last := cs[len(cs)-1]
+		if v, ok := want[name]; ok {
+			if last.Type != Updated || field(last.New, "data", "v") != v {
+				t.Errorf("%s: last change %s v=%v, want updated to %s", name, last.Type, field(last.New, "data", "v"), v)
+			}
+		} else if last.Type != Deleted {
+			t.Errorf("%s: deleted, but the last change is %s", name, kinds(cs))
+		}
+		seen := map[string]bool{}
+		for _, c := range cs {
+			rv := c.Object().GetResourceVersion()
+			if c.Type != Deleted && seen[rv] {
+				t.Errorf("%s: the change to resourceVersion %s was delivered twice: %s", name, rv, kinds(cs))
+			}
+			seen[rv] = true
+		}
+	}
+}
