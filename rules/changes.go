@@ -13,9 +13,10 @@ package rules
 //     (delete) per location its fields select in the object, with the
 //     value.
 //
-// Values of changes above an ignored location have it removed (map keys
-// only: list items are never removed from a value, that would shift the
-// others).
+// Values of changes above an ignored location have it removed, with the
+// maps that held nothing else (map keys only: list items are never
+// removed from a value, that would shift the others); a change of a map
+// key whose value held only ignored parts is no change (pruner.strip).
 func (r *Rule) changes(st *evalState) []Op {
 	c := st.c
 	if c.Type != Updated {
@@ -74,6 +75,10 @@ func (r *Rule) snapshotChanges(c *Change) []Op {
 			if !ok || pr.skip(toks) {
 				return
 			}
+			v, gone := pr.strip(toks, v)
+			if gone {
+				return // it holds only ignored parts
+			}
 			for i := 0; i < len(ops); i++ {
 				switch {
 				case hasPrefix(toks, ops[i].toks):
@@ -83,7 +88,6 @@ func (r *Rule) snapshotChanges(c *Change) []Op {
 					i--
 				}
 			}
-			v = pr.strip(toks, v)
 			if op == "add" {
 				ops = append(ops, Op{Op: op, toks: toks, Value: v})
 			} else {

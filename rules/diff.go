@@ -103,17 +103,71 @@ func (p *pruner) visit(toks []string) visit {
 }
 
 // strip removes the excluded locations below toks from v, a whole value
-// an operation at toks carries.
-func (p *pruner) strip(toks []string, v any) any {
+// an operation at toks carries, and with them the maps that held nothing
+// else (so that an ignored key does not leave an empty map behind to
+// show). gone is true when v itself is such a map: once ignored parts are
+// left out it is as good as absent. A map that was empty to begin with is
+// not gone, and list items are never removed (that would shift the
+// others): a list item that held only ignored keys stays, as {}.
+func (p *pruner) strip(toks []string, v any) (out any, gone bool) {
 	if p == nil {
-		return v
+		return v, false
 	}
 	for _, ex := range p.exclude {
 		if len(ex) > len(toks) && hasPrefix(ex, toks) {
-			v = rewriteAt(v, ex[len(toks):], nil)
+			var emptied bool
+			v, _, emptied = removeAt(v, ex[len(toks):])
+			gone = gone || emptied
 		}
 	}
-	return v
+	return v, gone
+}
+
+// removeAt returns v without the map key at toks, nor the maps on the way
+// to it that held nothing else; changed says whether anything was removed
+// and emptied whether v itself was such a map (out is then an empty map).
+// Maps and lists on the way are copied, never changed: v may be a shared
+// cache.
+func removeAt(v any, toks []string) (out any, changed, emptied bool) {
+	switch c := v.(type) {
+	case map[string]any:
+		old, ok := c[toks[0]]
+		if !ok {
+			return v, false, false
+		}
+		drop, child := len(toks) == 1, old
+		if !drop {
+			if child, changed, drop = removeAt(old, toks[1:]); !changed {
+				return v, false, false
+			}
+		}
+		if drop && len(c) == 1 {
+			return map[string]any{}, true, true
+		}
+		cp := make(map[string]any, len(c))
+		for k, x := range c {
+			cp[k] = x
+		}
+		if drop {
+			delete(cp, toks[0])
+		} else {
+			cp[toks[0]] = child
+		}
+		return cp, true, false
+	case []any:
+		i, ok := listIndex(toks[0], len(c))
+		if !ok || len(toks) == 1 {
+			return v, false, false
+		}
+		child, changed, _ := removeAt(c[i], toks[1:])
+		if !changed {
+			return v, false, false
+		}
+		cp := slices.Clone(c)
+		cp[i] = child
+		return cp, true, false
+	}
+	return v, false, false
 }
 
 // differ computes the operations that turn one object into another, in
@@ -133,17 +187,18 @@ type differ struct {
 // diff returns the operations from old to new, limited by pr (nil: all).
 func diff(old, new map[string]any, pr *pruner) []Op {
 	d := differ{pr: pr, toks: make([]string, 0, 16)}
-	d.walk(old, new, old != nil, new != nil)
+	d.walk(old, new, old != nil, new != nil, false)
 	return d.ops
 }
 
-func (d *differ) walk(old, new any, hasOld, hasNew bool) {
+// walk diffs the values at d.toks, a map key or (item) a list item.
+func (d *differ) walk(old, new any, hasOld, hasNew, item bool) {
 	switch {
 	case !hasOld && !hasNew:
 	case !hasOld:
-		d.emit("add", nil, new)
+		d.emit("add", nil, new, item)
 	case !hasNew:
-		d.emit("remove", old, nil)
+		d.emit("remove", old, nil, item)
 	default:
 		switch o := old.(type) {
 		case map[string]any:
@@ -158,7 +213,7 @@ func (d *differ) walk(old, new any, hasOld, hasNew bool) {
 			}
 		}
 		if !equal(old, new) {
-			d.emit("replace", old, new)
+			d.emit("replace", old, new, item)
 		}
 	}
 }
@@ -192,7 +247,7 @@ func (d *differ) maps(om, nm map[string]any) {
 		}
 		start := len(d.ops)
 		d.toks = append(d.toks, k)
-		d.walk(ov, nv, true, hasNew)
+		d.walk(ov, nv, true, hasNew, false)
 		d.pop()
 		if len(d.ops) > start {
 			spans = append(spans, keySpan{k, start, len(d.ops)})
@@ -204,7 +259,7 @@ func (d *differ) maps(om, nm map[string]any) {
 		}
 		start := len(d.ops)
 		d.toks = append(d.toks, k)
-		d.walk(nil, nv, false, true)
+		d.walk(nil, nv, false, true, false)
 		d.pop()
 		if len(d.ops) > start {
 			spans = append(spans, keySpan{k, start, len(d.ops)})
@@ -249,22 +304,22 @@ func (d *differ) lists(ol, nl []any) {
 			d.toks = append(d.toks, strconv.Itoa(i))
 			switch v := d.pr.visit(d.toks); {
 			case v == partial || v == whole && !equal(ol[i], nl[i]):
-				d.walk(ol[i], nl[i], true, true)
+				d.walk(ol[i], nl[i], true, true, true)
 			}
 			d.pop()
 		}
 		return
 	}
 	for i := range min(len(ol), len(nl)) {
-		if !equal(ol[i], nl[i]) {
-			d.emit("replace", ol, nl)
+		if !d.sameItem(i, ol[i], nl[i]) {
+			d.emit("replace", ol, nl, false)
 			return
 		}
 	}
 	if len(nl) > len(ol) {
 		for i := len(ol); i < len(nl); i++ {
 			if d.push(strconv.Itoa(i)) {
-				d.emit("add", nil, nl[i])
+				d.emit("add", nil, nl[i], true)
 				d.pop()
 			}
 		}
@@ -272,13 +327,51 @@ func (d *differ) lists(ol, nl []any) {
 	}
 	for i := len(ol) - 1; i >= len(nl); i-- {
 		if d.push(strconv.Itoa(i)) {
-			d.emit("remove", ol[i], nil)
+			d.emit("remove", ol[i], nil, true)
 			d.pop()
 		}
 	}
 }
 
-func (d *differ) emit(op string, old, new any) {
-	toks := slices.Clone(d.toks)
-	d.ops = append(d.ops, Op{Op: op, toks: toks, Value: d.pr.strip(toks, new), OldValue: d.pr.strip(toks, old)})
+// sameItem reports whether item i of a list that changed length is the
+// same in the old and the new list once its excluded parts are left out
+// (ignored parts never count as a change).
+func (d *differ) sameItem(i int, old, new any) bool {
+	if equal(old, new) {
+		return true
+	}
+	if d.pr == nil || len(d.pr.exclude) == 0 {
+		return false
+	}
+	d.toks = append(d.toks, strconv.Itoa(i))
+	defer d.pop()
+	for _, ex := range d.pr.exclude {
+		if hasPrefix(d.toks, ex) {
+			return true
+		}
+	}
+	o, _ := d.pr.strip(d.toks, old)
+	n, _ := d.pr.strip(d.toks, new)
+	return equal(o, n)
+}
+
+// emit records an operation at d.toks, a map key or (item) a list item,
+// with its values stripped of excluded parts. A map key's value that held
+// only excluded parts is as good as absent: adding or removing it is no
+// change, and replacing it (or replacing something by it) is a remove
+// (an add). A list item's is not: the list's length changed.
+func (d *differ) emit(op string, old, new any, item bool) {
+	old, oldGone := d.pr.strip(d.toks, old)
+	new, newGone := d.pr.strip(d.toks, new)
+	if !item {
+		switch {
+		case op == "add" && newGone, op == "remove" && oldGone, oldGone && newGone:
+			return
+		case op == "replace" && oldGone:
+			op, old = "add", nil
+		case op == "replace" && newGone:
+			op, new = "remove", nil
+		}
+	}
+	d.ops = append(d.ops, Op{Op: op, toks: slices.Clone(d.toks), Value: new, OldValue: old})
 }

@@ -70,6 +70,38 @@ func TestDiff(t *testing.T) {
 			`[{"op":"add","path":"/spec","value":{"color":"r","size":1}}]`},
 		{"include and exclude", `{"spec":{"a":1,"b":1}}`, `{"spec":{"a":2,"b":2}}`, []string{"spec"}, []string{"spec.b"},
 			`[{"op":"replace","path":"/spec/a","value":2,"oldValue":1}]`},
+
+		// Ignored subtrees never count nor show, not even as the maps
+		// that held them.
+		{"a new map of ignored keys only", `{"metadata":{"name":"x"}}`, `{"metadata":{"name":"x","annotations":{"kubectl.kubernetes.io/last-applied-configuration":"{}"}}}`,
+			nil, []string{`metadata.annotations["kubectl.kubernetes.io/last-applied-configuration"]`}, `[]`},
+		{"a removed map of ignored keys only", `{"metadata":{"name":"x","annotations":{"kubectl.kubernetes.io/last-applied-configuration":"{}"}}}`, `{"metadata":{"name":"x"}}`,
+			nil, []string{`metadata.annotations["kubectl.kubernetes.io/last-applied-configuration"]`}, `[]`},
+		{"a new map of ignored keys beside a change", `{"metadata":{"name":"x"}}`, `{"metadata":{"name":"y","annotations":{"a":"1"}}}`,
+			nil, []string{"metadata.annotations.a"}, `[{"op":"replace","path":"/metadata/name","value":"y","oldValue":"x"}]`},
+		{"nested maps of ignored keys only", `{}`, `{"spec":{"a":{"secret":1,"token":2}}}`, nil, []string{"spec.a.secret", "spec.a.token"}, `[]`},
+		{"maps of ignored keys only are left out of a value", `{}`, `{"spec":{"a":{"secret":1},"b":1}}`, nil, []string{"spec.a.secret"},
+			`[{"op":"add","path":"/spec","value":{"b":1}}]`},
+		{"an empty map is not ignored", `{}`, `{"spec":{"a":{}}}`, nil, []string{"spec.a.secret"},
+			`[{"op":"add","path":"/spec","value":{"a":{}}}]`},
+		{"an added empty map is a change", `{"metadata":{}}`, `{"metadata":{"annotations":{}}}`, nil, []string{`metadata.annotations["x"]`},
+			`[{"op":"add","path":"/metadata/annotations","value":{}}]`},
+		{"a value replaced by a map of ignored keys is removed", `{"a":"x"}`, `{"a":{"secret":1}}`, nil, []string{"a.secret"},
+			`[{"op":"remove","path":"/a","oldValue":"x"}]`},
+		{"a map of ignored keys replaced by a value is an add", `{"a":{"secret":1}}`, `{"a":"x"}`, nil, []string{"a.secret"},
+			`[{"op":"add","path":"/a","value":"x"}]`},
+		{"a list item of ignored keys only stays", `{"l":[1]}`, `{"l":[1,{"secret":1}]}`, nil, []string{"l[*].secret"},
+			`[{"op":"add","path":"/l/1","value":{}}]`},
+		{"a removed list item of ignored keys only stays", `{"l":[1,{"secret":1}]}`, `{"l":[1]}`, nil, []string{"l[*].secret"},
+			`[{"op":"remove","path":"/l/1","oldValue":{}}]`},
+		{"a list grown whose items changed only in ignored parts", `{"l":[{"n":"a","t":1}]}`, `{"l":[{"n":"a","t":2},{"n":"b","t":2}]}`, nil, []string{"l[*].t"},
+			`[{"op":"add","path":"/l/1","value":{"n":"b"}}]`},
+		{"a list shrunk whose items changed only in ignored parts", `{"l":[{"n":"a","t":1},{"n":"b","t":1}]}`, `{"l":[{"n":"a","t":2}]}`, nil, []string{"l[*].t"},
+			`[{"op":"remove","path":"/l/1","oldValue":{"n":"b"}}]`},
+		{"a list grown whose ignored item changed", `{"l":[1,2]}`, `{"l":[3,2,4]}`, nil, []string{"l[0]"},
+			`[{"op":"add","path":"/l/2","value":4}]`},
+		{"a list changed in more than ignored parts is replaced", `{"l":[{"n":"a","t":1}]}`, `{"l":[{"n":"c","t":2},{"n":"b","t":2}]}`, nil, []string{"l[*].t"},
+			`[{"op":"replace","path":"/l","value":[{"n":"c"},{"n":"b"}],"oldValue":[{"n":"a"}]}]`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -90,6 +122,37 @@ func TestDiff(t *testing.T) {
 			}
 			if got := opsJSON(t, diff(old, new, pr)); got != tt.want {
 				t.Errorf("diff =\n  %s\nwant\n  %s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestRemoveAt(t *testing.T) {
+	tests := []struct {
+		name, v string
+		toks    []string
+		want    string
+		changed bool
+		emptied bool
+	}{
+		{"a key", `{"a":1,"b":2}`, []string{"a"}, `{"b":2}`, true, false},
+		{"the last key", `{"a":1}`, []string{"a"}, `{}`, true, true},
+		{"the maps that held only it", `{"a":{"b":{"c":1}},"d":1}`, []string{"a", "b", "c"}, `{"d":1}`, true, false},
+		{"everything", `{"a":{"b":{"c":1}}}`, []string{"a", "b", "c"}, `{}`, true, true},
+		{"in a list item, which stays", `{"l":[{"c":1},2]}`, []string{"l", "0", "c"}, `{"l":[{},2]}`, true, false},
+		{"not a list item", `{"l":[1,2]}`, []string{"l", "0"}, `{"l":[1,2]}`, false, false},
+		{"a missing key", `{"a":{"b":1}}`, []string{"a", "x"}, `{"a":{"b":1}}`, false, false},
+		{"below a scalar", `{"a":1}`, []string{"a", "b"}, `{"a":1}`, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := obj(t, tt.v)
+			out, changed, emptied := removeAt(v, tt.toks)
+			if !equal(out, obj(t, tt.want)) || changed != tt.changed || emptied != tt.emptied {
+				t.Errorf("removeAt = %v, %v, %v; want %s, %v, %v", out, changed, emptied, tt.want, tt.changed, tt.emptied)
+			}
+			if !equal(v, obj(t, tt.v)) {
+				t.Errorf("removeAt changed its input: %v", v)
 			}
 		})
 	}

@@ -151,7 +151,15 @@
 // fires nothing). A rule that names one of them (or a path below it) in
 // fields sees it. ignoreFields are left out too; when a change's value
 // contains an ignored map key (the whole spec added, say), the key is
-// removed from the value (list items are never removed from a value).
+// removed from the value, and so are the maps that held nothing else
+// (list items are never removed from a value: an item that held only
+// ignored keys shows as {}). A map key whose value holds only ignored
+// keys is as good as absent: its appearing or vanishing is no change
+// (the first last-applied annotation, in annotations that did not exist
+// before, fires nothing when the annotation is ignored), a value replaced
+// by such a map is a remove and the reverse an add. A map that was empty
+// to begin with is a value like any other. When a list changes length,
+// items that differ only in ignored parts count as unchanged.
 //
 // For a rule with fields, an update's changes are those at, under or
 // above the locations its fields select in the old or the new object; a
