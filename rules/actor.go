@@ -1,6 +1,8 @@
 package rules
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -14,45 +16,133 @@ type Actor struct {
 	Operation string `json:"operation"`
 }
 
-// actorOf finds who made the changes ops to obj. The managedFields entry
-// whose fieldsV1 owns the most of the changed paths wins (the newest
-// `time` breaks ties); when no entry owns any (fieldsV1 absent, or the
-// changes are removals, which nobody owns afterwards), the entry with the
-// newest time; when there is no entry, nil (the payload then has no
-// actor).
-func actorOf(obj map[string]any, ops []Op) *Actor {
-	meta, _ := obj["metadata"].(map[string]any)
-	entries, _ := meta["managedFields"].([]any)
-	best, bestScore, bestTime := -1, 0, ""
-	for i, e := range entries {
-		entry, ok := e.(map[string]any)
-		if !ok {
+// actorOf finds who made the change c, whose changes (for the rule that
+// fires) are ops, from metadata.managedFields. The apiserver keeps those
+// entries sorted by operation, time (in seconds) and manager, not by
+// recency, and a write may leave no entry at all (a /scale write), so:
+//
+//   - created: the entry with the newest time (on a tie, the last one);
+//   - updated: only the entries this write touched are candidates: those
+//     of the new object that the old one lacks (keyed by manager,
+//     operation and subresource) or whose time, fieldsHash or fieldsV1
+//     differ from the old entry's. The candidate whose fieldsV1 owns the
+//     most of the changed paths wins; when none owns any (the watcher
+//     keeps fieldsHash, not fieldsV1; removals are owned by nobody
+//     afterwards), the newest candidate (on a tie, the last). No
+//     candidate, no actor: a previous writer is not guessed;
+//   - deleted: no actor (managedFields says who wrote the object, not who
+//     deleted it).
+//
+// Entries without a manager are skipped. ok is false when there is no
+// actor.
+func actorOf(c *Change, ops []Op) (a Actor, ok bool) {
+	var old []any
+	switch c.Type {
+	case Created:
+		ops = nil // the newest entry, whatever it owns
+	case Updated:
+		old = managedFields(c.OldObject)
+	default:
+		return Actor{}, false
+	}
+	obj := c.Object
+	var best map[string]any
+	bestScore, bestTime := 0, ""
+	for _, e := range managedFields(obj) {
+		entry, isMap := e.(map[string]any)
+		if !isMap {
+			continue
+		}
+		if m, _ := entry["manager"].(string); m == "" {
+			continue
+		}
+		if c.Type == Updated && !touched(entry, old) {
 			continue
 		}
 		t, _ := entry["time"].(string)
 		score := 0
-		if fv, ok := entry["fieldsV1"].(map[string]any); ok {
+		if fv, isMap := entry["fieldsV1"].(map[string]any); isMap {
 			for _, op := range ops {
 				if owns(fv, obj, op.toks) {
 					score++
 				}
 			}
 		}
-		if best < 0 || score > bestScore || (score == bestScore && t > bestTime) {
-			best, bestScore, bestTime = i, score, t
+		// RFC 3339 times in UTC compare as strings.
+		if best == nil || score > bestScore || (score == bestScore && t >= bestTime) {
+			best, bestScore, bestTime = entry, score, t
 		}
 	}
-	if best < 0 {
-		return nil
+	if best == nil {
+		return Actor{}, false
 	}
-	entry := entries[best].(map[string]any)
-	a := &Actor{}
-	a.Manager, _ = entry["manager"].(string)
-	a.Operation, _ = entry["operation"].(string)
-	if a.Manager == "" {
-		return nil
+	a.Manager, _ = best["manager"].(string)
+	a.Operation, _ = best["operation"].(string)
+	return a, true
+}
+
+// managedFields returns obj's metadata.managedFields entries.
+func managedFields(obj map[string]any) []any {
+	meta, _ := obj["metadata"].(map[string]any)
+	entries, _ := meta["managedFields"].([]any)
+	return entries
+}
+
+// touched reports whether a managedFields entry of the new object was
+// written by the change from an object whose entries are old: the old
+// object has no entry with its manager, operation and subresource, or
+// that entry's time or field set differs.
+func touched(entry map[string]any, old []any) bool {
+	for _, e := range old {
+		o, isMap := e.(map[string]any)
+		if !isMap || !sameString(entry, o, "manager") || !sameString(entry, o, "operation") || !sameString(entry, o, "subresource") {
+			continue
+		}
+		return !sameString(entry, o, "time") || !sameFields(entry, o)
 	}
-	return a
+	return true
+}
+
+// sameString reports whether a[key] and b[key] are the same string (or
+// both not strings).
+func sameString(a, b map[string]any, key string) bool {
+	x, _ := a[key].(string)
+	y, _ := b[key].(string)
+	return x == y
+}
+
+// sameFields reports whether two managedFields entries have the same field
+// set, given as fieldsV1 (what the apiserver writes) or fieldsHash (what
+// the watcher's cache keeps instead, see fieldsHash), in any mix.
+func sameFields(a, b map[string]any) bool {
+	av, aV1 := a["fieldsV1"]
+	bv, bV1 := b["fieldsV1"]
+	ah, aHash := a["fieldsHash"].(string)
+	bh, bHash := b["fieldsHash"].(string)
+	switch {
+	case aV1 && bV1:
+		return equal(av, bv) && (!aHash || !bHash || ah == bh)
+	case aHash && bHash:
+		return ah == bh
+	case aV1 && bHash:
+		return fieldsHash(av) == bh
+	case aHash && bV1:
+		return ah == fieldsHash(bv)
+	}
+	return !aV1 && !bV1 && !aHash && !bHash
+}
+
+// fieldsHash digests a fieldsV1 field set as the watcher's cache does in
+// place of it: the first 16 hex digits of the SHA-256 of its JSON. Only
+// needed when one state of an object has the field set and the other its
+// hash.
+func fieldsHash(fields any) string {
+	b, err := json.Marshal(fields)
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
 }
 
 // owns reports whether a fieldsV1 set (the structured-merge-diff format:

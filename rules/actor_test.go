@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"strings"
 	"testing"
 )
 
@@ -73,21 +74,155 @@ func TestActor(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var ops []Op
-			for _, p := range tt.changed {
-				toks := splitPointer(p)
-				ops = append(ops, Op{Op: "replace", toks: toks})
-			}
-			a := actorOf(obj(t, tt.obj), ops)
-			got := ""
-			if a != nil {
-				got = a.Manager + "/" + a.Operation
-			}
-			if got != tt.want {
+			// An update from an object without managedFields: every
+			// entry is a candidate, and these cases are about the choice
+			// among candidates (TestActorCandidates: which are).
+			c := &Change{Type: Updated, OldObject: obj(t, `{"metadata":{}}`), Object: obj(t, tt.obj)}
+			if got := actorString(c, changedOps(tt.changed)); got != tt.want {
 				t.Errorf("actor = %q, want %q", got, tt.want)
 			}
 		})
 	}
+}
+
+// TestActorCandidates checks which managedFields entries may be the
+// actor: on create any, on update only those the write touched (new, or
+// with a new time or field set), on delete none.
+func TestActorCandidates(t *testing.T) {
+	// e renders a managedFields entry; fields is its fieldsV1, or a
+	// fieldsHash when it starts with "#".
+	e := func(manager, op, sub, time, fields string) string {
+		s := `{"manager":"` + manager + `","operation":"` + op + `","time":"` + time + `"`
+		if sub != "" {
+			s += `,"subresource":"` + sub + `"`
+		}
+		switch {
+		case strings.HasPrefix(fields, "#"):
+			s += `,"fieldsHash":"` + fields[1:] + `"`
+		case fields != "":
+			s += `,"fieldsType":"FieldsV1","fieldsV1":` + fields
+		}
+		return s + "}"
+	}
+	mf := func(entries ...string) string {
+		return `{"metadata":{"managedFields":[` + strings.Join(entries, ",") + `]},"spec":{"size":2},"status":{"phase":"Ready"}}`
+	}
+	const (
+		t1, t2, t3 = "2026-01-01T00:00:01Z", "2026-01-01T00:00:02Z", "2026-01-01T00:00:03Z"
+		size       = `{"f:spec":{"f:size":{}}}`
+		phase      = `{"f:status":{"f:phase":{}}}`
+		sizeHash   = "#01dd22de4fada247" // the watcher's fieldsHash of size
+	)
+	tests := []struct {
+		name     string
+		typ      ChangeType
+		old, new string
+		changed  []string
+		want     string
+	}{
+		{"created: the newest", Created, "", mf(e("a", "Apply", "", t1, ""), e("b", "Update", "", t3, ""), e("c", "Update", "", t2, "")), nil, "b/Update"},
+		{"created: a tie goes to the last", Created, "", mf(e("b", "Apply", "", t1, ""), e("a", "Update", "", t1, "")), nil, "a/Update"},
+		{"created: the newest, whatever it owns", Created, "", mf(e("a", "Update", "", t1, size), e("b", "Update", "", t2, phase)), []string{"/spec/size"}, "b/Update"},
+		{"created: no managedFields", Created, "", `{"metadata":{}}`, nil, ""},
+		{"created: no manager", Created, "", mf(e("", "Update", "", t1, "")), nil, ""},
+		{"deleted: never", Deleted, mf(e("a", "Update", "", t1, "")), "", []string{"/spec/size"}, ""},
+
+		{"untouched entries are not candidates",
+			Updated, mf(e("kubectl", "Apply", "", t1, ""), e("ctrl", "Update", "status", t3, "")),
+			mf(e("kubectl", "Apply", "", t2, ""), e("ctrl", "Update", "status", t3, "")), []string{"/spec/size"}, "kubectl/Apply"},
+		{"nothing touched: no actor (a /scale write)",
+			Updated, mf(e("kubectl", "Apply", "", t1, size), e("ctrl", "Update", "status", t3, phase)),
+			mf(e("kubectl", "Apply", "", t1, size), e("ctrl", "Update", "status", t3, phase)), []string{"/spec/size"}, ""},
+		{"the writer's entry left: no actor",
+			Updated, mf(e("kubectl", "Apply", "", t1, ""), e("hpa", "Update", "scale", t2, "")),
+			mf(e("kubectl", "Apply", "", t1, "")), []string{"/spec/size"}, ""},
+		{"a new entry, of the same time",
+			Updated, mf(e("kubectl", "Apply", "", t2, "")),
+			mf(e("kubectl", "Apply", "", t2, ""), e("kubectl-edit", "Update", "", t2, "")), []string{"/spec/size"}, "kubectl-edit/Update"},
+		{"keyed by operation",
+			Updated, mf(e("m", "Apply", "", t2, "#1")),
+			mf(e("m", "Apply", "", t2, "#1"), e("m", "Update", "", t1, "#1")), []string{"/spec/size"}, "m/Update"},
+		{"keyed by subresource",
+			Updated, mf(e("kubelet", "Update", "", t1, "#1"), e("other", "Update", "", t3, "#2")),
+			mf(e("kubelet", "Update", "", t1, "#1"), e("kubelet", "Update", "status", t1, "#1"), e("other", "Update", "", t3, "#2")), []string{"/status/phase"}, "kubelet/Update"},
+		{"a new fieldsHash in the same second",
+			Updated, mf(e("a", "Update", "", t1, "#1"), e("b", "Update", "", t2, "#2")),
+			mf(e("a", "Update", "", t1, "#3"), e("b", "Update", "", t2, "#2")), []string{"/spec/size"}, "a/Update"},
+		{"a new fieldsV1 in the same second",
+			Updated, mf(e("a", "Update", "", t1, size), e("b", "Update", "", t2, phase)),
+			mf(e("a", "Update", "", t1, `{"f:spec":{"f:size":{},"f:color":{}}}`), e("b", "Update", "", t2, phase)), []string{"/spec/size"}, "a/Update"},
+		{"fieldsV1 before, its fieldsHash after: the same",
+			Updated, mf(e("a", "Update", "", t1, size), e("b", "Update", "", t1, phase)),
+			mf(e("a", "Update", "", t1, sizeHash), e("b", "Update", "", t2, "#9")), []string{"/spec/size"}, "b/Update"},
+		{"fieldsHash before, another fieldsV1 after",
+			Updated, mf(e("a", "Update", "", t1, sizeHash), e("b", "Update", "", t2, phase)),
+			mf(e("a", "Update", "", t1, phase), e("b", "Update", "", t2, phase)), []string{"/status/phase"}, "a/Update"},
+		{"the newest candidate",
+			Updated, mf(e("a", "Update", "", t1, "#1"), e("b", "Update", "", t1, "#2"), e("c", "Update", "", t1, "#3")),
+			mf(e("a", "Update", "", t3, "#1"), e("b", "Update", "", t2, "#2"), e("c", "Update", "", t1, "#3")), []string{"/spec/size"}, "a/Update"},
+		{"a tie goes to the last candidate",
+			Updated, mf(e("a", "Update", "", t1, "#1"), e("b", "Update", "", t1, "#2"), e("c", "Update", "", t1, "#3")),
+			mf(e("a", "Update", "", t3, "#1"), e("b", "Update", "", t3, "#2"), e("c", "Update", "", t1, "#3")), []string{"/spec/size"}, "b/Update"},
+		{"the owner among candidates, though older",
+			Updated, mf(e("a", "Update", "", t1, size), e("b", "Update", "", t1, phase)),
+			mf(e("a", "Update", "", t2, size), e("b", "Update", "", t3, phase)), []string{"/spec/size"}, "a/Update"},
+		{"an owner that is no candidate does not count",
+			Updated, mf(e("a", "Update", "", t1, size), e("b", "Update", "", t1, phase)),
+			mf(e("a", "Update", "", t1, size), e("b", "Update", "", t2, phase)), []string{"/spec/size"}, "b/Update"},
+		{"the old object has no managedFields: every entry",
+			Updated, `{"metadata":{}}`, mf(e("a", "Update", "", t2, ""), e("b", "Update", "", t1, "")), []string{"/spec/size"}, "a/Update"},
+		{"malformed old entries are skipped",
+			Updated, `{"metadata":{"managedFields":["x",{"manager":"a"}]}}`, mf(e("a", "Update", "", t1, "")), []string{"/spec/size"}, "a/Update"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &Change{Type: tt.typ}
+			if tt.old != "" {
+				c.OldObject = obj(t, tt.old)
+			}
+			if tt.new != "" {
+				c.Object = obj(t, tt.new)
+			}
+			if got := actorString(c, changedOps(tt.changed)); got != tt.want {
+				t.Errorf("actor = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestActorAllocs keeps the actor off the heap: it runs for every firing.
+func TestActorAllocs(t *testing.T) {
+	c := &Change{
+		Type:      Updated,
+		OldObject: benchWidget(3, "100"),
+		Object:    benchWidget(4, "101"),
+	}
+	ops := changedOps([]string{"/spec/size"})
+	if got := actorString(c, ops); got != "widget-controller/Update" {
+		t.Fatalf("actor = %q", got)
+	}
+	if n := testing.AllocsPerRun(100, func() { actorOf(c, ops) }); n != 0 {
+		t.Errorf("actorOf allocates %v times", n)
+	}
+}
+
+// actorString runs actorOf and renders its result as manager/operation,
+// "" for none.
+func actorString(c *Change, ops []Op) string {
+	a, ok := actorOf(c, ops)
+	if !ok {
+		return ""
+	}
+	return a.Manager + "/" + a.Operation
+}
+
+// changedOps makes replace operations at JSON pointers (tests only).
+func changedOps(pointers []string) []Op {
+	var ops []Op
+	for _, p := range pointers {
+		ops = append(ops, Op{Op: "replace", toks: splitPointer(p)})
+	}
+	return ops
 }
 
 // splitPointer splits an unescaped JSON Pointer into tokens (tests only).

@@ -180,12 +180,25 @@
 // (of the final state for a delete), changes, actor, and with includeObject
 // object and oldObject (each only when there is one).
 //
-// actor is {manager, operation} from the new object's
-// metadata.managedFields: the entry whose fieldsV1 owns the most of the
-// changed paths (the newest time breaks ties); when none owns any (no
-// fieldsV1, or only removals, which nobody owns afterwards), the entry with
-// the newest time. There is no actor when managedFields is empty, nor for
-// deletes (managedFields says who wrote the object, not who deleted it).
+// actor is {manager, operation} of an entry of the new object's
+// metadata.managedFields. The apiserver keeps those entries sorted by
+// operation, then time (in seconds), then manager, not by recency, and a
+// write may leave no entry at all (a /scale write, say), so:
+//
+//   - created: the entry with the newest time (on a tie, the last in the
+//     list);
+//   - updated: only the entries the write touched are candidates: those
+//     the old object lacks (an entry is known by its manager, operation
+//     and subresource) and those whose time, fieldsHash or fieldsV1
+//     changed. Of the candidates, the one whose fieldsV1 owns the most of
+//     the rule's changed paths wins; when none owns any (the watcher keeps
+//     only a hash of each fieldsV1, and removals are owned by nobody
+//     afterwards), the newest (on a tie, the last). With no candidate
+//     there is no actor: a previous writer is not guessed;
+//   - deleted: no actor (managedFields says who wrote the object, not who
+//     deleted it).
+//
+// Entries without a manager are skipped; with none left there is no actor.
 //
 // Values at redact paths are replaced by "<redacted>" everywhere in the
 // payload (object, oldObject, change values and oldValues). In Secrets

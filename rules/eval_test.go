@@ -94,7 +94,7 @@ func TestPayloadShape(t *testing.T) {
 		t.Fatal(err)
 	}
 	old := obj(t, `{"metadata":{"name":"w","namespace":"ns","uid":"u","resourceVersion":"1","managedFields":[{"manager":"m","operation":"Update","time":"2026-01-01T00:00:00Z"}]},"spec":{"size":1}}`)
-	new := obj(t, `{"metadata":{"name":"w","namespace":"ns","uid":"u","resourceVersion":"2","managedFields":[{"manager":"m","operation":"Update","time":"2026-01-01T00:00:00Z"}]},"spec":{"size":2}}`)
+	new := obj(t, `{"metadata":{"name":"w","namespace":"ns","uid":"u","resourceVersion":"2","managedFields":[{"manager":"m","operation":"Update","time":"2026-01-01T00:00:01Z"}]},"spec":{"size":2}}`)
 	c := &Change{Type: Updated, Resource: widgetsV1, Object: new, OldObject: old, Time: time.Date(2026, 12, 2, 13, 0, 0, 5000, time.FixedZone("x", 3600))}
 	firings, errs := set.Eval(c)
 	if len(firings) != 1 || len(errs) != 0 {

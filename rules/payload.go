@@ -45,10 +45,7 @@ func (r *Rule) firing(st *evalState, ops []Op) (Firing, error) {
 		UID:             metaString(meta, "uid"),
 		ResourceVersion: metaString(meta, "resourceVersion"),
 	}
-	var actor *Actor
-	if c.Type != Deleted {
-		actor = actorOf(c.Object, ops)
-	}
+	actor, hasActor := actorOf(c, ops)
 	redact := r.redact
 	if c.Resource.Group == "" && c.Resource.Resource == "secrets" {
 		redact = append(append([]*fieldPath(nil), secretRedact...), redact...)
@@ -96,7 +93,7 @@ func (r *Rule) firing(st *evalState, ops []Op) (Firing, error) {
 		}
 	}
 	b = append(b, ']')
-	if actor != nil {
+	if hasActor {
 		b = append(b, `,"actor":{"manager":`...)
 		b = appendJSONString(b, actor.Manager)
 		b = append(b, `,"operation":`...)
