@@ -73,6 +73,15 @@ deploy/rbac.yaml: build ## regenerate the deploy RBAC from deploy/rules.yaml
 image: ## build the container image (needs a Docker engine)
 	docker build -t fieldwatch:dev .
 
+.PHONY: bench
+bench: controlplane build ## fieldwatch vs a bare informer on a local control plane: one table (about 10 minutes)
+	$(GO) run ./hack/bench $(BENCH_FLAGS)
+
+.PHONY: bench-go
+bench-go: controlplane ## the go test benchmarks of watcher, rules and rules/action
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./watcher
+	$(GO) test -run '^$$' -bench . ./rules ./rules/action
+
 .PHONY: demo
 demo: controlplane build ## run fieldwatch on a local control plane and show what fires
 	$(GO) run ./hack/demo

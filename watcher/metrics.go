@@ -15,10 +15,11 @@ type metrics struct {
 	tombstones      *prometheus.CounterVec
 	resources       prometheus.Gauge
 	pendingKeys     prometheus.GaugeFunc
+	cached          prometheus.GaugeFunc
 	queue           workqueue.MetricsProvider
 }
 
-func newMetrics(reg prometheus.Registerer, pendingKeys func() float64) *metrics {
+func newMetrics(reg prometheus.Registerer, pendingKeys, cached func() float64) *metrics {
 	const ns, sub = "fieldwatch", "watcher"
 	m := &metrics{
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -49,6 +50,10 @@ func newMetrics(reg prometheus.Registerer, pendingKeys func() float64) *metrics 
 			Namespace: ns, Subsystem: sub, Name: "pending_objects",
 			Help: "Objects with changes waiting for a worker.",
 		}, pendingKeys),
+		cached: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "cached_objects",
+			Help: "Objects the informers of the selected resources cache.",
+		}, cached),
 	}
 	qm := &queueMetrics{
 		depth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -79,7 +84,7 @@ func newMetrics(reg prometheus.Registerer, pendingKeys func() float64) *metrics 
 	}
 	m.queue = qm
 	if reg != nil {
-		reg.MustRegister(m.events, m.listWatchErrors, m.tombstones, m.discoveryFails, m.handlerErrors, m.resources, m.pendingKeys,
+		reg.MustRegister(m.events, m.listWatchErrors, m.tombstones, m.discoveryFails, m.handlerErrors, m.resources, m.pendingKeys, m.cached,
 			qm.depth, qm.adds, qm.latency, qm.work, qm.unfinished, qm.longest, qm.retries)
 	}
 	return m

@@ -164,7 +164,8 @@ func NewForClients(dyn dynamic.Interface, disc discovery.DiscoveryInterface, cfg
 	if cfg.Store != nil {
 		w.commits = newCommits(cfg.Store)
 	}
-	w.metrics = newMetrics(cfg.Registerer, func() float64 { return float64(w.pending.len()) })
+	w.metrics = newMetrics(cfg.Registerer, func() float64 { return float64(w.pending.len()) },
+		func() float64 { return float64(w.CachedObjects()) })
 	w.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[key](5*time.Millisecond, cfg.MaxRetryDelay),
 		workqueue.TypedRateLimitingQueueConfig[key]{Name: "changes", MetricsProvider: w.metrics.queue},
@@ -321,6 +322,21 @@ func cmpString(a, b string) int {
 		return 1
 	}
 	return 0
+}
+
+// CachedObjects returns how many objects the informers of the selected
+// resources cache (other shards' objects included when sharding on the
+// client).
+func (w *Watcher) CachedObjects() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, rw := range w.watches {
+		if rw.deliver.Load() {
+			n += len(rw.store.ListKeys())
+		}
+	}
+	return n
 }
 
 // SetSelectors replaces the selectors and projection (a reloaded rules

@@ -1,0 +1,305 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+var configMapsGVR = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+
+// runBareChild is the bare informer: a client-go dynamic informer on the
+// ConfigMaps of one namespace that only counts update events. It prints
+// "synced" once synced, then "count N" as the count grows.
+func runBareChild(ctx context.Context, kubeconfig, namespace string, gvr schema.GroupVersionResource) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.QPS, cfg.Burst = 50, 100
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	var updates atomic.Int64
+	inf := dynamicinformer.NewFilteredDynamicInformer(dyn, gvr, namespace, 0, cache.Indexers{}, nil).Informer()
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(any, any) { updates.Add(1) }})
+	go inf.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return ctx.Err()
+	}
+	fmt.Println("synced")
+	last := int64(-1)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(2 * time.Millisecond):
+		}
+		if n := updates.Load(); n != last {
+			fmt.Printf("count %d\n", n)
+			last = n
+		}
+	}
+}
+
+// process is a consumer process: the bare informer child or fieldwatch.
+type process struct {
+	name   string
+	cmd    *exec.Cmd
+	count  atomic.Int64 // events (bare) or payload lines (fieldwatch log)
+	synced chan struct{}
+	addr   string // fieldwatch's HTTP address
+	done   chan struct{}
+}
+
+// startBare starts the bare informer child on resource (configmaps or
+// widgets).
+func startBare(kubeconfig, namespace, resource string) (*process, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	p := &process{name: "bare", synced: make(chan struct{}), done: make(chan struct{})}
+	p.cmd = exec.Command(self, "-child", "bare", "-child-kubeconfig", kubeconfig, "-child-namespace", namespace, "-child-resource", resource)
+	return p, p.start(func(line string) {
+		switch {
+		case line == "synced":
+			close(p.synced)
+		case strings.HasPrefix(line, "count "):
+			n, _ := strconv.ParseInt(strings.TrimPrefix(line, "count "), 10, 64)
+			p.count.Store(n)
+		}
+	})
+}
+
+// startFieldwatch runs the fieldwatch binary; every stdout line (a log
+// action payload) counts one.
+func startFieldwatch(name, binary, kubeconfig, rules string, env []string, extra ...string) (*process, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	p := &process{name: name, addr: addr, synced: make(chan struct{}), done: make(chan struct{})}
+	args := append([]string{"run", "--rules", rules, "--kubeconfig", kubeconfig, "--http-addr", addr, "--log-level", "warn", "--kube-qps", "200", "--kube-burst", "400"}, extra...)
+	p.cmd = exec.Command(binary, args...)
+	p.cmd.Env = append(os.Environ(), env...)
+	if err := p.start(func(string) { p.count.Add(1) }); err != nil {
+		return nil, err
+	}
+	go func() {
+		for {
+			if code, _ := httpGet("http://" + addr + "/readyz"); code == http.StatusOK {
+				close(p.synced)
+				return
+			}
+			select {
+			case <-p.done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	return p, nil
+}
+
+func (p *process) start(onLine func(string)) error {
+	out, err := p.cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	p.cmd.Stderr = os.Stderr
+	if err := p.cmd.Start(); err != nil {
+		return err
+	}
+	go func() {
+		defer close(p.done)
+		s := bufio.NewScanner(out)
+		s.Buffer(make([]byte, 1<<20), 1<<20)
+		for s.Scan() {
+			onLine(s.Text())
+		}
+		_ = p.cmd.Wait()
+	}()
+	return nil
+}
+
+// waitSynced waits until the process has synced.
+func (p *process) waitSynced(timeout time.Duration) error {
+	select {
+	case <-p.synced:
+		return nil
+	case <-p.done:
+		return fmt.Errorf("%s exited before it synced", p.name)
+	case <-time.After(timeout):
+		return fmt.Errorf("%s not synced after %s", p.name, timeout)
+	}
+}
+
+// cpu returns the process's CPU time so far (user + system).
+func (p *process) cpu() time.Duration {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	// The command name may hold spaces: fields start after the last ')'.
+	s := string(raw)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	const clockTicks = 100 // USER_HZ on Linux
+	return time.Duration(utime+stime) * time.Second / clockTicks
+}
+
+// peakRSS returns the process's peak resident set size.
+func (p *process) peakRSS() int64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if strings.HasPrefix(line, "VmHWM:") {
+			kb, _ := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+// metric reads one sample of the fieldwatch process's /metrics.
+func (p *process) metric(prefix string) float64 {
+	_, body := httpGet("http://" + p.addr + "/metrics")
+	for _, line := range strings.Split(body, "\n") {
+		if strings.HasPrefix(line, prefix) {
+			f := strings.Fields(line)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			return v
+		}
+	}
+	return 0
+}
+
+// stop ends the process (SIGTERM, then SIGKILL).
+func (p *process) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// waitCount waits until the process counted n, and returns when.
+func (p *process) waitCount(n int64, timeout time.Duration) (time.Time, error) {
+	deadline := time.Now().Add(timeout)
+	for p.count.Load() < n {
+		if time.Now().After(deadline) {
+			return time.Time{}, fmt.Errorf("%s counted %d of %d after %s", p.name, p.count.Load(), n, timeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return time.Now(), nil
+}
+
+func httpGet(url string) (int, string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// receiver is a webhook receiver on 127.0.0.1: it counts distinct payload
+// ids, can hold requests (gate) and hands each body to inspect.
+type receiver struct {
+	addr    string
+	srv     *http.Server
+	mu      sync.Mutex
+	ids     map[string]bool
+	gate    chan struct{} // nil: open
+	inspect func(body []byte)
+}
+
+func newReceiver() (*receiver, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	r := &receiver{addr: ln.Addr().String(), ids: map[string]bool{}}
+	r.srv = &http.Server{Handler: http.HandlerFunc(r.serve)}
+	go func() { _ = r.srv.Serve(ln) }()
+	return r, nil
+}
+
+func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
+	body, _ := io.ReadAll(req.Body)
+	r.mu.Lock()
+	gate, inspect := r.gate, r.inspect
+	r.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
+	if inspect != nil {
+		inspect(body)
+	}
+	r.mu.Lock()
+	r.ids[req.Header.Get("Idempotency-Key")] = true
+	r.mu.Unlock()
+}
+
+func (r *receiver) received() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.ids)
+}
+
+func (r *receiver) reset(gate chan struct{}, inspect func([]byte)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ids = map[string]bool{}
+	r.gate = gate
+	r.inspect = inspect
+}
+
+func (r *receiver) waitReceived(n int, timeout time.Duration) (time.Time, error) {
+	deadline := time.Now().Add(timeout)
+	for r.received() < n {
+		if time.Now().After(deadline) {
+			return time.Time{}, fmt.Errorf("receiver got %d of %d after %s", r.received(), n, timeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return time.Now(), nil
+}
+
+var errSkipped = errors.New("skipped")

@@ -1,0 +1,450 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
+	"github.com/fieldwatch/fieldwatch/rules"
+	"github.com/fieldwatch/fieldwatch/watcher"
+)
+
+var widgetsGVR = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
+
+const (
+	cmNS     = "bench-configmaps"
+	widgetNS = "bench-widgets"
+)
+
+// table collects the result rows.
+type table struct {
+	rows [][]string
+}
+
+func (t *table) add(cols ...string) {
+	t.rows = append(t.rows, cols)
+	fmt.Fprintf(os.Stderr, "bench: %s\n", strings.Join(cols, " | "))
+}
+
+func (t *table) print() {
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MEASURE\tBARE INFORMER\tFIELDWATCH\tFIELDWATCH/BARE\tNOTES")
+	for _, r := range t.rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	_ = tw.Flush()
+}
+
+// bench holds what the sections share.
+type bench struct {
+	o          options
+	env        *testenv.Env
+	kubeconfig string
+	binary     string
+	dir        string
+	dyn        dynamic.Interface
+	kube       kubernetes.Interface
+	t          table
+}
+
+func run(ctx context.Context, o options) error {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return err
+	}
+	b := &bench{o: o, binary: filepath.Join(root, "bin", "fieldwatch")}
+	if _, err := os.Stat(b.binary); err != nil {
+		return fmt.Errorf("%s: run `make build` first: %w", b.binary, err)
+	}
+	if b.dir, err = os.MkdirTemp("", "fieldwatch-bench-"); err != nil {
+		return err
+	}
+	defer os.RemoveAll(b.dir)
+	fmt.Fprintf(os.Stderr, "bench: starting the control plane (%d CPUs)\n", runtime.NumCPU())
+	if b.env, err = testenv.New(testenv.Options{}); err != nil {
+		return err
+	}
+	defer b.env.Stop()
+	b.kubeconfig = filepath.Join(b.dir, "kubeconfig")
+	if err := b.env.Kubeconfig(b.kubeconfig); err != nil {
+		return err
+	}
+	cfg := b.env.Config()
+	if b.dyn, err = dynamic.NewForConfig(cfg); err != nil {
+		return err
+	}
+	if b.kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		return err
+	}
+	if _, err := b.env.ApplyFiles(ctx, testenv.ApplyOptions{}, filepath.Join(root, "examples/crds/widgets.yaml")); err != nil {
+		return err
+	}
+	for _, ns := range []string{cmNS, widgetNS} {
+		if _, err := b.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+
+	sections := []func(context.Context) error{b.memory, b.events, b.startup}
+	if o.cbor {
+		sections = append(sections, b.cborSection)
+	}
+	for _, s := range sections {
+		if err := s(ctx); err != nil && err != errSkipped {
+			return err
+		}
+	}
+	fmt.Printf("fieldwatch bench, %s, %d CPUs, %s\n\n", time.Now().UTC().Format(time.RFC3339), runtime.NumCPU(), runtime.Version())
+	b.t.print()
+	return nil
+}
+
+// forEach calls do for 0..n-1 from 32 goroutines and returns the first
+// error.
+func forEach(n int, do func(i int) error) error {
+	var next atomic.Int64
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || failed.Load() != nil {
+					return
+				}
+				if err := do(i); err != nil {
+					failed.CompareAndSwap(nil, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		return err
+	}
+	return nil
+}
+
+// createMany creates n objects.
+func createMany(ctx context.Context, ri dynamic.ResourceInterface, n int, make func(i int) *unstructured.Unstructured) error {
+	return forEach(n, func(i int) error {
+		_, err := ri.Create(ctx, make(i), metav1.CreateOptions{FieldManager: "bench-writer"})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	})
+}
+
+func benchConfigMap(i int) *unstructured.Unstructured {
+	data := map[string]any{}
+	for k := range 5 {
+		data[fmt.Sprintf("key%d", k)] = strings.Repeat(string(rune('a'+(i+k)%26)), 170)
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": fmt.Sprintf("cm-%05d", i), "namespace": cmNS,
+			"labels": map[string]any{"app": "bench", "tier": fmt.Sprintf("t%d", i%10)}},
+		"data": data,
+	}}
+}
+
+// benchWidget is a custom resource of about 5 KiB.
+func benchWidget(i int) *unstructured.Unstructured {
+	parts := make([]any, 40)
+	for p := range parts {
+		parts[p] = map[string]any{"name": fmt.Sprintf("part-%03d-%s", p, strings.Repeat("x", 60)), "count": int64(p + i%7)}
+	}
+	tags := make([]any, 20)
+	for k := range tags {
+		tags[k] = fmt.Sprintf("tag-%02d-%s", k, strings.Repeat("y", 20))
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "example.com/v1", "kind": "Widget",
+		"metadata": map[string]any{"name": fmt.Sprintf("w-%05d", i), "namespace": widgetNS, "labels": map[string]any{"app": "bench"}},
+		"spec":     map[string]any{"size": int64(i % 100), "color": "blue", "owner": "team-" + strconv.Itoa(i%13), "tags": tags, "parts": parts},
+	}}
+}
+
+// memory measures heap bytes per cached object.
+func (b *bench) memory(ctx context.Context) error {
+	fmt.Fprintf(os.Stderr, "bench: creating %d ConfigMaps and %d Widgets\n", b.o.configMaps, b.o.widgets)
+	if err := createMany(ctx, b.dyn.Resource(configMapsGVR).Namespace(cmNS), b.o.configMaps, benchConfigMap); err != nil {
+		return err
+	}
+	if err := createMany(ctx, b.dyn.Resource(widgetsGVR).Namespace(widgetNS), b.o.widgets, benchWidget); err != nil {
+		return err
+	}
+	oneCM, err := rules.Parse("one-field.yaml", []byte(`rules:
+  - name: key1-changed
+    match: {resources: [{group: "", kind: ConfigMap}], namespaces: [`+cmNS+`]}
+    fields: [data.key1]
+    actions: [{log: {}}]
+`))
+	if err != nil {
+		return err
+	}
+	oneWidget, err := rules.Parse("one-field.yaml", []byte(`rules:
+  - name: resized
+    match: {resources: [{group: example.com, kind: Widget}]}
+    fields: [spec.size]
+    actions: [{log: {}}]
+`))
+	if err != nil {
+		return err
+	}
+	audit, err := rules.Parse("crd-audit.yaml", []byte(`rules:
+  - name: audit
+    match: {resources: [{group: "*", kind: "*"}]}
+    ignoreFields: [status]
+    actions: [{log: {}}]
+`))
+	if err != nil {
+		return err
+	}
+	cfg := b.env.Config()
+	for _, kind := range []struct {
+		name string
+		gvr  schema.GroupVersionResource
+		ns   string
+		n    int
+		sel  watcher.Selector
+		one  *rules.Set
+	}{
+		{"1 KiB ConfigMap", configMapsGVR, cmNS, b.o.configMaps, watcher.Selector{Core: true, Resource: "configmaps"}, oneCM},
+		{"5 KiB custom resource", widgetsGVR, widgetNS, b.o.widgets, watcher.Selector{Group: "example.com", Resource: "widgets"}, oneWidget},
+	} {
+		measure := func(c cacher) (float64, error) { return bytesPerObject(kind.n, c) }
+		bare, err := measure(bareCacher(b.dyn, kind.gvr, kind.ns, false))
+		if err != nil {
+			return err
+		}
+		stripped, err := measure(bareCacher(b.dyn, kind.gvr, kind.ns, true))
+		if err != nil {
+			return err
+		}
+		one, err := measure(fieldwatchCacher(cfg, kind.sel, kind.one))
+		if err != nil {
+			return err
+		}
+		whole, err := measure(fieldwatchCacher(cfg, kind.sel, audit))
+		if err != nil {
+			return err
+		}
+		label := fmt.Sprintf("heap B per cached %s (%d)", kind.name, kind.n)
+		b.t.add(label+", rule reads one field", bytesCol(bare), bytesCol(one), ratio(one, bare),
+			fmt.Sprintf("bare with managedFields stripped: %s", bytesCol(stripped)))
+		b.t.add(label+", whole object (no fields/includeObject)", bytesCol(bare), bytesCol(whole), ratio(whole, bare), "")
+	}
+	return nil
+}
+
+func bytesCol(v float64) string { return fmt.Sprintf("%.0f", v) }
+func ratio(a, b float64) string { return fmt.Sprintf("%.2fx", a/b) }
+func msCol(d time.Duration) string {
+	return fmt.Sprintf("%.3f ms", float64(d)/float64(time.Millisecond))
+}
+
+// patchUpdates performs n updates, one per ConfigMap cm-00000..;
+// value gives each update's data.counter.
+func patchUpdates(ctx context.Context, ri dynamic.ResourceInterface, n int, value func(i int) string) error {
+	return forEach(n, func(i int) error {
+		body := fmt.Appendf(nil, `{"data":{"counter":%q}}`, value(i))
+		_, err := ri.Patch(ctx, fmt.Sprintf("cm-%05d", i), types.MergePatchType, body, metav1.PatchOptions{})
+		return err
+	})
+}
+
+// counterRules fires on every change of data.counter in the bench
+// ConfigMaps, with the given action.
+func (b *bench) counterRules(name, action string) (string, error) {
+	path := filepath.Join(b.dir, name+".yaml")
+	return path, os.WriteFile(path, []byte(`rules:
+  - name: counter
+    match: {resources: [{group: "", kind: ConfigMap}], namespaces: [`+cmNS+`]}
+    on: [update]
+    fields: [data.counter]
+    actions:
+      - `+action+`
+`), 0o644)
+}
+
+// events measures changes per second and CPU per change, fieldwatch (log
+// and webhook) against the bare informer on the same stream; then the
+// webhook latency at half the maximum rate and the webhook drain rate.
+func (b *bench) events(ctx context.Context) error {
+	n := b.o.updates
+	if n > b.o.configMaps {
+		return fmt.Errorf("-updates %d > -configmaps %d: updates of one object would coalesce", n, b.o.configMaps)
+	}
+	rec, err := newReceiver()
+	if err != nil {
+		return err
+	}
+	logRules, err := b.counterRules("log", "log: {}")
+	if err != nil {
+		return err
+	}
+	hookRules, err := b.counterRules("webhook", "webhook: {url: 'http://"+rec.addr+"/hook', timeout: 60s}")
+	if err != nil {
+		return err
+	}
+	bare, err := startBare(b.kubeconfig, cmNS, "configmaps")
+	if err != nil {
+		return err
+	}
+	defer bare.stop()
+	fwLog, err := startFieldwatch("fieldwatch-log", b.binary, b.kubeconfig, logRules, nil)
+	if err != nil {
+		return err
+	}
+	defer fwLog.stop()
+	fwHook, err := startFieldwatch("fieldwatch-webhook", b.binary, b.kubeconfig, hookRules, nil)
+	if err != nil {
+		return err
+	}
+	defer fwHook.stop()
+	for _, p := range []*process{bare, fwLog, fwHook} {
+		if err := p.waitSynced(3 * time.Minute); err != nil {
+			return err
+		}
+	}
+	time.Sleep(2 * time.Second) // let start-up work settle before reading CPU
+	cpu0 := map[*process]time.Duration{bare: bare.cpu(), fwLog: fwLog.cpu(), fwHook: fwHook.cpu()}
+	cms := b.dyn.Resource(configMapsGVR).Namespace(cmNS)
+	run := time.Now().UnixNano()
+	fmt.Fprintf(os.Stderr, "bench: %d updates to three consumers\n", n)
+	start := time.Now()
+	if err := patchUpdates(ctx, cms, n, func(i int) string { return fmt.Sprintf("%d-%d", run, i) }); err != nil {
+		return err
+	}
+	wrote := time.Since(start)
+	var took = map[*process]time.Duration{}
+	for _, p := range []*process{bare, fwLog} {
+		at, err := p.waitCount(int64(n), 5*time.Minute)
+		if err != nil {
+			return err
+		}
+		took[p] = at.Sub(start)
+	}
+	at, err := rec.waitReceived(n, 5*time.Minute)
+	if err != nil {
+		return err
+	}
+	took[fwHook] = at.Sub(start)
+	cpu := map[*process]time.Duration{}
+	for p, c0 := range cpu0 {
+		cpu[p] = (p.cpu() - c0) / time.Duration(n)
+	}
+	rate := func(p *process) float64 { return float64(n) / took[p].Seconds() }
+	note := fmt.Sprintf("%d updates by 32 writers in %.1fs (%.0f/s): the apiserver sets the pace", n, wrote.Seconds(), float64(n)/wrote.Seconds())
+	b.t.add("changes/s delivered, to a log action", fmt.Sprintf("%.0f", rate(bare)), fmt.Sprintf("%.0f", rate(fwLog)), ratio(rate(fwLog), rate(bare)), note)
+	b.t.add("changes/s delivered, to a webhook on 127.0.0.1", fmt.Sprintf("%.0f", rate(bare)), fmt.Sprintf("%.0f", rate(fwHook)), ratio(rate(fwHook), rate(bare)), "")
+	b.t.add("CPU per change, log action (rules + delivery)", msCol(cpu[bare]), msCol(cpu[fwLog]), ratio(float64(cpu[fwLog]), float64(cpu[bare])), "process CPU from /proc, start-up excluded")
+	b.t.add("CPU per change, webhook action (rules + POST)", msCol(cpu[bare]), msCol(cpu[fwHook]), ratio(float64(cpu[fwHook]), float64(cpu[bare])), "")
+
+	if err := b.latency(ctx, rec, cms, rate(fwHook)/2); err != nil {
+		return err
+	}
+	return b.drain(ctx, rec, cms, fwHook)
+}
+
+// latency measures update -> webhook receipt at a fixed rate.
+func (b *bench) latency(ctx context.Context, rec *receiver, cms dynamic.ResourceInterface, rate float64) error {
+	var mu sync.Mutex
+	var lat []time.Duration
+	rec.reset(nil, func(body []byte) {
+		var p struct {
+			Changes []struct {
+				Value string `json:"value"`
+			} `json:"changes"`
+		}
+		if json.Unmarshal(body, &p) != nil || len(p.Changes) == 0 {
+			return
+		}
+		sent, err := strconv.ParseInt(strings.SplitN(p.Changes[0].Value, "-", 2)[0], 10, 64)
+		if err != nil {
+			return
+		}
+		mu.Lock()
+		lat = append(lat, time.Since(time.Unix(0, sent)))
+		mu.Unlock()
+	})
+	n := int(rate * float64(b.o.latencySeconds))
+	if n > b.o.configMaps {
+		n = b.o.configMaps
+	}
+	fmt.Fprintf(os.Stderr, "bench: latency at %.0f updates/s for %ds\n", rate, b.o.latencySeconds)
+	interval := time.Duration(float64(time.Second) / rate)
+	var wg sync.WaitGroup
+	next := time.Now()
+	for i := range n {
+		time.Sleep(time.Until(next))
+		next = next.Add(interval)
+		wg.Go(func() {
+			body := fmt.Appendf(nil, `{"data":{"counter":"%d-lat"}}`, time.Now().UnixNano())
+			_, _ = cms.Patch(ctx, fmt.Sprintf("cm-%05d", i), types.MergePatchType, body, metav1.PatchOptions{})
+		})
+	}
+	wg.Wait()
+	if _, err := rec.waitReceived(n, 2*time.Minute); err != nil {
+		return err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	slices.Sort(lat)
+	pct := func(q float64) time.Duration { return lat[int(q*float64(len(lat)-1))] }
+	b.t.add(fmt.Sprintf("latency update -> webhook at %.0f/s (half the max), p50 / p99", rate), "", fmt.Sprintf("%s / %s", msCol(pct(0.5)), msCol(pct(0.99))), "",
+		fmt.Sprintf("%d updates; sent -> received, apiserver included", len(lat)))
+	return nil
+}
+
+// drain holds the receiver while a backlog builds up, then measures how
+// fast fieldwatch empties it.
+func (b *bench) drain(ctx context.Context, rec *receiver, cms dynamic.ResourceInterface, fw *process) error {
+	d := min(b.o.drain, b.o.configMaps)
+	gate := make(chan struct{})
+	rec.reset(gate, nil)
+	before := fw.metric(`fieldwatch_watcher_events_total{group="",resource="configmaps",type="updated",version="v1"}`)
+	run := time.Now().UnixNano()
+	if err := patchUpdates(ctx, cms, d, func(i int) string { return fmt.Sprintf("%d-drain-%d", run, i) }); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for fw.metric(`fieldwatch_watcher_events_total{group="",resource="configmaps",type="updated",version="v1"}`)-before < float64(d) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("fieldwatch did not receive the %d updates", d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	start := time.Now()
+	close(gate)
+	at, err := rec.waitReceived(d, 2*time.Minute)
+	if err != nil {
+		return err
+	}
+	r := float64(d) / at.Sub(start).Seconds()
+	b.t.add("webhook POSTs/s draining a backlog", "", fmt.Sprintf("%.0f", r), "", fmt.Sprintf("%d firings queued behind a held receiver, out of process", d))
+	return nil
+}
