@@ -11,6 +11,7 @@ import (
 	"github.com/google/cel-go/common/operators"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/common/types/traits"
 	"github.com/google/cel-go/ext"
 	"github.com/google/cel-go/interpreter"
 )
@@ -49,6 +50,7 @@ var linearFunctions = map[string]bool{
 	"optional.ofNonZeroValue": true, "optional.none": true, "or": true,
 	"lowerAscii": true, "upperAscii": true, "trim": true, "charAt": true,
 	"indexOf": true, "lastIndexOf": true, "substring": true,
+	"sum": true, "min": true, "max": true,
 }
 
 var (
@@ -60,10 +62,11 @@ var (
 // celEnv returns the environment every when expression compiles in:
 // object and oldObject (dyn, null when absent), numbers compared across
 // int and double (JSON numbers come as either), optional types
-// (object.?spec.size), and the strings, sets and lists extensions.
+// (object.?spec.size), the strings, sets and lists extensions, and sum,
+// min and max over lists of numbers (listNumberFunctions).
 func celEnv() (*cel.Env, error) {
 	celEnvOnce.Do(func() {
-		celEnvVal, celEnvErr = cel.NewEnv(
+		opts := []cel.EnvOption{
 			cel.Variable("object", cel.DynType),
 			cel.Variable("oldObject", cel.DynType),
 			cel.CrossTypeNumericComparisons(true),
@@ -72,10 +75,141 @@ func celEnv() (*cel.Env, error) {
 			ext.Strings(),
 			ext.Sets(),
 			ext.Lists(ext.ListsMaxRangeSize(10_000)),
-		)
+		}
+		celEnvVal, celEnvErr = cel.NewEnv(append(opts, listNumberFunctions()...)...)
 	})
 	return celEnvVal, celEnvErr
 }
+
+// listNumberKinds are the element types of the lists sum, min and max
+// take, in the order their overloads are tried on a dyn list (by its
+// first item; an empty dyn list takes the first, int).
+var listNumberKinds = []struct {
+	name string
+	typ  *cel.Type
+	zero ref.Val
+}{
+	{"int", cel.IntType, types.Int(0)},
+	{"uint", cel.UintType, types.Uint(0)},
+	{"double", cel.DoubleType, types.Double(0)},
+}
+
+// listNumberFunctions declares <list>.sum(), <list>.min() and
+// <list>.max() over lists of numbers, with the semantics of the
+// Kubernetes CEL list library (k8s.io/apiserver/pkg/cel/library, which
+// rules must not import, it pulls in client-go): a list of ints gives an
+// int, of uints a uint, of doubles a double; the sum of an empty list is
+// 0 (an int, unless the list is typed: [1.0].filter(x, false).sum() is
+// 0.0), min and max of an empty list are errors, and so is integer
+// overflow. A dyn list (what object's lists are) is checked at runtime:
+// items of mixed types ([1, 2.5]) or that are not numbers are errors.
+// The overload names are the library's. celCosts charges them per item.
+func listNumberFunctions() []cel.EnvOption {
+	var sums, mins, maxes []cel.FunctionOpt
+	for _, k := range listNumberKinds {
+		list := []*cel.Type{cel.ListType(k.typ)}
+		sums = append(sums, cel.MemberOverload("list_"+k.name+"_sum_"+k.name, list, k.typ,
+			cel.UnaryBinding(sumList(k.zero))))
+		mins = append(mins, cel.MemberOverload("list_"+k.name+"_min_"+k.name, list, k.typ,
+			cel.UnaryBinding(extremeList("min", k.zero, types.IntNegOne))))
+		maxes = append(maxes, cel.MemberOverload("list_"+k.name+"_max_"+k.name, list, k.typ,
+			cel.UnaryBinding(extremeList("max", k.zero, types.IntOne))))
+	}
+	return []cel.EnvOption{cel.Function("sum", sums...), cel.Function("min", mins...), cel.Function("max", maxes...)}
+}
+
+// sumList returns the sum of a list whose items all have zero's type.
+func sumList(zero ref.Val) func(ref.Val) ref.Val {
+	return func(v ref.Val) ref.Val {
+		l, ok := v.(traits.Lister)
+		if !ok {
+			return types.MaybeNoSuchOverloadErr(v)
+		}
+		acc := zero
+		i := 0
+		for it := l.Iterator(); it.HasNext() == types.True; i++ {
+			item := it.Next()
+			if err := checkListItem("sum", zero, item, i); err != nil {
+				return err
+			}
+			if acc = acc.(traits.Adder).Add(item); types.IsError(acc) {
+				return acc
+			}
+		}
+		return acc
+	}
+}
+
+// extremeList returns the item of a list (whose items must all have
+// zero's type) that compares as want (-1: min, 1: max) to every other;
+// the first of equal ones.
+func extremeList(name string, zero, want ref.Val) func(ref.Val) ref.Val {
+	return func(v ref.Val) ref.Val {
+		l, ok := v.(traits.Lister)
+		if !ok {
+			return types.MaybeNoSuchOverloadErr(v)
+		}
+		var best ref.Val
+		i := 0
+		for it := l.Iterator(); it.HasNext() == types.True; i++ {
+			item := it.Next()
+			if err := checkListItem(name, zero, item, i); err != nil {
+				return err
+			}
+			if best == nil {
+				best = item
+				continue
+			}
+			switch c := item.(traits.Comparer).Compare(best); {
+			case types.IsError(c):
+				return c
+			case c == want:
+				best = item
+			}
+		}
+		if best == nil {
+			return types.NewErr("%s called on empty list", name)
+		}
+		return best
+	}
+}
+
+// checkListItem returns an error when item i of a list given to fn is not
+// of zero's type.
+func checkListItem(fn string, zero, item ref.Val, i int) ref.Val {
+	if types.IsError(item) {
+		return item
+	}
+	if want, got := zero.Type().TypeName(), item.Type().TypeName(); got != want {
+		return types.NewErr("%s: list item %d is %s, not %s: the items must all be ints, all uints or all doubles", fn, i, got, want)
+	}
+	return nil
+}
+
+// celCosts prices, for metered expressions, the functions whose cost
+// cel-go's default (one unit per call) would understate: sum, min and max
+// cost one unit per item, as in Kubernetes.
+type celCosts struct{}
+
+// CallCost implements interpreter.ActualCostEstimator.
+func (celCosts) CallCost(function, _ string, args []ref.Val, _ ref.Val) *uint64 {
+	switch function {
+	case "sum", "min", "max":
+		if len(args) != 1 {
+			return nil
+		}
+		cost := uint64(1)
+		if l, ok := args[0].(traits.Sizer); ok {
+			if n, ok := l.Size().(types.Int); ok && n > 1 {
+				cost = uint64(n)
+			}
+		}
+		return &cost
+	}
+	return nil
+}
+
+var _ interpreter.ActualCostEstimator = celCosts{}
 
 // celExpr is a compiled when expression.
 type celExpr struct {
@@ -118,7 +252,7 @@ func compileCEL(src string) (*celExpr, []celIssue) {
 	x := &celExpr{src: src, metered: needsMetering(checked.NativeRep())}
 	opts := []cel.ProgramOption{cel.EvalOptions(cel.OptOptimize)}
 	if x.metered {
-		opts = append(opts, cel.CostLimit(CostLimit))
+		opts = append(opts, cel.CostLimit(CostLimit), cel.CostTracking(celCosts{}))
 	}
 	if x.prg, err = env.Program(checked, opts...); err != nil {
 		return nil, []celIssue{{1, 1, err.Error()}}

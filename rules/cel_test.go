@@ -2,14 +2,21 @@ package rules
 
 import (
 	"errors"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
 )
 
 func TestCELEval(t *testing.T) {
-	old := map[string]any{"spec": map[string]any{"size": int64(1), "tags": []any{"a"}, "ratio": 0.5}, "metadata": map[string]any{"labels": map[string]any{"app": "shop"}}}
-	new := map[string]any{"spec": map[string]any{"size": 2.0, "tags": []any{"a", "b"}, "ratio": 0.5}, "metadata": map[string]any{"labels": map[string]any{"app": "shop"}}}
+	old := map[string]any{"spec": map[string]any{"size": int64(1), "tags": []any{"a"}, "ratio": 0.5,
+		"parts": []any{map[string]any{"n": int64(1)}}}, "metadata": map[string]any{"labels": map[string]any{"app": "shop"}}}
+	new := map[string]any{"spec": map[string]any{"size": 2.0, "tags": []any{"a", "b"}, "ratio": 0.5,
+		"sizes": []any{int64(2), int64(1), int64(3)}, "ratios": []any{0.5, 0.25, 0.25, 0.75, -0.75}, "none": []any{},
+		"parts": []any{map[string]any{"n": int64(1)}, map[string]any{"n": 2}},
+		"bytes": []any{int64(30_000_000_000), int64(15_000_000_000), int64(5_000_000_000)},
+		"huge":  []any{int64(math.MaxInt64), int64(1)}, "mixed": []any{int64(1), 2.5}, "nothing": nil,
+	}, "metadata": map[string]any{"labels": map[string]any{"app": "shop"}}}
 	tests := []struct {
 		name    string
 		expr    string
@@ -33,6 +40,31 @@ func TestCELEval(t *testing.T) {
 		{"null member", "oldObject.spec.size > 0", Created, false, "no such key"},
 		{"dyn not bool", "object.spec.size", Updated, false, "result is not a bool"},
 		{"cost limit", "[1,2,3,4,5,6,7,8,9,10].all(a, [1,2,3,4,5,6,7,8,9,10].all(b, [1,2,3,4,5,6,7,8,9,10].all(c, [1,2,3,4,5,6,7,8,9,10].all(d, [1,2,3,4,5,6,7,8,9,10].all(e, [1,2,3,4,5,6,7,8,9,10].all(f, a+b+c+d+e+f > 0))))))", Updated, false, "cost limit"},
+
+		// sum, min and max over lists of numbers (listNumberFunctions).
+		{"sum of ints", "object.spec.sizes.sum() == 6", Updated, true, ""},
+		{"sum of ints is an int", "type(object.spec.sizes.sum()) == int", Updated, true, ""},
+		{"sum of doubles is a double", "object.spec.ratios.sum() == 1.0 && type(object.spec.ratios.sum()) == double", Updated, true, ""},
+		{"sum of uints is a uint", "[1u, 2u].sum() == 3u && type([1u].sum()) == uint", Updated, true, ""},
+		{"sum of an empty list is 0", "object.spec.none.sum() == 0 && type(object.spec.none.sum()) == int", Updated, true, ""},
+		{"sum of an empty double list is 0.0", "type([1.0].filter(x, x > 2.0).sum()) == double", Updated, true, ""},
+		{"sum of literals", "[1, 2, 3].sum() == 6 && [0.5, 0.25].sum() == 0.75", Updated, true, ""},
+		{"sum of a mapped list", "object.spec.parts.map(p, p.n).sum() == 3 && oldObject.spec.parts.map(p, p.n).sum() == 1", Updated, true, ""},
+		{"sum of big sizes", "object.spec.bytes.sum() == 50000000000", Updated, true, ""},
+		{"sum overflows", "object.spec.huge.sum() > 0", Updated, false, "overflow"},
+		{"sum of mixed numbers", "object.spec.mixed.sum() > 0", Updated, false, "list item 1 is double, not int"},
+		{"sum of strings", "object.spec.tags.sum() == ''", Updated, false, "no such overload"},
+		{"sum of maps", "object.spec.parts.sum() > 0", Updated, false, "no such overload"},
+		{"sum of a map", "object.metadata.labels.sum() > 0", Updated, false, "no such overload"},
+		{"min and max of ints", "object.spec.sizes.min() == 1 && object.spec.sizes.max() == 3", Updated, true, ""},
+		{"min and max keep the type", "type(object.spec.sizes.max()) == int && type(object.spec.ratios.min()) == double", Updated, true, ""},
+		{"min and max of doubles", "object.spec.ratios.min() == -0.75 && object.spec.ratios.max() == 0.75", Updated, true, ""},
+		{"min and max of one", "[5].min() == 5 && [5.0].max() == 5.0", Updated, true, ""},
+		{"min of an empty list", "object.spec.none.min() == 0", Updated, false, "min called on empty list"},
+		{"max of an empty list", "object.spec.none.max() == 0", Updated, false, "max called on empty list"},
+		{"max of mixed numbers", "object.spec.mixed.max() > 0", Updated, false, "max: list item 1 is double, not int"},
+		{"min of strings", "object.spec.tags.min() == 'a'", Updated, false, "no such overload"},
+		{"max of a null", "object.spec.nothing.max() == 0", Updated, false, "no such overload"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -78,6 +110,8 @@ func TestCELMetering(t *testing.T) {
 		{"sets.contains(object.spec.l, oldObject.spec.l)", true},
 		{"object.spec.s.replace('a', object.spec.s) == ''", true},
 		{"lists.range(5).size() == 5", true},
+		{"object.spec.l.sum() > 0 && object.spec.l.min() < object.spec.l.max()", false},
+		{"object.spec.l.map(x, x * 2).sum() > 0", true},
 		{strings.Repeat("object.a == oldObject.a && ", 40) + "true", true},
 	}
 	for _, tt := range tests {
@@ -124,5 +158,42 @@ func TestCELPaths(t *testing.T) {
 				t.Errorf("paths = %q, want %q", x.paths, tt.paths)
 			}
 		})
+	}
+}
+
+// TestCELListCost checks that sum, min and max are charged one unit per
+// item in metered expressions, so that CostLimit bounds them.
+func TestCELListCost(t *testing.T) {
+	list := func(n int) map[string]any {
+		l := make([]any, n)
+		for i := range l {
+			l[i] = int64(i % 7)
+		}
+		return map[string]any{"l": l}
+	}
+	cost := func(t *testing.T, x *celExpr, obj map[string]any) uint64 {
+		t.Helper()
+		_, det, err := x.prg.Eval(newCELVars(&Change{Type: Created, Object: obj}))
+		if err != nil || det == nil || det.ActualCost() == nil {
+			t.Fatalf("eval: %v, details %v", err, det)
+		}
+		return *det.ActualCost()
+	}
+	for _, fn := range []string{"sum", "min", "max"} {
+		t.Run(fn, func(t *testing.T) {
+			// The loop turns metering on.
+			x, issues := compileCEL("[1].all(i, i > 0) && object.l." + fn + "() >= 0")
+			if issues != nil || !x.metered {
+				t.Fatalf("compile: %v, metered %v", issues, x != nil && x.metered)
+			}
+			if d := cost(t, x, list(3000)) - cost(t, x, list(1000)); d != 2000 {
+				t.Errorf("2000 more items cost %d more, want 2000", d)
+			}
+		})
+	}
+	// And the limit stops a list longer than it.
+	x, _ := compileCEL("[1].all(i, i > 0) && object.l.sum() >= 0")
+	if ok, err := x.eval(newCELVars(&Change{Type: Created, Object: list(CostLimit + 1)})); err == nil || !strings.Contains(err.Error(), "cost limit") {
+		t.Errorf("sum of %d items = %v, %v; want the cost limit exceeded", CostLimit+1, ok, err)
 	}
 }

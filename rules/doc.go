@@ -123,14 +123,28 @@
 // old states as dynamic maps; oldObject is null for a create and object is
 // null for a delete. Numbers compare across int and double, optional
 // syntax works (object.?spec.size.orValue(0)), and the strings, sets and
-// lists extensions are there. It is compiled and type-checked at load and
-// must return a bool. At runtime a missing key is an error (guard with
+// lists extensions are there, as are sum(), min() and max() of a list of
+// numbers, as in Kubernetes' CEL list library:
+//
+//	object.status.images.map(i, i.sizeBytes).sum() >= 50000000000
+//	[1, 3].sum() == 4    [1.0, 3.0].sum() == 4.0    [].sum() == 0
+//	[1, 3].min() == 1    [1, 3].max() == 3          [].min(): error
+//
+// A list of ints gives an int, of doubles a double (of uints a uint); the
+// sum of an empty list is 0; min and max of an empty list are errors, and
+// so are integer overflow and, at runtime, a list of mixed number types
+// ([1, 2.5]; a JSON 2.0 arrives as a double, so map such values through
+// double() first) or of anything but numbers.
+//
+// The expression is compiled and type-checked at load and must return a
+// bool. At runtime a missing key is an error (guard with
 // has(object.spec.size)); an error, or a run over CostLimit, means the
 // rule does not fire and is returned by Eval as an error to log.
 // Expressions that loop (all, exists, map, filter, ...) or call functions
 // that may cost more than linear time run metered against CostLimit;
-// simple ones (comparisons, has, size, string tests) run unmetered, their
-// cost bounded by the object's size.
+// simple ones (comparisons, has, size, string tests, sum, min, max) run
+// unmetered, their cost bounded by the object's size. When metered, sum,
+// min and max cost one unit per item of their list.
 //
 // # Changes
 //

@@ -182,6 +182,7 @@ func TestParseErrors(t *testing.T) {
 		{"CEL quoted", rule(match + logAction + "    when: \"object.x + \"\n"), []string{"f.yaml:5:23: rules[0].when: CEL: Syntax error"}},
 		{"CEL undeclared", rule(match + logAction + "    when: obj.spec.size > 1\n"), []string{"f.yaml:5:11: rules[0].when: CEL: undeclared reference to 'obj'"}},
 		{"CEL not bool", rule(match + logAction + "    when: \"'a' + 'b'\"\n"), []string{"rules[0].when: CEL: must return a bool, not string"}},
+		{"CEL sum of strings", rule(match + logAction + "    when: \"['a'].sum() == 'a'\"\n"), []string{"f.yaml:5:21: rules[0].when: CEL: found no matching overload for 'sum' applied to 'list(string).()'"}},
 		{"CEL block", rule(match + logAction + "    when: |\n      object.a &&\n      nope\n"), []string{"f.yaml:5:11: rules[0].when: CEL: undeclared reference to 'nope' (at line 2, column 1 of the expression)"}},
 		{"CEL not a string", rule(match + logAction + "    when: [a]\n"), []string{"rules[0].when: must be a CEL expression string, not a list"}},
 		{"CEL empty", rule(match + logAction + "    when: ''\n"), []string{"rules[0].when: empty expression"}},
