@@ -150,8 +150,26 @@ func (a *App) run(ctx context.Context) error {
 	return a.elect(ctx, a.serve)
 }
 
-// serve watches and acts until ctx ends, then drains.
+// serve watches and acts until ctx ends, then drains: the watcher hands
+// over its queued changes, the actions deliver or dead-letter their queued
+// firings, and only then is the baseline closed (the actions' completions
+// record changes in it).
 func (a *App) serve(ctx context.Context) error {
+	shard, err := a.shard(ctx)
+	if err != nil {
+		return err
+	}
+	store, err := a.openStore()
+	if err != nil {
+		return err
+	}
+	if store != nil {
+		defer func() {
+			if err := store.Close(); err != nil {
+				a.log.Error("closing the baseline", "err", err)
+			}
+		}()
+	}
 	disp, err := action.New(action.Options{
 		Logger:     a.log,
 		Registerer: a.reg,
@@ -165,25 +183,13 @@ func (a *App) serve(ctx context.Context) error {
 		return fmt.Errorf("actions: %w", err)
 	}
 	a.disp.Store(disp)
-	shard, err := a.shard(ctx)
-	if err != nil {
-		return err
-	}
-	var store *watcher.Store
-	if a.cfg.StateDir != "" {
-		if err := os.MkdirAll(a.cfg.StateDir, 0o700); err != nil {
-			return fmt.Errorf("state dir: %w", err)
+	defer func() {
+		closeCtx, done := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.GracePeriod/2)
+		defer done()
+		if err := disp.Close(closeCtx); err != nil {
+			a.log.Error("closing actions", "err", err)
 		}
-		if store, err = watcher.OpenStore(filepath.Join(a.cfg.StateDir, "baseline.db"), a.log); err != nil {
-			return err
-		}
-		// Closed after the actions: their completions record changes.
-		defer func() {
-			if err := store.Close(); err != nil {
-				a.log.Error("closing the baseline", "err", err)
-			}
-		}()
-	}
+	}()
 	set := a.set.Load()
 	w, err := watcher.New(a.cfg.Rest, watcher.Config{
 		Selectors:    watcherSelectors(set.Selectors()),
@@ -201,14 +207,18 @@ func (a *App) serve(ctx context.Context) error {
 	}
 	a.watcher.Store(w)
 	a.log.Info("fieldwatch running", "rules", len(set.Rules()), "files", a.cfg.RulesFiles)
-	runErr := w.Run(ctx)
+	return w.Run(ctx)
+}
 
-	closeCtx, done := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.GracePeriod/2)
-	defer done()
-	if err := disp.Close(closeCtx); err != nil {
-		a.log.Error("closing actions", "err", err)
+// openStore opens the restart baseline in the state directory, if any.
+func (a *App) openStore() (*watcher.Store, error) {
+	if a.cfg.StateDir == "" {
+		return nil, nil
 	}
-	return runErr
+	if err := os.MkdirAll(a.cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	return watcher.OpenStore(filepath.Join(a.cfg.StateDir, "baseline.db"), a.log)
 }
 
 // serveHTTP listens on HTTPAddr for /metrics, /healthz and /readyz.

@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -24,10 +23,14 @@ func (a *App) shard(ctx context.Context) (watcher.Shard, error) {
 	namespaces := schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
 	list, err := a.dyn.Resource(namespaces).List(ctx, metav1.ListOptions{Limit: 1, ShardSelector: s.Selector()})
 	if err != nil {
-		return s, fmt.Errorf("probe server-side sharding: %w", err)
+		// Without permission to list namespaces (the generated RBAC does
+		// not grant it) the probe cannot tell: filter on the client,
+		// which is correct everywhere.
+		a.log.Warn("cannot probe server-side sharding; filtering on the client", "err", err)
+	} else {
+		meta, _ := list.Object["metadata"].(map[string]any)
+		_, s.ServerSide = meta["shardInfo"]
 	}
-	meta, _ := list.Object["metadata"].(map[string]any)
-	_, s.ServerSide = meta["shardInfo"]
 	mode := "client-side: every replica receives every object and drops the others'"
 	if s.ServerSide {
 		mode = "server-side: the apiserver sends this replica only its objects"
