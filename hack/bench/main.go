@@ -27,12 +27,12 @@ import (
 
 // options are the bench's sizes.
 type options struct {
-	configMaps, widgets     int
-	updates                 int
-	crds, objectsPerCRD     int
-	latencySeconds          int
-	drain                   int
-	cbor, skipStartup, full bool
+	configMaps, widgets int
+	updates             int
+	crds, objectsPerCRD int
+	latencySeconds      int
+	drain               int
+	sections            string
 }
 
 func main() {
@@ -48,8 +48,7 @@ func main() {
 	flag.IntVar(&o.objectsPerCRD, "objects-per-crd", 500, "objects of each CRD for the start-up measurement")
 	flag.IntVar(&o.latencySeconds, "latency-seconds", 10, "how long to measure latency at half the maximum rate")
 	flag.IntVar(&o.drain, "drain", 5000, "firings queued for the webhook drain measurement")
-	flag.BoolVar(&o.cbor, "cbor", true, "also measure CPU per change with CBOR (a second control plane)")
-	flag.BoolVar(&o.skipStartup, "skip-startup", false, "skip the start-up measurement")
+	flag.StringVar(&o.sections, "sections", "memory,events,startup,cbor", "which measurements to run (events needs the ConfigMaps memory creates)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -17,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -41,7 +41,21 @@ func runBareChild(ctx context.Context, kubeconfig, namespace string, gvr schema.
 	}
 	var updates atomic.Int64
 	inf := dynamicinformer.NewFilteredDynamicInformer(dyn, gvr, namespace, 0, cache.Indexers{}, nil).Informer()
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(any, any) { updates.Add(1) }})
+	lat := make(chan time.Duration, 100000)
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, obj any) {
+		updates.Add(1)
+		// Latency updates carry their send time: "<unix nanos>-lat".
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			if v, _, _ := unstructured.NestedString(u.Object, "data", "counter"); strings.HasSuffix(v, "-lat") {
+				if sent, err := strconv.ParseInt(strings.TrimSuffix(v, "-lat"), 10, 64); err == nil {
+					select {
+					case lat <- time.Since(time.Unix(0, sent)):
+					default:
+					}
+				}
+			}
+		}
+	}})
 	go inf.RunWithContext(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		return ctx.Err()
@@ -52,6 +66,9 @@ func runBareChild(ctx context.Context, kubeconfig, namespace string, gvr schema.
 		select {
 		case <-ctx.Done():
 			return nil
+		case d := <-lat:
+			fmt.Printf("lat %d\n", d.Nanoseconds())
+			continue
 		case <-time.After(2 * time.Millisecond):
 		}
 		if n := updates.Load(); n != last {
@@ -69,6 +86,7 @@ type process struct {
 	synced chan struct{}
 	addr   string // fieldwatch's HTTP address
 	done   chan struct{}
+	lat    chan time.Duration // the bare child's update latencies
 }
 
 // startBare starts the bare informer child on resource (configmaps or
@@ -78,7 +96,7 @@ func startBare(kubeconfig, namespace, resource string) (*process, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &process{name: "bare", synced: make(chan struct{}), done: make(chan struct{})}
+	p := &process{name: "bare", synced: make(chan struct{}), done: make(chan struct{}), lat: make(chan time.Duration, 100000)}
 	p.cmd = exec.Command(self, "-child", "bare", "-child-kubeconfig", kubeconfig, "-child-namespace", namespace, "-child-resource", resource)
 	return p, p.start(func(line string) {
 		switch {
@@ -87,6 +105,9 @@ func startBare(kubeconfig, namespace, resource string) (*process, error) {
 		case strings.HasPrefix(line, "count "):
 			n, _ := strconv.ParseInt(strings.TrimPrefix(line, "count "), 10, 64)
 			p.count.Store(n)
+		case strings.HasPrefix(line, "lat "):
+			ns, _ := strconv.ParseInt(strings.TrimPrefix(line, "lat "), 10, 64)
+			p.lat <- time.Duration(ns)
 		}
 	})
 }
@@ -301,5 +322,3 @@ func (r *receiver) waitReceived(n int, timeout time.Duration) (time.Time, error)
 	}
 	return time.Now(), nil
 }
-
-var errSkipped = errors.New("skipped")

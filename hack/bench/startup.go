@@ -39,9 +39,6 @@ func startupCRD(i int) *unstructured.Unstructured {
 // startup measures the time from start to ready and the peak RSS with
 // many CRDs and objects, with and without the watch-list client.
 func (b *bench) startup(ctx context.Context) error {
-	if b.o.skipStartup {
-		return errSkipped
-	}
 	total := b.o.crds * b.o.objectsPerCRD
 	fmt.Fprintf(os.Stderr, "bench: creating %d CRDs and %d objects\n", b.o.crds, total)
 	if err := createMany(ctx, b.dyn.Resource(crdsGVR), b.o.crds, startupCRD); err != nil {
