@@ -47,7 +47,7 @@ func actorOf(c *Change, ops []Op) (a Actor, ok bool) {
 	}
 	obj := c.Object
 	var best map[string]any
-	bestScore, bestTime := 0, ""
+	bestScore, bestLevel, bestTime := 0, 0, ""
 	for _, e := range managedFields(obj) {
 		entry, isMap := e.(map[string]any)
 		if !isMap {
@@ -56,8 +56,11 @@ func actorOf(c *Change, ops []Op) (a Actor, ok bool) {
 		if m, _ := entry["manager"].(string); m == "" {
 			continue
 		}
-		if c.Type == Updated && !touched(entry, old) {
-			continue
+		level := 2
+		if c.Type == Updated {
+			if level = touched(entry, old); level == 0 {
+				continue
+			}
 		}
 		t, _ := entry["time"].(string)
 		score := 0
@@ -69,8 +72,12 @@ func actorOf(c *Change, ops []Op) (a Actor, ok bool) {
 			}
 		}
 		// RFC 3339 times in UTC compare as strings.
-		if best == nil || score > bestScore || (score == bestScore && t >= bestTime) {
-			best, bestScore, bestTime = entry, score, t
+		// Ownership first; then an entry the write stamped over one
+		// that only lost fields to it; then the newest.
+		better := best == nil || score > bestScore ||
+			(score == bestScore && (level > bestLevel || (level == bestLevel && t >= bestTime)))
+		if better {
+			best, bestScore, bestLevel, bestTime = entry, score, level, t
 		}
 	}
 	if best == nil {
@@ -88,19 +95,27 @@ func managedFields(obj map[string]any) []any {
 	return entries
 }
 
-// touched reports whether a managedFields entry of the new object was
-// written by the change from an object whose entries are old: the old
-// object has no entry with its manager, operation and subresource, or
-// that entry's time or field set differs.
-func touched(entry map[string]any, old []any) bool {
+// touched says how a managedFields entry of the new object was touched by
+// the change from an object whose entries are old: 2 when the write
+// stamped it (the old object has no entry with its manager, operation and
+// subresource, or that entry's time differs), 1 when only its field set
+// changed (a writer in the same second took fields from it: more likely
+// the loser than the writer), 0 when it is as it was.
+func touched(entry map[string]any, old []any) int {
 	for _, e := range old {
 		o, isMap := e.(map[string]any)
 		if !isMap || !sameString(entry, o, "manager") || !sameString(entry, o, "operation") || !sameString(entry, o, "subresource") {
 			continue
 		}
-		return !sameString(entry, o, "time") || !sameFields(entry, o)
+		switch {
+		case !sameString(entry, o, "time"):
+			return 2
+		case !sameFields(entry, o):
+			return 1
+		}
+		return 0
 	}
-	return true
+	return 2
 }
 
 // sameString reports whether a[key] and b[key] are the same string (or
