@@ -31,7 +31,9 @@ func (e *Error) Error() string {
 		b.WriteString(": ")
 	}
 	b.WriteString(e.Msg)
-	return b.String()
+	// One error, one line: a message that quotes user input (a CEL
+	// expression spanning lines, say) keeps its newlines escaped.
+	return strings.ReplaceAll(b.String(), "\n", `\n`)
 }
 
 // ErrorList is every error of one load, in file and position order. Load,
