@@ -2,7 +2,6 @@ package examples_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,28 +27,10 @@ import (
 // waitTimeout bounds every wait for something fieldwatch does.
 const waitTimeout = 30 * time.Second
 
-// syncBuffer is a bytes.Buffer safe for one writer and many readers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // fieldwatch is one `fieldwatch run` in process, against the shared
 // control plane.
 type fieldwatch struct {
-	stdout, logs syncBuffer
+	stdout, logs testenv.SyncBuffer
 	addr         string // of /metrics, /healthz, /readyz
 }
 

@@ -85,18 +85,6 @@ func kinds(cs []*Change) string {
 	return "[" + strings.Join(parts, " ") + "]"
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // startWatcher runs a watcher until the test ends and waits for its sync.
 func startWatcher(t *testing.T, config *rest.Config, cfg Config) (*Watcher, *prometheus.Registry) {
 	t.Helper()
@@ -126,7 +114,7 @@ func startWatcher(t *testing.T, config *rest.Config, cfg Config) (*Watcher, *pro
 			t.Error("Run did not return 30s after its context ended")
 		}
 	})
-	eventually(t, time.Minute, "watcher to sync", w.Synced)
+	testenv.Eventually(t, time.Minute, "watcher to sync", w.Synced)
 	return w, reg
 }
 

@@ -112,7 +112,7 @@ func TestPartitionAndCompaction(t *testing.T) {
 		_, err := cms.Create(ctx, configMap(ns, fmt.Sprintf("cm-%02d", i), map[string]any{"v": "0"}), metav1.CreateOptions{})
 		mustf(t, err, "create")
 	}
-	eventually(t, 30*time.Second, "the creates", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the creates", func() bool {
 		return rec.count(func(c *Change) bool { return c.Object().GetNamespace() == ns }) == n
 	})
 
@@ -138,7 +138,7 @@ func TestPartitionAndCompaction(t *testing.T) {
 	mustf(t, err, "compact etcd")
 	px.restore()
 
-	eventually(t, 60*time.Second, "the relist", func() bool {
+	testenv.Eventually(t, 60*time.Second, "the relist", func() bool {
 		return metricValue(t, reg, "fieldwatch_watcher_relist_deletions_total", nil) >= 5 &&
 			len(rec.of(configMaps, ns, "new-04")) == 1 && len(rec.of(configMaps, ns, "cm-19")) >= 2
 	})

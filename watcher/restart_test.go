@@ -99,7 +99,7 @@ func waitSeen(t *testing.T, rec *recorder, cms dynamic.ResourceInterface, ns, na
 	t.Helper()
 	_, err := cms.Create(context.Background(), configMap(ns, name, nil), metav1.CreateOptions{})
 	mustf(t, err, "create %s", name)
-	eventually(t, time.Minute, name+" to be reported", func() bool { return len(rec.of(configMaps, ns, name)) > 0 })
+	testenv.Eventually(t, time.Minute, name+" to be reported", func() bool { return len(rec.of(configMaps, ns, name)) > 0 })
 }
 
 // churn creates n objects, updates every other one and deletes every

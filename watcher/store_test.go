@@ -142,7 +142,7 @@ func TestRestartBaseline(t *testing.T) {
 	run1 := runWithStore(t, env, path, sel, proj, first)
 	_, err := cms.Create(ctx, configMap(ns, "live", map[string]any{"v": "0"}), metav1.CreateOptions{})
 	mustf(t, err, "create live")
-	eventually(t, 30*time.Second, "live", func() bool { return len(first.of(configMaps, ns, "live")) == 1 })
+	testenv.Eventually(t, 30*time.Second, "live", func() bool { return len(first.of(configMaps, ns, "live")) == 1 })
 	run1.stop()
 	if n := first.count(func(c *Change) bool { return c.Object().GetNamespace() == ns }); n != 1 {
 		t.Errorf("first run reported %d changes, want only the live create", n)
@@ -162,7 +162,7 @@ func TestRestartBaseline(t *testing.T) {
 
 	second := &recorder{}
 	runWithStore(t, env, path, sel, proj, second)
-	eventually(t, 30*time.Second, "the changes made while down", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the changes made while down", func() bool {
 		return len(second.of(configMaps, ns, "change")) == 1 && len(second.of(configMaps, ns, "remove")) == 1 &&
 			len(second.of(configMaps, ns, "new")) == 1 && len(second.of(widgets, ns, "w-new")) == 1
 	})
@@ -181,7 +181,7 @@ func TestRestartBaseline(t *testing.T) {
 	// A marker made now comes after anything the restart would report.
 	_, err = cms.Create(ctx, configMap(ns, "marker", nil), metav1.CreateOptions{})
 	mustf(t, err, "create marker")
-	eventually(t, 30*time.Second, "marker", func() bool { return len(second.of(configMaps, ns, "marker")) == 1 })
+	testenv.Eventually(t, 30*time.Second, "marker", func() bool { return len(second.of(configMaps, ns, "marker")) == 1 })
 	for _, name := range []string{"keep", "live"} {
 		if cs := second.of(configMaps, ns, name); len(cs) != 0 {
 			t.Errorf("%s did not change while down but was reported: %s", name, kinds(cs))
@@ -211,14 +211,14 @@ func TestRestartAfterCRDGone(t *testing.T) {
 	run1.stop()
 	mustf(t, env.Clientset(t).Discovery().RESTClient().Delete().
 		AbsPath("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd.Name).Do(ctx).Error(), "delete CRD")
-	eventually(t, 30*time.Second, "the CRD to go", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the CRD to go", func() bool {
 		_, err := env.Dynamic(t).Resource(things).Namespace(ns).List(ctx, metav1.ListOptions{})
 		return err != nil
 	})
 
 	second := &recorder{}
 	runWithStore(t, env, path, AllCustom, nil, second)
-	eventually(t, 30*time.Second, "t1 to be reported deleted", func() bool {
+	testenv.Eventually(t, 30*time.Second, "t1 to be reported deleted", func() bool {
 		cs := second.of(things, ns, "t1")
 		return len(cs) == 1 && cs[0].Type == Deleted && field(cs[0].Old, "spec", "a") == "b"
 	})
@@ -259,6 +259,6 @@ func runWithStore(t *testing.T, env *testenv.Env, path string, sel []Selector, p
 		_ = w.Run(ctx)
 	}()
 	t.Cleanup(r.stop)
-	eventually(t, time.Minute, "watcher to sync", w.Synced)
+	testenv.Eventually(t, time.Minute, "watcher to sync", w.Synced)
 	return r
 }

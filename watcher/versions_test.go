@@ -80,10 +80,10 @@ func TestManyVersionsSwitchAndDeleteUnderLoad(t *testing.T) {
 	mustf(t, err, "convert")
 	_, err = dyn.Resource(crdGVR).Update(ctx, &unstructured.Unstructured{Object: u}, metav1.UpdateOptions{})
 	mustf(t, err, "stop serving v5")
-	eventually(t, 30*time.Second, "the switch to v4", func() bool { return version() == "v4" && w.Synced() })
+	testenv.Eventually(t, 30*time.Second, "the switch to v4", func() bool { return version() == "v4" && w.Synced() })
 	_, err = dyn.Resource(at("v4")).Namespace(ns).Patch(ctx, "m0", types.MergePatchType, []byte(`{"spec":{"size":2}}`), metav1.PatchOptions{})
 	mustf(t, err, "patch m0")
-	eventually(t, 30*time.Second, "m0's update", func() bool { return len(rec.of(at("v4"), ns, "m0")) == 1 })
+	testenv.Eventually(t, 30*time.Second, "m0's update", func() bool { return len(rec.of(at("v4"), ns, "m0")) == 1 })
 	if n := rec.count(inNS); n != 1 {
 		t.Errorf("%d changes after the version switch, want only m0's update", n)
 	}
@@ -104,13 +104,13 @@ func TestManyVersionsSwitchAndDeleteUnderLoad(t *testing.T) {
 			}
 		})
 	}
-	eventually(t, 30*time.Second, "load", func() bool {
+	testenv.Eventually(t, 30*time.Second, "load", func() bool {
 		return rec.count(func(c *Change) bool { return inNS(c) && c.Type == Created }) >= 20
 	})
 	mustf(t, dyn.Resource(crdGVR).Delete(ctx, crd.Name, metav1.DeleteOptions{}), "delete CRD")
 	stop.Store(true)
 	writers.Wait()
-	eventually(t, 60*time.Second, "the resource to be dropped", func() bool { return version() == "" })
+	testenv.Eventually(t, 60*time.Second, "the resource to be dropped", func() bool { return version() == "" })
 	// Every object the watcher reported created is reported deleted, once.
 	rec.mu.Lock()
 	state := map[string][]ChangeType{}

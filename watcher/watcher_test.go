@@ -62,7 +62,7 @@ func TestBuiltinAndCustomChanges(t *testing.T) {
 
 	check := func(gvr schema.GroupVersionResource, name string, path []string, v1, v2 any) {
 		t.Helper()
-		eventually(t, 30*time.Second, gvr.Resource+" changes", func() bool { return len(rec.of(gvr, ns, name)) >= 3 })
+		testenv.Eventually(t, 30*time.Second, gvr.Resource+" changes", func() bool { return len(rec.of(gvr, ns, name)) >= 3 })
 		cs := rec.of(gvr, ns, name)
 		if got := kinds(cs); got != "[created updated deleted]" {
 			t.Fatalf("%s %s: changes %s, want [created updated deleted]", gvr.Resource, name, got)
@@ -115,7 +115,7 @@ func TestCRDComesAndGoes(t *testing.T) {
 	_, err := dyn.Resource(gadgets).Namespace(ns).Create(ctx, g, metav1.CreateOptions{})
 	mustf(t, err, "create gadget")
 
-	eventually(t, 15*time.Second, "gadgets to be watched", func() bool {
+	testenv.Eventually(t, 15*time.Second, "gadgets to be watched", func() bool {
 		for _, r := range w.Resources() {
 			if r.GroupVersionResource == gadgets && r.Custom {
 				return true
@@ -123,14 +123,14 @@ func TestCRDComesAndGoes(t *testing.T) {
 		}
 		return false
 	})
-	eventually(t, 15*time.Second, "the gadget created with its CRD to be reported", func() bool {
+	testenv.Eventually(t, 15*time.Second, "the gadget created with its CRD to be reported", func() bool {
 		cs := rec.of(gadgets, ns, "g1")
 		return len(cs) == 1 && cs[0].Type == Created && !cs[0].Initial
 	})
 
 	mustf(t, env.Clientset(t).Discovery().RESTClient().Delete().
 		AbsPath("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd.Name).Do(ctx).Error(), "delete CRD")
-	eventually(t, 30*time.Second, "gadgets to be dropped", func() bool {
+	testenv.Eventually(t, 30*time.Second, "gadgets to be dropped", func() bool {
 		for _, r := range w.Resources() {
 			if r.GroupVersionResource == gadgets {
 				return false
@@ -138,7 +138,7 @@ func TestCRDComesAndGoes(t *testing.T) {
 		}
 		return true
 	})
-	eventually(t, 15*time.Second, "the gadget to be reported deleted", func() bool {
+	testenv.Eventually(t, 15*time.Second, "the gadget to be reported deleted", func() bool {
 		cs := rec.of(gadgets, ns, "g1")
 		return len(cs) == 2 && cs[1].Type == Deleted
 	})
@@ -199,7 +199,7 @@ func TestDeleteRecreate(t *testing.T) {
 	mustf(t, err, "create again")
 	close(gate)
 
-	eventually(t, 30*time.Second, "three changes", func() bool { return len(rec.of(configMaps, ns, "again")) >= 3 })
+	testenv.Eventually(t, 30*time.Second, "three changes", func() bool { return len(rec.of(configMaps, ns, "again")) >= 3 })
 	cs := rec.of(configMaps, ns, "again")
 	if got := kinds(cs); got != "[created deleted created]" {
 		t.Fatalf("changes %s, want [created deleted created]", got)
@@ -236,14 +236,14 @@ func TestCoalescedUpdatesDiff(t *testing.T) {
 	// The first update holds the worker; wait until the other four are
 	// queued behind it, then let it go.
 	k := key{gr: configMaps.GroupResource(), namespace: ns, name: "hot"}
-	eventually(t, 10*time.Second, "updates to queue", func() bool {
+	testenv.Eventually(t, 10*time.Second, "updates to queue", func() bool {
 		wat.pending.mu.Lock()
 		defer wat.pending.mu.Unlock()
 		list := wat.pending.m[k]
 		return len(list) == 1 && list[0].Type == Updated && field(list[0].New, "data", "n") == "5"
 	})
 	close(gate)
-	eventually(t, 30*time.Second, "updates", func() bool {
+	testenv.Eventually(t, 30*time.Second, "updates", func() bool {
 		cs := rec.of(configMaps, ns, "hot")
 		return len(cs) > 0 && field(cs[len(cs)-1].New, "data", "n") == "5"
 	})
@@ -275,15 +275,15 @@ func TestInitialObjects(t *testing.T) {
 	initial := &recorder{}
 	startWatcher(t, env.Config(), Config{Selectors: []Selector{{Core: true, Resource: "configmaps"}}, Handler: initial, InitialSync: true})
 
-	eventually(t, 30*time.Second, "initial-sync changes", func() bool { return initial.count(inNS) >= n })
+	testenv.Eventually(t, 30*time.Second, "initial-sync changes", func() bool { return initial.count(inNS) >= n })
 	// A change made now is the first thing the quiet watcher reports.
 	_, err := cms.Create(ctx, configMap(ns, "marker", nil), metav1.CreateOptions{})
 	mustf(t, err, "create marker")
-	eventually(t, 30*time.Second, "marker", func() bool { return len(quiet.of(configMaps, ns, "marker")) == 1 })
+	testenv.Eventually(t, 30*time.Second, "marker", func() bool { return len(quiet.of(configMaps, ns, "marker")) == 1 })
 	if got := quiet.count(inNS); got != 1 {
 		t.Errorf("quiet watcher reported %d changes in the namespace, want only the marker", got)
 	}
-	eventually(t, 30*time.Second, "marker in initial-sync watcher", func() bool { return len(initial.of(configMaps, ns, "marker")) == 1 })
+	testenv.Eventually(t, 30*time.Second, "marker in initial-sync watcher", func() bool { return len(initial.of(configMaps, ns, "marker")) == 1 })
 	if got := initial.count(func(c *Change) bool { return inNS(c) && c.Initial && c.Type == Created }); got != n {
 		t.Errorf("initial-sync watcher reported %d initial creates, want %d", got, n)
 	}
@@ -317,13 +317,13 @@ func TestMissingAPIService(t *testing.T) {
 
 	rec := &recorder{}
 	_, reg := startWatcher(t, env.Config(), Config{Selectors: All, Handler: rec})
-	eventually(t, 30*time.Second, "discovery failure to be counted", func() bool {
+	testenv.Eventually(t, 30*time.Second, "discovery failure to be counted", func() bool {
 		return metricValue(t, reg, "fieldwatch_watcher_discovery_failures_total",
 			map[string]string{"group_version": "missing.example.net/v1"}) > 0
 	})
 	_, err = dyn.Resource(configMaps).Namespace(ns).Create(ctx, configMap(ns, "still", nil), metav1.CreateOptions{})
 	mustf(t, err, "create configmap")
-	eventually(t, 30*time.Second, "configmap change despite the broken APIService", func() bool {
+	testenv.Eventually(t, 30*time.Second, "configmap change despite the broken APIService", func() bool {
 		return len(rec.of(configMaps, ns, "still")) == 1
 	})
 }

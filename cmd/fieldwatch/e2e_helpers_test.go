@@ -140,13 +140,13 @@ func (p *proc) payloads() []map[string]any {
 // waitPayloads waits until at least n payloads were printed.
 func (p *proc) waitPayloads(n int, timeout time.Duration) []map[string]any {
 	p.t.Helper()
-	eventually(p.t, timeout, fmt.Sprintf("%d payloads", n), func() bool { return len(p.payloads()) >= n })
+	testenv.Eventually(p.t, timeout, fmt.Sprintf("%d payloads", n), func() bool { return len(p.payloads()) >= n })
 	return p.payloads()
 }
 
 func (p *proc) waitReady(timeout time.Duration) {
 	p.t.Helper()
-	eventually(p.t, timeout, "fieldwatch /readyz", func() bool {
+	testenv.Eventually(p.t, timeout, "fieldwatch /readyz", func() bool {
 		code, _ := p.get("/readyz")
 		return code == http.StatusOK
 	})
@@ -197,17 +197,6 @@ func freeAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
-}
-
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
 }
 
 func tail(s string, n int) string {

@@ -92,7 +92,7 @@ func TestSIGKILLRestart(t *testing.T) {
 	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "marker"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the marker", func() bool { return len(byName(inNamespace(p2.payloads(), ns))["marker"]) == 1 })
+	testenv.Eventually(t, 30*time.Second, "the marker", func() bool { return len(byName(inNamespace(p2.payloads(), ns))["marker"]) == 1 })
 	got := byName(inNamespace(p2.payloads(), ns))
 	for i := range n {
 		name := fmt.Sprintf("cm-%02d", i)
@@ -204,11 +204,11 @@ func TestWebhookReceiverDownThenBack(t *testing.T) {
 	rec.down()
 	const n = 20
 	createConfigMaps(t, env, ns, "cm", n)
-	eventually(t, 30*time.Second, "retries while the receiver is down", func() bool {
+	testenv.Eventually(t, 30*time.Second, "retries while the receiver is down", func() bool {
 		return p.metric(`fieldwatch_action_retried_total{`) > 0
 	})
 	rec.up()
-	eventually(t, 60*time.Second, "every firing delivered", func() bool { return len(rec.deliveries()) >= n })
+	testenv.Eventually(t, 60*time.Second, "every firing delivered", func() bool { return len(rec.deliveries()) >= n })
 	for id, count := range rec.deliveries() {
 		if count != 1 {
 			t.Errorf("%s delivered %d times", id, count)

@@ -61,7 +61,7 @@ func TestLeaderElection(t *testing.T) {
 	b := startFieldwatch(t, kc, append(common, "--leader-elect-identity", "replica-b")...)
 
 	var leader, standby *proc
-	eventually(t, 30*time.Second, "a leader", func() bool {
+	testenv.Eventually(t, 30*time.Second, "a leader", func() bool {
 		la, lb := a.metric("fieldwatch_leader"), b.metric("fieldwatch_leader")
 		switch {
 		case la == 1 && lb == 0:
@@ -81,7 +81,7 @@ func TestLeaderElection(t *testing.T) {
 	createConfigMaps(t, env, ns, "first", 10)
 	leader.waitPayloads(10, 30*time.Second)
 	leader.stop() // releases the Lease
-	eventually(t, 30*time.Second, "the standby to take over", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the standby to take over", func() bool {
 		code, body := standby.get("/readyz")
 		return standby.metric("fieldwatch_leader") == 1 && code == 200 && strings.TrimSpace(body) == "ok"
 	})
@@ -135,7 +135,7 @@ func testShards(t *testing.T, env *testenv.Env, ns, mode string, serverSide floa
 	}
 	const n = 40
 	createConfigMaps(t, env, ns, "cm", n)
-	eventually(t, 30*time.Second, "every ConfigMap", func() bool {
+	testenv.Eventually(t, 30*time.Second, "every ConfigMap", func() bool {
 		return len(inNamespace(s0.payloads(), ns))+len(inNamespace(s1.payloads(), ns)) >= n
 	})
 	p0, p1 := inNamespace(s0.payloads(), ns), inNamespace(s1.payloads(), ns)

@@ -110,7 +110,7 @@ func TestRBACLeastPrivilege(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.waitPayloads(1, 30*time.Second)
-	eventually(t, 30*time.Second, "the Event", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the Event", func() bool {
 		evs, err := cs.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false
@@ -123,7 +123,7 @@ func TestRBACLeastPrivilege(t *testing.T) {
 		return false
 	})
 	apply(t, env, "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w, namespace: rbac-e2e}\nspec: {size: 1}\n")
-	eventually(t, 30*time.Second, "the patch", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the patch", func() bool {
 		w, err := env.Dynamic(t).Resource(widgets).Namespace(ns).Get(ctx, "w", metav1.GetOptions{})
 		return err == nil && w.GetAnnotations()["audited"] == "yes"
 	})

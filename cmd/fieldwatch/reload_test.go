@@ -106,36 +106,36 @@ func TestHotReload(t *testing.T) {
 	}
 
 	setV("1")
-	eventually(t, 30*time.Second, "cm-changed to fire", func() bool { return count("cm-changed") == 1 })
+	testenv.Eventually(t, 30*time.Second, "cm-changed to fire", func() bool { return count("cm-changed") == 1 })
 
 	// Add a rule for a resource not watched so far.
 	rules.write("rules:" + reloadRuleCM + reloadRuleWidget)
-	eventually(t, 30*time.Second, "the reload", func() bool { return p.metric("fieldwatch_rules_reloads_total") == 1 })
+	testenv.Eventually(t, 30*time.Second, "the reload", func() bool { return p.metric("fieldwatch_rules_reloads_total") == 1 })
 	// Widgets that exist when the new rule starts watching are its
 	// baseline: create one once the informer is running and synced.
-	eventually(t, 30*time.Second, "widgets to be watched and synced", func() bool {
+	testenv.Eventually(t, 30*time.Second, "widgets to be watched and synced", func() bool {
 		code, _ := p.get("/readyz")
 		return p.metric("fieldwatch_watcher_resources") == 2 && code == 200
 	})
 	apply(t, env, "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: probe, namespace: reload}\nspec: {size: 1}\n")
-	eventually(t, 30*time.Second, "widget-created to fire", func() bool { return count("widget-created") == 1 })
+	testenv.Eventually(t, 30*time.Second, "widget-created to fire", func() bool { return count("widget-created") == 1 })
 
 	// A broken file is rejected and the running rules stay.
 	rules.write("rules:\n  - name: broken\n    match: {resources: [{group: '', kind: ConfigMap}]}\n    actions: [{webhook: {url: 'not a url'}}]\n")
-	eventually(t, 30*time.Second, "the failed reload to be counted", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the failed reload to be counted", func() bool {
 		return p.metric("fieldwatch_rules_reload_failures_total") == 1
 	})
 	setV("2")
-	eventually(t, 30*time.Second, "cm-changed to fire with the old rules", func() bool { return count("cm-changed") == 2 })
+	testenv.Eventually(t, 30*time.Second, "cm-changed to fire with the old rules", func() bool { return count("cm-changed") == 2 })
 
 	// Remove cm-changed: a change fires nothing, while widget-created
 	// still works (it marks that the change was processed).
 	rules.write("rules:" + reloadRuleWidget)
-	eventually(t, 30*time.Second, "the second reload", func() bool { return p.metric("fieldwatch_rules_reloads_total") == 2 })
+	testenv.Eventually(t, 30*time.Second, "the second reload", func() bool { return p.metric("fieldwatch_rules_reloads_total") == 2 })
 	setV("3")
 	before := count("widget-created")
 	apply(t, env, "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: marker, namespace: reload}\nspec: {size: 1}\n")
-	eventually(t, 30*time.Second, "the marker widget", func() bool { return count("widget-created") > before })
+	testenv.Eventually(t, 30*time.Second, "the marker widget", func() bool { return count("widget-created") > before })
 	if n := count("cm-changed"); n != 2 {
 		t.Errorf("cm-changed fired %d times, want 2 (it was removed before the third change)", n)
 	}

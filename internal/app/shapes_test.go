@@ -1,7 +1,6 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,25 +24,14 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{}) }
 
-// lines is a thread-safe writer that keeps what is written.
-type lines struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
+// lines keeps what the app writes.
+type lines struct{ testenv.SyncBuffer }
 
 // payloads decodes the JSON lines written so far.
 func (l *lines) payloads(t *testing.T) []map[string]any {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(l.buf.String()), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(l.String()), "\n") {
 		if line == "" {
 			continue
 		}
@@ -139,7 +126,7 @@ func TestOddShapes(t *testing.T) {
 			t.Error("Run did not return")
 		}
 	}()
-	eventuallyT(t, time.Minute, "ready", func() bool { return get(base+"/readyz") == 200 })
+	testenv.Eventually(t, time.Minute, "ready", func() bool { return get(base+"/readyz") == 200 })
 
 	dyn := env.Dynamic(t).Resource(odd).Namespace(ns)
 	create := func(name string, spec any) {
@@ -170,7 +157,7 @@ func TestOddShapes(t *testing.T) {
 	patch("unicode", `{"spec":{"ключ":"другое"}}`)
 	patch("huge", `{"spec":{"size":{"value":5}}}`)
 
-	eventuallyT(t, 30*time.Second, "the firings", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the firings", func() bool {
 		return out.fired(t, "size-value", "size-null") == 1 && out.fired(t, "unicode", "unicode") == 1 && out.fired(t, "size-value", "huge") == 1
 	})
 	for _, name := range []string{"null-spec", "size-list", "size-string"} {
@@ -192,11 +179,11 @@ func TestOddShapes(t *testing.T) {
 	if v := metricOf(t, base, "fieldwatch_rule_evaluation_errors_total"); v == 0 {
 		t.Error("no rule evaluation error counted: needs-count reads a field no object has")
 	}
-	if !strings.Contains(logs.buf.String(), "rule evaluation failed") {
+	if !strings.Contains(logs.String(), "rule evaluation failed") {
 		t.Error("evaluation errors were not logged")
 	}
-	if strings.Contains(logs.buf.String(), "panic") {
-		t.Errorf("a panic was logged:\n%s", logs.buf.String())
+	if strings.Contains(logs.String(), "panic") {
+		t.Errorf("a panic was logged:\n%s", logs.String())
 	}
 }
 
@@ -232,17 +219,6 @@ func metricOf(t *testing.T, base, name string) float64 {
 		}
 	}
 	return 0
-}
-
-func eventuallyT(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
 }
 
 func writeTestFile(path, content string) error { return os.WriteFile(path, []byte(content), 0o644) }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
 	"github.com/fieldwatch/fieldwatch/rules"
 )
 
@@ -49,7 +50,7 @@ func TestBackpressure(t *testing.T) {
 
 	first := newFiring(r)
 	h.deliver(t, first, done.fn(first.ID)) // taken by the worker
-	eventually(t, 5*time.Second, "the first request", func() bool { return rc.count() == 1 })
+	testenv.Eventually(t, 5*time.Second, "the first request", func() bool { return rc.count() == 1 })
 	second := newFiring(r)
 	h.deliver(t, second, done.fn(second.ID)) // fills the queue
 
@@ -86,7 +87,7 @@ func TestBackpressure(t *testing.T) {
 	if err := <-returned; err != nil {
 		t.Fatalf("Deliver once there was room: %v", err)
 	}
-	eventually(t, 5*time.Second, "all done", func() bool { return done.total.Load() == 4 })
+	testenv.Eventually(t, 5*time.Second, "all done", func() bool { return done.total.Load() == 4 })
 	if got := rc.count(); got != 3 {
 		t.Errorf("receiver got %d requests, want 3", got)
 	}
@@ -105,15 +106,15 @@ func TestDoneAfterEveryAction(t *testing.T) {
 	done := newDoneCounter(t)
 	f := newFiring(r)
 	h.deliver(t, f, done.fn(f.ID))
-	eventually(t, 5*time.Second, "log and exec", func() bool {
+	testenv.Eventually(t, 5*time.Second, "log and exec", func() bool {
 		return h.metric(t, "delivered_total", "all", "log", 0) == 1 && h.metric(t, "delivered_total", "all", "exec", 2) == 1
 	})
-	eventually(t, 5*time.Second, "the webhook request", func() bool { return rc.count() == 1 })
+	testenv.Eventually(t, 5*time.Second, "the webhook request", func() bool { return rc.count() == 1 })
 	if done.count(f.ID) != 0 {
 		t.Fatal("done called before the webhook answered")
 	}
 	close(release)
-	eventually(t, 5*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
+	testenv.Eventually(t, 5*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
 
 	// A rule without actions is done at once.
 	empty := newFiring(&rules.Rule{Name: "empty"})
@@ -169,7 +170,7 @@ func TestCloseDeadLettersTheRest(t *testing.T) {
 		sent[f.ID] = f
 		h.deliver(t, f, done.fn(f.ID))
 	}
-	eventually(t, 5*time.Second, "the first request", func() bool { return rc.count() == 1 })
+	testenv.Eventually(t, 5*time.Second, "the first request", func() bool { return rc.count() == 1 })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
@@ -236,7 +237,7 @@ func TestDeadLetterAfterRetries(t *testing.T) {
 	done := newDoneCounter(t)
 	before := time.Now().UTC()
 	h.deliver(t, f, done.fn(f.ID))
-	eventually(t, 5*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
+	testenv.Eventually(t, 5*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
 
 	dls := h.deadLetters(t)
 	if len(dls) != 1 {
@@ -282,7 +283,7 @@ func TestDeadLetterWithoutStateDir(t *testing.T) {
 	f := newFiring(r)
 	done := newDoneCounter(t)
 	h.deliver(t, f, done.fn(f.ID))
-	eventually(t, 5*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
+	testenv.Eventually(t, 5*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
 	found := false
 	for line := range strings.SplitSeq(h.logs.String(), "\n") {
 		var rec map[string]any
@@ -346,7 +347,7 @@ func TestReloadKeepsQueues(t *testing.T) {
 		t.Error("the unchanged log action of a changed rule got a new instance")
 	}
 	h.Retain([]*rules.Rule{v3})
-	eventually(t, 5*time.Second, "the old webhook retired", func() bool {
+	testenv.Eventually(t, 5*time.Second, "the old webhook retired", func() bool {
 		h.mu.RLock()
 		defer h.mu.RUnlock()
 		_, live := h.live[i1[0]]
@@ -354,7 +355,7 @@ func TestReloadKeepsQueues(t *testing.T) {
 	})
 	// A late firing of a retired rule version is still delivered.
 	send(v1)
-	eventually(t, 5*time.Second, "all done", func() bool { return done.total.Load() == 4 })
+	testenv.Eventually(t, 5*time.Second, "all done", func() bool { return done.total.Load() == 4 })
 	if got := rc.count(); got != 4 {
 		t.Errorf("receiver got %d, want 4", got)
 	}
@@ -376,12 +377,12 @@ func TestRetireWhileBlocked(t *testing.T) {
 		h.deliver(t, f, done.fn(f.ID))
 	}
 	send(old)
-	eventually(t, 5*time.Second, "the first request", func() bool { return rc.count() == 1 })
+	testenv.Eventually(t, 5*time.Second, "the first request", func() bool { return rc.count() == 1 })
 	send(old) // the queue is full now
 	blocked := newFiring(old)
 	returned := make(chan error, 1)
 	go func() { returned <- h.Deliver(context.Background(), blocked, done.fn(blocked.ID)) }()
-	eventually(t, 5*time.Second, "a blocked sender", func() bool {
+	testenv.Eventually(t, 5*time.Second, "a blocked sender", func() bool {
 		h.mu.RLock()
 		in := h.byRule[old][0]
 		h.mu.RUnlock()
@@ -401,7 +402,7 @@ func TestRetireWhileBlocked(t *testing.T) {
 	if err := <-returned; err != nil {
 		t.Fatalf("the blocked Deliver: %v", err)
 	}
-	eventually(t, 5*time.Second, "the old firings done", func() bool { return done.total.Load() == 3 })
+	testenv.Eventually(t, 5*time.Second, "the old firings done", func() bool { return done.total.Load() == 3 })
 	if dls := h.deadLetters(t); len(dls) != 0 {
 		t.Errorf("dead letters: %+v", dls)
 	}
@@ -421,7 +422,7 @@ func TestMetricsRegistered(t *testing.T) {
 	f := newFiring(r)
 	done := newDoneCounter(t)
 	h.deliver(t, f, done.fn(f.ID))
-	eventually(t, 5*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
+	testenv.Eventually(t, 5*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
 	mfs, err := h.reg.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
 	"github.com/fieldwatch/fieldwatch/rules"
 )
 
@@ -41,7 +42,7 @@ func TestExecStdinArgsEnv(t *testing.T) {
 	f := newFiring(r)
 	done := newDoneCounter(t)
 	h.deliver(t, f, done.fn(f.ID))
-	eventually(t, 10*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
+	testenv.Eventually(t, 10*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
 	if dls := h.deadLetters(t); len(dls) != 0 {
 		t.Fatalf("dead letters: %+v", dls)
 	}
@@ -73,7 +74,7 @@ func TestExecNonZeroExit(t *testing.T) {
 	f := newFiring(r)
 	done := newDoneCounter(t)
 	h.deliver(t, f, done.fn(f.ID))
-	eventually(t, 10*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
+	testenv.Eventually(t, 10*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
 	dls := h.deadLetters(t)
 	if len(dls) != 1 {
 		t.Fatalf("%d dead letters, want 1", len(dls))
@@ -93,7 +94,7 @@ func TestExecMissingBinary(t *testing.T) {
 	f := newFiring(r)
 	done := newDoneCounter(t)
 	h.deliver(t, f, done.fn(f.ID))
-	eventually(t, 10*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
+	testenv.Eventually(t, 10*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
 	if dls := h.deadLetters(t); len(dls) != 1 || dls[0].Attempts != 1 {
 		t.Errorf("dead letters %+v, want one after one attempt", dls)
 	}
@@ -116,7 +117,7 @@ func TestExecTimeoutKillsGroup(t *testing.T) {
 	done := newDoneCounter(t)
 	start := time.Now()
 	h.deliver(t, f, done.fn(f.ID))
-	eventually(t, 10*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
+	testenv.Eventually(t, 10*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
 	if el := time.Since(start); el < 300*time.Millisecond {
 		t.Errorf("gave up after %s, before the timeout", el)
 	}
@@ -129,7 +130,7 @@ func TestExecTimeoutKillsGroup(t *testing.T) {
 		t.Fatalf("pids %v, want the script's and its child's", ids)
 	}
 	for _, pid := range ids {
-		eventually(t, 5*time.Second, "pid "+strconv.Itoa(pid)+" gone", func() bool { return !alive(pid) })
+		testenv.Eventually(t, 5*time.Second, "pid "+strconv.Itoa(pid)+" gone", func() bool { return !alive(pid) })
 	}
 }
 
@@ -184,7 +185,7 @@ func TestExecConcurrencyCap(t *testing.T) {
 			h.deliver(t, f, done.fn(f.ID))
 		}
 	}
-	eventually(t, 20*time.Second, "done", func() bool { return done.total.Load() == 8 })
+	testenv.Eventually(t, 20*time.Second, "done", func() bool { return done.total.Load() == 8 })
 	b2, err := os.ReadFile(events)
 	if err != nil {
 		t.Fatal(err)
@@ -215,7 +216,7 @@ func TestExecOutputBounded(t *testing.T) {
 	f := newFiring(r)
 	done := newDoneCounter(t)
 	h.deliver(t, f, done.fn(f.ID))
-	eventually(t, 10*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
+	testenv.Eventually(t, 10*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
 	if !strings.Contains(h.logs.String(), "(21900 more bytes)") {
 		t.Errorf("output not cut at 100 bytes:\n%.2000s", h.logs.String())
 	}

@@ -167,18 +167,6 @@ func (h *harness) deliver(t testing.TB, f rules.Firing, done func()) {
 	}
 }
 
-// eventually polls cond every 5ms until it holds or the deadline passes.
-func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // deadLetters reads the dead-letter file (none: empty).
 func (h *harness) deadLetters(t testing.TB) []DeadLetter {
 	t.Helper()

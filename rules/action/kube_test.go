@@ -109,7 +109,7 @@ func deliverAndWait(t *testing.T, h *harness, f rules.Firing) {
 	t.Helper()
 	done := newDoneCounter(t)
 	h.deliver(t, f, done.fn(f.ID))
-	eventually(t, 30*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
+	testenv.Eventually(t, 30*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
 }
 
 func eventsRegarding(t *testing.T, kube kubernetes.Interface, ns, name string) []eventsv1.Event {
@@ -219,7 +219,7 @@ func TestEventRateLimit(t *testing.T) {
 		f.ID = fmt.Sprintf("%s/%d", f.ID, i)
 		h.deliver(t, f, done.fn(f.ID))
 	}
-	eventually(t, 30*time.Second, "all done", func() bool { return done.total.Load() == n })
+	testenv.Eventually(t, 30*time.Second, "all done", func() bool { return done.total.Load() == n })
 	if el, least := time.Since(start), time.Duration(n-1)*time.Second/qps; el < least*9/10 {
 		t.Errorf("%d events took %s, want at least %s at %d/s", n, el, least, qps)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
 	"github.com/fieldwatch/fieldwatch/rules"
 )
 
@@ -23,7 +24,7 @@ func TestLogStdout(t *testing.T) {
 		want = append(want, string(f.Payload))
 		h.deliver(t, f, done.fn(f.ID))
 	}
-	eventually(t, 5*time.Second, "done", func() bool { return done.total.Load() == 500 })
+	testenv.Eventually(t, 5*time.Second, "done", func() bool { return done.total.Load() == 500 })
 	got := strings.Split(strings.TrimSuffix(h.stdout.String(), "\n"), "\n")
 	if len(got) != len(want) {
 		t.Fatalf("%d lines, want %d", len(got), len(want))
@@ -44,7 +45,7 @@ func TestLogCompactsMultilinePayload(t *testing.T) {
 	f.Payload = []byte("{\n  \"id\": \"x\",\n  \"n\": [1,\n 2]\n}")
 	done := newDoneCounter(t)
 	h.deliver(t, f, done.fn(f.ID))
-	eventually(t, 5*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
+	testenv.Eventually(t, 5*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
 	if got := h.stdout.String(); got != `{"id":"x","n":[1,2]}`+"\n" {
 		t.Errorf("stdout = %q", got)
 	}
@@ -69,7 +70,7 @@ func TestLogFileReopen(t *testing.T) {
 		}
 	}
 	send(100)
-	eventually(t, 5*time.Second, "first batch", func() bool { return done.total.Load() == 200 })
+	testenv.Eventually(t, 5*time.Second, "first batch", func() bool { return done.total.Load() == 200 })
 	if err := os.Rename(path, path+".1"); err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +78,7 @@ func TestLogFileReopen(t *testing.T) {
 		t.Fatalf("Reopen: %v", err)
 	}
 	send(50)
-	eventually(t, 5*time.Second, "second batch", func() bool { return done.total.Load() == 300 })
+	testenv.Eventually(t, 5*time.Second, "second batch", func() bool { return done.total.Load() == 300 })
 	if n := jsonLines(t, path+".1"); n != 200 {
 		t.Errorf("rotated file has %d lines, want 200", n)
 	}
@@ -120,11 +121,11 @@ func TestLogFileUnwritable(t *testing.T) {
 	done := newDoneCounter(t)
 	h.deliver(t, f, done.fn(f.ID))
 	// The default budget retries for a while; Close cuts it short.
-	eventually(t, 5*time.Second, "a failed attempt", func() bool { return h.metric(t, "failed_total", "bad", "log", 0) >= 1 })
+	testenv.Eventually(t, 5*time.Second, "a failed attempt", func() bool { return h.metric(t, "failed_total", "bad", "log", 0) >= 1 })
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "done once the directory exists", func() bool { return done.count(f.ID) == 1 })
+	testenv.Eventually(t, 10*time.Second, "done once the directory exists", func() bool { return done.count(f.ID) == 1 })
 	if n := jsonLines(t, path); n != 1 {
 		t.Errorf("%d lines, want 1", n)
 	}

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
 	"github.com/fieldwatch/fieldwatch/rules"
 )
 
@@ -135,7 +136,7 @@ func TestWebhookTLS(t *testing.T) {
 		f := newFiring(r)
 		h.deliver(t, f, done.fn(f.ID))
 	}
-	eventually(t, 10*time.Second, "all done", func() bool { return done.total.Load() == 3 })
+	testenv.Eventually(t, 10*time.Second, "all done", func() bool { return done.total.Load() == 3 })
 	if got := h.metric(t, "delivered_total", "tls", "webhook", 0); got != 1 {
 		t.Errorf("delivered with the CA and a client certificate: %v, want 1", got)
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
 	"github.com/fieldwatch/fieldwatch/rules"
 )
 
@@ -134,7 +135,7 @@ func TestWebhookRequest(t *testing.T) {
 			done := newDoneCounter(t)
 			before := rc.count()
 			h.deliver(t, f, done.fn(f.ID))
-			eventually(t, 5*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
+			testenv.Eventually(t, 5*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
 			reqs := rc.got()[before:]
 			if len(reqs) != 1 {
 				t.Fatalf("receiver got %d requests, want 1", len(reqs))
@@ -184,7 +185,7 @@ func TestWebhookTokenRotation(t *testing.T) {
 		f := newFiring(r)
 		done := newDoneCounter(t)
 		h.deliver(t, f, done.fn(f.ID))
-		eventually(t, 5*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
+		testenv.Eventually(t, 5*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
 		reqs := rc.got()
 		return reqs[len(reqs)-1].header.Get("Authorization")
 	}
@@ -244,7 +245,7 @@ func TestWebhookRetries(t *testing.T) {
 			f := newFiring(r)
 			done := newDoneCounter(t)
 			h.deliver(t, f, done.fn(f.ID))
-			eventually(t, 5*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
+			testenv.Eventually(t, 5*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
 
 			reqs := rc.got()
 			if len(reqs) != tc.wantRequests {
@@ -305,7 +306,7 @@ func TestWebhookRetryAfter(t *testing.T) {
 			f := newFiring(r)
 			done := newDoneCounter(t)
 			h.deliver(t, f, done.fn(f.ID))
-			eventually(t, 15*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
+			testenv.Eventually(t, 15*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
 			reqs := rc.got()
 			if len(reqs) != 2 {
 				t.Fatalf("got %d requests, want 2", len(reqs))
@@ -337,7 +338,7 @@ func TestWebhookTimeout(t *testing.T) {
 	done := newDoneCounter(t)
 	start := time.Now()
 	h.deliver(t, f, done.fn(f.ID))
-	eventually(t, 5*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
+	testenv.Eventually(t, 5*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
 	if el := time.Since(start); el < 200*time.Millisecond {
 		t.Errorf("two attempts of a 100ms timeout took %s", el)
 	}
@@ -371,7 +372,7 @@ func TestWebhookReceiverComesBack(t *testing.T) {
 		ids[f.ID] = true
 		h.deliver(t, f, done.fn(f.ID))
 	}
-	eventually(t, 5*time.Second, "failed attempts", func() bool {
+	testenv.Eventually(t, 5*time.Second, "failed attempts", func() bool {
 		return h.metric(t, "failed_total", "comeback", "webhook", 0) >= n
 	})
 	if done.total.Load() != 0 {
@@ -387,7 +388,7 @@ func TestWebhookReceiverComesBack(t *testing.T) {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 
-	eventually(t, 10*time.Second, "every firing delivered", func() bool { return done.total.Load() == n })
+	testenv.Eventually(t, 10*time.Second, "every firing delivered", func() bool { return done.total.Load() == n })
 	seen := map[string]int{}
 	for _, req := range rc.got() {
 		seen[req.header.Get("Idempotency-Key")]++
@@ -423,7 +424,7 @@ func TestWebhookConnectionReuse(t *testing.T) {
 		f := newFiring(r)
 		h.deliver(t, f, done.fn(f.ID))
 	}
-	eventually(t, 30*time.Second, "all delivered", func() bool { return done.total.Load() == n })
+	testenv.Eventually(t, 30*time.Second, "all delivered", func() bool { return done.total.Load() == n })
 	if got := rc.count(); got < n {
 		t.Fatalf("receiver got %d requests, want at least %d", got, n)
 	}
@@ -456,8 +457,8 @@ func TestWebhookSlowReceiverIsolated(t *testing.T) {
 		h.deliver(t, newFiring(stuck), nil)
 		h.deliver(t, newFiring(other), nil)
 	}
-	eventually(t, 5*time.Second, "the other rule's webhook", func() bool { return fast.count() == n })
-	eventually(t, 5*time.Second, "the stuck rule's log action", func() bool {
+	testenv.Eventually(t, 5*time.Second, "the other rule's webhook", func() bool { return fast.count() == n })
+	testenv.Eventually(t, 5*time.Second, "the stuck rule's log action", func() bool {
 		return strings.Count(h.stdout.String(), "\n") == n
 	})
 	if got := h.metric(t, "queue_depth", "stuck", "webhook", 0); got != n-2 {
