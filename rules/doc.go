@@ -188,7 +188,8 @@
 //
 // Each firing's payload is one JSON object with the keys, in this order,
 // of DESIGN.md "Payload": id ("<uid>/<resourceVersion>/<rule>": stable for
-// the same change), time (RFC 3339 in UTC with microseconds), rule, type
+// the same change; "<uid>/deleted/<rule>" for a deletion, whose last known
+// resourceVersion may be that of the update before it), time (RFC 3339 in UTC with microseconds), rule, type
 // (created, updated, deleted), resource {group, version, resource, kind},
 // namespace ("" for cluster-scoped objects), name, uid, resourceVersion
 // (of the final state for a delete), changes, actor, and with includeObject

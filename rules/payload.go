@@ -51,7 +51,7 @@ func (r *Rule) firing(st *evalState, ops []Op) (Firing, error) {
 		redact = append(append([]*fieldPath(nil), secretRedact...), redact...)
 	}
 	oldLocs, newLocs := redactLocations(redact, c.OldObject), redactLocations(redact, c.Object)
-	id := ref.UID + "/" + ref.ResourceVersion + "/" + r.Name
+	id := payloadID(c.Type, ref, r.Name)
 
 	// The payload (DESIGN.md, "Payload"), keys in the contract's order.
 	b := make([]byte, 0, 512)
@@ -146,4 +146,17 @@ func redactValue(toks []string, v any, locs [][]string) any {
 		}
 	}
 	return v
+}
+
+// payloadID is "<uid>/<resourceVersion>/<rule>", stable for the same
+// change. A deletion is "<uid>/deleted/<rule>": a deletion learned from a
+// relist or from the restart baseline carries the last resourceVersion seen,
+// that of the update before it, and receivers that drop duplicates by id
+// must not drop the deletion as a copy of that update. An object is deleted
+// once, so the id stays unique and stable.
+func payloadID(typ ChangeType, ref ObjectRef, rule string) string {
+	if typ == Deleted {
+		return ref.UID + "/deleted/" + rule
+	}
+	return ref.UID + "/" + ref.ResourceVersion + "/" + rule
 }

@@ -94,9 +94,13 @@ func normalise(ps []map[string]any) []map[string]any {
 		if _, ok := uids[uid]; !ok {
 			uids[uid] = fmt.Sprintf("uid-%d", len(uids)+1)
 		}
+		version := "RV"
+		if strings.Contains(fmt.Sprint(p["id"]), "/deleted/") {
+			version = "deleted"
+		}
 		p["time"] = "TIME"
 		p["resourceVersion"] = "RV"
-		p["id"] = strings.Join([]string{uids[uid], "RV", fmt.Sprint(p["rule"])}, "/")
+		p["id"] = strings.Join([]string{uids[uid], version, fmt.Sprint(p["rule"])}, "/")
 		p["uid"] = uids[uid]
 	}
 	return ps
