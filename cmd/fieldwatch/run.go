@@ -45,6 +45,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.TotalShards, "total-shards", 1, "number of shards the objects are split into (by the FNV-1a hash of their UID)")
 	fs.DurationVar(&cfg.GracePeriod, "grace-period", 20*time.Second, "on SIGTERM, how long queued changes and actions may drain")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on --http-addr")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"sync"
@@ -58,6 +59,8 @@ type Config struct {
 	// Ready, if set, is called with the HTTP server's address once it
 	// listens (tests use it with HTTPAddr "127.0.0.1:0").
 	Ready func(addr string)
+	// Pprof serves Go's profiles under /debug/pprof/ on HTTPAddr.
+	Pprof bool
 }
 
 // App is one running `fieldwatch run`.
@@ -145,6 +148,7 @@ func (a *App) run(ctx context.Context) error {
 	bg.Go(func() { a.watchRules(ctx) })
 
 	if !a.cfg.LeaderElect {
+		a.metrics.leader.Set(1)
 		return a.serve(ctx)
 	}
 	return a.elect(ctx, a.serve)
@@ -239,6 +243,13 @@ func (a *App) serveHTTP() (*http.Server, net.Listener, error) {
 		}
 		_, _ = io.WriteString(w, why+"\n")
 	})
+	if a.cfg.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	if a.cfg.Ready != nil {
 		a.cfg.Ready(ln.Addr().String())
 	}
