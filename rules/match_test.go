@@ -13,7 +13,6 @@ var (
 	gadgets        = Resource{Group: "example.com", Version: "v1", Resource: "gadgets", Kind: "Gadget", Namespaced: true}
 	pods           = Resource{Group: "", Version: "v1", Resource: "pods", Kind: "Pod", Namespaced: true}
 	nodes          = Resource{Group: "", Version: "v1", Resource: "nodes", Kind: "Node"}
-	secrets        = Resource{Group: "", Version: "v1", Resource: "secrets", Kind: "Secret", Namespaced: true}
 )
 
 func TestSelectorMatches(t *testing.T) {

@@ -53,14 +53,14 @@ func (p *proxy) serve(ln net.Listener) {
 			}
 			up, err := net.Dial("tcp", p.target)
 			if err != nil {
-				c.Close()
+				_ = c.Close()
 				continue
 			}
 			p.mu.Lock()
 			p.conns[c], p.conns[up] = true, true
 			p.mu.Unlock()
-			go func() { _, _ = io.Copy(up, c); up.Close() }()
-			go func() { _, _ = io.Copy(c, up); c.Close() }()
+			go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
+			go func() { _, _ = io.Copy(c, up); _ = c.Close() }()
 		}
 	}()
 }
@@ -70,11 +70,11 @@ func (p *proxy) cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.ln != nil {
-		p.ln.Close()
+		_ = p.ln.Close()
 		p.ln = nil
 	}
 	for c := range p.conns {
-		c.Close()
+		_ = c.Close()
 	}
 	p.conns = map[net.Conn]bool{}
 }

@@ -67,16 +67,6 @@ func (p *pending) putBack(k key, list []*Change) {
 	p.m[k] = merged
 }
 
-// lastType returns the type of k's last waiting change, "" if none.
-func (p *pending) lastType(k key) ChangeType {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if list := p.m[k]; len(list) > 0 {
-		return list[len(list)-1].Type
-	}
-	return ""
-}
-
 // len returns the number of keys with waiting changes.
 func (p *pending) len() int {
 	p.mu.Lock()

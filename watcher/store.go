@@ -10,6 +10,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -85,7 +86,7 @@ func OpenStore(path string, log *slog.Logger) (*Store, error) {
 		log = slog.Default()
 	}
 	db, err := openChecked(path)
-	if errors.Is(err, bolt.ErrTimeout) {
+	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, fmt.Errorf("baseline %s is in use by another process", path)
 	}
 	if err != nil {

@@ -45,7 +45,7 @@ func TestStoreRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer func() { _ = s.Close() }()
 	if s.firstRun() || !s.wasKnown(widgets.GroupResource()) || s.wasKnown(configMaps.GroupResource()) {
 		t.Errorf("known resources not kept: first %v", s.firstRun())
 	}
@@ -97,7 +97,7 @@ func TestStoreBadFiles(t *testing.T) {
 			if err != nil {
 				t.Fatalf("open: %v", err)
 			}
-			defer s.Close()
+			defer func() { _ = s.Close() }()
 			if !s.firstRun() {
 				t.Error("a replaced store must start as a first run")
 			}
@@ -113,7 +113,7 @@ func TestStoreBadFiles(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer s.Close()
+		defer func() { _ = s.Close() }()
 		if _, err := OpenStore(path, testLogger(t)); err == nil || !strings.Contains(err.Error(), "in use") {
 			t.Errorf("second open: %v, want an in-use error", err)
 		}

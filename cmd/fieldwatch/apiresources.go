@@ -24,19 +24,19 @@ func apiResourcesCmd(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	cfg, err := kube.config()
 	if err != nil {
-		fmt.Fprintf(stderr, "fieldwatch api-resources: %v\n", err)
+		_, _ = fmt.Fprintf(stderr, "fieldwatch api-resources: %v\n", err)
 		return 1
 	}
 	resources, failed, err := watcher.Discover(ctx, cfg)
 	if err != nil {
-		fmt.Fprintf(stderr, "fieldwatch api-resources: %v\n", err)
+		_, _ = fmt.Fprintf(stderr, "fieldwatch api-resources: %v\n", err)
 		return 1
 	}
 	slices.SortFunc(resources, func(a, b watcher.Resource) int {
 		return strings.Compare(a.Group+"/"+a.Resource+"/"+a.Version, b.Group+"/"+b.Resource+"/"+b.Version)
 	})
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tAPIVERSION\tNAMESPACED\tKIND\tCUSTOM")
+	_, _ = fmt.Fprintln(tw, "NAME\tAPIVERSION\tNAMESPACED\tKIND\tCUSTOM")
 	for _, r := range resources {
 		if (!*all && !r.Preferred) || (*custom && !r.Custom) {
 			continue
@@ -45,13 +45,13 @@ func apiResourcesCmd(ctx context.Context, args []string, stdout, stderr io.Write
 		if r.Custom {
 			mark = "crd"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\n", r.Resource, r.GroupVersion(), r.Namespaced, r.Kind, mark)
+		_, _ = fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\n", r.Resource, r.GroupVersion(), r.Namespaced, r.Kind, mark)
 	}
 	if err := tw.Flush(); err != nil {
 		return 1
 	}
 	for gv, err := range failed {
-		fmt.Fprintf(stderr, "warning: discovery of %s failed: %v\n", gv, err)
+		_, _ = fmt.Fprintf(stderr, "warning: discovery of %s failed: %v\n", gv, err)
 	}
 	return 0
 }

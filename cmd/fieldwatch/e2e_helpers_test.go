@@ -28,17 +28,17 @@ var binary string
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "fieldwatch-e2e-")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+		_, _ = fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "fieldwatch")
 	build := exec.Command("go", "build", "-race", "-o", binary, ".")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
-		fmt.Fprintf(os.Stderr, "build fieldwatch: %v\n", err)
+		_, _ = fmt.Fprintf(os.Stderr, "build fieldwatch: %v\n", err)
 		os.Exit(1)
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	testenv.Main(m, testenv.Options{})
 }
 
@@ -158,7 +158,7 @@ func (p *proc) get(path string) (int, string) {
 	if err != nil {
 		return 0, err.Error()
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
 }
@@ -171,7 +171,7 @@ func (p *proc) metric(prefix string) float64 {
 		if strings.HasPrefix(line, prefix) {
 			var v float64
 			fields := strings.Fields(line)
-			fmt.Sscan(fields[len(fields)-1], &v)
+			_, _ = fmt.Sscan(fields[len(fields)-1], &v)
 			return v
 		}
 	}
@@ -195,7 +195,7 @@ func freeAddr(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	defer func() { _ = ln.Close() }()
 	return ln.Addr().String()
 }
 

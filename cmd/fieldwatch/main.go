@@ -55,17 +55,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return c.run(ctx, args[1:], stdout, stderr)
 		}
 	}
-	fmt.Fprintf(stderr, "fieldwatch: unknown command %q\n\n", args[0])
+	_, _ = fmt.Fprintf(stderr, "fieldwatch: unknown command %q\n\n", args[0])
 	usage(stderr)
 	return 2
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintf(w, "fieldwatch watches every resource a Kubernetes cluster serves and turns the\n")
-	fmt.Fprintf(w, "field changes described in a rules file into JSON payloads for actions.\n\n")
-	fmt.Fprintf(w, "Usage:\n")
+	_, _ = fmt.Fprintf(w, "fieldwatch watches every resource a Kubernetes cluster serves and turns the\n")
+	_, _ = fmt.Fprintf(w, "field changes described in a rules file into JSON payloads for actions.\n\n")
+	_, _ = fmt.Fprintf(w, "Usage:\n")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  fieldwatch %-14s %-24s %s\n", c.name, c.args, c.help)
+		_, _ = fmt.Fprintf(w, "  fieldwatch %-14s %-24s %s\n", c.name, c.args, c.help)
 	}
-	fmt.Fprintf(w, "\n`fieldwatch COMMAND -h` shows a command's flags.\n")
+	_, _ = fmt.Fprintf(w, "\n`fieldwatch COMMAND -h` shows a command's flags.\n")
 }

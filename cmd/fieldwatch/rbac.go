@@ -30,12 +30,12 @@ func rbacCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if len(ruleFiles) == 0 || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "fieldwatch rbac: --rules FILE is required and no arguments are taken")
+		_, _ = fmt.Fprintln(stderr, "fieldwatch rbac: --rules FILE is required and no arguments are taken")
 		return 2
 	}
 	set, err := rules.Load(ruleFiles...)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
+		_, _ = fmt.Fprintln(stderr, err)
 		return 1
 	}
 	if !*offline {
@@ -44,13 +44,13 @@ func rbacCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			opts.Resources, _, err = watcher.Discover(ctx, cfg)
 		}
 		if err != nil {
-			fmt.Fprintf(stderr, "fieldwatch rbac: cannot discover resources (%v); use --offline to guess them from kinds\n", err)
+			_, _ = fmt.Fprintf(stderr, "fieldwatch rbac: cannot discover resources (%v); use --offline to guess them from kinds\n", err)
 			return 1
 		}
 	}
 	out, err := app.RBAC(set, opts)
 	if err != nil {
-		fmt.Fprintf(stderr, "fieldwatch rbac: %v\n", err)
+		_, _ = fmt.Fprintf(stderr, "fieldwatch rbac: %v\n", err)
 		return 1
 	}
 	_, _ = stdout.Write(out)

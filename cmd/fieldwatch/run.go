@@ -50,13 +50,13 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if len(ruleFiles) == 0 || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "fieldwatch run: --rules FILE is required and no arguments are taken")
+		_, _ = fmt.Fprintln(stderr, "fieldwatch run: --rules FILE is required and no arguments are taken")
 		fs.Usage()
 		return 2
 	}
 	logger, err := newLogger(stderr, logLevel)
 	if err != nil {
-		fmt.Fprintf(stderr, "fieldwatch run: %v\n", err)
+		_, _ = fmt.Fprintf(stderr, "fieldwatch run: %v\n", err)
 		return 2
 	}
 	rest, err := kube.config()

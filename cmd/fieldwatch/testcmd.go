@@ -18,7 +18,7 @@ func testCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Var(&ruleFiles, "rules", "rules file (repeat for several). Required")
 	quiet := fs.Bool("q", false, "print only failures")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: fieldwatch test --rules FILE CASES...\n\nEvaluates each case (a change: old and new objects) against the rules offline,\nprints what fired as JSON lines, and exits 1 when an expectation fails.")
+		_, _ = fmt.Fprintln(stderr, "usage: fieldwatch test --rules FILE CASES...\n\nEvaluates each case (a change: old and new objects) against the rules offline,\nprints what fired as JSON lines, and exits 1 when an expectation fails.")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -30,14 +30,14 @@ func testCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	set, err := rules.Load(ruleFiles...)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
+		_, _ = fmt.Fprintln(stderr, err)
 		return 1
 	}
 	failed, total := 0, 0
 	for _, path := range fs.Args() {
 		cases, err := rules.LoadCases(path)
 		if err != nil {
-			fmt.Fprintln(stderr, err)
+			_, _ = fmt.Fprintln(stderr, err)
 			return 1
 		}
 		for _, r := range rules.RunCases(set, cases) {
@@ -51,7 +51,7 @@ func testCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 			printResult(stdout, r)
 		}
 	}
-	fmt.Fprintf(stdout, "%d of %d cases passed\n", total-failed, total)
+	_, _ = fmt.Fprintf(stdout, "%d of %d cases passed\n", total-failed, total)
 	if failed > 0 {
 		return 1
 	}
@@ -65,7 +65,7 @@ func printResult(w io.Writer, r rules.CaseResult) {
 	if !r.Pass {
 		status = "FAIL"
 	}
-	fmt.Fprintf(w, "%s %s (%s)\n", status, r.Name, r.Source)
+	_, _ = fmt.Fprintf(w, "%s %s (%s)\n", status, r.Name, r.Source)
 	for _, f := range r.Firings {
 		// Compact without json.Marshal's HTML escaping, so that the line
 		// reads like the log action's ("<redacted>", not "\u003credacted\u003e").
@@ -74,12 +74,12 @@ func printResult(w io.Writer, r rules.CaseResult) {
 			b.Reset()
 			b.Write(f)
 		}
-		fmt.Fprintf(w, "  %s\n", b.Bytes())
+		_, _ = fmt.Fprintf(w, "  %s\n", b.Bytes())
 	}
 	for _, e := range r.Errors {
-		fmt.Fprintf(w, "  error: %s\n", e)
+		_, _ = fmt.Fprintf(w, "  error: %s\n", e)
 	}
 	if r.Diff != "" {
-		fmt.Fprintf(w, "  %s\n", r.Diff)
+		_, _ = fmt.Fprintf(w, "  %s\n", r.Diff)
 	}
 }

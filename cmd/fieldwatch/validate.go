@@ -13,7 +13,7 @@ func validateCmd(_ context.Context, args []string, stdout, stderr io.Writer) int
 	fs := flag.NewFlagSet("fieldwatch validate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: fieldwatch validate FILE...\n\nChecks rules files. Exit 0 when valid; 1 with one FILE:LINE:COL: message per error.")
+		_, _ = fmt.Fprintln(stderr, "usage: fieldwatch validate FILE...\n\nChecks rules files. Exit 0 when valid; 1 with one FILE:LINE:COL: message per error.")
 	}
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -23,9 +23,9 @@ func validateCmd(_ context.Context, args []string, stdout, stderr io.Writer) int
 		return 2
 	}
 	if err := rules.Validate(fs.Args()...); err != nil {
-		fmt.Fprintln(stderr, err)
+		_, _ = fmt.Fprintln(stderr, err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "%d file(s) valid\n", fs.NArg())
+	_, _ = fmt.Fprintf(stdout, "%d file(s) valid\n", fs.NArg())
 	return 0
 }

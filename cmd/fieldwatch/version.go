@@ -20,6 +20,6 @@ func versionCmd(_ context.Context, _ []string, stdout, _ io.Writer) int {
 			}
 		}
 	}
-	fmt.Fprintf(stdout, "fieldwatch %s (%s, client-go %s, %s/%s)\n", version, runtime.Version(), clientGo, runtime.GOOS, runtime.GOARCH)
+	_, _ = fmt.Fprintf(stdout, "fieldwatch %s (%s, client-go %s, %s/%s)\n", version, runtime.Version(), clientGo, runtime.GOOS, runtime.GOARCH)
 	return 0
 }

@@ -64,7 +64,7 @@ func main() {
 		err = run(ctx, o)
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		_, _ = fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		os.Exit(1)
 	}
 }

@@ -43,14 +43,14 @@ type table struct {
 
 func (t *table) add(cols ...string) {
 	t.rows = append(t.rows, cols)
-	fmt.Fprintf(os.Stderr, "bench: %s\n", strings.Join(cols, " | "))
+	_, _ = fmt.Fprintf(os.Stderr, "bench: %s\n", strings.Join(cols, " | "))
 }
 
 func (t *table) print() {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "MEASURE\tBARE INFORMER\tFIELDWATCH\tFIELDWATCH/BARE\tNOTES")
+	_, _ = fmt.Fprintln(tw, "MEASURE\tBARE INFORMER\tFIELDWATCH\tFIELDWATCH/BARE\tNOTES")
 	for _, r := range t.rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
+		_, _ = fmt.Fprintln(tw, strings.Join(r, "\t"))
 	}
 	_ = tw.Flush()
 }
@@ -79,12 +79,12 @@ func run(ctx context.Context, o options) error {
 	if b.dir, err = os.MkdirTemp("", "fieldwatch-bench-"); err != nil {
 		return err
 	}
-	defer os.RemoveAll(b.dir)
-	fmt.Fprintf(os.Stderr, "bench: starting the control plane (%d CPUs)\n", runtime.NumCPU())
+	defer func() { _ = os.RemoveAll(b.dir) }()
+	_, _ = fmt.Fprintf(os.Stderr, "bench: starting the control plane (%d CPUs)\n", runtime.NumCPU())
 	if b.env, err = testenv.New(testenv.Options{}); err != nil {
 		return err
 	}
-	defer b.env.Stop()
+	defer func() { _ = b.env.Stop() }()
 	b.kubeconfig = filepath.Join(b.dir, "kubeconfig")
 	if err := b.env.Kubeconfig(b.kubeconfig); err != nil {
 		return err
@@ -198,7 +198,7 @@ func benchWidget(i int) *unstructured.Unstructured {
 
 // memory measures heap bytes per cached object.
 func (b *bench) memory(ctx context.Context) error {
-	fmt.Fprintf(os.Stderr, "bench: creating %d ConfigMaps and %d Widgets\n", b.o.configMaps, b.o.widgets)
+	_, _ = fmt.Fprintf(os.Stderr, "bench: creating %d ConfigMaps and %d Widgets\n", b.o.configMaps, b.o.widgets)
 	if err := createMany(ctx, b.dyn.Resource(configMapsGVR).Namespace(cmNS), b.o.configMaps, benchConfigMap); err != nil {
 		return err
 	}
@@ -343,7 +343,7 @@ func (b *bench) events(ctx context.Context) error {
 	cpu0 := map[*process]time.Duration{bare: bare.cpu(), fwLog: fwLog.cpu(), fwHook: fwHook.cpu()}
 	cms := b.dyn.Resource(configMapsGVR).Namespace(cmNS)
 	run := time.Now().UnixNano()
-	fmt.Fprintf(os.Stderr, "bench: %d updates to three consumers\n", n)
+	_, _ = fmt.Fprintf(os.Stderr, "bench: %d updates to three consumers\n", n)
 	start := time.Now()
 	if err := patchUpdates(ctx, cms, n, func(i int) string { return fmt.Sprintf("%d-%d", run, i) }); err != nil {
 		return err
@@ -407,7 +407,7 @@ func (b *bench) latency(ctx context.Context, rec *receiver, cms dynamic.Resource
 	if n > b.o.configMaps {
 		n = b.o.configMaps
 	}
-	fmt.Fprintf(os.Stderr, "bench: latency at %.0f updates/s for %ds\n", rate, b.o.latencySeconds)
+	_, _ = fmt.Fprintf(os.Stderr, "bench: latency at %.0f updates/s for %ds\n", rate, b.o.latencySeconds)
 	interval := time.Duration(float64(time.Second) / rate)
 	var wg sync.WaitGroup
 	next := time.Now()

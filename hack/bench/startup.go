@@ -40,7 +40,7 @@ func startupCRD(i int) *unstructured.Unstructured {
 // many CRDs and objects, with and without the watch-list client.
 func (b *bench) startup(ctx context.Context) error {
 	total := b.o.crds * b.o.objectsPerCRD
-	fmt.Fprintf(os.Stderr, "bench: creating %d CRDs and %d objects\n", b.o.crds, total)
+	_, _ = fmt.Fprintf(os.Stderr, "bench: creating %d CRDs and %d objects\n", b.o.crds, total)
 	if err := createMany(ctx, b.dyn.Resource(crdsGVR), b.o.crds, startupCRD); err != nil {
 		return err
 	}
@@ -114,12 +114,12 @@ func waitServed(ctx context.Context, dyn dynamic.Interface, i int) error {
 // cborSection compares CPU per change when fieldwatch decodes custom
 // resources from CBOR instead of JSON, on a control plane that serves CBOR.
 func (b *bench) cborSection(ctx context.Context) error {
-	fmt.Fprintln(os.Stderr, "bench: CBOR: a second control plane with CBORServingAndStorage")
+	_, _ = fmt.Fprintln(os.Stderr, "bench: CBOR: a second control plane with CBORServingAndStorage")
 	env, err := testenv.New(testenv.Options{FeatureGates: []string{"CBORServingAndStorage=true"}})
 	if err != nil {
 		return err
 	}
-	defer env.Stop()
+	defer func() { _ = env.Stop() }()
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		return err

@@ -37,7 +37,7 @@ func main() {
 	err := run(ctx)
 	stop()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
+		_, _ = fmt.Fprintf(os.Stderr, "demo: %v\n", err)
 		os.Exit(1)
 	}
 }
@@ -64,7 +64,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := env.Kubeconfig(kubeconfig); err != nil {
 		return err
@@ -243,7 +243,7 @@ func freeAddr() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer ln.Close()
+	defer func() { _ = ln.Close() }()
 	return ln.Addr().String(), nil
 }
 
@@ -253,7 +253,7 @@ func waitReady(ctx context.Context, url string) error {
 		resp, err := http.Get(url)
 		if err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return nil
 			}

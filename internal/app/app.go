@@ -71,7 +71,6 @@ type App struct {
 	metrics *metrics
 	set     atomic.Pointer[rules.Set]
 	watcher atomic.Pointer[watcher.Watcher]
-	leading atomic.Bool
 	standby atomic.Bool // waiting for leadership
 	kube    kubernetes.Interface
 	dyn     dynamic.Interface

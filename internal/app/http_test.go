@@ -43,7 +43,7 @@ func TestHTTPEndpoints(t *testing.T) {
 			t.Fatal(err)
 		}
 		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		samples := map[string]bool{}
 		for _, line := range strings.Split(string(body), "\n") {
 			if !strings.HasPrefix(line, "#") {

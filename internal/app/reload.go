@@ -26,7 +26,7 @@ func loadRules(files []string) (*rules.Set, string, error) {
 		if err != nil {
 			return nil, "", fmt.Errorf("read rules: %w", err)
 		}
-		fmt.Fprintf(h, "%s\x00%d\x00", f, len(data))
+		_, _ = fmt.Fprintf(h, "%s\x00%d\x00", f, len(data))
 		h.Write(data)
 	}
 	set, err := rules.Load(files...)
@@ -49,7 +49,7 @@ func (a *App) watchRules(ctx context.Context) {
 	if err != nil {
 		a.log.Error("cannot watch the rules files; reload with SIGHUP", "err", err)
 	} else {
-		defer fw.Close()
+		defer func() { _ = fw.Close() }()
 		dirs := map[string]bool{}
 		for _, f := range a.cfg.RulesFiles {
 			dirs[filepath.Dir(f)] = true

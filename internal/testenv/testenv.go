@@ -233,7 +233,7 @@ func (e *Env) StartAPIServer(ctx context.Context) error {
 // StartAPIServer can bring it back.
 func (e *Env) KillAPIServer() error {
 	api := e.env.ControlPlane.GetAPIServer()
-	port := api.SecureServing.Port
+	port := api.Port
 	pid, err := findProcess("kube-apiserver", "--secure-port="+port)
 	if err != nil {
 		return err
@@ -289,7 +289,7 @@ func (e *Env) CompactEtcd(ctx context.Context) (int64, error) {
 		if err != nil {
 			return err
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		b, err := io.ReadAll(resp.Body)
 		if err != nil {
 			return err
