@@ -31,6 +31,17 @@ func (w *Watcher) startCRDWatch(ctx context.Context) {
 	cache.WaitForCacheSync(ctx.Done(), rw.hasSynced)
 }
 
+// startFollowingAPIServices decides whether the watcher follows APIServices, so
+// that an aggregated API becoming available (or going) is rediscovered at
+// once rather than at the next periodic discovery.
+func (w *Watcher) startFollowingAPIServices(ctx context.Context) {
+	w.followAPIServices = w.canList(ctx, apiServiceResource)
+	if !w.followAPIServices {
+		w.log.Info("cannot list APIServices; aggregated APIs are found by periodic discovery",
+			"every", w.cfg.RediscoveryInterval)
+	}
+}
+
 // canList reports whether the watcher may list res.
 func (w *Watcher) canList(ctx context.Context, res Resource) bool {
 	_, err := w.dyn.Resource(res.GroupVersionResource).List(ctx, metav1.ListOptions{Limit: 1})
@@ -152,7 +163,8 @@ func (w *Watcher) wants(resources []Resource) map[schema.GroupVersionResource]*w
 			continue
 		}
 		sel := selected(w.selectors, r)
-		internal := r.GroupVersionResource == crdResource.GroupVersionResource && w.crds != nil
+		internal := (r.GroupVersionResource == crdResource.GroupVersionResource && w.crds != nil) ||
+			(r.GroupVersionResource == apiServiceResource.GroupVersionResource && w.followAPIServices)
 		if !sel && !internal {
 			continue
 		}

@@ -85,16 +85,19 @@ type Watcher struct {
 	started atomic.Bool // the initial sync is done and workers run
 	commits *commits    // nil without a Store
 
-	mu          sync.Mutex
-	selectors   []Selector
-	projection  func(Resource) Projection
-	watches     map[schema.GroupVersionResource]*resourceWatch
-	known       map[schema.GroupResource]bool // resources discovered at least once
-	failedGV    map[schema.GroupVersion]bool  // group versions whose discovery fails
-	everFailed  map[schema.GroupVersion]bool  // group versions whose discovery ever failed
-	crds        *resourceWatch                // nil when CRDs cannot be listed
-	gone        map[schema.GroupResource]bool // stored resources reported deleted this run
-	storedKnown map[schema.GroupResource]bool // served set last written to the Store
+	mu         sync.Mutex
+	selectors  []Selector
+	projection func(Resource) Projection
+	watches    map[schema.GroupVersionResource]*resourceWatch
+	known      map[schema.GroupResource]bool // resources discovered at least once
+	failedGV   map[schema.GroupVersion]bool  // group versions whose discovery fails
+	everFailed map[schema.GroupVersion]bool  // group versions whose discovery ever failed
+	crds       *resourceWatch                // nil when CRDs cannot be listed
+	// followAPIServices is set when APIServices can be listed: their
+	// changes trigger discovery.
+	followAPIServices bool
+	gone              map[schema.GroupResource]bool // stored resources reported deleted this run
+	storedKnown       map[schema.GroupResource]bool // served set last written to the Store
 
 	forbiddenMu    sync.Mutex // not mu: informers report while reconcile holds mu
 	forbiddenSince map[schema.GroupVersionResource]time.Time
@@ -188,6 +191,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}()
 
 	w.startCRDWatch(ctx)
+	w.startFollowingAPIServices(ctx)
 	for {
 		err := w.reconcile(ctx)
 		if err == nil {

@@ -327,3 +327,34 @@ func TestMissingAPIService(t *testing.T) {
 		return len(rec.of(configMaps, ns, "still")) == 1
 	})
 }
+
+// TestAPIServiceTriggersDiscovery: an APIService registered while the
+// watcher runs is discovered within seconds, not at the next periodic
+// discovery (here ten minutes away), also when the selectors do not pick
+// APIServices themselves.
+func TestAPIServiceTriggersDiscovery(t *testing.T) {
+	env := testenv.Shared(t)
+	ns := namespace(t, env)
+	ctx := context.Background()
+	_, reg := startWatcher(t, env.Config(), Config{Selectors: []Selector{{Core: true, Resource: "configmaps"}},
+		Handler: &recorder{}, RediscoveryInterval: 10 * time.Minute})
+	apiservices := schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
+	dyn := env.Dynamic(t)
+	svc := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+		"metadata": map[string]any{"name": "v1.late.example.net"},
+		"spec": map[string]any{
+			"group": "late.example.net", "version": "v1",
+			"service":              map[string]any{"name": "nowhere", "namespace": ns},
+			"groupPriorityMinimum": int64(1000), "versionPriority": int64(15),
+			"insecureSkipTLSVerify": true,
+		},
+	}}
+	_, err := dyn.Resource(apiservices).Create(ctx, svc, metav1.CreateOptions{})
+	mustf(t, err, "create APIService")
+	t.Cleanup(func() { _ = dyn.Resource(apiservices).Delete(ctx, "v1.late.example.net", metav1.DeleteOptions{}) })
+	testenv.Eventually(t, 20*time.Second, "the new APIService to be discovered", func() bool {
+		return metricValue(t, reg, "fieldwatch_watcher_discovery_failures_total",
+			map[string]string{"group_version": "late.example.net/v1"}) > 0
+	})
+}

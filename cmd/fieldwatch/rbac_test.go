@@ -82,6 +82,8 @@ func TestRBACLeastPrivilege(t *testing.T) {
 		{"example.com", "widgets", "", "patch", true},
 		{"events.k8s.io", "events", "", "create", true},
 		{"apiextensions.k8s.io", "customresourcedefinitions", "", "watch", true},
+		{"apiregistration.k8s.io", "apiservices", "", "watch", true},
+		{"apiregistration.k8s.io", "apiservices", "", "update", false},
 		{"", "configmaps", "", "patch", false},
 		{"", "configmaps", "", "delete", false},
 		{"", "secrets", "", "list", false},

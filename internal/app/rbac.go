@@ -31,8 +31,8 @@ type RBACOptions struct {
 
 // RBAC returns the least-privilege ClusterRole and ClusterRoleBinding (and
 // with leader election a Role and RoleBinding) that `fieldwatch run` needs
-// for set: get, list and watch on what the rules select and on CRDs (to
-// follow them), create on events.k8s.io Events where an event action is
+// for set: get, list and watch on what the rules select and on CRDs and
+// APIServices (to follow them), create on events.k8s.io Events where an event action is
 // used, and patch where a patch action is used.
 func RBAC(set *rules.Set, opts RBACOptions) ([]byte, error) {
 	if opts.Name == "" {
@@ -45,7 +45,10 @@ func RBAC(set *rules.Set, opts RBACOptions) ([]byte, error) {
 		opts.ServiceAccount = "fieldwatch"
 	}
 	g := grants{}
+	// The watcher follows CRDs and APIServices to rediscover at once when
+	// resources come and go.
 	g.add([]string{"apiextensions.k8s.io"}, []string{"customresourcedefinitions"}, "get", "list", "watch")
+	g.add([]string{"apiregistration.k8s.io"}, []string{"apiservices"}, "get", "list", "watch")
 	for _, r := range set.Rules() {
 		var targets []target
 		for _, s := range r.Selectors {

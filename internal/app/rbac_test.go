@@ -62,6 +62,7 @@ func TestRBAC(t *testing.T) {
 		want: []string{
 			"/configmaps:get,list,patch,watch",
 			"apiextensions.k8s.io/customresourcedefinitions:get,list,watch",
+			"apiregistration.k8s.io/apiservices:get,list,watch",
 			"apps/deployments:get,list,patch,watch",
 			"events.k8s.io/events:create",
 		},
@@ -75,6 +76,7 @@ func TestRBAC(t *testing.T) {
 		discovered: discovered,
 		want: []string{
 			"apiextensions.k8s.io/customresourcedefinitions:get,list,watch",
+			"apiregistration.k8s.io/apiservices:get,list,watch",
 			"example.com/gadgets:get,list,watch",
 			"example.com/widgets:get,list,watch",
 			"other.io/things:get,list,watch",
@@ -89,6 +91,7 @@ func TestRBAC(t *testing.T) {
 		want: []string{
 			"*/*:get,list,watch",
 			"apiextensions.k8s.io/customresourcedefinitions:get,list,watch",
+			"apiregistration.k8s.io/apiservices:get,list,watch",
 		},
 	}, {
 		name: "offline, kinds become plurals; status patches name the subresource",
@@ -99,6 +102,7 @@ func TestRBAC(t *testing.T) {
 `,
 		want: []string{
 			"apiextensions.k8s.io/customresourcedefinitions:get,list,watch",
+			"apiregistration.k8s.io/apiservices:get,list,watch",
 			"example.com/widgets:get,list,watch",
 			"example.com/widgets/status:patch",
 		},
