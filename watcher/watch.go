@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -41,6 +42,7 @@ type resourceWatch struct {
 	typ     *objectType
 	foreign *objectType // for other shards' objects
 	w       *Watcher
+	events  map[ChangeType]prometheus.Counter // resolved once: emit is on the hot path
 	store   cache.Store
 	ctrl    cache.Controller
 	deliver atomic.Bool     // hand changes to the watcher's handler
@@ -69,6 +71,10 @@ func newResourceWatch(w *Watcher, res Resource, proj Projection) *resourceWatch 
 		typ:     typ,
 		foreign: &foreign,
 		done:    make(chan struct{}),
+		events:  map[ChangeType]prometheus.Counter{},
+	}
+	for _, t := range []ChangeType{Created, Updated, Deleted} {
+		rw.events[t] = w.metrics.events.WithLabelValues(res.Group, res.Version, res.Resource, string(t))
 	}
 	client := w.dyn.Resource(res.GroupVersionResource)
 	lw := &cache.ListWatch{
@@ -239,7 +245,7 @@ func (rw *resourceWatch) OnDelete(obj any) {
 // emit hands c to the internal observer and, when the resource is
 // selected, to the work queue.
 func (rw *resourceWatch) emit(c *Change) {
-	rw.w.metrics.events.WithLabelValues(rw.res.Group, rw.res.Version, rw.res.Resource, string(c.Type)).Inc()
+	rw.events[c.Type].Inc()
 	if rw.observe != nil {
 		rw.observe(c)
 	}

@@ -10,6 +10,7 @@ import (
 // metrics are the process-level metrics of `fieldwatch run`.
 type metrics struct {
 	changes     *prometheus.CounterVec
+	byType      map[string]prometheus.Counter // changes, resolved once
 	evalErrors  prometheus.Counter
 	rules       prometheus.Gauge
 	reloads     prometheus.Counter
@@ -50,7 +51,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	reg.MustRegister(m.changes, m.evalErrors, m.rules, m.reloads, m.reloadFails, m.leader, m.serverShard)
+	m.byType = map[string]prometheus.Counter{}
+	for _, t := range []string{"created", "updated", "deleted"} {
+		m.byType[t] = m.changes.WithLabelValues(t)
+	}
 	return m
+}
+
+// changeCounter returns the counter of changes of type t.
+func (m *metrics) changeCounter(t string) prometheus.Counter {
+	if c, ok := m.byType[t]; ok {
+		return c
+	}
+	return m.changes.WithLabelValues(t)
 }
 
 func promhttpHandler(reg *prometheus.Registry) http.Handler {

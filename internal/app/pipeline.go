@@ -25,7 +25,7 @@ func (p *pipeline) Handle(ctx context.Context, c *watcher.Change) error {
 	if len(set.RulesFor(rulesResource(c.Resource))) == 0 {
 		return nil // no rule watches this resource (any more)
 	}
-	p.app.metrics.changes.WithLabelValues(string(c.Type)).Inc()
+	p.app.metrics.changeCounter(string(c.Type)).Inc()
 	firings, errs := set.Eval(rulesChange(c))
 	for _, err := range errs {
 		p.app.metrics.evalErrors.Inc()
