@@ -143,6 +143,17 @@ func (fw *fieldwatch) step(t *testing.T, what string, do func() error) {
 	})
 }
 
+// unwatched makes a change in a namespace the rules do not name: fieldwatch
+// does not even list that namespace (its informers are per named
+// namespace), so there is nothing to wait for. That it stays quiet is
+// checked on the payloads once the later, watched steps have fired.
+func (fw *fieldwatch) unwatched(t *testing.T, what string, do func() error) {
+	t.Helper()
+	if err := do(); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
 // payload is one JSON line of the log action.
 type payload struct {
 	ID              string `json:"id"`

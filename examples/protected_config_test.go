@@ -74,7 +74,7 @@ func TestProtectedConfig(t *testing.T) {
 		return cs.CoreV1().Secrets(prod).Update(ctx, s, metav1.UpdateOptions{FieldManager: "kubectl-client-side-apply"})
 	})
 
-	fw.step(t, "a Secret in another namespace: quiet", func() error {
+	fw.unwatched(t, "a Secret in another namespace: quiet", func() error {
 		_, err := cs.CoreV1().Secrets(staging).Create(ctx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: "protected-config-db", Namespace: staging},
 			StringData: map[string]string{"password": password},

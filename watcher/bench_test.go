@@ -135,7 +135,7 @@ func fieldwatchCache(proj Projection) startFunc {
 		count := func() int {
 			w.mu.Lock()
 			defer w.mu.Unlock()
-			if rw := w.watches[configMaps]; rw != nil {
+			if rw := w.watches[watchKey{gvr: configMaps}]; rw != nil {
 				return len(rw.store.ListKeys())
 			}
 			return 0

@@ -25,7 +25,7 @@ func (w *Watcher) startCRDWatch(ctx context.Context) {
 		return
 	}
 	w.mu.Lock()
-	rw := w.startWatch(ctx, crdResource, crdProjection, false, quietStart, nil)
+	rw := w.startWatch(ctx, crdResource, "", crdProjection, false, quietStart, nil)
 	w.crds = rw
 	w.mu.Unlock()
 	cache.WaitForCacheSync(ctx.Done(), rw.hasSynced)
@@ -54,6 +54,23 @@ type want struct {
 	deliver  bool
 	proj     Projection
 	internal bool // followed to keep discovery current
+	// namespace is the one namespace this informer lists and watches; ""
+	// for all namespaces (and for cluster-scoped resources).
+	namespace string
+}
+
+// watchKey identifies one informer: a resource at one version, in one
+// namespace or in all ("").
+type watchKey struct {
+	gvr       schema.GroupVersionResource
+	namespace string
+}
+
+// handoverKey identifies a cache handed from an informer to its successor
+// (another version of the resource, a new projection).
+type handoverKey struct {
+	gr        schema.GroupResource
+	namespace string
 }
 
 // reconcile runs discovery and brings the informers in line with it and
@@ -76,20 +93,21 @@ func (w *Watcher) reconcile(ctx context.Context) error {
 		served[r.GroupResource()] = true
 	}
 
-	handover := map[schema.GroupResource]map[types.UID]*Object{}
-	for gvr, rw := range w.watches {
-		if _, ok := wants[gvr]; ok || d.failed[gvr.GroupVersion()] != nil {
+	handover := map[handoverKey]map[types.UID]*Object{}
+	for key, rw := range w.watches {
+		if _, ok := wants[key]; ok || d.failed[key.gvr.GroupVersion()] != nil {
 			continue
 		}
 		rw.stop()
-		delete(w.watches, gvr)
-		gr := gvr.GroupResource()
+		delete(w.watches, key)
+		gr := key.gvr.GroupResource()
 		switch {
 		case served[gr]:
 			// Another version took over, or the rules no longer select
-			// the resource: the successor, if any, compares with this.
-			handover[gr] = rw.objects()
-			w.log.Info("stopped watching", "gvr", rw.res.String())
+			// the resource (in this namespace): the successor, if any,
+			// compares with this.
+			handover[handoverKey{gr, key.namespace}] = rw.objects()
+			w.log.Info("stopped watching", "gvr", rw.res.String(), "namespace", key.namespace)
 		default:
 			// The resource is gone (its CRD deleted): whatever the cache
 			// still holds was deleted with it.
@@ -102,13 +120,13 @@ func (w *Watcher) reconcile(ctx context.Context) error {
 		}
 	}
 
-	for gvr, wt := range wants {
-		rw := w.watches[gvr]
+	for key, wt := range wants {
+		rw := w.watches[key]
 		if rw != nil && rw.typ.projection.Equal(wt.proj) {
 			rw.deliver.Store(wt.deliver)
 			continue
 		}
-		gr := gvr.GroupResource()
+		gvr, gr := key.gvr, key.gvr.GroupResource()
 		var mode startMode
 		var base map[types.UID]*Object
 		switch {
@@ -117,10 +135,10 @@ func (w *Watcher) reconcile(ctx context.Context) error {
 			// the old one's cache.
 			mode, base = baselineStart, rw.objects()
 			rw.stop()
-		case handover[gr] != nil:
-			mode, base = baselineStart, handover[gr]
+		case handover[handoverKey{gr, key.namespace}] != nil:
+			mode, base = baselineStart, handover[handoverKey{gr, key.namespace}]
 		case w.cfg.Store != nil && wt.deliver && !w.started.Load():
-			mode, base = w.storedBaseline(wt.res)
+			mode, base = w.storedBaseline(wt.res, key.namespace)
 		case !w.started.Load() || w.known[gr] || w.everFailed[gvr.GroupVersion()]:
 			// At start, or a resource that existed before (newly
 			// selected, or an aggregated API back): its objects are not
@@ -131,11 +149,11 @@ func (w *Watcher) reconcile(ctx context.Context) error {
 			// object of it is new.
 			mode, base = baselineStart, map[types.UID]*Object{}
 		}
-		nrw := w.startWatch(ctx, wt.res, wt.proj, wt.deliver, mode, base)
+		nrw := w.startWatch(ctx, wt.res, key.namespace, wt.proj, wt.deliver, mode, base)
 		if gvr == crdResource.GroupVersionResource {
 			w.crds = nrw
 		}
-		w.log.Info("watching", "gvr", wt.res.String(), "custom", wt.res.Custom, "deliver", wt.deliver)
+		w.log.Info("watching", "gvr", wt.res.String(), "namespace", key.namespace, "custom", wt.res.Custom, "deliver", wt.deliver)
 	}
 
 	if w.cfg.Store != nil {
@@ -144,20 +162,15 @@ func (w *Watcher) reconcile(ctx context.Context) error {
 	for _, r := range d.resources {
 		w.known[r.GroupResource()] = true
 	}
-	n := 0
-	for _, rw := range w.watches {
-		if rw.deliver.Load() {
-			n++
-		}
-	}
-	w.metrics.resources.Set(float64(n))
+	w.metrics.resources.Set(float64(len(w.deliveringResources())))
 	return nil
 }
 
-// wants lists the resources to watch: the selected ones, and the ones the
-// watcher follows for itself.
-func (w *Watcher) wants(resources []Resource) map[schema.GroupVersionResource]*want {
-	out := map[schema.GroupVersionResource]*want{}
+// wants lists the informers to run: the selected resources (one informer
+// per namespace when every rule on the resource names its namespaces), and
+// the resources the watcher follows for itself.
+func (w *Watcher) wants(resources []Resource) map[watchKey]*want {
+	out := map[watchKey]*want{}
 	for _, r := range resources {
 		if w.isForbidden(r.GroupVersionResource) {
 			continue
@@ -175,14 +188,23 @@ func (w *Watcher) wants(resources []Resource) map[schema.GroupVersionResource]*w
 		if internal {
 			proj = proj.Union(crdProjection)
 		}
-		out[r.GroupVersionResource] = &want{res: r, deliver: sel, proj: proj, internal: internal}
+		namespaces := []string{""}
+		if sel && !internal && r.Namespaced && w.namespaces != nil {
+			if ns := w.namespaces(r); len(ns) > 0 {
+				namespaces = ns
+			}
+		}
+		for _, ns := range namespaces {
+			out[watchKey{r.GroupVersionResource, ns}] = &want{res: r, deliver: sel, proj: proj, internal: internal, namespace: ns}
+		}
 	}
 	return out
 }
 
-// startWatch starts an informer for res. w.mu must be held.
-func (w *Watcher) startWatch(ctx context.Context, res Resource, proj Projection, deliver bool, mode startMode, base map[types.UID]*Object) *resourceWatch {
-	rw := newResourceWatch(w, res, proj)
+// startWatch starts an informer for res in namespace ("" for all). w.mu
+// must be held.
+func (w *Watcher) startWatch(ctx context.Context, res Resource, namespace string, proj Projection, deliver bool, mode startMode, base map[types.UID]*Object) *resourceWatch {
+	rw := newResourceWatch(w, res, namespace, proj)
 	rw.deliver.Store(deliver)
 	rw.mode = mode
 	rw.baseline = base
@@ -195,7 +217,7 @@ func (w *Watcher) startWatch(ctx context.Context, res Resource, proj Projection,
 	if res.GroupVersionResource == crdResource.GroupVersionResource || res.GroupVersionResource == apiServiceResource.GroupVersionResource {
 		rw.observe = func(*Change) { w.triggerDiscovery() }
 	}
-	w.watches[res.GroupVersionResource] = rw
+	w.watches[watchKey{res.GroupVersionResource, namespace}] = rw
 	rw.run(ctx)
 	return rw
 }
@@ -250,7 +272,7 @@ func (w *Watcher) isForbidden(gvr schema.GroupVersionResource) bool {
 // empty baseline (every object is new) when the resource appeared while
 // the watcher was down; quietly (the objects become the baseline) on the
 // very first run or when the previous run did not watch it.
-func (w *Watcher) storedBaseline(res Resource) (startMode, map[types.UID]*Object) {
+func (w *Watcher) storedBaseline(res Resource, namespace string) (startMode, map[types.UID]*Object) {
 	store, gr := w.cfg.Store, res.GroupResource()
 	switch {
 	case store.hasResource(gr):
@@ -259,7 +281,14 @@ func (w *Watcher) storedBaseline(res Resource) (startMode, map[types.UID]*Object
 			w.log.Error("cannot read the baseline of a resource; starting it without one", "gvr", res.String(), "err", err)
 			return quietStart, nil
 		}
-		w.log.Info("comparing with the baseline of the previous run", "gvr", res.String(), "objects", len(base))
+		if namespace != "" {
+			for uid, o := range base {
+				if o.namespace != namespace {
+					delete(base, uid)
+				}
+			}
+		}
+		w.log.Info("comparing with the baseline of the previous run", "gvr", res.String(), "namespace", namespace, "objects", len(base))
 		return baselineStart, base
 	case !store.firstRun() && !store.wasKnown(gr):
 		w.log.Info("resource appeared while fieldwatch was down: its objects are new", "gvr", res.String())
@@ -272,7 +301,7 @@ func (w *Watcher) storedBaseline(res Resource) (startMode, map[types.UID]*Object
 // but no longer served (their CRD deleted, maybe while the watcher was
 // down) report their objects deleted; resources no longer selected are
 // forgotten; the served set is remembered for the next run. w.mu is held.
-func (w *Watcher) syncStore(served map[schema.GroupResource]bool, failed map[schema.GroupVersion]error, wants map[schema.GroupVersionResource]*want) {
+func (w *Watcher) syncStore(served map[schema.GroupResource]bool, failed map[schema.GroupVersion]error, wants map[watchKey]*want) {
 	store := w.cfg.Store
 	stored, err := store.resources()
 	if err != nil {
@@ -280,10 +309,19 @@ func (w *Watcher) syncStore(served map[schema.GroupResource]bool, failed map[sch
 		return
 	}
 	selected := map[schema.GroupResource]bool{}
-	for gvr, wt := range wants {
+	namespaces := map[schema.GroupResource]map[string]bool{} // watched in these only
+	for key, wt := range wants {
 		if wt.deliver {
-			selected[gvr.GroupResource()] = true
+			gr := key.gvr.GroupResource()
+			selected[gr] = true
+			if namespaces[gr] == nil {
+				namespaces[gr] = map[string]bool{}
+			}
+			namespaces[gr][key.namespace] = true
 		}
+	}
+	if !w.started.Load() {
+		w.pruneStore(stored, namespaces)
 	}
 	for gr, res := range stored {
 		switch {
@@ -311,6 +349,28 @@ func (w *Watcher) syncStore(served map[schema.GroupResource]bool, failed map[sch
 			return
 		}
 		w.storedKnown = served
+	}
+}
+
+// pruneStore forgets, at start, the recorded objects of namespaces a
+// resource is no longer watched in, so that they are not taken for
+// changes should those namespaces be watched again later.
+func (w *Watcher) pruneStore(stored map[schema.GroupResource]Resource, namespaces map[schema.GroupResource]map[string]bool) {
+	for gr, nss := range namespaces {
+		res, ok := stored[gr]
+		if !ok || nss[""] {
+			continue
+		}
+		objs, err := w.cfg.Store.load(gr, res)
+		if err != nil {
+			w.log.Error("cannot read the baseline of a resource", "gvr", res.String(), "err", err)
+			continue
+		}
+		for uid, o := range objs {
+			if !nss[o.namespace] {
+				w.cfg.Store.remove(res, uid)
+			}
+		}
 	}
 }
 

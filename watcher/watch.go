@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -57,7 +58,7 @@ type resourceWatch struct {
 }
 
 // newResourceWatch builds the informer for res; run starts it.
-func newResourceWatch(w *Watcher, res Resource, proj Projection) *resourceWatch {
+func newResourceWatch(w *Watcher, res Resource, namespace string, proj Projection) *resourceWatch {
 	typ := &objectType{
 		gvk:        res.GroupVersion().WithKind(res.Kind),
 		apiVersion: res.GroupVersion().String(),
@@ -76,7 +77,10 @@ func newResourceWatch(w *Watcher, res Resource, proj Projection) *resourceWatch 
 	for _, t := range []ChangeType{Created, Updated, Deleted} {
 		rw.events[t] = w.metrics.events.WithLabelValues(res.Group, res.Version, res.Resource, string(t))
 	}
-	client := w.dyn.Resource(res.GroupVersionResource)
+	client := dynamic.ResourceInterface(w.dyn.Resource(res.GroupVersionResource))
+	if namespace != "" {
+		client = w.dyn.Resource(res.GroupVersionResource).Namespace(namespace)
+	}
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			w.cfg.Shard.apply(&opts)

@@ -25,6 +25,11 @@ type Config struct {
 	// Projection says what to cache of each selected resource's objects;
 	// nil caches whole objects (FullProjection).
 	Projection func(Resource) Projection
+	// Namespaces, when set, names the namespaces to watch a namespaced
+	// selected resource in: one informer per namespace lists and watches
+	// only there (less memory, and namespaced RBAC suffices). nil or an
+	// empty result watches every namespace.
+	Namespaces func(Resource) []string
 	// Handler receives the changes. Required.
 	Handler Handler
 	// Workers is the number of changes handled in parallel (default 4).
@@ -88,7 +93,8 @@ type Watcher struct {
 	mu         sync.Mutex
 	selectors  []Selector
 	projection func(Resource) Projection
-	watches    map[schema.GroupVersionResource]*resourceWatch
+	namespaces func(Resource) []string
+	watches    map[watchKey]*resourceWatch
 	known      map[schema.GroupResource]bool // resources discovered at least once
 	failedGV   map[schema.GroupVersion]bool  // group versions whose discovery fails
 	everFailed map[schema.GroupVersion]bool  // group versions whose discovery ever failed
@@ -156,7 +162,8 @@ func NewForClients(dyn dynamic.Interface, disc discovery.DiscoveryInterface, cfg
 		trigger:    make(chan struct{}, 1),
 		selectors:  slices.Clone(cfg.Selectors),
 		projection: cfg.Projection,
-		watches:    map[schema.GroupVersionResource]*resourceWatch{},
+		namespaces: cfg.Namespaces,
+		watches:    map[watchKey]*resourceWatch{},
 		known:      map[schema.GroupResource]bool{},
 		failedGV:   map[schema.GroupVersion]bool{},
 		everFailed: map[schema.GroupVersion]bool{},
@@ -308,13 +315,39 @@ func (w *Watcher) Synced() bool {
 func (w *Watcher) Resources() []Resource {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.deliveringResources()
+}
+
+// deliveringResources lists the resources with an informer for the
+// handler, once each however many namespaces they are watched in. w.mu
+// must be held.
+func (w *Watcher) deliveringResources() []Resource {
+	seen := map[schema.GroupVersionResource]bool{}
 	var out []Resource
-	for _, rw := range w.watches {
-		if rw.deliver.Load() {
+	for key, rw := range w.watches {
+		if rw.deliver.Load() && !seen[key.gvr] {
+			seen[key.gvr] = true
 			out = append(out, rw.res)
 		}
 	}
 	slices.SortFunc(out, func(a, b Resource) int { return cmpString(a.String(), b.String()) })
+	return out
+}
+
+// Namespaces returns, for each resource watched in some namespaces only,
+// those namespaces; resources watched in every namespace are absent.
+func (w *Watcher) Namespaces() map[schema.GroupVersionResource][]string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[schema.GroupVersionResource][]string{}
+	for key := range w.watches {
+		if key.namespace != "" {
+			out[key.gvr] = append(out[key.gvr], key.namespace)
+		}
+	}
+	for _, ns := range out {
+		slices.Sort(ns)
+	}
 	return out
 }
 
@@ -343,11 +376,11 @@ func (w *Watcher) CachedObjects() int {
 	return n
 }
 
-// SetSelectors replaces the selectors and projection (a reloaded rules
-// file). Informers of resources still selected with the same projection
-// keep running; the others are started, stopped or restarted by the next
-// discovery, which this triggers.
-func (w *Watcher) SetSelectors(sels []Selector, projection func(Resource) Projection) error {
+// SetSelectors replaces the selectors, projection and namespaces (a
+// reloaded rules file). Informers of resources still selected with the same
+// projection in the same namespaces keep running; the others are started,
+// stopped or restarted by the next discovery, which this triggers.
+func (w *Watcher) SetSelectors(sels []Selector, projection func(Resource) Projection, namespaces func(Resource) []string) error {
 	for _, s := range sels {
 		if err := s.Validate(); err != nil {
 			return err
@@ -359,6 +392,7 @@ func (w *Watcher) SetSelectors(sels []Selector, projection func(Resource) Projec
 	w.mu.Lock()
 	w.selectors = slices.Clone(sels)
 	w.projection = projection
+	w.namespaces = namespaces
 	w.mu.Unlock()
 	w.triggerDiscovery()
 	return nil
@@ -452,9 +486,9 @@ func (w *Watcher) customResources() func(schema.GroupResource) bool {
 func (w *Watcher) stopAll() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for gvr, rw := range w.watches {
+	for key, rw := range w.watches {
 		rw.stop()
-		delete(w.watches, gvr)
+		delete(w.watches, key)
 	}
 	w.metrics.resources.Set(0)
 }

@@ -3,9 +3,11 @@ package watcher
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -357,4 +359,59 @@ func TestAPIServiceTriggersDiscovery(t *testing.T) {
 		return metricValue(t, reg, "fieldwatch_watcher_discovery_failures_total",
 			map[string]string{"group_version": "late.example.net/v1"}) > 0
 	})
+}
+
+// TestNamespaceScopedInformers: with Config.Namespaces the watcher lists
+// and watches a resource only in those namespaces, one informer each, and a
+// new set takes effect without a restart.
+func TestNamespaceScopedInformers(t *testing.T) {
+	env := testenv.Shared(t)
+	ctx := context.Background()
+	base := namespace(t, env)
+	nss := []string{base}
+	for _, suffix := range []string{"-b", "-c"} {
+		nss = append(nss, base+suffix)
+		_, err := env.Clientset(t).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: base + suffix}}, metav1.CreateOptions{})
+		mustf(t, err, "namespace")
+	}
+	a, b, c := nss[0], nss[1], nss[2]
+	sel := []Selector{{Core: true, Resource: "configmaps"}}
+	only := func(ns ...string) func(Resource) []string { return func(Resource) []string { return ns } }
+	rec := &recorder{}
+	w, _ := startWatcher(t, env.Config(), Config{Selectors: sel, Handler: rec, Namespaces: only(a, b)})
+	if got := w.Namespaces()[configMaps]; !reflect.DeepEqual(got, []string{a, b}) {
+		t.Fatalf("configmaps watched in %v, want %v", got, []string{a, b})
+	}
+	create := func(ns, name string) {
+		t.Helper()
+		_, err := env.Dynamic(t).Resource(configMaps).Namespace(ns).Create(ctx, configMap(ns, name, nil), metav1.CreateOptions{})
+		mustf(t, err, "create %s/%s", ns, name)
+	}
+	for _, ns := range nss {
+		create(ns, "first")
+	}
+	testenv.Eventually(t, 30*time.Second, "creates in a and b", func() bool {
+		return len(rec.of(configMaps, a, "first")) == 1 && len(rec.of(configMaps, b, "first")) == 1
+	})
+	if n := w.CachedObjects(); n != 2 {
+		t.Errorf("%d objects cached, want the 2 of namespaces a and b", n)
+	}
+
+	mustf(t, w.SetSelectors(sel, nil, only(a)), "narrow to a")
+	testenv.Eventually(t, 30*time.Second, "the narrowing", func() bool {
+		return reflect.DeepEqual(w.Namespaces()[configMaps], []string{a}) && w.Synced()
+	})
+	for _, ns := range nss {
+		create(ns, "second")
+	}
+	testenv.Eventually(t, 30*time.Second, "the create in a", func() bool { return len(rec.of(configMaps, a, "second")) == 1 })
+	mustf(t, w.SetSelectors(sel, nil, only(a, b, c)), "widen") // the marker below passes through every namespace
+	testenv.Eventually(t, 30*time.Second, "the widening", func() bool { return len(w.Namespaces()[configMaps]) == 3 && w.Synced() })
+	create(c, "marker")
+	testenv.Eventually(t, 30*time.Second, "the marker", func() bool { return len(rec.of(configMaps, c, "marker")) == 1 })
+	for _, k := range []struct{ ns, name string }{{b, "second"}, {c, "first"}, {c, "second"}} {
+		if cs := rec.of(configMaps, k.ns, k.name); len(cs) != 0 {
+			t.Errorf("%s/%s was reported although its namespace was not watched then: %s", k.ns, k.name, kinds(cs))
+		}
+	}
 }

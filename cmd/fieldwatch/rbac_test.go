@@ -76,33 +76,41 @@ func TestRBACLeastPrivilege(t *testing.T) {
 	for _, tc := range []struct {
 		group, resource, sub, verb string
 		want                       bool
+		namespace                  string // default: the rules' namespace
 	}{
-		{"", "configmaps", "", "watch", true},
-		{"", "configmaps", "", "list", true},
-		{"example.com", "widgets", "", "patch", true},
-		{"events.k8s.io", "events", "", "create", true},
-		{"apiextensions.k8s.io", "customresourcedefinitions", "", "watch", true},
-		{"apiregistration.k8s.io", "apiservices", "", "watch", true},
-		{"apiregistration.k8s.io", "apiservices", "", "update", false},
-		{"", "configmaps", "", "patch", false},
-		{"", "configmaps", "", "delete", false},
-		{"", "secrets", "", "list", false},
-		{"", "pods", "", "list", false},
-		{"example.com", "widgets", "", "delete", false},
-		{"example.com", "widgets", "status", "patch", false},
-		{"apiextensions.k8s.io", "customresourcedefinitions", "", "delete", false},
-		{"rbac.authorization.k8s.io", "clusterroles", "", "escalate", false},
+		{"", "configmaps", "", "watch", true, ""},
+		{"", "configmaps", "", "list", true, ""},
+		{"example.com", "widgets", "", "patch", true, ""},
+		{"events.k8s.io", "events", "", "create", true, ""},
+		{"apiextensions.k8s.io", "customresourcedefinitions", "", "watch", true, ""},
+		{"apiregistration.k8s.io", "apiservices", "", "watch", true, ""},
+		{"apiregistration.k8s.io", "apiservices", "", "update", false, ""},
+		{"", "configmaps", "", "patch", false, ""},
+		{"", "configmaps", "", "delete", false, ""},
+		{"", "secrets", "", "list", false, ""},
+		{"", "pods", "", "list", false, ""},
+		{"example.com", "widgets", "", "delete", false, ""},
+		{"example.com", "widgets", "status", "patch", false, ""},
+		{"apiextensions.k8s.io", "customresourcedefinitions", "", "delete", false, ""},
+		{"rbac.authorization.k8s.io", "clusterroles", "", "escalate", false, ""},
+		// The rules name their namespace: nothing is granted elsewhere.
+		{"", "configmaps", "", "list", false, "default"},
+		{"example.com", "widgets", "", "patch", false, "default"},
+		{"events.k8s.io", "events", "", "create", false, "default"},
 	} {
+		if tc.namespace == "" {
+			tc.namespace = ns
+		}
 		review, err := saClient.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
 			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Namespace: ns, Group: tc.group, Resource: tc.resource, Subresource: tc.sub, Verb: tc.verb,
+				Namespace: tc.namespace, Group: tc.group, Resource: tc.resource, Subresource: tc.sub, Verb: tc.verb,
 			}},
 		}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if review.Status.Allowed != tc.want {
-			t.Errorf("%s %s.%s/%s: allowed %v, want %v", tc.verb, tc.resource, tc.group, tc.sub, review.Status.Allowed, tc.want)
+			t.Errorf("%s %s.%s/%s in %s: allowed %v, want %v", tc.verb, tc.resource, tc.group, tc.sub, tc.namespace, review.Status.Allowed, tc.want)
 		}
 	}
 

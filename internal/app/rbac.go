@@ -29,9 +29,10 @@ type RBACOptions struct {
 	Resources []watcher.Resource
 }
 
-// RBAC returns the least-privilege ClusterRole and ClusterRoleBinding (and
-// with leader election a Role and RoleBinding) that `fieldwatch run` needs
-// for set: get, list and watch on what the rules select and on CRDs and
+// RBAC returns the least-privilege ClusterRole and ClusterRoleBinding, a
+// Role and RoleBinding in each namespace rules are restricted to, and with
+// leader election a Role and RoleBinding for the Lease, that `fieldwatch
+// run` needs for set: get, list and watch on what the rules select and on CRDs and
 // APIServices (to follow them), create on events.k8s.io Events where an event action is
 // used, and patch where a patch action is used.
 func RBAC(set *rules.Set, opts RBACOptions) ([]byte, error) {
@@ -49,25 +50,44 @@ func RBAC(set *rules.Set, opts RBACOptions) ([]byte, error) {
 	// resources come and go.
 	g.add([]string{"apiextensions.k8s.io"}, []string{"customresourcedefinitions"}, "get", "list", "watch")
 	g.add([]string{"apiregistration.k8s.io"}, []string{"apiservices"}, "get", "list", "watch")
+	// A rule restricted to namespaces is granted in those namespaces only
+	// (Roles): the watcher then lists and watches there only, unless
+	// another rule on the same resource watches every namespace, which the
+	// cluster-wide grant of that rule covers.
+	inNS := map[string]grants{}
 	for _, r := range set.Rules() {
 		var targets []target
 		for _, s := range r.Selectors {
 			targets = append(targets, resolve(s, opts.Resources)...)
 		}
+		grant := func(t target, resources []string, verbs ...string) {
+			if t.cluster || len(r.Namespaces()) == 0 {
+				g.add(t.groups, resources, verbs...)
+				return
+			}
+			for _, ns := range r.Namespaces() {
+				if inNS[ns] == nil {
+					inNS[ns] = grants{}
+				}
+				inNS[ns].add(t.groups, resources, verbs...)
+			}
+		}
 		for _, t := range targets {
-			g.add(t.groups, t.resources, "get", "list", "watch")
+			grant(t, t.resources, "get", "list", "watch")
 		}
 		for _, act := range r.Actions {
 			switch {
 			case act.Event != nil:
-				g.add([]string{"events.k8s.io"}, []string{"events"}, "create")
+				// Events go to the object's namespace ("default" for
+				// cluster-scoped objects).
+				grant(target{groups: []string{"events.k8s.io"}}, []string{"events"}, "create")
 			case act.Patch != nil:
 				for _, t := range targets {
 					res := t.resources
 					if act.Patch.Subresource != "" {
 						res = subresources(res, act.Patch.Subresource)
 					}
-					g.add(t.groups, res, "patch")
+					grant(t, res, "patch")
 				}
 			}
 		}
@@ -86,6 +106,25 @@ func RBAC(set *rules.Set, opts RBACOptions) ([]byte, error) {
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: opts.Name},
 			Subjects:   []rbacv1.Subject{subject},
 		},
+	}
+	namespaces := make([]string, 0, len(inNS))
+	for ns := range inNS {
+		namespaces = append(namespaces, ns)
+	}
+	slices.Sort(namespaces)
+	for _, ns := range namespaces {
+		docs = append(docs,
+			&rbacv1.Role{
+				TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
+				ObjectMeta: metav1.ObjectMeta{Name: opts.Name, Namespace: ns, Labels: labels},
+				Rules:      inNS[ns].rules(),
+			},
+			&rbacv1.RoleBinding{
+				TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
+				ObjectMeta: metav1.ObjectMeta{Name: opts.Name, Namespace: ns, Labels: labels},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: opts.Name},
+				Subjects:   []rbacv1.Subject{subject},
+			})
 	}
 	if opts.LeaderElection {
 		docs = append(docs,
@@ -133,8 +172,13 @@ func stripCreationTimestamp(b []byte) []byte {
 	return []byte(strings.Join(out, "\n"))
 }
 
-// target is the API groups and resources a selector reaches.
-type target struct{ groups, resources []string }
+// target is the API groups and resources a selector reaches. cluster is
+// set when discovery says they are all cluster-scoped: those are granted
+// cluster-wide whatever the rule's namespaces.
+type target struct {
+	groups, resources []string
+	cluster           bool
+}
 
 // resolve maps a selector to groups and resource names. Kinds become the
 // resource names discovery gives them. A wildcard selector of custom
@@ -155,7 +199,7 @@ func resolve(s rules.Selector, discovered []watcher.Resource) []target {
 				continue
 			}
 			seen[k] = true
-			out = append(out, target{groups: []string{r.Group}, resources: []string{r.Resource}})
+			out = append(out, target{groups: []string{r.Group}, resources: []string{r.Resource}, cluster: !r.Namespaced})
 		}
 		return out
 	}
@@ -177,7 +221,28 @@ func resolve(s rules.Selector, discovered []watcher.Resource) []target {
 	default:
 		t.resources = []string{"*"}
 	}
+	t.cluster = clusterScoped(t, discovered)
 	return []target{t}
+}
+
+// clusterScoped reports whether discovery knows every resource of t and
+// each is cluster-scoped.
+func clusterScoped(t target, discovered []watcher.Resource) bool {
+	for _, name := range t.resources {
+		found := false
+		for _, r := range discovered {
+			if r.Resource == name && (t.groups[0] == "*" || r.Group == t.groups[0]) {
+				if r.Namespaced {
+					return false
+				}
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return len(t.resources) > 0
 }
 
 // enumerated reports whether a wildcard custom selector was resolved

@@ -24,22 +24,56 @@ var discovered = []watcher.Resource{
 	res("example.com", "v1", "widgets", "Widget", true),
 	res("example.com", "v1alpha1", "gadgets", "Gadget", true),
 	res("other.io", "v2", "things", "Thing", true),
+	clusterWide(res("", "v1", "nodes", "Node", false)),
 }
 
-// grantsOf renders the ClusterRole's rules as "group/resource:verbs" lines.
+func clusterWide(r watcher.Resource) watcher.Resource {
+	r.Namespaced = false
+	return r
+}
+
+// grantsOf renders the ClusterRole's rules as "group/resource:verbs" lines
+// and each Role's as "namespace: group/resource:verbs"; it checks that
+// every Role has its RoleBinding.
 func grantsOf(t *testing.T, out []byte) []string {
 	t.Helper()
-	docs := strings.Split(string(out), "\n---\n")
-	var role rbacv1.ClusterRole
-	if err := yaml.Unmarshal([]byte(docs[1]), &role); err != nil {
-		t.Fatal(err)
-	}
 	var lines []string
-	for _, r := range role.Rules {
-		for _, g := range r.APIGroups {
-			for _, res := range r.Resources {
-				lines = append(lines, g+"/"+res+":"+strings.Join(r.Verbs, ","))
+	bound := map[string]bool{}
+	var roles []string
+	for _, doc := range strings.Split(string(out), "\n---\n")[1:] {
+		var obj struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Name, Namespace string
+			} `json:"metadata"`
+			Rules []rbacv1.PolicyRule `json:"rules"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			t.Fatal(err)
+		}
+		prefix := ""
+		switch obj.Kind {
+		case "Role":
+			prefix = obj.Metadata.Namespace + ": "
+			roles = append(roles, obj.Metadata.Namespace+"/"+obj.Metadata.Name)
+		case "RoleBinding":
+			bound[obj.Metadata.Namespace+"/"+obj.Metadata.Name] = true
+			continue
+		case "ClusterRole":
+		default:
+			continue
+		}
+		for _, r := range obj.Rules {
+			for _, g := range r.APIGroups {
+				for _, res := range r.Resources {
+					lines = append(lines, prefix+g+"/"+res+":"+strings.Join(r.Verbs, ","))
+				}
 			}
+		}
+	}
+	for _, r := range roles {
+		if !bound[r] {
+			t.Errorf("Role %s has no RoleBinding", r)
 		}
 	}
 	return lines
@@ -80,6 +114,30 @@ func TestRBAC(t *testing.T) {
 			"example.com/gadgets:get,list,watch",
 			"example.com/widgets:get,list,watch",
 			"other.io/things:get,list,watch",
+		},
+	}, {
+		name: "rules restricted to namespaces are granted there only, cluster-scoped kinds cluster-wide",
+		rules: `rules:
+  - name: prod-config
+    match: {resources: [{group: "", kind: ConfigMap}], namespaces: [prod, staging]}
+    actions: [{event: {reason: X}}, {patch: {merge: {metadata: {labels: {a: b}}}}}]
+  - name: nodes
+    match: {resources: [{group: "", kind: Node}], namespaces: [prod]}
+    actions: [{log: {}}]
+  - name: secrets
+    match: {resources: [{group: "", kind: Secret}]}
+    actions: [{log: {}}]
+`,
+		discovered: discovered,
+		want: []string{
+			"/nodes:get,list,watch",
+			"/secrets:get,list,watch",
+			"apiextensions.k8s.io/customresourcedefinitions:get,list,watch",
+			"apiregistration.k8s.io/apiservices:get,list,watch",
+			"prod: /configmaps:get,list,patch,watch",
+			"prod: events.k8s.io/events:create",
+			"staging: /configmaps:get,list,patch,watch",
+			"staging: events.k8s.io/events:create",
 		},
 	}, {
 		name: "offline, a wildcard stays a wildcard",

@@ -112,7 +112,8 @@ func (a *App) Reload() {
 	a.metrics.rules.Set(float64(len(set.Rules())))
 	if w := a.watcher.Load(); w != nil {
 		if err := w.SetSelectors(watcherSelectors(set.Selectors()),
-			func(r watcher.Resource) watcher.Projection { return projection(set, r) }); err != nil {
+			func(r watcher.Resource) watcher.Projection { return projection(set, r) },
+			func(r watcher.Resource) []string { return set.Namespaces(rulesResource(r)) }); err != nil {
 			a.log.Error("new selectors rejected by the watcher", "err", err)
 		}
 	}

@@ -1,0 +1,28 @@
+package rules
+
+import "slices"
+
+// Namespaces returns the namespaces r is restricted to (match.namespaces),
+// nil when it watches every namespace.
+func (r *Rule) Namespaces() []string { return slices.Clone(r.filter.namespaces) }
+
+// Namespaces returns the namespaces in which objects of res can make a rule
+// fire: the union of the namespaces of the rules matching res, sorted, or
+// nil when one of them watches every namespace (or none matches). The
+// watcher then lists and watches res in those namespaces only, and `fieldwatch
+// rbac` grants it there only.
+func (s *Set) Namespaces(res Resource) []string {
+	rules := s.RulesFor(res)
+	if len(rules) == 0 {
+		return nil
+	}
+	var out []string
+	for _, r := range rules {
+		if len(r.filter.namespaces) == 0 {
+			return nil
+		}
+		out = append(out, r.filter.namespaces...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
