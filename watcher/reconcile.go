@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,7 +26,7 @@ func (w *Watcher) startCRDWatch(ctx context.Context) {
 		return
 	}
 	w.mu.Lock()
-	rw := w.startWatch(ctx, crdResource, "", crdProjection, false, quietStart, nil)
+	rw := w.startWatch(ctx, crdResource, "", crdProjection, false, start{mode: quietStart})
 	w.crds = rw
 	w.mu.Unlock()
 	cache.WaitForCacheSync(ctx.Done(), rw.hasSynced)
@@ -94,6 +95,11 @@ func (w *Watcher) reconcile(ctx context.Context) error {
 	}
 
 	handover := map[handoverKey]map[types.UID]*Object{}
+	loaded := recorded{} // the Store's objects, read once per resource
+	if w.cfg.Store != nil && !w.started.Load() {
+		// Before any informer records anything.
+		w.pruneStore(wants, loaded)
+	}
 	for key, rw := range w.watches {
 		if _, ok := wants[key]; ok || d.failed[key.gvr.GroupVersion()] != nil {
 			continue
@@ -127,29 +133,28 @@ func (w *Watcher) reconcile(ctx context.Context) error {
 			continue
 		}
 		gvr, gr := key.gvr, key.gvr.GroupResource()
-		var mode startMode
-		var base map[types.UID]*Object
+		var st start
 		switch {
 		case rw != nil:
 			// The projection changed: the new informer takes over from
 			// the old one's cache.
-			mode, base = baselineStart, rw.objects()
+			st = start{mode: baselineStart, base: rw.objects()}
 			rw.stop()
 		case handover[handoverKey{gr, key.namespace}] != nil:
-			mode, base = baselineStart, handover[handoverKey{gr, key.namespace}]
+			st = start{mode: baselineStart, base: handover[handoverKey{gr, key.namespace}]}
 		case w.cfg.Store != nil && wt.deliver && !w.started.Load():
-			mode, base = w.storedBaseline(wt.res, key.namespace)
+			st = w.storedBaseline(wt.res, key.namespace, loaded)
 		case !w.started.Load() || w.known[gr] || w.everFailed[gvr.GroupVersion()]:
 			// At start, or a resource that existed before (newly
 			// selected, or an aggregated API back): its objects are not
 			// news.
-			mode = quietStart
+			st = start{mode: quietStart}
 		default:
 			// A resource that did not exist before (a new CRD): every
 			// object of it is new.
-			mode, base = baselineStart, map[types.UID]*Object{}
+			st = start{mode: baselineStart, base: map[types.UID]*Object{}}
 		}
-		nrw := w.startWatch(ctx, wt.res, key.namespace, wt.proj, wt.deliver, mode, base)
+		nrw := w.startWatch(ctx, wt.res, key.namespace, wt.proj, wt.deliver, st)
 		if gvr == crdResource.GroupVersionResource {
 			w.crds = nrw
 		}
@@ -203,12 +208,13 @@ func (w *Watcher) wants(resources []Resource) map[watchKey]*want {
 
 // startWatch starts an informer for res in namespace ("" for all). w.mu
 // must be held.
-func (w *Watcher) startWatch(ctx context.Context, res Resource, namespace string, proj Projection, deliver bool, mode startMode, base map[types.UID]*Object) *resourceWatch {
+func (w *Watcher) startWatch(ctx context.Context, res Resource, namespace string, proj Projection, deliver bool, st start) *resourceWatch {
 	rw := newResourceWatch(w, res, namespace, proj)
 	rw.deliver.Store(deliver)
-	rw.mode = mode
-	rw.baseline = base
-	rw.record = w.cfg.Store != nil && deliver && mode == quietStart
+	rw.mode = st.mode
+	rw.baseline = st.base
+	rw.covered = st.covered
+	rw.record = w.cfg.Store != nil && deliver && (st.mode == quietStart || st.covered != nil)
 	if w.cfg.Store != nil && deliver {
 		if err := w.cfg.Store.track(res); err != nil {
 			w.log.Error("cannot record a resource in the baseline", "gvr", res.String(), "err", err)
@@ -272,29 +278,47 @@ func (w *Watcher) isForbidden(gvr schema.GroupVersionResource) bool {
 // empty baseline (every object is new) when the resource appeared while
 // the watcher was down; quietly (the objects become the baseline) on the
 // very first run or when the previous run did not watch it.
-func (w *Watcher) storedBaseline(res Resource, namespace string) (startMode, map[types.UID]*Object) {
+func (w *Watcher) storedBaseline(res Resource, namespace string, loaded recorded) start {
 	store, gr := w.cfg.Store, res.GroupResource()
 	switch {
 	case store.hasResource(gr):
-		base, err := store.load(gr, res)
+		prev, err := store.scope(gr)
 		if err != nil {
 			w.log.Error("cannot read the baseline of a resource; starting it without one", "gvr", res.String(), "err", err)
-			return quietStart, nil
+			return start{mode: quietStart}
+		}
+		if namespace != "" && prev != nil && !slices.Contains(prev, namespace) {
+			w.log.Info("namespace not watched by the previous run: its objects are the baseline", "gvr", res.String(), "namespace", namespace)
+			return start{mode: quietStart}
+		}
+		base, err := loaded.get(store, gr, res)
+		if err != nil {
+			w.log.Error("cannot read the baseline of a resource; starting it without one", "gvr", res.String(), "err", err)
+			return start{mode: quietStart}
 		}
 		if namespace != "" {
+			// One informer per namespace: each gets its own part.
+			part := map[types.UID]*Object{}
 			for uid, o := range base {
-				if o.namespace != namespace {
-					delete(base, uid)
+				if o.namespace == namespace {
+					part[uid] = o
 				}
 			}
+			base = part
 		}
 		w.log.Info("comparing with the baseline of the previous run", "gvr", res.String(), "namespace", namespace, "objects", len(base))
-		return baselineStart, base
+		st := start{mode: baselineStart, base: base}
+		if namespace == "" && prev != nil {
+			// Watched everywhere now, in some namespaces before: objects
+			// of the others are not news.
+			st.covered = func(ns string) bool { return slices.Contains(prev, ns) }
+		}
+		return st
 	case !store.firstRun() && !store.wasKnown(gr):
 		w.log.Info("resource appeared while fieldwatch was down: its objects are new", "gvr", res.String())
-		return baselineStart, map[types.UID]*Object{}
+		return start{mode: baselineStart, base: map[types.UID]*Object{}}
 	}
-	return quietStart, nil
+	return start{mode: quietStart}
 }
 
 // syncStore keeps the Store in step with discovery: resources recorded
@@ -309,19 +333,11 @@ func (w *Watcher) syncStore(served map[schema.GroupResource]bool, failed map[sch
 		return
 	}
 	selected := map[schema.GroupResource]bool{}
-	namespaces := map[schema.GroupResource]map[string]bool{} // watched in these only
-	for key, wt := range wants {
-		if wt.deliver {
-			gr := key.gvr.GroupResource()
-			selected[gr] = true
-			if namespaces[gr] == nil {
-				namespaces[gr] = map[string]bool{}
-			}
-			namespaces[gr][key.namespace] = true
+	for gr, sc := range watchedNamespaces(wants) {
+		selected[gr] = true
+		if err := store.setScope(sc.res, sc.namespaces); err != nil {
+			w.log.Error("cannot record the namespaces of a resource in the baseline", "gvr", sc.res.String(), "err", err)
 		}
-	}
-	if !w.started.Load() {
-		w.pruneStore(stored, namespaces)
 	}
 	for gr, res := range stored {
 		switch {
@@ -352,26 +368,70 @@ func (w *Watcher) syncStore(served map[schema.GroupResource]bool, failed map[sch
 	}
 }
 
-// pruneStore forgets, at start, the recorded objects of namespaces a
-// resource is no longer watched in, so that they are not taken for
-// changes should those namespaces be watched again later.
-func (w *Watcher) pruneStore(stored map[schema.GroupResource]Resource, namespaces map[schema.GroupResource]map[string]bool) {
-	for gr, nss := range namespaces {
-		res, ok := stored[gr]
-		if !ok || nss[""] {
+// scope is the namespaces a selected resource is watched in (nil: all).
+type scope struct {
+	res        Resource
+	namespaces []string
+}
+
+// watchedNamespaces returns the scope of each selected resource.
+func watchedNamespaces(wants map[watchKey]*want) map[schema.GroupResource]*scope {
+	out := map[schema.GroupResource]*scope{}
+	for key, wt := range wants {
+		if !wt.deliver {
 			continue
 		}
-		objs, err := w.cfg.Store.load(gr, res)
+		gr := key.gvr.GroupResource()
+		if out[gr] == nil {
+			out[gr] = &scope{res: wt.res}
+		}
+		if key.namespace != "" {
+			out[gr].namespaces = append(out[gr].namespaces, key.namespace)
+		}
+	}
+	for _, sc := range out {
+		slices.Sort(sc.namespaces)
+	}
+	return out
+}
+
+// pruneStore forgets, at start and before any informer runs, the recorded
+// objects of namespaces a resource is not watched in now, or was not
+// watched in by the previous run (left over from an earlier one): they
+// would otherwise be taken for changes when those namespaces are watched.
+func (w *Watcher) pruneStore(wants map[watchKey]*want, loaded recorded) {
+	store := w.cfg.Store
+	for gr, sc := range watchedNamespaces(wants) {
+		if sc.namespaces == nil || !store.hasResource(gr) {
+			// Watched everywhere: the previous run recorded only what
+			// it watched.
+			continue
+		}
+		prev, err := store.scope(gr)
 		if err != nil {
-			w.log.Error("cannot read the baseline of a resource", "gvr", res.String(), "err", err)
+			w.log.Error("cannot read the baseline of a resource", "gvr", sc.res.String(), "err", err)
+			continue
+		}
+		objs, err := loaded.get(store, gr, sc.res)
+		if err != nil {
+			w.log.Error("cannot read the baseline of a resource", "gvr", sc.res.String(), "err", err)
 			continue
 		}
 		for uid, o := range objs {
-			if !nss[o.namespace] {
-				w.cfg.Store.remove(res, uid)
+			if !slices.Contains(sc.namespaces, o.namespace) || prev != nil && !slices.Contains(prev, o.namespace) {
+				store.remove(sc.res, uid)
 			}
 		}
 	}
+}
+
+// start is how an informer starts: quietly, or against a baseline; covered,
+// when set, says which namespaces the baseline covers (objects of the
+// others are not news).
+type start struct {
+	mode    startMode
+	base    map[types.UID]*Object
+	covered func(namespace string) bool
 }
 
 func sameSet[K comparable](a, b map[K]bool) bool {
@@ -384,4 +444,19 @@ func sameSet[K comparable](a, b map[K]bool) bool {
 		}
 	}
 	return true
+}
+
+// recorded holds the objects read from the Store during one discovery
+// pass, so that a resource watched in several namespaces is read once.
+type recorded map[schema.GroupResource]map[types.UID]*Object
+
+func (r recorded) get(store *Store, gr schema.GroupResource, res Resource) (map[types.UID]*Object, error) {
+	if objs, ok := r[gr]; ok {
+		return objs, nil
+	}
+	objs, err := store.load(gr, res)
+	if err == nil {
+		r[gr] = objs
+	}
+	return objs, err
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -65,6 +66,10 @@ type record struct {
 type resourceMeta struct {
 	Group, Version, Resource, Kind string
 	Namespaced, Custom             bool
+	// Namespaces are the namespaces the resource was last watched in;
+	// empty for all of them. Objects of other namespaces were not
+	// recorded, so at the next start they are not news.
+	Namespaces []string `json:",omitempty"`
 }
 
 const (
@@ -256,6 +261,46 @@ func (s *Store) resources() (map[schema.GroupResource]Resource, error) {
 		})
 	})
 	return out, err
+}
+
+// scope returns the namespaces gr was last watched in, nil for all.
+func (s *Store) scope(gr schema.GroupResource) ([]string, error) {
+	var m resourceMeta
+	err := s.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketName(gr))
+		if b == nil {
+			return nil
+		}
+		if raw := b.Get([]byte(resMetaKey)); raw != nil {
+			return json.Unmarshal(raw, &m)
+		}
+		return nil
+	})
+	return m.Namespaces, err
+}
+
+// setScope records the namespaces res is watched in (nil for all), when
+// they differ from what the file holds.
+func (s *Store) setScope(res Resource, namespaces []string) error {
+	if prev, err := s.scope(res.GroupResource()); err == nil && slices.Equal(prev, namespaces) {
+		return nil
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b, err := s.bucket(tx, res)
+		if err != nil {
+			return err
+		}
+		var m resourceMeta
+		if err := json.Unmarshal(b.Get([]byte(resMetaKey)), &m); err != nil {
+			return err
+		}
+		m.Namespaces = namespaces
+		raw, err := json.Marshal(m)
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte(resMetaKey), raw)
+	})
 }
 
 // track marks res as watched with a baseline, so that the next run

@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,9 +10,11 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
@@ -189,6 +192,92 @@ func TestRestartBaseline(t *testing.T) {
 	}
 }
 
+// TestRestartBaselineNamespaces: the restart baseline of a resource watched
+// in some namespaces only. Between runs the namespaces change: a namespace
+// still watched reports what changed while down; one no longer watched
+// reports nothing; one watched now but not before takes its objects as the
+// baseline (they are not news), also when the resource is now watched
+// everywhere.
+func TestRestartBaselineNamespaces(t *testing.T) {
+	env := testenv.Shared(t)
+	ctx := context.Background()
+	a := namespace(t, env)
+	b, c := a+"-b", a+"-c"
+	for _, ns := range []string{b, c} {
+		_, err := env.Clientset(t).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		mustf(t, err, "namespace %s", ns)
+	}
+	cms := func(ns string) dynamic.ResourceInterface { return env.Dynamic(t).Resource(configMaps).Namespace(ns) }
+	set := func(ns, name, v string) {
+		t.Helper()
+		cm, err := cms(ns).Get(ctx, name, metav1.GetOptions{})
+		mustf(t, err, "get %s/%s", ns, name)
+		mustf(t, unstructured.SetNestedField(cm.Object, v, "data", "v"), "set")
+		_, err = cms(ns).Update(ctx, cm, metav1.UpdateOptions{})
+		mustf(t, err, "update %s/%s", ns, name)
+	}
+	for _, ns := range []string{a, b, c} {
+		_, err := cms(ns).Create(ctx, configMap(ns, "x", map[string]any{"v": "0"}), metav1.CreateOptions{})
+		mustf(t, err, "create %s/x", ns)
+	}
+	path := filepath.Join(t.TempDir(), "baseline.db")
+	sel := []Selector{{Core: true, Resource: "configmaps"}}
+	proj := func(Resource) Projection { return Projection{Paths: [][]string{{"data"}}} }
+	marker := func(rec *recorder, ns string) {
+		t.Helper()
+		name := fmt.Sprintf("marker-%d", time.Now().UnixNano())
+		_, err := cms(ns).Create(ctx, configMap(ns, name, nil), metav1.CreateOptions{})
+		mustf(t, err, "create marker")
+		testenv.Eventually(t, 30*time.Second, "marker in "+ns, func() bool { return len(rec.of(configMaps, ns, name)) == 1 })
+	}
+
+	// Run 1 watches a and b.
+	run1 := runWithStore(t, env, path, sel, proj, &recorder{}, a, b)
+	run1.stop()
+	set(a, "x", "1")
+	set(b, "x", "1")
+	set(c, "x", "1")
+
+	// Run 2 watches a and c: a's change is reported with its old value;
+	// c was not watched, so its object is the baseline; b is not watched.
+	second := &recorder{}
+	run2 := runWithStore(t, env, path, sel, proj, second, a, c)
+	testenv.Eventually(t, 30*time.Second, "a/x updated", func() bool { return len(second.of(configMaps, a, "x")) == 1 })
+	if ch := second.of(configMaps, a, "x")[0]; ch.Type != Updated || field(ch.Old, "data", "v") != "0" || field(ch.New, "data", "v") != "1" {
+		t.Errorf("a/x: %s %v -> %v, want updated 0 -> 1", ch.Type, field(ch.Old, "data", "v"), field(ch.New, "data", "v"))
+	}
+	marker(second, c)
+	marker(second, a)
+	for _, ns := range []string{b, c} {
+		if cs := second.of(configMaps, ns, "x"); len(cs) != 0 {
+			t.Errorf("%s/x reported by run 2: %s", ns, kinds(cs))
+		}
+	}
+	run2.stop()
+	set(b, "x", "2")
+	set(c, "x", "2")
+	mustf(t, cms(a).Delete(ctx, "x", metav1.DeleteOptions{}), "delete a/x")
+
+	// Run 3 watches everywhere: c's change and a's deletion are reported;
+	// b was not watched by run 2 (its record from run 1 was dropped), so
+	// b/x is not news.
+	third := &recorder{}
+	runWithStore(t, env, path, sel, proj, third)
+	testenv.Eventually(t, 30*time.Second, "c/x updated and a/x deleted", func() bool {
+		return len(third.of(configMaps, c, "x")) == 1 && len(third.of(configMaps, a, "x")) == 1
+	})
+	if ch := third.of(configMaps, c, "x")[0]; ch.Type != Updated || field(ch.Old, "data", "v") != "1" || field(ch.New, "data", "v") != "2" {
+		t.Errorf("c/x: %s %v -> %v, want updated 1 -> 2", ch.Type, field(ch.Old, "data", "v"), field(ch.New, "data", "v"))
+	}
+	if ch := third.of(configMaps, a, "x")[0]; ch.Type != Deleted {
+		t.Errorf("a/x: %s, want deleted", ch.Type)
+	}
+	marker(third, b)
+	if cs := third.of(configMaps, b, "x"); len(cs) != 0 {
+		t.Errorf("b/x reported by run 3: %s", kinds(cs))
+	}
+}
+
 // TestRestartAfterCRDGone: a CRD deleted while the watcher was down makes
 // the restart report its recorded objects deleted.
 func TestRestartAfterCRDGone(t *testing.T) {
@@ -242,13 +331,19 @@ func (r *running) stop() {
 	_ = r.store.Close()
 }
 
-func runWithStore(t *testing.T, env *testenv.Env, path string, sel []Selector, proj func(Resource) Projection, h Handler) *running {
+// runWithStore runs a watcher with the Store at path, in namespaces only
+// when some are given.
+func runWithStore(t *testing.T, env *testenv.Env, path string, sel []Selector, proj func(Resource) Projection, h Handler, namespaces ...string) *running {
 	t.Helper()
 	store, err := OpenStore(path, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := New(env.Config(), Config{Selectors: sel, Projection: proj, Handler: h, Store: store, Logger: testLogger(t), RediscoveryInterval: 2 * time.Second})
+	cfg := Config{Selectors: sel, Projection: proj, Handler: h, Store: store, Logger: testLogger(t), RediscoveryInterval: 2 * time.Second}
+	if len(namespaces) > 0 {
+		cfg.Namespaces = func(Resource) []string { return namespaces }
+	}
+	w, err := New(env.Config(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,8 @@ type resourceWatch struct {
 	observe func(c *Change) // internal observer (CRD tracking), may be nil
 
 	mode      startMode
-	record    bool // quietStart with a Store: record the initial objects as the baseline
+	covered   func(namespace string) bool // baselineStart: the namespaces base covers; nil for all
+	record    bool                        // with a Store: record the initial objects that are not news
 	initialMu sync.Mutex
 	baseline  map[types.UID]*Object // baselineStart: not yet seen
 	cancel    context.CancelFunc
@@ -201,6 +202,11 @@ func (rw *resourceWatch) OnAdd(obj any, isInInitialList bool) {
 		delete(rw.baseline, o.GetUID())
 		rw.initialMu.Unlock()
 		switch {
+		case !found && rw.covered != nil && !rw.covered(o.namespace):
+			// Not watched by the previous run: not news.
+			if rw.record && !o.typ.foreign {
+				rw.w.cfg.Store.put(rw.res, o)
+			}
 		case !found:
 			rw.emit(&Change{Type: Created, Resource: rw.res, New: o, Time: time.Now()})
 		case old.resourceVersion != o.resourceVersion && !sameUnder(old, o):

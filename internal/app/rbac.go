@@ -60,12 +60,13 @@ func RBAC(set *rules.Set, opts RBACOptions) ([]byte, error) {
 		for _, s := range r.Selectors {
 			targets = append(targets, resolve(s, opts.Resources)...)
 		}
+		namespaces := r.Namespaces()
 		grant := func(t target, resources []string, verbs ...string) {
-			if t.cluster || len(r.Namespaces()) == 0 {
+			if t.cluster || len(namespaces) == 0 {
 				g.add(t.groups, resources, verbs...)
 				return
 			}
-			for _, ns := range r.Namespaces() {
+			for _, ns := range namespaces {
 				if inNS[ns] == nil {
 					inNS[ns] = grants{}
 				}
