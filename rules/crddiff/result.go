@@ -1,0 +1,186 @@
+package crddiff
+
+import (
+	"encoding/json"
+	"fmt"
+
+	utiljson "k8s.io/apimachinery/pkg/util/json"
+)
+
+// Severity says whether a change can break clients or objects.
+type Severity string
+
+const (
+	// Breaking changes can invalidate stored objects, lose their data or
+	// break the clients of the API.
+	Breaking Severity = "breaking"
+	// Safe changes only loosen the API: every object and request valid
+	// before stays valid.
+	Safe Severity = "safe"
+	// Unknown changes are ones the comparison cannot classify. They count
+	// as breaking (Result.Breaking), as OLM's CRD upgrade safety check
+	// fails closed on them.
+	Unknown Severity = "unknown"
+)
+
+// Check is one difference between the old and the new CRD.
+type Check struct {
+	// Version is the CRD version the check is about ("" for checks of the
+	// whole CRD: scope, names, conversion).
+	Version string `json:"version,omitempty"`
+	// Path is a JSON pointer: inside the version's openAPIV3Schema for
+	// schema checks ("/properties/spec/properties/size"; "" is the schema
+	// root), inside the CRD for the others ("/spec/scope").
+	Path string `json:"path"`
+	// Field is the object field a schema check is about, in the rules
+	// path syntax: spec.size, spec.items[*].name (every item of a list or
+	// value of a map), metadata.annotations["a.b/c"]; "" for the object
+	// root and for checks that are not about a field.
+	Field string `json:"field,omitempty"`
+	// Check names the kind of change, in kebab case (see the package
+	// documentation for the list). Names are stable.
+	Check string `json:"check"`
+	// Old and New are the values before and after, as plain JSON values
+	// (an enum's removed values, a limit, a default, a type name); absent
+	// when there is none.
+	Old any `json:"old,omitempty"`
+	New any `json:"new,omitempty"`
+	// Severity is breaking, safe or unknown.
+	Severity Severity `json:"severity"`
+	// Message says what changed and why it matters, in one sentence.
+	Message string `json:"message"`
+}
+
+// Result is the comparison of two versions of one CRD, and optionally the
+// impact of its breaking checks on custom resources (filled by the impact
+// scan, package rules/crdimpact).
+type Result struct {
+	// CRD is the name of the CustomResourceDefinition (plural.group).
+	CRD string `json:"crd"`
+	// Checks are every difference found, CRD-wide ones first, then per
+	// version in the new CRD's version order, each schema walked depth
+	// first with properties in name order.
+	Checks []Check `json:"checks"`
+	// Breaking counts the checks whose severity is breaking or unknown.
+	Breaking int `json:"breaking"`
+	// Unknown counts the checks whose severity is unknown (included in
+	// Breaking).
+	Unknown int `json:"unknown"`
+	// Safe counts the checks whose severity is safe.
+	Safe int `json:"safe"`
+	// Scanned is how many custom resources the impact scan read (0 when
+	// none was run).
+	Scanned int `json:"scanned"`
+	// Impact lists, for each breaking check that hits objects, the
+	// objects it hits; see Impact.
+	Impact []Impact `json:"impact"`
+}
+
+// Effect is what the apiserver does to an object hit by a change.
+type Effect string
+
+const (
+	// Rejected objects fail the new schema's validation: the apiserver
+	// rejects them when they are created again and on updates that change
+	// the field; updates that leave it as it is still pass (CRD validation
+	// ratcheting).
+	Rejected Effect = "rejected"
+	// Pruned objects set a field the new schema no longer has: the
+	// apiserver drops it on every read and the next write deletes it from
+	// storage; a create that asks for strict field validation (kubectl's
+	// default) is rejected as setting an unknown field.
+	Pruned Effect = "pruned"
+	// Unserved objects are at a version that is no longer served.
+	Unserved Effect = "unserved"
+)
+
+// Impact is the set of objects one check hits.
+type Impact struct {
+	// Check, Version, Path and Field identify the check (Check is
+	// "invalid" for validation errors that no check of the comparison
+	// explains, such as an object that was already invalid).
+	Check   string `json:"check"`
+	Version string `json:"version,omitempty"`
+	Path    string `json:"path,omitempty"`
+	Field   string `json:"field,omitempty"`
+	// Effect is what the apiserver does to these objects.
+	Effect Effect `json:"effect"`
+	// Count is how many objects the check hits.
+	Count int `json:"count"`
+	// Objects are the first MaxSamples of them in namespace/name order,
+	// whatever the order they were scanned in.
+	Objects []Hit `json:"objects"`
+	// Message says what happens to these objects, ratcheting included.
+	Message string `json:"message"`
+}
+
+// MaxSamples is how many objects an Impact names.
+const MaxSamples = 10
+
+// Hit is one object a check hits.
+type Hit struct {
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
+	// Field is the object's offending field path as the apiserver reports
+	// it (spec.items[2].name).
+	Field string `json:"field,omitempty"`
+	// Error is the apiserver's error for it.
+	Error string `json:"error"`
+}
+
+// String returns namespace/name, or name for a cluster-scoped object.
+func (h Hit) String() string {
+	if h.Namespace == "" {
+		return h.Name
+	}
+	return h.Namespace + "/" + h.Name
+}
+
+// add appends a check and counts it.
+func (r *Result) add(c Check) {
+	switch c.Severity {
+	case Breaking:
+		r.Breaking++
+	case Unknown:
+		r.Breaking++
+		r.Unknown++
+	case Safe:
+		r.Safe++
+	}
+	r.Checks = append(r.Checks, c)
+}
+
+// Value returns r as plain JSON values (map[string]any, []any, string,
+// bool, int64, float64, nil), the form CEL expressions and the payload
+// take: checks and impact are lists even when empty.
+func (r *Result) Value() (map[string]any, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("encode crd result: %w", err)
+	}
+	var out map[string]any
+	if err := utiljson.Unmarshal(b, &out); err != nil {
+		return nil, fmt.Errorf("decode crd result: %w", err)
+	}
+	return out, nil
+}
+
+// MarshalJSON writes checks and impact as [] rather than null.
+func (r Result) MarshalJSON() ([]byte, error) {
+	type plain Result
+	if r.Checks == nil {
+		r.Checks = []Check{}
+	}
+	if r.Impact == nil {
+		r.Impact = []Impact{}
+	}
+	impact := make([]Impact, len(r.Impact))
+	for i, im := range r.Impact {
+		if im.Objects == nil {
+			im.Objects = []Hit{}
+		}
+		impact[i] = im
+	}
+	r.Impact = impact
+	return json.Marshal(plain(r))
+}
