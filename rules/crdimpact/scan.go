@@ -1,0 +1,434 @@
+package crdimpact
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"math"
+	"sort"
+	"strings"
+
+	"github.com/fieldwatch/fieldwatch/rules/crddiff"
+	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
+	structuraldefaulting "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting"
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/listtype"
+	schemaobjectmeta "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/objectmeta"
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/pruning"
+	apiservervalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
+)
+
+// Invalid is the Impact.Check of validation errors no check of the
+// comparison explains.
+const Invalid = "invalid"
+
+// Scanner runs custom resources through what the apiserver does to a
+// create under the new CRD, and attributes what fails to the checks of a
+// comparison. It is not safe for concurrent use.
+type Scanner struct {
+	group, kind string
+	versions    map[string]*version
+	res         *crddiff.Result
+	impacts     map[int]*impact // by index in res.Checks
+	invalid     map[string]*impact
+	scanned     int
+	skipped     int
+}
+
+// version is what the scan needs of one version of the new CRD.
+type version struct {
+	name       string
+	served     bool
+	structural *structuralschema.Structural
+	validator  apiservervalidation.SchemaValidator
+	cel        *cel.Validator
+	prune      bool
+	targets    []target
+	unserved   int // index of its served-version-removed check, or -1
+}
+
+// target is a breaking or unknown check errors can be attributed to.
+type target struct {
+	check   int
+	segs    []string
+	removal bool // the check makes the apiserver prune the field
+}
+
+// impact accumulates the objects one check hits.
+type impact struct {
+	crddiff.Impact
+}
+
+// New prepares a scan of objects against crd, the new CRD of the
+// comparison res. It fails when a version's schema is not structural (the
+// apiserver would not have accepted the CRD).
+func New(crd *apiextensionsv1.CustomResourceDefinition, res *crddiff.Result) (*Scanner, error) {
+	s := &Scanner{
+		group:    crd.Spec.Group,
+		kind:     crd.Spec.Names.Kind,
+		versions: map[string]*version{},
+		res:      res,
+		impacts:  map[int]*impact{},
+		invalid:  map[string]*impact{},
+	}
+	for i := range crd.Spec.Versions {
+		v := &crd.Spec.Versions[i]
+		ver := &version{name: v.Name, served: v.Served, prune: !crd.Spec.PreserveUnknownFields, unserved: -1}
+		if v.Served {
+			if err := ver.compile(v); err != nil {
+				return nil, fmt.Errorf("version %s: %w", v.Name, err)
+			}
+		}
+		s.versions[v.Name] = ver
+	}
+	for i, c := range res.Checks {
+		if c.Severity == crddiff.Safe || c.Version == "" {
+			continue
+		}
+		ver := s.versions[c.Version]
+		if c.Check == "served-version-removed" {
+			if ver == nil {
+				ver = &version{name: c.Version, unserved: i}
+				s.versions[c.Version] = ver
+			}
+			ver.unserved = i
+			continue
+		}
+		if ver == nil || !strings.HasPrefix(c.Path, "/") || strings.HasPrefix(c.Path, "/spec/") || strings.HasPrefix(c.Path, "/status/") {
+			continue // not a schema check
+		}
+		segs, err := splitField(c.Field)
+		if err != nil {
+			continue
+		}
+		ver.targets = append(ver.targets, target{check: i, segs: segs, removal: isRemoval(c.Check)})
+	}
+	return s, nil
+}
+
+// isRemoval reports whether a check makes the apiserver prune values.
+func isRemoval(check string) bool {
+	switch check {
+	case "field-removed", "preserve-unknown-fields-removed", "additional-properties-removed", "embedded-resource-removed":
+		return true
+	}
+	return false
+}
+
+// compile builds the apiserver's structural schema, schema validator and
+// CEL validator for one version, as the apiserver's CRD handler does.
+func (v *version) compile(cv *apiextensionsv1.CustomResourceDefinitionVersion) error {
+	if cv.Schema == nil || cv.Schema.OpenAPIV3Schema == nil {
+		return nil
+	}
+	internal := &apiextensions.CustomResourceValidation{}
+	if err := apiextensionsv1.Convert_v1_CustomResourceValidation_To_apiextensions_CustomResourceValidation(cv.Schema, internal, nil); err != nil {
+		return fmt.Errorf("convert schema: %w", err)
+	}
+	ss, err := structuralschema.NewStructural(internal.OpenAPIV3Schema)
+	if err != nil {
+		return fmt.Errorf("schema is not structural: %w", err)
+	}
+	ss = ss.DeepCopy()
+	if err := structuraldefaulting.PruneDefaults(ss); err != nil {
+		return fmt.Errorf("prune defaults: %w", err)
+	}
+	validator, _, err := apiservervalidation.NewSchemaValidator(internal.OpenAPIV3Schema)
+	if err != nil {
+		return fmt.Errorf("schema validator: %w", err)
+	}
+	v.structural, v.validator = ss, validator
+	v.cel = cel.NewValidator(ss, true, celconfig.PerCallLimit)
+	return nil
+}
+
+// Scan runs the objects through a new Scanner and records the impact in
+// res (Impact and Scanned).
+func Scan(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition, res *crddiff.Result, objects iter.Seq[map[string]any]) error {
+	s, err := New(crd, res)
+	if err != nil {
+		return err
+	}
+	for obj := range objects {
+		if err := s.Add(ctx, obj); err != nil {
+			return err
+		}
+	}
+	s.Finish()
+	return nil
+}
+
+// Add scans one object. Objects of another group or kind are skipped
+// (Skipped counts them); obj is not modified. It fails only for an object
+// that is not plain JSON values.
+func (s *Scanner) Add(ctx context.Context, obj map[string]any) error {
+	apiVersion, _ := obj["apiVersion"].(string)
+	kind, _ := obj["kind"].(string)
+	group, ver, found := strings.Cut(apiVersion, "/")
+	if !found {
+		group, ver = "", apiVersion
+	}
+	if group != s.group || kind != s.kind {
+		s.skipped++
+		return nil
+	}
+	meta, _ := obj["metadata"].(map[string]any)
+	ns, _ := meta["namespace"].(string)
+	name, _ := meta["name"].(string)
+	s.scanned++
+
+	v := s.versions[ver]
+	if v == nil || !v.served {
+		if v != nil && v.unserved >= 0 {
+			s.hit(v.unserved, crddiff.Unserved, crddiff.Hit{Namespace: ns, Name: name, Field: "apiVersion", Error: fmt.Sprintf("version %s is no longer served", ver)})
+		} else {
+			s.hitInvalid(ver, crddiff.Hit{Namespace: ns, Name: name, Field: "apiVersion", Error: fmt.Sprintf("version %s is not served", ver)})
+		}
+		return nil
+	}
+	if v.structural == nil {
+		return nil // no schema: nothing is validated
+	}
+	copied, err := deepCopy(obj)
+	if err != nil {
+		return fmt.Errorf("%s: %w", crddiff.Hit{Namespace: ns, Name: name}, err)
+	}
+	u := copied.(map[string]any)
+	hits := map[int]bool{}
+	if v.prune {
+		opts := structuralschema.UnknownFieldPathOptions{TrackUnknownFieldPaths: true}
+		for _, p := range pruning.PruneWithOptions(u, v.structural, true, opts) {
+			if t := v.match(p, true); t >= 0 && !hits[t] {
+				hits[t] = true
+				s.hit(t, crddiff.Pruned, crddiff.Hit{Namespace: ns, Name: name, Field: p, Error: fmt.Sprintf("%s: field not declared in schema", p)})
+			}
+		}
+		structuraldefaulting.PruneNonNullableNullsWithoutDefaults(u, v.structural)
+	}
+	for _, e := range v.validate(ctx, u) {
+		h := crddiff.Hit{Namespace: ns, Name: name, Field: e.Field, Error: errorText(e)}
+		t := v.match(e.Field, false)
+		switch {
+		case t < 0:
+			s.hitInvalid(ver, h)
+		case !hits[t]:
+			hits[t] = true
+			s.hit(t, crddiff.Rejected, h)
+		}
+	}
+	return nil
+}
+
+// validate runs the apiserver's create path after decoding: embedded
+// object metadata coercion, defaulting, then the OpenAPI schema,
+// embedded metadata, list-type and CEL validation (CEL only when nothing
+// else blocks it, as in the apiserver's strategy).
+func (v *version) validate(ctx context.Context, u map[string]any) field.ErrorList {
+	var errs field.ErrorList
+	if err, _ := schemaobjectmeta.CoerceWithOptions(nil, u, v.structural, false, schemaobjectmeta.CoerceOptions{}); err != nil {
+		errs = append(errs, err)
+	}
+	structuraldefaulting.Default(u, v.structural)
+	errs = append(errs, apiservervalidation.ValidateCustomResource(nil, u, v.validator)...)
+	errs = append(errs, schemaobjectmeta.Validate(ctx, nil, u, v.structural, false)...)
+	errs = append(errs, listtype.ValidateListSetsAndMaps(nil, v.structural, u)...)
+	if !blocking(errs) {
+		celErrs, _ := v.cel.Validate(ctx, nil, v.structural, u, nil, celconfig.RuntimeCELCostBudget)
+		errs = append(errs, celErrs...)
+	}
+	return errs
+}
+
+// blocking mirrors the apiserver's rule: these errors stop CEL rules from
+// running.
+func blocking(errs field.ErrorList) bool {
+	for _, e := range errs {
+		switch e.Type {
+		case field.ErrorTypeNotSupported, field.ErrorTypeRequired, field.ErrorTypeTooLong, field.ErrorTypeTooMany, field.ErrorTypeTypeInvalid:
+			return true
+		}
+	}
+	return false
+}
+
+// match returns the check whose field is the longest prefix of the error
+// path, among removal checks or the others; -1 when none.
+func (v *version) match(path string, removal bool) int {
+	segs := splitErrorPath(path)
+	best, bestLen := -1, -1
+	for _, t := range v.targets {
+		if t.removal != removal || len(t.segs) <= bestLen || !hasPrefix(segs, t.segs) {
+			continue
+		}
+		best, bestLen = t.check, len(t.segs)
+	}
+	return best
+}
+
+func hasPrefix(segs, prefix []string) bool {
+	if len(prefix) > len(segs) {
+		return false
+	}
+	for i, p := range prefix {
+		if p != wildcard && p != segs[i] {
+			return false
+		}
+	}
+	return true
+}
+
+const maxErrorText = 300
+
+// errorText is the apiserver's message for e, cut to a few hundred bytes
+// (a type error quotes the whole value).
+func errorText(e *field.Error) string {
+	s := e.Error()
+	if len(s) > maxErrorText {
+		s = s[:maxErrorText] + "…"
+	}
+	return s
+}
+
+func (s *Scanner) hit(check int, effect crddiff.Effect, h crddiff.Hit) {
+	im := s.impacts[check]
+	if im == nil {
+		c := s.res.Checks[check]
+		im = &impact{crddiff.Impact{Check: c.Check, Version: c.Version, Path: c.Path, Field: c.Field, Effect: effect}}
+		s.impacts[check] = im
+	}
+	im.add(h)
+}
+
+func (s *Scanner) hitInvalid(ver string, h crddiff.Hit) {
+	im := s.invalid[ver]
+	if im == nil {
+		im = &impact{crddiff.Impact{Check: Invalid, Version: ver, Effect: crddiff.Rejected}}
+		s.invalid[ver] = im
+	}
+	im.add(h)
+}
+
+// add counts an object and keeps it among the samples when it is one of
+// the first MaxSamples in namespace/name order.
+func (im *impact) add(h crddiff.Hit) {
+	im.Count++
+	less := func(a, b crddiff.Hit) bool {
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
+		}
+		return a.Name < b.Name
+	}
+	n := len(im.Objects)
+	if n == crddiff.MaxSamples && !less(h, im.Objects[n-1]) {
+		return
+	}
+	i := sort.Search(n, func(i int) bool { return less(h, im.Objects[i]) })
+	if n < crddiff.MaxSamples {
+		im.Objects = append(im.Objects, crddiff.Hit{})
+	}
+	copy(im.Objects[i+1:], im.Objects[i:])
+	im.Objects[i] = h
+}
+
+// Scanned is how many objects of the CRD's kind Add has read.
+func (s *Scanner) Scanned() int { return s.scanned }
+
+// Skipped is how many objects of other kinds Add has skipped.
+func (s *Scanner) Skipped() int { return s.skipped }
+
+// Finish records the impact in the Result: one Impact per check that hits
+// objects, in the order of the checks, then the objects no check explains
+// per version; and Scanned. It can be called again after more Adds.
+func (s *Scanner) Finish() {
+	out := []crddiff.Impact{}
+	idx := make([]int, 0, len(s.impacts))
+	for i := range s.impacts {
+		idx = append(idx, i)
+	}
+	sort.Ints(idx)
+	for _, i := range idx {
+		im := s.impacts[i].Impact
+		im.Objects = append([]crddiff.Hit(nil), im.Objects...)
+		im.Message = message(im)
+		out = append(out, im)
+	}
+	vers := make([]string, 0, len(s.invalid))
+	for v := range s.invalid {
+		vers = append(vers, v)
+	}
+	sort.Strings(vers)
+	for _, v := range vers {
+		im := s.invalid[v].Impact
+		im.Objects = append([]crddiff.Hit(nil), im.Objects...)
+		im.Message = message(im)
+		out = append(out, im)
+	}
+	s.res.Impact = out
+	s.res.Scanned = s.scanned
+}
+
+// message says what the apiserver does to the objects of an Impact.
+func message(im crddiff.Impact) string {
+	field := im.Field
+	if field == "" {
+		field = "the object"
+	}
+	switch {
+	case im.Effect == crddiff.Unserved:
+		return fmt.Sprintf("%d object(s) are at version %s, which is no longer served: reading or writing them at %s fails", im.Count, im.Version, im.Version)
+	case im.Effect == crddiff.Pruned:
+		return fmt.Sprintf("%d object(s) set %s, which the new schema drops: the apiserver no longer returns it, their next write deletes it, "+
+			"and creating them again with strict field validation (kubectl's default) is rejected as an unknown field", im.Count, field)
+	case im.Check == Invalid:
+		return fmt.Sprintf("%d object(s) fail the new schema of %s for reasons no check explains (they may have been invalid before): "+
+			"the apiserver rejects them when they are created again and on updates that change the invalid fields", im.Count, im.Version)
+	}
+	return fmt.Sprintf("%d object(s) fail the new schema at %s: the apiserver rejects them when they are created again (re-created, restored, "+
+		"re-applied after a delete) and on any update that changes %s; updates that leave it as it is still pass (CRD validation ratcheting), "+
+		"so nothing fails until then", im.Count, field, field)
+}
+
+// deepCopy copies a JSON value, normalising numbers to int64 and float64
+// as the apiserver's decoder gives them.
+func deepCopy(v any) (any, error) {
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			c, err := deepCopy(e)
+			if err != nil {
+				return nil, err
+			}
+			out[k] = c
+		}
+		return out, nil
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			c, err := deepCopy(e)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = c
+		}
+		return out, nil
+	case string, bool, int64, nil:
+		return x, nil
+	case float64:
+		if x == math.Trunc(x) && math.Abs(x) < 1<<53 {
+			return int64(x), nil
+		}
+		return x, nil
+	case int:
+		return int64(x), nil
+	case int32:
+		return int64(x), nil
+	case float32:
+		return deepCopy(float64(x))
+	}
+	return nil, fmt.Errorf("value of type %T is not JSON", v)
+}
