@@ -292,3 +292,39 @@ func compareSelectableFields(r *Result, version, base string, old, new []apiexte
 		}
 	}
 }
+
+// CompareAll compares two sets of CRDs (the CRDs of a chart or a
+// kustomization before and after, say), pairing them by name: a CRD only
+// in old gives a Result with the check crd-removed (breaking: deleting a
+// CRD deletes every object of it), one only in new a Result with
+// crd-added (safe). Results are in old's order, then the added CRDs in
+// new's order.
+func CompareAll(old, new []*apiextensionsv1.CustomResourceDefinition) []*Result {
+	byName := make(map[string]*apiextensionsv1.CustomResourceDefinition, len(new))
+	for _, c := range new {
+		byName[c.Name] = c
+	}
+	seen := make(map[string]bool, len(old))
+	var out []*Result
+	for _, o := range old {
+		seen[o.Name] = true
+		if n, ok := byName[o.Name]; ok {
+			out = append(out, Compare(o, n))
+			continue
+		}
+		r := &Result{CRD: o.Name, Checks: []Check{}, Impact: []Impact{}}
+		r.add(Check{Path: "", Check: "crd-removed", Old: o.Name, Severity: Breaking,
+			Message: fmt.Sprintf("CRD %s was removed: deleting it deletes every object of it", o.Name)})
+		out = append(out, r)
+	}
+	for _, n := range new {
+		if seen[n.Name] {
+			continue
+		}
+		seen[n.Name] = true
+		r := &Result{CRD: n.Name, Checks: []Check{}, Impact: []Impact{}}
+		r.add(Check{Path: "", Check: "crd-added", New: n.Name, Severity: Safe, Message: fmt.Sprintf("CRD %s was added", n.Name)})
+		out = append(out, r)
+	}
+	return out
+}

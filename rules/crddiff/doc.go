@@ -27,6 +27,8 @@
 //
 // CRD-wide and per version:
 //
+//	crd-removed, crd-added        breaking, safe  (CompareAll: a CRD only in the old or
+//	                                        the new set)
 //	scope-changed                 breaking  Namespaced <-> Cluster
 //	kind-changed                  breaking  names.kind, listKind or plural changed
 //	names-changed                 safe      singular, shortNames or categories changed

@@ -133,6 +133,9 @@ func (v *version) compile(cv *apiextensionsv1.CustomResourceDefinitionVersion) e
 	if err != nil {
 		return fmt.Errorf("schema is not structural: %w", err)
 	}
+	if errs := structuralschema.ValidateStructural(field.NewPath("openAPIV3Schema"), ss); len(errs) > 0 {
+		return fmt.Errorf("schema is not structural: %w", errs.ToAggregate())
+	}
 	ss = ss.DeepCopy()
 	if err := structuraldefaulting.PruneDefaults(ss); err != nil {
 		return fmt.Errorf("prune defaults: %w", err)
