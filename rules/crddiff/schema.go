@@ -1,9 +1,11 @@
 package crddiff
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"sort"
 	"strconv"
@@ -58,24 +60,30 @@ func (w *walker) compare(path, field string, o, n *apiextensionsv1.JSONSchemaPro
 	w.compareUnsupported(path, field, o, n)
 }
 
-// intOrStringAnyOf is the anyOf that kubebuilder and Kubernetes' own
-// types put beside x-kubernetes-int-or-string; it is part of the type.
-var intOrStringAnyOf = []apiextensionsv1.JSONSchemaProps{{Type: "integer"}, {Type: "string"}}
-
+// withoutIntOrStringAnyOf drops the anyOf of an integer and a string that
+// kubebuilder and Kubernetes' own types put beside
+// x-kubernetes-int-or-string: it is part of the type.
 func withoutIntOrStringAnyOf(s *apiextensionsv1.JSONSchemaProps) *apiextensionsv1.JSONSchemaProps {
 	if !s.XIntOrString || len(s.AnyOf) != 2 {
 		return s
 	}
-	a, b := s.AnyOf[0], s.AnyOf[1]
+	a, b := &s.AnyOf[0], &s.AnyOf[1]
 	if a.Type == "string" {
 		a, b = b, a
 	}
-	if !sameJSON([]apiextensionsv1.JSONSchemaProps{a, b}, intOrStringAnyOf) {
+	if a.Type != "integer" || b.Type != "string" || !isBareType(a) || !isBareType(b) {
 		return s
 	}
 	c := *s
 	c.AnyOf = nil
 	return &c
+}
+
+// isBareType reports whether s has nothing but a type.
+func isBareType(s *apiextensionsv1.JSONSchemaProps) bool {
+	c := *s
+	c.Type = ""
+	return reflect.DeepEqual(c, apiextensionsv1.JSONSchemaProps{})
 }
 
 // typeName is a node's type, int-or-string included; "" is any type.
@@ -192,6 +200,7 @@ func (w *walker) compareEnum(path, field string, o, n *apiextensionsv1.JSONSchem
 		w.add(path+"/enum", field, "enum-added", Breaking, nil, plainList(n.Enum), "%s is now restricted to %s", f, enumText(n.Enum))
 	case len(n.Enum) == 0:
 		w.add(path+"/enum", field, "enum-removed", Safe, plainList(o.Enum), nil, "%s is no longer restricted to a list of values", f)
+	case sameRaw(o.Enum, n.Enum):
 	default:
 		removed, added := diffJSONSets(o.Enum, n.Enum)
 		if len(removed) > 0 {
@@ -209,6 +218,20 @@ func enumText(vals []apiextensionsv1.JSON) string {
 		parts[i] = string(canonical(v.Raw))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// sameRaw reports whether two lists of JSON values are byte for byte the
+// same (the common case, which needs no decoding).
+func sameRaw(a, b []apiextensionsv1.JSON) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !bytes.Equal(a[i].Raw, b[i].Raw) {
+			return false
+		}
+	}
+	return true
 }
 
 // diffJSONSets returns the values only in a and only in b, in their order.
@@ -246,7 +269,7 @@ func (w *walker) compareDefault(path, field string, o, n *apiextensionsv1.JSONSc
 	case n.Default == nil:
 		w.add(path+"/default", field, "default-removed", Breaking, plainRaw(o.Default.Raw), nil,
 			"%s no longer defaults to %s: objects created from now on lack it", f, canonical(o.Default.Raw))
-	case string(canonical(o.Default.Raw)) != string(canonical(n.Default.Raw)):
+	case !bytes.Equal(o.Default.Raw, n.Default.Raw) && string(canonical(o.Default.Raw)) != string(canonical(n.Default.Raw)):
 		w.add(path+"/default", field, "default-changed", Breaking, plainRaw(o.Default.Raw), plainRaw(n.Default.Raw),
 			"%s now defaults to %s instead of %s", f, canonical(n.Default.Raw), canonical(o.Default.Raw))
 	}
@@ -273,7 +296,7 @@ func intPtr(p *int64) *float64 {
 // breaking, relaxed or removed safe; exclusiveMinimum and exclusiveMaximum
 // tighten or relax their bound.
 func (w *walker) compareLimits(path, field string, o, n *apiextensionsv1.JSONSchemaProps) {
-	limits := []limit{
+	limits := [...]limit{
 		{key: "minimum", check: "minimum", lower: true, old: o.Minimum, new: n.Minimum, oldExcl: o.ExclusiveMinimum, newExcl: n.ExclusiveMinimum, exclKey: "exclusiveMinimum"},
 		{key: "maximum", check: "maximum", old: o.Maximum, new: n.Maximum, oldExcl: o.ExclusiveMaximum, newExcl: n.ExclusiveMaximum, exclKey: "exclusiveMaximum"},
 		{key: "minLength", check: "min-length", lower: true, old: intPtr(o.MinLength), new: intPtr(n.MinLength)},
@@ -285,9 +308,11 @@ func (w *walker) compareLimits(path, field string, o, n *apiextensionsv1.JSONSch
 	}
 	f := fieldName(field)
 	for _, l := range limits {
+		if l.old == nil && l.new == nil {
+			continue
+		}
 		p := path + "/" + l.key
 		switch {
-		case l.old == nil && l.new == nil:
 		case l.old == nil:
 			w.add(p, field, l.check+"-added", Breaking, nil, l.value(l.new, l.newExcl), "%s now has %s %s", f, l.key, l.text(l.new, l.newExcl))
 		case l.new == nil:
@@ -415,7 +440,7 @@ func (w *walker) compareValidations(path, field string, o, n *apiextensionsv1.JS
 		or := o.XValidations[i]
 		if boolOf(or.OptionalOldSelf) != boolOf(r.OptionalOldSelf) {
 			w.add(base+strconv.Itoa(j), field, "validation-rule-changed", Unknown, or.Rule, r.Rule, "%s: optionalOldSelf of rule %q changed", f, r.Rule)
-		} else if or.Message != r.Message || or.MessageExpression != r.MessageExpression || or.FieldPath != r.FieldPath || !sameJSON(or.Reason, r.Reason) {
+		} else if or.Message != r.Message || or.MessageExpression != r.MessageExpression || or.FieldPath != r.FieldPath || !reflect.DeepEqual(or.Reason, r.Reason) {
 			w.add(base+strconv.Itoa(j), field, "validation-rule-message-changed", Safe, or.Rule, r.Rule, "%s: the message, reason or field path of rule %q changed", f, r.Rule)
 		}
 	}
