@@ -70,7 +70,7 @@ func ParseManifests(name string, data []byte) ([]Manifest, error) {
 		if len(bytes.TrimSpace(d.data)) == 0 {
 			continue
 		}
-		js, err := yaml.YAMLToJSON(d.data)
+		js, err := yaml.YAMLToJSONStrict(d.data)
 		if err != nil {
 			line, msg := yamlErrorLine(err)
 			return nil, &Error{File: name, Line: d.line + max(line, 1) - 1, Msg: msg}
@@ -292,10 +292,12 @@ var yamlLine = regexp.MustCompile(`line (\d+): `)
 // without the line.
 func yamlErrorLine(err error) (int, string) {
 	msg := strings.TrimPrefix(err.Error(), "error converting YAML to JSON: ")
+	msg = strings.TrimPrefix(msg, "error unmarshaling JSON: while decoding JSON: ")
 	msg = strings.TrimPrefix(msg, "yaml: ")
 	if m := yamlLine.FindStringSubmatchIndex(msg); m != nil {
 		n, _ := strconv.Atoi(msg[m[2]:m[3]])
-		return n, msg[:m[0]] + msg[m[1]:]
+		msg = msg[:m[0]] + msg[m[1]:]
+		return n, strings.TrimSpace(strings.TrimPrefix(msg, "unmarshal errors:\n"))
 	}
 	return 0, msg
 }
@@ -360,6 +362,15 @@ func find(n *yamlv3.Node, path []string, kind string) *yamlv3.Node {
 					return n.Content[i]
 				}
 				return find(n.Content[i+1], path[1:], kind)
+			}
+		}
+		// encoding/json's paths leave out map keys (properties.type for
+		// properties.a.type): try every value.
+		for i := 1; i < len(n.Content); i += 2 {
+			if n.Content[i].Kind == yamlv3.MappingNode {
+				if f := find(n.Content[i], path, kind); f != nil {
+					return f
+				}
 			}
 		}
 	case yamlv3.SequenceNode:

@@ -124,3 +124,140 @@ func TestScan(t *testing.T) {
 		})
 	}
 }
+
+func TestScanVersionsKindsAndSamples(t *testing.T) {
+	old := crdWith(t, `{type: object, properties: {color: {type: string, enum: [red, blue]}}}`)
+	new := old.DeepCopy()
+	new.Spec.Versions[0].Served = false // v0 no longer served
+	new.Spec.Versions[1].Schema.OpenAPIV3Schema.Properties["spec"].Properties["color"] = apiextensionsv1.JSONSchemaProps{Type: "string", Enum: []apiextensionsv1.JSON{{Raw: []byte(`"blue"`)}}}
+	res := crddiff.Compare(old, new)
+
+	var objects []map[string]any
+	// 25 red widgets in a shuffled order: the samples are the first ten
+	// in namespace/name order whatever the scan order.
+	for _, i := range []int{17, 3, 24, 0, 11, 8, 21, 5, 14, 1, 19, 9, 23, 2, 12, 6, 20, 15, 4, 22, 10, 13, 7, 18, 16} {
+		objects = append(objects, widget(fmt.Sprintf("ns%d", i%2), fmt.Sprintf("w%02d", i), `{color: red}`))
+	}
+	v0 := widget("a", "old-version", `{color: red}`)
+	v0["apiVersion"] = "example.com/v0"
+	v9 := widget("a", "unknown-version", `{}`)
+	v9["apiVersion"] = "example.com/v9"
+	other := widget("a", "gadget", `{color: red}`)
+	other["kind"] = "Gadget"
+	cm := map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "cm"}}
+	objects = append(objects, v0, v9, other, cm)
+
+	s, err := New(new, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objects {
+		if err := s.Add(context.Background(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Finish()
+	want := []string{
+		"served-version-removed  unserved 1 [a/old-version]",
+		"enum-values-removed spec.color rejected 25 [ns0/w00 ns0/w02 ns0/w04 ns0/w06 ns0/w08 ns0/w10 ns0/w12 ns0/w14 ns0/w16 ns0/w18]",
+		"invalid  rejected 1 [a/unknown-version]",
+	}
+	if got := impactSummary(res); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("impact:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+	if s.Scanned() != 27 || s.Skipped() != 2 || res.Scanned != 27 {
+		t.Errorf("scanned %d (result %d), skipped %d; want 27 and 2", s.Scanned(), res.Scanned, s.Skipped())
+	}
+	for _, o := range objects[:25] {
+		if o["spec"].(map[string]any)["color"] != "red" {
+			t.Fatal("the scan modified an object")
+		}
+	}
+	// Finish again after more objects: counts go on.
+	if err := s.Add(context.Background(), widget("ns0", "a-first", `{color: red}`)); err != nil {
+		t.Fatal(err)
+	}
+	s.Finish()
+	if im := res.Impact[1]; im.Count != 26 || im.Objects[0].Name != "a-first" || len(im.Objects) != crddiff.MaxSamples {
+		t.Errorf("after one more: %+v", im)
+	}
+}
+
+func TestScanValues(t *testing.T) {
+	old := crdWith(t, `{type: object, properties: {num: {type: integer}}}`)
+	new := crdWith(t, `{type: object, properties: {num: {type: integer, maximum: 3}}}`)
+	tests := []struct {
+		name    string
+		n       any
+		hit     bool
+		wantErr string
+	}{
+		{name: "int64", n: int64(4), hit: true},
+		{name: "float64 from encoding/json", n: float64(4), hit: true},
+		{name: "int from YAML", n: 2},
+		{name: "not JSON", n: struct{}{}, wantErr: "a/w: value of type struct {} is not JSON"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := crddiff.Compare(old, new)
+			obj := widget("a", "w", `{}`)
+			obj["spec"] = map[string]any{"num": tt.n}
+			err := Scan(context.Background(), new, res, slices.Values([]map[string]any{obj}))
+			if tt.wantErr != "" {
+				if err == nil || err.Error() != tt.wantErr {
+					t.Fatalf("error %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if hit := len(res.Impact) == 1 && res.Impact[0].Check == "maximum-added"; hit != tt.hit {
+				t.Errorf("impact %+v, want hit %v", res.Impact, tt.hit)
+			}
+		})
+	}
+}
+
+func TestNewRefusesNonStructural(t *testing.T) {
+	crd := crdWith(t, `{type: object, properties: {a: {enum: [x]}}}`)
+	_, err := New(crd, crddiff.Compare(crd, crd))
+	if err == nil || !strings.Contains(err.Error(), "version v1: schema is not structural") {
+		t.Errorf("error %v", err)
+	}
+}
+
+func TestSplitPaths(t *testing.T) {
+	for _, tt := range []struct {
+		field string
+		segs  []string
+	}{
+		{"", nil},
+		{"spec.items[*].name", []string{"spec", "items", wildcard, "name"}},
+		{`spec["a.b"].c`, []string{"spec", "a.b", "c"}},
+		{`spec.x/y[*][*]`, []string{"spec", "x/y", wildcard, wildcard}},
+	} {
+		got, err := splitField(tt.field)
+		if err != nil || !slices.Equal(got, tt.segs) {
+			t.Errorf("splitField(%q) = %q, %v; want %q", tt.field, got, err, tt.segs)
+		}
+	}
+	for _, bad := range []string{`spec["a`, `spec[3]`, `spec["a"`} {
+		if _, err := splitField(bad); err == nil {
+			t.Errorf("splitField(%q): no error", bad)
+		}
+	}
+	for _, tt := range []struct {
+		path string
+		segs []string
+	}{
+		{"spec.items[2].name", []string{"spec", "items", "2", "name"}},
+		{"spec.labels[app]", []string{"spec", "labels", "app"}},
+		{"spec.labels.app", []string{"spec", "labels", "app"}},
+		{"spec[", []string{"spec", ""}},
+	} {
+		if got := splitErrorPath(tt.path); !slices.Equal(got, tt.segs) {
+			t.Errorf("splitErrorPath(%q) = %q, want %q", tt.path, got, tt.segs)
+		}
+	}
+}
