@@ -101,6 +101,9 @@ func New(crd *apiextensionsv1.CustomResourceDefinition, res *crddiff.Result) (*S
 		if ver == nil || !strings.HasPrefix(c.Path, "/") || strings.HasPrefix(c.Path, "/spec/") || strings.HasPrefix(c.Path, "/status/") {
 			continue // not a schema check
 		}
+		if strings.HasPrefix(c.Check, "default-") {
+			continue // defaults change values, they reject nothing
+		}
 		segs, err := splitField(c.Field)
 		if err != nil {
 			continue

@@ -101,6 +101,12 @@ func TestScan(t *testing.T) {
 			want:    []string{"validation-rule-added spec rejected 1 [a/big]"},
 		},
 		{
+			name:    "a default and a limit added to the same field: the limit rejects",
+			newSpec: `{type: object, properties: {color: {type: string, enum: [red, blue, green]}, size: {type: integer, default: 1, maximum: 5}, legacy: {type: string}, ports: {type: array, items: {type: object, properties: {name: {type: string}, port: {type: integer}}}}, labels: {type: object, additionalProperties: {type: string}}}}`,
+			objects: []map[string]any{widget("a", "big", `{size: 6}`), widget("a", "none", `{}`)},
+			want:    []string{"maximum-added spec.size rejected 1 [a/big]"},
+		},
+		{
 			name:    "type changed; an object already invalid",
 			newSpec: `{type: object, properties: {color: {type: string, enum: [red, blue, green]}, size: {type: string}, legacy: {type: string}, ports: {type: array, items: {type: object, properties: {name: {type: string}, port: {type: integer}}}}, labels: {type: object, additionalProperties: {type: string}}}}`,
 			objects: []map[string]any{widget("a", "w1", `{size: 3}`), widget("a", "w2", `{size: "3"}`), widget("a", "bad", `{color: purple}`)},
