@@ -1,11 +1,11 @@
 package rules
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"strconv"
 	"strings"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
 // Actor is who made a change, as the object's metadata.managedFields tells:
@@ -38,9 +38,9 @@ type Actor struct {
 func actorOf(c *Change, ops []Op) (a Actor, ok bool) {
 	var old []any
 	switch c.Type {
-	case Created:
+	case change.Created:
 		ops = nil // the newest entry, whatever it owns
-	case Updated:
+	case change.Updated:
 		old = managedFields(c.OldObject)
 	default:
 		return Actor{}, false
@@ -57,7 +57,7 @@ func actorOf(c *Change, ops []Op) (a Actor, ok bool) {
 			continue
 		}
 		level := 2
-		if c.Type == Updated {
+		if c.Type == change.Updated {
 			if level = touched(entry, old); level == 0 {
 				continue
 			}
@@ -128,7 +128,7 @@ func sameString(a, b map[string]any, key string) bool {
 
 // sameFields reports whether two managedFields entries have the same field
 // set, given as fieldsV1 (what the apiserver writes) or fieldsHash (what
-// the watcher's cache keeps instead, see fieldsHash), in any mix.
+// the watcher's cache keeps instead, change.FieldsHash), in any mix.
 func sameFields(a, b map[string]any) bool {
 	av, aV1 := a["fieldsV1"]
 	bv, bV1 := b["fieldsV1"]
@@ -140,24 +140,11 @@ func sameFields(a, b map[string]any) bool {
 	case aHash && bHash:
 		return ah == bh
 	case aV1 && bHash:
-		return fieldsHash(av) == bh
+		return change.FieldsHash(av) == bh
 	case aHash && bV1:
-		return ah == fieldsHash(bv)
+		return ah == change.FieldsHash(bv)
 	}
 	return !aV1 && !bV1 && !aHash && !bHash
-}
-
-// fieldsHash digests a fieldsV1 field set as the watcher's cache does in
-// place of it: the first 16 hex digits of the SHA-256 of its JSON. Only
-// needed when one state of an object has the field set and the other its
-// hash.
-func fieldsHash(fields any) string {
-	b, err := json.Marshal(fields)
-	if err != nil {
-		return ""
-	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:8])
 }
 
 // owns reports whether a fieldsV1 set (the structured-merge-diff format:

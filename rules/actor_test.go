@@ -3,6 +3,8 @@ package rules
 import (
 	"strings"
 	"testing"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
 func TestActor(t *testing.T) {
@@ -77,7 +79,7 @@ func TestActor(t *testing.T) {
 			// An update from an object without managedFields: every
 			// entry is a candidate, and these cases are about the choice
 			// among candidates (TestActorCandidates: which are).
-			c := &Change{Type: Updated, OldObject: obj(t, `{"metadata":{}}`), Object: obj(t, tt.obj)}
+			c := &Change{Type: change.Updated, OldObject: obj(t, `{"metadata":{}}`), Object: obj(t, tt.obj)}
 			if got := actorString(c, changedOps(tt.changed)); got != tt.want {
 				t.Errorf("actor = %q, want %q", got, tt.want)
 			}
@@ -111,71 +113,71 @@ func TestActorCandidates(t *testing.T) {
 		t1, t2, t3 = "2026-01-01T00:00:01Z", "2026-01-01T00:00:02Z", "2026-01-01T00:00:03Z"
 		size       = `{"f:spec":{"f:size":{}}}`
 		phase      = `{"f:status":{"f:phase":{}}}`
-		sizeHash   = "#01dd22de4fada247" // the watcher's fieldsHash of size
 	)
+	sizeHash := "#" + change.FieldsHash(map[string]any{"f:spec": map[string]any{"f:size": map[string]any{}}}) // the watcher's fieldsHash of size
 	tests := []struct {
 		name     string
-		typ      ChangeType
+		typ      change.Type
 		old, new string
 		changed  []string
 		want     string
 	}{
-		{"created: the newest", Created, "", mf(e("a", "Apply", "", t1, ""), e("b", "Update", "", t3, ""), e("c", "Update", "", t2, "")), nil, "b/Update"},
-		{"created: a tie goes to the last", Created, "", mf(e("b", "Apply", "", t1, ""), e("a", "Update", "", t1, "")), nil, "a/Update"},
-		{"created: the newest, whatever it owns", Created, "", mf(e("a", "Update", "", t1, size), e("b", "Update", "", t2, phase)), []string{"/spec/size"}, "b/Update"},
-		{"created: no managedFields", Created, "", `{"metadata":{}}`, nil, ""},
-		{"created: no manager", Created, "", mf(e("", "Update", "", t1, "")), nil, ""},
-		{"deleted: never", Deleted, mf(e("a", "Update", "", t1, "")), "", []string{"/spec/size"}, ""},
+		{"created: the newest", change.Created, "", mf(e("a", "Apply", "", t1, ""), e("b", "Update", "", t3, ""), e("c", "Update", "", t2, "")), nil, "b/Update"},
+		{"created: a tie goes to the last", change.Created, "", mf(e("b", "Apply", "", t1, ""), e("a", "Update", "", t1, "")), nil, "a/Update"},
+		{"created: the newest, whatever it owns", change.Created, "", mf(e("a", "Update", "", t1, size), e("b", "Update", "", t2, phase)), []string{"/spec/size"}, "b/Update"},
+		{"created: no managedFields", change.Created, "", `{"metadata":{}}`, nil, ""},
+		{"created: no manager", change.Created, "", mf(e("", "Update", "", t1, "")), nil, ""},
+		{"deleted: never", change.Deleted, mf(e("a", "Update", "", t1, "")), "", []string{"/spec/size"}, ""},
 
 		{"untouched entries are not candidates",
-			Updated, mf(e("kubectl", "Apply", "", t1, ""), e("ctrl", "Update", "status", t3, "")),
+			change.Updated, mf(e("kubectl", "Apply", "", t1, ""), e("ctrl", "Update", "status", t3, "")),
 			mf(e("kubectl", "Apply", "", t2, ""), e("ctrl", "Update", "status", t3, "")), []string{"/spec/size"}, "kubectl/Apply"},
 		{"nothing touched: no actor (a /scale write)",
-			Updated, mf(e("kubectl", "Apply", "", t1, size), e("ctrl", "Update", "status", t3, phase)),
+			change.Updated, mf(e("kubectl", "Apply", "", t1, size), e("ctrl", "Update", "status", t3, phase)),
 			mf(e("kubectl", "Apply", "", t1, size), e("ctrl", "Update", "status", t3, phase)), []string{"/spec/size"}, ""},
 		{"the writer's entry left: no actor",
-			Updated, mf(e("kubectl", "Apply", "", t1, ""), e("hpa", "Update", "scale", t2, "")),
+			change.Updated, mf(e("kubectl", "Apply", "", t1, ""), e("hpa", "Update", "scale", t2, "")),
 			mf(e("kubectl", "Apply", "", t1, "")), []string{"/spec/size"}, ""},
 		{"a new entry, of the same time",
-			Updated, mf(e("kubectl", "Apply", "", t2, "")),
+			change.Updated, mf(e("kubectl", "Apply", "", t2, "")),
 			mf(e("kubectl", "Apply", "", t2, ""), e("kubectl-edit", "Update", "", t2, "")), []string{"/spec/size"}, "kubectl-edit/Update"},
 		{"keyed by operation",
-			Updated, mf(e("m", "Apply", "", t2, "#1")),
+			change.Updated, mf(e("m", "Apply", "", t2, "#1")),
 			mf(e("m", "Apply", "", t2, "#1"), e("m", "Update", "", t1, "#1")), []string{"/spec/size"}, "m/Update"},
 		{"keyed by subresource",
-			Updated, mf(e("kubelet", "Update", "", t1, "#1"), e("other", "Update", "", t3, "#2")),
+			change.Updated, mf(e("kubelet", "Update", "", t1, "#1"), e("other", "Update", "", t3, "#2")),
 			mf(e("kubelet", "Update", "", t1, "#1"), e("kubelet", "Update", "status", t1, "#1"), e("other", "Update", "", t3, "#2")), []string{"/status/phase"}, "kubelet/Update"},
 		{"the writer's stamped entry over one that only lost fields to it, later in the list",
-			Updated, mf(e("writer", "Update", "", t1, "#1"), e("loser", "Update", "", t2, "#2")),
+			change.Updated, mf(e("writer", "Update", "", t1, "#1"), e("loser", "Update", "", t2, "#2")),
 			mf(e("writer", "Update", "", t2, "#3"), e("loser", "Update", "", t2, "#4")), []string{"/spec/size"}, "writer/Update"},
 		{"a new fieldsHash in the same second",
-			Updated, mf(e("a", "Update", "", t1, "#1"), e("b", "Update", "", t2, "#2")),
+			change.Updated, mf(e("a", "Update", "", t1, "#1"), e("b", "Update", "", t2, "#2")),
 			mf(e("a", "Update", "", t1, "#3"), e("b", "Update", "", t2, "#2")), []string{"/spec/size"}, "a/Update"},
 		{"a new fieldsV1 in the same second",
-			Updated, mf(e("a", "Update", "", t1, size), e("b", "Update", "", t2, phase)),
+			change.Updated, mf(e("a", "Update", "", t1, size), e("b", "Update", "", t2, phase)),
 			mf(e("a", "Update", "", t1, `{"f:spec":{"f:size":{},"f:color":{}}}`), e("b", "Update", "", t2, phase)), []string{"/spec/size"}, "a/Update"},
 		{"fieldsV1 before, its fieldsHash after: the same",
-			Updated, mf(e("a", "Update", "", t1, size), e("b", "Update", "", t1, phase)),
+			change.Updated, mf(e("a", "Update", "", t1, size), e("b", "Update", "", t1, phase)),
 			mf(e("a", "Update", "", t1, sizeHash), e("b", "Update", "", t2, "#9")), []string{"/spec/size"}, "b/Update"},
 		{"fieldsHash before, another fieldsV1 after",
-			Updated, mf(e("a", "Update", "", t1, sizeHash), e("b", "Update", "", t2, phase)),
+			change.Updated, mf(e("a", "Update", "", t1, sizeHash), e("b", "Update", "", t2, phase)),
 			mf(e("a", "Update", "", t1, phase), e("b", "Update", "", t2, phase)), []string{"/status/phase"}, "a/Update"},
 		{"the newest candidate",
-			Updated, mf(e("a", "Update", "", t1, "#1"), e("b", "Update", "", t1, "#2"), e("c", "Update", "", t1, "#3")),
+			change.Updated, mf(e("a", "Update", "", t1, "#1"), e("b", "Update", "", t1, "#2"), e("c", "Update", "", t1, "#3")),
 			mf(e("a", "Update", "", t3, "#1"), e("b", "Update", "", t2, "#2"), e("c", "Update", "", t1, "#3")), []string{"/spec/size"}, "a/Update"},
 		{"a tie goes to the last candidate",
-			Updated, mf(e("a", "Update", "", t1, "#1"), e("b", "Update", "", t1, "#2"), e("c", "Update", "", t1, "#3")),
+			change.Updated, mf(e("a", "Update", "", t1, "#1"), e("b", "Update", "", t1, "#2"), e("c", "Update", "", t1, "#3")),
 			mf(e("a", "Update", "", t3, "#1"), e("b", "Update", "", t3, "#2"), e("c", "Update", "", t1, "#3")), []string{"/spec/size"}, "b/Update"},
 		{"the owner among candidates, though older",
-			Updated, mf(e("a", "Update", "", t1, size), e("b", "Update", "", t1, phase)),
+			change.Updated, mf(e("a", "Update", "", t1, size), e("b", "Update", "", t1, phase)),
 			mf(e("a", "Update", "", t2, size), e("b", "Update", "", t3, phase)), []string{"/spec/size"}, "a/Update"},
 		{"an owner that is no candidate does not count",
-			Updated, mf(e("a", "Update", "", t1, size), e("b", "Update", "", t1, phase)),
+			change.Updated, mf(e("a", "Update", "", t1, size), e("b", "Update", "", t1, phase)),
 			mf(e("a", "Update", "", t1, size), e("b", "Update", "", t2, phase)), []string{"/spec/size"}, "b/Update"},
 		{"the old object has no managedFields: every entry",
-			Updated, `{"metadata":{}}`, mf(e("a", "Update", "", t2, ""), e("b", "Update", "", t1, "")), []string{"/spec/size"}, "a/Update"},
+			change.Updated, `{"metadata":{}}`, mf(e("a", "Update", "", t2, ""), e("b", "Update", "", t1, "")), []string{"/spec/size"}, "a/Update"},
 		{"malformed old entries are skipped",
-			Updated, `{"metadata":{"managedFields":["x",{"manager":"a"}]}}`, mf(e("a", "Update", "", t1, "")), []string{"/spec/size"}, "a/Update"},
+			change.Updated, `{"metadata":{"managedFields":["x",{"manager":"a"}]}}`, mf(e("a", "Update", "", t1, "")), []string{"/spec/size"}, "a/Update"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -196,7 +198,7 @@ func TestActorCandidates(t *testing.T) {
 // TestActorAllocs keeps the actor off the heap: it runs for every firing.
 func TestActorAllocs(t *testing.T) {
 	c := &Change{
-		Type:      Updated,
+		Type:      change.Updated,
 		OldObject: benchWidget(3, "100"),
 		Object:    benchWidget(4, "101"),
 	}

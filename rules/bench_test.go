@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
 // benchWidget returns a realistic custom object of about 5 KiB, with
@@ -71,8 +73,8 @@ func benchChange(b *testing.B) *Change {
 		b.Fatalf("object is %d bytes, want about 5 KiB", len(data))
 	}
 	return &Change{
-		Type:      Updated,
-		Resource:  Resource{Group: "example.com", Version: "v1", Resource: "widgets", Kind: "Widget", Namespaced: true, Custom: true},
+		Type:      change.Updated,
+		Resource:  change.Resource{Group: "example.com", Version: "v1", Resource: "widgets", Kind: "Widget", Namespaced: true, Custom: true, Preferred: true},
 		Object:    new,
 		OldObject: old,
 		Time:      time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC),

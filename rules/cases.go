@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
 // Case is one offline test case (`fieldwatch test`): a change and what
@@ -132,9 +134,9 @@ func compileCase(d *yamlDecoder, cs *caseSpec, p string) Case {
 	if cs.Name == "" {
 		d.errorAt(p+".name", "required")
 	}
-	c.Change.Type = ChangeType(cs.Type)
+	c.Change.Type = change.Type(cs.Type)
 	switch c.Change.Type {
-	case Created, Updated, Deleted:
+	case change.Created, change.Updated, change.Deleted:
 	default:
 		d.errorAt(p+".type", "%q is not a change type: use created, updated or deleted", cs.Type)
 	}
@@ -146,8 +148,8 @@ func compileCase(d *yamlDecoder, cs *caseSpec, p string) Case {
 		}
 		c.Change.Time = t
 	}
-	c.Change.Object = caseObject(d, cs.Object, p+".object", c.Change.Type != Deleted)
-	c.Change.OldObject = caseObject(d, cs.OldObject, p+".oldObject", c.Change.Type != Created)
+	c.Change.Object = caseObject(d, cs.Object, p+".object", c.Change.Type != change.Deleted)
+	c.Change.OldObject = caseObject(d, cs.OldObject, p+".oldObject", c.Change.Type != change.Created)
 	c.Change.Resource = caseResource(d, cs.Resource, c.Change.meta(), p+".resource")
 	if cs.Expect == nil {
 		d.errorAt(p+".expect", "required: at least expect.fire (an empty list when nothing fires)")
@@ -198,10 +200,10 @@ func caseObject(d *yamlDecoder, n *yaml.Node, p string, want bool) map[string]an
 // caseResource decodes a case's resource. Group, version and kind default
 // to the object's apiVersion and kind, namespaced to whether the object
 // has a namespace.
-func caseResource(d *yamlDecoder, rs *resourceSpec, obj map[string]any, p string) Resource {
+func caseResource(d *yamlDecoder, rs *resourceSpec, obj map[string]any, p string) change.Resource {
 	if rs == nil {
 		d.errorAt(p, "required: at least {resource: <plural name>}")
-		return Resource{}
+		return change.Resource{}
 	}
 	apiVersion, _ := obj["apiVersion"].(string)
 	group, version, ok := strings.Cut(apiVersion, "/")
@@ -209,7 +211,7 @@ func caseResource(d *yamlDecoder, rs *resourceSpec, obj map[string]any, p string
 		group, version = "", apiVersion
 	}
 	kind, _ := obj["kind"].(string)
-	res := Resource{Group: group, Version: version, Resource: rs.Resource, Kind: kind, Custom: rs.Custom}
+	res := change.Resource{Group: group, Version: version, Resource: rs.Resource, Kind: kind, Custom: rs.Custom, Preferred: true}
 	if rs.Group != nil {
 		res.Group = *rs.Group
 	}
@@ -243,8 +245,8 @@ func RunCases(set *Set, cases []Case) []CaseResult {
 
 func runCase(set *Set, c *Case) CaseResult {
 	res := CaseResult{Name: c.Name, Source: c.Source}
-	change := c.Change
-	firings, errs := set.Eval(&change)
+	ch := c.Change
+	firings, errs := set.Eval(&ch)
 	var problems []string
 	fired := make([]string, 0, len(firings))
 	changes := map[string]any{}

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
 const casesRules = `rules:
@@ -65,7 +67,7 @@ func TestRunCases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cases[0].Source != "cases.yaml:2:5" || cases[0].Change.Resource != (Resource{Group: "example.com", Version: "v1", Resource: "widgets", Kind: "Widget", Namespaced: true}) {
+	if cases[0].Source != "cases.yaml:2:5" || cases[0].Change.Resource != (change.Resource{Group: "example.com", Version: "v1", Resource: "widgets", Kind: "Widget", Namespaced: true, Preferred: true}) {
 		t.Errorf("case 0 = %+v", cases[0])
 	}
 	want := []struct {

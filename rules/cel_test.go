@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
 func TestCELEval(t *testing.T) {
@@ -20,51 +22,51 @@ func TestCELEval(t *testing.T) {
 	tests := []struct {
 		name    string
 		expr    string
-		typ     ChangeType
+		typ     change.Type
 		want    bool
 		wantErr string
 	}{
-		{"int vs double", "object.spec.size > oldObject.spec.size", Updated, true, ""},
-		{"double vs int literal", "object.spec.size == 2", Updated, true, ""},
-		{"int vs double literal", "oldObject.spec.size == 1.0", Updated, true, ""},
-		{"list size", "size(object.spec.tags) > size(oldObject.spec.tags)", Updated, true, ""},
-		{"exists", "object.spec.tags.exists(t, t == 'b')", Updated, true, ""},
-		{"labels index", "object.metadata.labels['app'] == 'shop'", Updated, true, ""},
-		{"has", "has(object.spec.color)", Updated, false, ""},
-		{"optional", "object.?spec.color.orValue('none') == 'none'", Updated, true, ""},
-		{"strings ext", "object.metadata.labels.app.upperAscii() == 'SHOP'", Updated, true, ""},
-		{"sets ext", "sets.contains(object.spec.tags, oldObject.spec.tags)", Updated, true, ""},
-		{"created: oldObject null", "oldObject == null && object.spec.size == 2", Created, true, ""},
-		{"deleted: object null", "object == null", Deleted, true, ""},
-		{"no such key", "object.spec.color == 'red'", Updated, false, "no such key: color"},
-		{"null member", "oldObject.spec.size > 0", Created, false, "no such key"},
-		{"dyn not bool", "object.spec.size", Updated, false, "result is not a bool"},
-		{"cost limit", "[1,2,3,4,5,6,7,8,9,10].all(a, [1,2,3,4,5,6,7,8,9,10].all(b, [1,2,3,4,5,6,7,8,9,10].all(c, [1,2,3,4,5,6,7,8,9,10].all(d, [1,2,3,4,5,6,7,8,9,10].all(e, [1,2,3,4,5,6,7,8,9,10].all(f, a+b+c+d+e+f > 0))))))", Updated, false, "cost limit"},
+		{"int vs double", "object.spec.size > oldObject.spec.size", change.Updated, true, ""},
+		{"double vs int literal", "object.spec.size == 2", change.Updated, true, ""},
+		{"int vs double literal", "oldObject.spec.size == 1.0", change.Updated, true, ""},
+		{"list size", "size(object.spec.tags) > size(oldObject.spec.tags)", change.Updated, true, ""},
+		{"exists", "object.spec.tags.exists(t, t == 'b')", change.Updated, true, ""},
+		{"labels index", "object.metadata.labels['app'] == 'shop'", change.Updated, true, ""},
+		{"has", "has(object.spec.color)", change.Updated, false, ""},
+		{"optional", "object.?spec.color.orValue('none') == 'none'", change.Updated, true, ""},
+		{"strings ext", "object.metadata.labels.app.upperAscii() == 'SHOP'", change.Updated, true, ""},
+		{"sets ext", "sets.contains(object.spec.tags, oldObject.spec.tags)", change.Updated, true, ""},
+		{"created: oldObject null", "oldObject == null && object.spec.size == 2", change.Created, true, ""},
+		{"deleted: object null", "object == null", change.Deleted, true, ""},
+		{"no such key", "object.spec.color == 'red'", change.Updated, false, "no such key: color"},
+		{"null member", "oldObject.spec.size > 0", change.Created, false, "no such key"},
+		{"dyn not bool", "object.spec.size", change.Updated, false, "result is not a bool"},
+		{"cost limit", "[1,2,3,4,5,6,7,8,9,10].all(a, [1,2,3,4,5,6,7,8,9,10].all(b, [1,2,3,4,5,6,7,8,9,10].all(c, [1,2,3,4,5,6,7,8,9,10].all(d, [1,2,3,4,5,6,7,8,9,10].all(e, [1,2,3,4,5,6,7,8,9,10].all(f, a+b+c+d+e+f > 0))))))", change.Updated, false, "cost limit"},
 
 		// sum, min and max over lists of numbers (listNumberFunctions).
-		{"sum of ints", "object.spec.sizes.sum() == 6", Updated, true, ""},
-		{"sum of ints is an int", "type(object.spec.sizes.sum()) == int", Updated, true, ""},
-		{"sum of doubles is a double", "object.spec.ratios.sum() == 1.0 && type(object.spec.ratios.sum()) == double", Updated, true, ""},
-		{"sum of uints is a uint", "[1u, 2u].sum() == 3u && type([1u].sum()) == uint", Updated, true, ""},
-		{"sum of an empty list is 0", "object.spec.none.sum() == 0 && type(object.spec.none.sum()) == int", Updated, true, ""},
-		{"sum of an empty double list is 0.0", "type([1.0].filter(x, x > 2.0).sum()) == double", Updated, true, ""},
-		{"sum of literals", "[1, 2, 3].sum() == 6 && [0.5, 0.25].sum() == 0.75", Updated, true, ""},
-		{"sum of a mapped list", "object.spec.parts.map(p, p.n).sum() == 3 && oldObject.spec.parts.map(p, p.n).sum() == 1", Updated, true, ""},
-		{"sum of big sizes", "object.spec.bytes.sum() == 50000000000", Updated, true, ""},
-		{"sum overflows", "object.spec.huge.sum() > 0", Updated, false, "overflow"},
-		{"sum of mixed numbers", "object.spec.mixed.sum() > 0", Updated, false, "list item 1 is double, not int"},
-		{"sum of strings", "object.spec.tags.sum() == ''", Updated, false, "no such overload"},
-		{"sum of maps", "object.spec.parts.sum() > 0", Updated, false, "no such overload"},
-		{"sum of a map", "object.metadata.labels.sum() > 0", Updated, false, "no such overload"},
-		{"min and max of ints", "object.spec.sizes.min() == 1 && object.spec.sizes.max() == 3", Updated, true, ""},
-		{"min and max keep the type", "type(object.spec.sizes.max()) == int && type(object.spec.ratios.min()) == double", Updated, true, ""},
-		{"min and max of doubles", "object.spec.ratios.min() == -0.75 && object.spec.ratios.max() == 0.75", Updated, true, ""},
-		{"min and max of one", "[5].min() == 5 && [5.0].max() == 5.0", Updated, true, ""},
-		{"min of an empty list", "object.spec.none.min() == 0", Updated, false, "min called on empty list"},
-		{"max of an empty list", "object.spec.none.max() == 0", Updated, false, "max called on empty list"},
-		{"max of mixed numbers", "object.spec.mixed.max() > 0", Updated, false, "max: list item 1 is double, not int"},
-		{"min of strings", "object.spec.tags.min() == 'a'", Updated, false, "no such overload"},
-		{"max of a null", "object.spec.nothing.max() == 0", Updated, false, "no such overload"},
+		{"sum of ints", "object.spec.sizes.sum() == 6", change.Updated, true, ""},
+		{"sum of ints is an int", "type(object.spec.sizes.sum()) == int", change.Updated, true, ""},
+		{"sum of doubles is a double", "object.spec.ratios.sum() == 1.0 && type(object.spec.ratios.sum()) == double", change.Updated, true, ""},
+		{"sum of uints is a uint", "[1u, 2u].sum() == 3u && type([1u].sum()) == uint", change.Updated, true, ""},
+		{"sum of an empty list is 0", "object.spec.none.sum() == 0 && type(object.spec.none.sum()) == int", change.Updated, true, ""},
+		{"sum of an empty double list is 0.0", "type([1.0].filter(x, x > 2.0).sum()) == double", change.Updated, true, ""},
+		{"sum of literals", "[1, 2, 3].sum() == 6 && [0.5, 0.25].sum() == 0.75", change.Updated, true, ""},
+		{"sum of a mapped list", "object.spec.parts.map(p, p.n).sum() == 3 && oldObject.spec.parts.map(p, p.n).sum() == 1", change.Updated, true, ""},
+		{"sum of big sizes", "object.spec.bytes.sum() == 50000000000", change.Updated, true, ""},
+		{"sum overflows", "object.spec.huge.sum() > 0", change.Updated, false, "overflow"},
+		{"sum of mixed numbers", "object.spec.mixed.sum() > 0", change.Updated, false, "list item 1 is double, not int"},
+		{"sum of strings", "object.spec.tags.sum() == ''", change.Updated, false, "no such overload"},
+		{"sum of maps", "object.spec.parts.sum() > 0", change.Updated, false, "no such overload"},
+		{"sum of a map", "object.metadata.labels.sum() > 0", change.Updated, false, "no such overload"},
+		{"min and max of ints", "object.spec.sizes.min() == 1 && object.spec.sizes.max() == 3", change.Updated, true, ""},
+		{"min and max keep the type", "type(object.spec.sizes.max()) == int && type(object.spec.ratios.min()) == double", change.Updated, true, ""},
+		{"min and max of doubles", "object.spec.ratios.min() == -0.75 && object.spec.ratios.max() == 0.75", change.Updated, true, ""},
+		{"min and max of one", "[5].min() == 5 && [5.0].max() == 5.0", change.Updated, true, ""},
+		{"min of an empty list", "object.spec.none.min() == 0", change.Updated, false, "min called on empty list"},
+		{"max of an empty list", "object.spec.none.max() == 0", change.Updated, false, "max called on empty list"},
+		{"max of mixed numbers", "object.spec.mixed.max() > 0", change.Updated, false, "max: list item 1 is double, not int"},
+		{"min of strings", "object.spec.tags.min() == 'a'", change.Updated, false, "no such overload"},
+		{"max of a null", "object.spec.nothing.max() == 0", change.Updated, false, "no such overload"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -74,9 +76,9 @@ func TestCELEval(t *testing.T) {
 			}
 			c := &Change{Type: tt.typ, Object: new, OldObject: old}
 			switch tt.typ {
-			case Created:
+			case change.Created:
 				c.OldObject = nil
-			case Deleted:
+			case change.Deleted:
 				c.Object = nil
 			}
 			got, err := x.eval(newCELVars(c))
@@ -92,7 +94,7 @@ func TestCELEval(t *testing.T) {
 		})
 	}
 	x, _ := compileCEL("object.spec.size")
-	if _, err := x.eval(newCELVars(&Change{Type: Created, Object: new})); !errors.Is(err, errNotBool) {
+	if _, err := x.eval(newCELVars(&Change{Type: change.Created, Object: new})); !errors.Is(err, errNotBool) {
 		t.Errorf("non-bool result: %v", err)
 	}
 }
@@ -154,7 +156,7 @@ func TestCELPaths(t *testing.T) {
 			if x.full != tt.full {
 				t.Errorf("full = %v, want %v", x.full, tt.full)
 			}
-			if !tt.full && !reflect.DeepEqual(minimalPaths(x.paths), minimalPaths(tt.paths)) {
+			if got, want := (change.Projection{Paths: x.paths}).Minimal(), (change.Projection{Paths: tt.paths}).Minimal(); !tt.full && !reflect.DeepEqual(got, want) {
 				t.Errorf("paths = %q, want %q", x.paths, tt.paths)
 			}
 		})
@@ -173,7 +175,7 @@ func TestCELListCost(t *testing.T) {
 	}
 	cost := func(t *testing.T, x *celExpr, obj map[string]any) uint64 {
 		t.Helper()
-		_, det, err := x.prg.Eval(newCELVars(&Change{Type: Created, Object: obj}))
+		_, det, err := x.prg.Eval(newCELVars(&Change{Type: change.Created, Object: obj}))
 		if err != nil || det == nil || det.ActualCost() == nil {
 			t.Fatalf("eval: %v, details %v", err, det)
 		}
@@ -193,7 +195,7 @@ func TestCELListCost(t *testing.T) {
 	}
 	// And the limit stops a list longer than it.
 	x, _ := compileCEL("[1].all(i, i > 0) && object.l.sum() >= 0")
-	if ok, err := x.eval(newCELVars(&Change{Type: Created, Object: list(CostLimit + 1)})); err == nil || !strings.Contains(err.Error(), "cost limit") {
+	if ok, err := x.eval(newCELVars(&Change{Type: change.Created, Object: list(CostLimit + 1)})); err == nil || !strings.Contains(err.Error(), "cost limit") {
 		t.Errorf("sum of %d items = %v, %v; want the cost limit exceeded", CostLimit+1, ok, err)
 	}
 }

@@ -1,5 +1,7 @@
 package rules
 
+import "github.com/fieldwatch/fieldwatch/change"
+
 // changes returns the changes a firing of r on st.c carries:
 //
 //   - update, rule without fields: every change of the object, noise
@@ -19,7 +21,7 @@ package rules
 // key whose value held only ignored parts is no change (pruner.strip).
 func (r *Rule) changes(st *evalState) []Op {
 	c := st.c
-	if c.Type != Updated {
+	if c.Type != change.Updated {
 		if len(r.fields) == 0 {
 			return []Op{}
 		}
@@ -60,7 +62,7 @@ func (r *Rule) excluded(c *Change) [][]string {
 // values r's fields select in the object.
 func (r *Rule) snapshotChanges(c *Change) []Op {
 	obj, op := c.Object, "add"
-	if c.Type == Deleted {
+	if c.Type == change.Deleted {
 		obj, op = c.OldObject, "remove"
 	}
 	pr := &pruner{exclude: r.noise}

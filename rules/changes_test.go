@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
 // TestIgnoredOnly checks that changes of ignored subtrees never fire a
@@ -45,37 +47,37 @@ func TestIgnoredOnly(t *testing.T) {
 	}
 	tests := []struct {
 		name     string
-		typ      ChangeType
+		typ      change.Type
 		old, new map[string]any
 		want     map[string]string // rule -> changes
 	}{
-		{"the first last-applied annotation", Updated,
+		{"the first last-applied annotation", change.Updated,
 			widget("1", "", `{"size":1}`), widget("2", `{`+lastApplied+`}`, `{"size":1}`), map[string]string{}},
-		{"the last-applied annotation and its map removed", Updated,
+		{"the last-applied annotation and its map removed", change.Updated,
 			widget("1", `{`+lastApplied+`}`, `{"size":1}`), widget("2", "", `{"size":1}`), map[string]string{}},
-		{"the first last-applied annotation beside another", Updated,
+		{"the first last-applied annotation beside another", change.Updated,
 			widget("1", "", `{"size":1}`), widget("2", `{`+lastApplied+`,"team":"a"}`, `{"size":1}`), map[string]string{
 				"audit":       `[{"op":"add","path":"/metadata/annotations","value":{"team":"a"}}]`,
 				"annotations": `[{"op":"add","path":"/metadata/annotations","value":{"team":"a"}}]`,
 			}},
-		{"a spec of ignored parts only appears", Updated,
+		{"a spec of ignored parts only appears", change.Updated,
 			widget("1", "", ""), widget("2", "", `{"cache":{"hits":3}}`), map[string]string{}},
-		{"a spec of ignored parts only goes", Updated,
+		{"a spec of ignored parts only goes", change.Updated,
 			widget("1", "", `{"cache":{"hits":3}}`), widget("2", "", ""), map[string]string{}},
-		{"a spec appears", Updated,
+		{"a spec appears", change.Updated,
 			widget("1", "", ""), widget("2", "", `{"cache":{"hits":3},"size":1}`), map[string]string{
 				"audit": `[{"op":"add","path":"/spec","value":{"size":1}}]`,
 				"spec":  `[{"op":"add","path":"/spec","value":{"size":1}}]`,
 			}},
 		// On create and delete a rule with fields fires on what is there;
 		// a value of ignored parts only does not show.
-		{"created with the last-applied annotation only", Created,
+		{"created with the last-applied annotation only", change.Created,
 			nil, widget("1", `{`+lastApplied+`}`, `{"cache":{"hits":3}}`), map[string]string{
 				"audit":       `[]`,
 				"annotations": `[]`,
 				"spec":        `[]`,
 			}},
-		{"deleted with the last-applied annotation only", Deleted,
+		{"deleted with the last-applied annotation only", change.Deleted,
 			widget("1", `{`+lastApplied+`}`, `{"size":1,"cache":{}}`), nil, map[string]string{
 				"audit":       `[]`,
 				"annotations": `[]`,

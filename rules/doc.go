@@ -5,8 +5,10 @@
 //
 // rules works on plain map[string]any objects so that it can be tested with
 // JSON fixtures alone: it must not import k8s.io/client-go (directly or
-// not), nor the watcher or action packages. It uses gopkg.in/yaml.v3,
-// github.com/google/cel-go and k8s.io/apimachinery/pkg/labels.
+// not), nor the watcher or action packages. It uses package change (the
+// vocabulary it shares with the watcher: resources, selectors, projections,
+// change types), gopkg.in/yaml.v3, github.com/google/cel-go and
+// k8s.io/apimachinery/pkg/labels.
 //
 // # Using it
 //
@@ -67,8 +69,9 @@
 // selector is checked against the new object on create, the old one on
 // delete, and either on update (so a rule for app=shop sees the label
 // being removed). A selector version "" matches the preferred version only
-// (Resource.OtherVersion false), so that a resource another rule watches at
-// every version does not fire it twice.
+// (change.Resource.Preferred), so that a resource another rule watches at
+// every version does not fire it twice. change.Selector has the matching
+// rules.
 //
 // # Field paths
 //
@@ -264,7 +267,7 @@
 // # Projection
 //
 // Set.Projection tells the watcher which parts of a resource's objects the
-// rules read; see Projection for what it assumes the watcher keeps anyway.
+// rules read; see change.Projection for what the watcher keeps anyway.
 //
 // # Offline cases
 //

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
 // Set is a compiled rules file (or several merged): what Load and Parse
@@ -15,7 +17,7 @@ type Set struct {
 	// cache maps a Resource to the rules that match it. It is a
 	// copy-on-write map: Eval reads it without locking; a miss adds the
 	// resource under mu.
-	cache atomic.Pointer[map[Resource][]*Rule]
+	cache atomic.Pointer[map[change.Resource][]*Rule]
 	mu    sync.Mutex
 }
 
@@ -24,7 +26,7 @@ func newSet(rules []*Rule) *Set {
 	for _, r := range rules {
 		s.byName[r.Name] = r
 	}
-	m := map[Resource][]*Rule{}
+	m := map[change.Resource][]*Rule{}
 	s.cache.Store(&m)
 	return s
 }
@@ -39,9 +41,9 @@ func (s *Set) Rule(name string) *Rule { return s.byName[name] }
 // Selectors returns the union of the resource selectors of all rules, each
 // once, in rule order: the resources the watcher must resolve through
 // discovery and watch.
-func (s *Set) Selectors() []Selector {
-	var out []Selector
-	seen := map[Selector]bool{}
+func (s *Set) Selectors() []change.Selector {
+	var out []change.Selector
+	seen := map[change.Selector]bool{}
 	for _, r := range s.rules {
 		for _, sel := range r.Selectors {
 			if !seen[sel] {
@@ -55,7 +57,7 @@ func (s *Set) Selectors() []Selector {
 
 // RulesFor returns the rules whose selectors match res, in rule order.
 // The result is cached per Resource; the slice must not be changed.
-func (s *Set) RulesFor(res Resource) []*Rule {
+func (s *Set) RulesFor(res change.Resource) []*Rule {
 	if rules, ok := (*s.cache.Load())[res]; ok {
 		return rules
 	}
@@ -71,7 +73,7 @@ func (s *Set) RulesFor(res Resource) []*Rule {
 			rules = append(rules, r)
 		}
 	}
-	m := make(map[Resource][]*Rule, len(old)+1)
+	m := make(map[change.Resource][]*Rule, len(old)+1)
 	for k, v := range old {
 		m[k] = v
 	}
@@ -160,15 +162,15 @@ func (s *Set) Eval(c *Change) ([]Firing, []error) {
 // checkChange rejects changes that lack the objects their type needs.
 func checkChange(c *Change) error {
 	switch c.Type {
-	case Created:
+	case change.Created:
 		if c.Object == nil {
 			return fmt.Errorf("created change without object")
 		}
-	case Updated:
+	case change.Updated:
 		if c.Object == nil || c.OldObject == nil {
 			return fmt.Errorf("updated change without object or oldObject")
 		}
-	case Deleted:
+	case change.Deleted:
 		if c.OldObject == nil {
 			return fmt.Errorf("deleted change without oldObject")
 		}
@@ -199,7 +201,7 @@ func (r *Rule) eval(st *evalState) (ops []Op, fired bool, err error) {
 		if !fired {
 			return nil, false, nil
 		}
-	} else if c.Type == Updated {
+	} else if c.Type == change.Updated {
 		ops, haveOps = r.changes(st), true
 		if len(ops) == 0 {
 			return nil, false, nil
@@ -219,7 +221,7 @@ func (r *Rule) eval(st *evalState) (ops []Op, fired bool, err error) {
 	}
 	if !haveOps {
 		ops = r.changes(st)
-		if c.Type == Updated && len(ops) == 0 {
+		if c.Type == change.Updated && len(ops) == 0 {
 			return nil, false, nil
 		}
 	}

@@ -12,6 +12,8 @@ import (
 
 	"gopkg.in/yaml.v3"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
 // Load reads, compiles and merges rules files: the rules of all files, in
@@ -164,7 +166,7 @@ func compileMatch(d *yamlDecoder, r *Rule, m *matchSpec, p string) {
 	}
 	for i, s := range m.Resources {
 		sp := indexPath(p+".resources", i)
-		sel := Selector{Version: s.Version, Kind: s.Kind, Resource: s.Resource, Custom: m.Custom}
+		sel := change.Selector{Version: s.Version, Kind: s.Kind, Resource: s.Resource, Custom: m.Custom}
 		if s.Group == nil {
 			d.errorAt(sp+".group", `required ("" for the core group, "*" for any group)`)
 		} else {
@@ -213,18 +215,18 @@ func compileOn(d *yamlDecoder, r *Rule, on []string, p string) {
 	}
 	if len(on) == 0 {
 		r.on = 7
-		r.On = []ChangeType{Created, Updated, Deleted}
+		r.On = []change.Type{change.Created, change.Updated, change.Deleted}
 		return
 	}
 	for i, s := range on {
-		var t ChangeType
+		var t change.Type
 		switch s {
 		case "create":
-			t = Created
+			t = change.Created
 		case "update":
-			t = Updated
+			t = change.Updated
 		case "delete":
-			t = Deleted
+			t = change.Deleted
 		default:
 			d.errorAt(indexPath(p, i), "%q is not a change type: use create, update or delete", s)
 			continue

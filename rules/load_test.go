@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
 // rule wraps one rule's YAML body (indented by four spaces) into a file.
@@ -82,7 +84,7 @@ rules:
 	if r.Source != "all.yaml:3:5" || r.Description != "all the keys" || !r.IncludeObject {
 		t.Errorf("rule = %+v", r)
 	}
-	wantSel := []Selector{
+	wantSel := []change.Selector{
 		{Group: "example.com", Version: "v1", Kind: "Widget", Custom: true},
 		{Group: "", Resource: "configmaps", Custom: true},
 		{Group: "*", Kind: "*", Custom: true},
@@ -90,7 +92,7 @@ rules:
 	if !reflect.DeepEqual(r.Selectors, wantSel) {
 		t.Errorf("selectors = %+v", r.Selectors)
 	}
-	if !reflect.DeepEqual(r.On, []ChangeType{Updated, Created}) {
+	if !reflect.DeepEqual(r.On, []change.Type{change.Updated, change.Created}) {
 		t.Errorf("on = %v", r.On)
 	}
 	if len(r.fields) != 5 || !r.fields[0].hasFrom || !equal(r.fields[0].to, 2) || !r.fields[2].added || !r.fields[3].removed {
@@ -125,14 +127,14 @@ func TestParseOnKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := set.Rules()[0].On; !reflect.DeepEqual(got, []ChangeType{Deleted}) {
+	if got := set.Rules()[0].On; !reflect.DeepEqual(got, []change.Type{change.Deleted}) {
 		t.Errorf("on = %v, want [deleted]", got)
 	}
 	set, err = Parse("on.yaml", []byte(rule(match+logAction)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := set.Rules()[0].On; !reflect.DeepEqual(got, []ChangeType{Created, Updated, Deleted}) {
+	if got := set.Rules()[0].On; !reflect.DeepEqual(got, []change.Type{change.Created, change.Updated, change.Deleted}) {
 		t.Errorf("default on = %v", got)
 	}
 }
@@ -362,7 +364,7 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := set.Rule("b"); r == nil || !reflect.DeepEqual(r.On, []ChangeType{Created}) || len(r.Selectors) != 1 {
+	if r := set.Rule("b"); r == nil || !reflect.DeepEqual(r.On, []change.Type{change.Created}) || len(r.Selectors) != 1 {
 		t.Errorf("merged rule b = %+v", r)
 	}
 }

@@ -4,34 +4,9 @@ import (
 	"path"
 
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
-
-// Selector selects resources by group, version, kind and plural resource
-// name, as a rule's match.resources entry says. "*" matches anything.
-// Group "" is the core group. Version "" means the preferred version:
-// the watcher resolves it through discovery, and Matches accepts any
-// version not marked Resource.OtherVersion. Kind or Resource "" leaves that one unconstrained (a
-// selector sets at least one of them). Custom limits the selector to
-// resources backed by a CustomResourceDefinition.
-type Selector struct {
-	Group, Version, Kind, Resource string
-	Custom                         bool
-}
-
-// Matches reports whether s selects res.
-func (s Selector) Matches(res Resource) bool {
-	return wild(s.Group, res.Group, false) &&
-		(wild(s.Version, res.Version, false) || (s.Version == "" && !res.OtherVersion)) &&
-		wild(s.Kind, res.Kind, true) &&
-		wild(s.Resource, res.Resource, true) &&
-		(!s.Custom || res.Custom)
-}
-
-// wild matches a selector field: "*" matches anything, and so does ""
-// when emptyIsAny.
-func wild(pattern, value string, emptyIsAny bool) bool {
-	return pattern == "*" || pattern == value || (emptyIsAny && pattern == "")
-}
 
 // objectFilter is the part of a rule's match that looks at objects:
 // namespaces, names and labels.
@@ -67,9 +42,9 @@ func (f *objectFilter) matches(c *Change, ns, name string) bool {
 	}
 	if f.labels != nil {
 		switch c.Type {
-		case Created:
+		case change.Created:
 			return f.labels.Matches(objectLabels(c.Object))
-		case Deleted:
+		case change.Deleted:
 			return f.labels.Matches(objectLabels(c.OldObject))
 		}
 		return f.labels.Matches(objectLabels(c.Object)) || f.labels.Matches(objectLabels(c.OldObject))

@@ -4,51 +4,55 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
 var (
-	widgetsV1      = Resource{Group: "example.com", Version: "v1", Resource: "widgets", Kind: "Widget", Namespaced: true, Custom: true}
-	widgetsV2      = Resource{Group: "example.com", Version: "v2", Resource: "widgets", Kind: "Widget", Namespaced: true, Custom: true}
-	widgetsV2other = Resource{Group: "example.com", Version: "v2", Resource: "widgets", Kind: "Widget", Namespaced: true, Custom: true, OtherVersion: true}
-	gadgets        = Resource{Group: "example.com", Version: "v1", Resource: "gadgets", Kind: "Gadget", Namespaced: true}
-	pods           = Resource{Group: "", Version: "v1", Resource: "pods", Kind: "Pod", Namespaced: true}
-	nodes          = Resource{Group: "", Version: "v1", Resource: "nodes", Kind: "Node"}
+	widgetsV1      = change.Resource{Group: "example.com", Version: "v1", Resource: "widgets", Kind: "Widget", Namespaced: true, Custom: true, Preferred: true}
+	widgetsV2      = change.Resource{Group: "example.com", Version: "v2", Resource: "widgets", Kind: "Widget", Namespaced: true, Custom: true, Preferred: true}
+	widgetsV2other = change.Resource{Group: "example.com", Version: "v2", Resource: "widgets", Kind: "Widget", Namespaced: true, Custom: true}
+	gadgets        = change.Resource{Group: "example.com", Version: "v1", Resource: "gadgets", Kind: "Gadget", Namespaced: true, Preferred: true}
+	pods           = change.Resource{Group: "", Version: "v1", Resource: "pods", Kind: "Pod", Namespaced: true, Preferred: true}
+	nodes          = change.Resource{Group: "", Version: "v1", Resource: "nodes", Kind: "Node", Preferred: true}
 )
 
-func TestSelectorMatches(t *testing.T) {
+// TestRuleMatches checks that a rule watches what any of its selectors
+// selects, as its match.resources read.
+func TestRuleMatches(t *testing.T) {
 	tests := []struct {
 		name string
-		sel  Selector
-		res  Resource
+		sel  change.Selector
+		res  change.Resource
 		want bool
 	}{
-		{"group and kind", Selector{Group: "example.com", Kind: "Widget"}, widgetsV1, true},
-		{"any version by default", Selector{Group: "example.com", Kind: "Widget"}, widgetsV2, true},
-		{"version", Selector{Group: "example.com", Version: "v1", Kind: "Widget"}, widgetsV2, false},
-		{"version star", Selector{Group: "example.com", Version: "*", Kind: "Widget"}, widgetsV2, true},
-		{"preferred version", Selector{Group: "example.com", Kind: "Widget"}, widgetsV1, true},
-		{"not the preferred version", Selector{Group: "example.com", Kind: "Widget"}, widgetsV2other, false},
-		{"star and another version", Selector{Group: "example.com", Version: "*", Kind: "Widget"}, widgetsV2other, true},
-		{"resource", Selector{Group: "example.com", Resource: "widgets"}, widgetsV1, true},
-		{"resource and kind", Selector{Group: "example.com", Resource: "widgets", Kind: "Gadget"}, widgetsV1, false},
-		{"other kind", Selector{Group: "example.com", Kind: "Widget"}, gadgets, false},
-		{"kind star", Selector{Group: "example.com", Kind: "*"}, gadgets, true},
-		{"core group", Selector{Group: "", Kind: "Pod"}, pods, true},
-		{"core group is not any group", Selector{Group: "", Kind: "Widget"}, widgetsV1, false},
-		{"other group", Selector{Group: "apps", Kind: "Pod"}, pods, false},
-		{"group star", Selector{Group: "*", Kind: "Pod"}, pods, true},
-		{"everything", Selector{Group: "*", Kind: "*"}, nodes, true},
-		{"custom only: CRD", Selector{Group: "*", Kind: "*", Custom: true}, widgetsV1, true},
-		{"custom only: built-in", Selector{Group: "*", Kind: "*", Custom: true}, pods, false},
-		{"custom only: aggregated", Selector{Group: "example.com", Kind: "Gadget", Custom: true}, gadgets, false},
-		{"kind is case-sensitive", Selector{Group: "", Kind: "pod"}, pods, false},
+		{"group and kind", change.Selector{Group: "example.com", Kind: "Widget"}, widgetsV1, true},
+		{"any version by default", change.Selector{Group: "example.com", Kind: "Widget"}, widgetsV2, true},
+		{"version", change.Selector{Group: "example.com", Version: "v1", Kind: "Widget"}, widgetsV2, false},
+		{"version star", change.Selector{Group: "example.com", Version: "*", Kind: "Widget"}, widgetsV2, true},
+		{"preferred version", change.Selector{Group: "example.com", Kind: "Widget"}, widgetsV1, true},
+		{"not the preferred version", change.Selector{Group: "example.com", Kind: "Widget"}, widgetsV2other, false},
+		{"star and another version", change.Selector{Group: "example.com", Version: "*", Kind: "Widget"}, widgetsV2other, true},
+		{"resource", change.Selector{Group: "example.com", Resource: "widgets"}, widgetsV1, true},
+		{"resource and kind", change.Selector{Group: "example.com", Resource: "widgets", Kind: "Gadget"}, widgetsV1, false},
+		{"other kind", change.Selector{Group: "example.com", Kind: "Widget"}, gadgets, false},
+		{"kind star", change.Selector{Group: "example.com", Kind: "*"}, gadgets, true},
+		{"core group", change.Selector{Group: "", Kind: "Pod"}, pods, true},
+		{"core group is not any group", change.Selector{Group: "", Kind: "Widget"}, widgetsV1, false},
+		{"other group", change.Selector{Group: "apps", Kind: "Pod"}, pods, false},
+		{"group star", change.Selector{Group: "*", Kind: "Pod"}, pods, true},
+		{"everything", change.Selector{Group: "*", Kind: "*"}, nodes, true},
+		{"custom only: CRD", change.Selector{Group: "*", Kind: "*", Custom: true}, widgetsV1, true},
+		{"custom only: built-in", change.Selector{Group: "*", Kind: "*", Custom: true}, pods, false},
+		{"custom only: aggregated", change.Selector{Group: "example.com", Kind: "Gadget", Custom: true}, gadgets, false},
+		{"kind is case-sensitive", change.Selector{Group: "", Kind: "pod"}, pods, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := tt.sel.Matches(tt.res); got != tt.want {
 				t.Errorf("%+v.Matches(%+v) = %v, want %v", tt.sel, tt.res, got, tt.want)
 			}
-			r := &Rule{Selectors: []Selector{{Group: "none", Kind: "None"}, tt.sel}}
+			r := &Rule{Selectors: []change.Selector{{Group: "none", Kind: "None"}, tt.sel}}
 			if got := r.Matches(tt.res); got != tt.want {
 				t.Errorf("Rule.Matches = %v, want %v", got, tt.want)
 			}
@@ -81,30 +85,30 @@ func TestObjectFilter(t *testing.T) {
 		change Change
 		want   bool
 	}{
-		{"no filter", objectFilter{}, Change{Type: Created, Object: widget("a", "w", nil)}, true},
-		{"namespace in", objectFilter{namespaces: []string{"a", "b"}}, Change{Type: Created, Object: widget("b", "w", nil)}, true},
-		{"namespace out", objectFilter{namespaces: []string{"a"}}, Change{Type: Created, Object: widget("b", "w", nil)}, false},
-		{"cluster-scoped with namespaces", objectFilter{namespaces: []string{"a"}}, Change{Type: Created, Object: widget("", "n", nil)}, false},
-		{"excluded", objectFilter{excludeNamespaces: []string{"kube-system"}}, Change{Type: Created, Object: widget("kube-system", "w", nil)}, false},
-		{"not excluded", objectFilter{excludeNamespaces: []string{"kube-system"}}, Change{Type: Created, Object: widget("a", "w", nil)}, true},
-		{"cluster-scoped not excluded", objectFilter{excludeNamespaces: []string{"kube-system"}}, Change{Type: Created, Object: widget("", "n", nil)}, true},
-		{"name glob", objectFilter{names: []string{"web-*"}}, Change{Type: Created, Object: widget("a", "web-1", nil)}, true},
-		{"name glob miss", objectFilter{names: []string{"web-*"}}, Change{Type: Created, Object: widget("a", "api-1", nil)}, false},
-		{"second name glob", objectFilter{names: []string{"web-*", "api-?"}}, Change{Type: Created, Object: widget("a", "api-1", nil)}, true},
-		{"exact name", objectFilter{names: []string{"w"}}, Change{Type: Created, Object: widget("a", "w", nil)}, true},
-		{"labels", objectFilter{labels: sel("app=shop")}, Change{Type: Created, Object: widget("a", "w", shop)}, true},
-		{"labels set-based", objectFilter{labels: sel("tier in (web,api),!legacy")}, Change{Type: Created, Object: widget("a", "w", shop)}, true},
-		{"labels miss", objectFilter{labels: sel("app=other")}, Change{Type: Created, Object: widget("a", "w", shop)}, false},
-		{"no labels", objectFilter{labels: sel("app=shop")}, Change{Type: Created, Object: widget("a", "w", nil)}, false},
-		{"label exists", objectFilter{labels: sel("app")}, Change{Type: Created, Object: widget("a", "w", shop)}, true},
-		{"label must not exist", objectFilter{labels: sel("!app")}, Change{Type: Created, Object: widget("a", "w", nil)}, true},
-		{"update: label removed", objectFilter{labels: sel("app=shop")}, Change{Type: Updated, OldObject: widget("a", "w", shop), Object: widget("a", "w", nil)}, true},
-		{"update: label added", objectFilter{labels: sel("app=shop")}, Change{Type: Updated, OldObject: widget("a", "w", nil), Object: widget("a", "w", shop)}, true},
-		{"update: neither", objectFilter{labels: sel("app=shop")}, Change{Type: Updated, OldObject: widget("a", "w", nil), Object: widget("a", "w", nil)}, false},
-		{"delete: final state", objectFilter{labels: sel("app=shop")}, Change{Type: Deleted, OldObject: widget("a", "w", shop)}, true},
-		{"delete: negation sees the final state", objectFilter{labels: sel("!app")}, Change{Type: Deleted, OldObject: widget("a", "w", shop)}, false},
-		{"create: negation", objectFilter{labels: sel("!app")}, Change{Type: Created, Object: widget("a", "w", shop)}, false},
-		{"non-string label value", objectFilter{labels: sel("n=1")}, Change{Type: Created, Object: widget("a", "w", map[string]any{"n": int64(1)})}, false},
+		{"no filter", objectFilter{}, Change{Type: change.Created, Object: widget("a", "w", nil)}, true},
+		{"namespace in", objectFilter{namespaces: []string{"a", "b"}}, Change{Type: change.Created, Object: widget("b", "w", nil)}, true},
+		{"namespace out", objectFilter{namespaces: []string{"a"}}, Change{Type: change.Created, Object: widget("b", "w", nil)}, false},
+		{"cluster-scoped with namespaces", objectFilter{namespaces: []string{"a"}}, Change{Type: change.Created, Object: widget("", "n", nil)}, false},
+		{"excluded", objectFilter{excludeNamespaces: []string{"kube-system"}}, Change{Type: change.Created, Object: widget("kube-system", "w", nil)}, false},
+		{"not excluded", objectFilter{excludeNamespaces: []string{"kube-system"}}, Change{Type: change.Created, Object: widget("a", "w", nil)}, true},
+		{"cluster-scoped not excluded", objectFilter{excludeNamespaces: []string{"kube-system"}}, Change{Type: change.Created, Object: widget("", "n", nil)}, true},
+		{"name glob", objectFilter{names: []string{"web-*"}}, Change{Type: change.Created, Object: widget("a", "web-1", nil)}, true},
+		{"name glob miss", objectFilter{names: []string{"web-*"}}, Change{Type: change.Created, Object: widget("a", "api-1", nil)}, false},
+		{"second name glob", objectFilter{names: []string{"web-*", "api-?"}}, Change{Type: change.Created, Object: widget("a", "api-1", nil)}, true},
+		{"exact name", objectFilter{names: []string{"w"}}, Change{Type: change.Created, Object: widget("a", "w", nil)}, true},
+		{"labels", objectFilter{labels: sel("app=shop")}, Change{Type: change.Created, Object: widget("a", "w", shop)}, true},
+		{"labels set-based", objectFilter{labels: sel("tier in (web,api),!legacy")}, Change{Type: change.Created, Object: widget("a", "w", shop)}, true},
+		{"labels miss", objectFilter{labels: sel("app=other")}, Change{Type: change.Created, Object: widget("a", "w", shop)}, false},
+		{"no labels", objectFilter{labels: sel("app=shop")}, Change{Type: change.Created, Object: widget("a", "w", nil)}, false},
+		{"label exists", objectFilter{labels: sel("app")}, Change{Type: change.Created, Object: widget("a", "w", shop)}, true},
+		{"label must not exist", objectFilter{labels: sel("!app")}, Change{Type: change.Created, Object: widget("a", "w", nil)}, true},
+		{"update: label removed", objectFilter{labels: sel("app=shop")}, Change{Type: change.Updated, OldObject: widget("a", "w", shop), Object: widget("a", "w", nil)}, true},
+		{"update: label added", objectFilter{labels: sel("app=shop")}, Change{Type: change.Updated, OldObject: widget("a", "w", nil), Object: widget("a", "w", shop)}, true},
+		{"update: neither", objectFilter{labels: sel("app=shop")}, Change{Type: change.Updated, OldObject: widget("a", "w", nil), Object: widget("a", "w", nil)}, false},
+		{"delete: final state", objectFilter{labels: sel("app=shop")}, Change{Type: change.Deleted, OldObject: widget("a", "w", shop)}, true},
+		{"delete: negation sees the final state", objectFilter{labels: sel("!app")}, Change{Type: change.Deleted, OldObject: widget("a", "w", shop)}, false},
+		{"create: negation", objectFilter{labels: sel("!app")}, Change{Type: change.Created, Object: widget("a", "w", shop)}, false},
+		{"non-string label value", objectFilter{labels: sel("n=1")}, Change{Type: change.Created, Object: widget("a", "w", map[string]any{"n": int64(1)})}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -131,7 +135,7 @@ func TestSelectorsAndRulesFor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Selector{
+	want := []change.Selector{
 		{Group: "example.com", Kind: "Widget"},
 		{Group: "", Resource: "pods"},
 		{Group: "example.com", Kind: "Widget", Custom: true},
@@ -146,7 +150,7 @@ func TestSelectorsAndRulesFor(t *testing.T) {
 		return out
 	}
 	for _, tt := range []struct {
-		res  Resource
+		res  change.Resource
 		want string
 	}{{widgetsV1, "[a b]"}, {pods, "[a c]"}, {nodes, "[]"}, {gadgets, "[]"}} {
 		for range 2 { // the second time from the cache

@@ -1,6 +1,10 @@
 package rules
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/fieldwatch/fieldwatch/change"
+)
 
 // Namespaces returns the namespaces r is restricted to (match.namespaces),
 // nil when it watches every namespace.
@@ -11,7 +15,7 @@ func (r *Rule) Namespaces() []string { return slices.Clone(r.filter.namespaces) 
 // nil when one of them watches every namespace (or none matches). The
 // watcher then lists and watches res in those namespaces only, and `fieldwatch
 // rbac` grants it there only.
-func (s *Set) Namespaces(res Resource) []string {
+func (s *Set) Namespaces(res change.Resource) []string {
 	rules := s.RulesFor(res)
 	if len(rules) == 0 {
 		return nil

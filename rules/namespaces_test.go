@@ -3,6 +3,8 @@ package rules
 import (
 	"reflect"
 	"testing"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
 func TestNamespaces(t *testing.T) {
@@ -24,13 +26,13 @@ func TestNamespaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	tests := []struct {
-		res  Resource
+		res  change.Resource
 		want []string
 	}{
-		{Resource{Version: "v1", Resource: "configmaps", Kind: "ConfigMap", Namespaced: true}, []string{"kube-system", "prod", "staging"}},
-		{Resource{Version: "v1", Resource: "secrets", Kind: "Secret", Namespaced: true}, nil},                        // c watches all
-		{Resource{Group: "apps", Version: "v1", Resource: "deployments", Kind: "Deployment", Namespaced: true}, nil}, // exclusion needs every namespace
-		{Resource{Version: "v1", Resource: "pods", Kind: "Pod", Namespaced: true}, nil},                              // no rule
+		{change.Resource{Version: "v1", Resource: "configmaps", Kind: "ConfigMap", Namespaced: true, Preferred: true}, []string{"kube-system", "prod", "staging"}},
+		{change.Resource{Version: "v1", Resource: "secrets", Kind: "Secret", Namespaced: true, Preferred: true}, nil},                        // c watches all
+		{change.Resource{Group: "apps", Version: "v1", Resource: "deployments", Kind: "Deployment", Namespaced: true, Preferred: true}, nil}, // exclusion needs every namespace
+		{change.Resource{Version: "v1", Resource: "pods", Kind: "Pod", Namespaced: true, Preferred: true}, nil},                              // no rule
 	}
 	for _, tt := range tests {
 		if got := set.Namespaces(tt.res); !reflect.DeepEqual(got, tt.want) {

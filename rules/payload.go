@@ -1,5 +1,7 @@
 package rules
 
+import "github.com/fieldwatch/fieldwatch/change"
+
 // Redacted replaces redacted values in payloads.
 const Redacted = "<redacted>"
 
@@ -154,8 +156,8 @@ func redactValue(toks []string, v any, locs [][]string) any {
 // that of the update before it, and receivers that drop duplicates by id
 // must not drop the deletion as a copy of that update. An object is deleted
 // once, so the id stays unique and stable.
-func payloadID(typ ChangeType, ref ObjectRef, rule string) string {
-	if typ == Deleted {
+func payloadID(typ change.Type, ref ObjectRef, rule string) string {
+	if typ == change.Deleted {
 		return ref.UID + "/deleted/" + rule
 	}
 	return ref.UID + "/" + ref.ResourceVersion + "/" + rule

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
 // TestSecretLastAppliedRedacted checks that kubectl's last-applied copy of
@@ -60,21 +62,21 @@ func TestSecretLastAppliedRedacted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	secrets := Resource{Version: "v1", Resource: "secrets", Kind: "Secret", Namespaced: true}
+	secrets := change.Resource{Version: "v1", Resource: "secrets", Kind: "Secret", Namespaced: true, Preferred: true}
 	tests := []struct {
 		name     string
-		typ      ChangeType
+		typ      change.Type
 		old, new map[string]any
 		fire     int // how many rules fire
 	}{
-		{"created by kubectl apply", Created, nil, applied("1", plain), 5},
-		{"the annotation changes", Updated, applied("1", plain), applied("2", plain+"-new"), 5},
-		{"the first apply adds the annotations", Updated, secret("1", nil), applied("2", plain), 5},
-		{"the annotations are removed", Updated, applied("1", plain), secret("2", nil), 5},
-		{"the whole metadata appears", Updated, noMeta, applied("2", plain), 5},
-		{"the whole metadata goes", Updated, applied("1", plain), noMeta, 5},
-		{"only the annotation's value changes", Updated, applied("1", plain+"-old"), applied("2", plain), 5},
-		{"deleted", Deleted, applied("1", plain), nil, 5},
+		{"created by kubectl apply", change.Created, nil, applied("1", plain), 5},
+		{"the annotation changes", change.Updated, applied("1", plain), applied("2", plain+"-new"), 5},
+		{"the first apply adds the annotations", change.Updated, secret("1", nil), applied("2", plain), 5},
+		{"the annotations are removed", change.Updated, applied("1", plain), secret("2", nil), 5},
+		{"the whole metadata appears", change.Updated, noMeta, applied("2", plain), 5},
+		{"the whole metadata goes", change.Updated, applied("1", plain), noMeta, 5},
+		{"only the annotation's value changes", change.Updated, applied("1", plain+"-old"), applied("2", plain), 5},
+		{"deleted", change.Deleted, applied("1", plain), nil, 5},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -108,12 +110,12 @@ func TestSecretLastAppliedRedacted(t *testing.T) {
 	}
 
 	// Only core Secrets: a custom resource named secrets keeps the copy.
-	custom := Resource{Group: "example.com", Version: "v1", Resource: "secrets", Kind: "Secret", Namespaced: true}
+	custom := change.Resource{Group: "example.com", Version: "v1", Resource: "secrets", Kind: "Secret", Namespaced: true, Preferred: true}
 	set, err = Parse("custom.yaml", []byte(strings.ReplaceAll(rules, `group: ""`, "group: example.com")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	firings, _ := set.Eval(&Change{Type: Created, Resource: custom, Object: applied("1", plain)})
+	firings, _ := set.Eval(&Change{Type: change.Created, Resource: custom, Object: applied("1", plain)})
 	if len(firings) == 0 || !bytes.Contains(firings[0].Payload, []byte(plain)) {
 		t.Errorf("a custom resource's annotation was redacted: %v", firings)
 	}

@@ -3,27 +3,29 @@ package rules
 import (
 	"reflect"
 	"testing"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
 func TestProjection(t *testing.T) {
 	tests := []struct {
 		name  string
 		rules string // rule bodies after match; each "- " starts a rule
-		want  Projection
+		want  change.Projection
 	}{
-		{"no fields: full", logAction, Projection{Full: true}},
+		{"no fields: full", logAction, change.Projection{Full: true}},
 		{"fields", logAction + "    fields: [spec.size, 'metadata.annotations[\"a.b/c\"]']\n",
-			Projection{Paths: [][]string{{"metadata", "annotations", "a.b/c"}, {"spec", "size"}}}},
+			change.Projection{Paths: [][]string{{"metadata", "annotations", "a.b/c"}, {"spec", "size"}}}},
 		{"list selectors truncate", logAction + "    fields: ['spec.parts[name=a].count', 'spec.tags[*]', 'status.conditions[0].status']\n",
-			Projection{Paths: [][]string{{"spec", "parts"}, {"spec", "tags"}, {"status", "conditions"}}}},
+			change.Projection{Paths: [][]string{{"spec", "parts"}, {"spec", "tags"}, {"status", "conditions"}}}},
 		{"nested paths merge", logAction + "    fields: [spec.a.b, spec.a, spec.a.c]\n",
-			Projection{Paths: [][]string{{"spec", "a"}}}},
-		{"includeObject: full", logAction + "    fields: [spec.size]\n    includeObject: true\n", Projection{Full: true}},
+			change.Projection{Paths: [][]string{{"spec", "a"}}}},
+		{"includeObject: full", logAction + "    fields: [spec.size]\n    includeObject: true\n", change.Projection{Full: true}},
 		{"CEL selections", logAction + "    fields: [spec.size]\n    when: has(object.status.phase) && object.status.phase != oldObject.metadata.labels.x\n",
-			Projection{Paths: [][]string{{"metadata", "labels", "x"}, {"spec", "size"}, {"status", "phase"}}}},
-		{"CEL whole object: full", logAction + "    fields: [spec.size]\n    when: size(object) > 1\n", Projection{Full: true}},
+			change.Projection{Paths: [][]string{{"metadata", "labels", "x"}, {"spec", "size"}, {"status", "phase"}}}},
+		{"CEL whole object: full", logAction + "    fields: [spec.size]\n    when: size(object) > 1\n", change.Projection{Full: true}},
 		{"redact and ignore add nothing", logAction + "    fields: [spec.size]\n    redact: [spec.password]\n    ignoreFields: [status]\n",
-			Projection{Paths: [][]string{{"spec", "size"}}}},
+			change.Projection{Paths: [][]string{{"spec", "size"}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -32,7 +34,7 @@ func TestProjection(t *testing.T) {
 				t.Fatal(err)
 			}
 			if got := set.Projection(widgetsV1); !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("Projection = %+v, want %+v", got, tt.want)
+				t.Errorf("change.Projection = %+v, want %+v", got, tt.want)
 			}
 		})
 	}
@@ -55,7 +57,7 @@ func TestSetProjectionUnion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := set.Projection(widgetsV1), (Projection{Paths: [][]string{{"spec", "size"}, {"status", "phase"}}}); !reflect.DeepEqual(got, want) {
+	if got, want := set.Projection(widgetsV1), (change.Projection{Paths: [][]string{{"spec", "size"}, {"status", "phase"}}}); !reflect.DeepEqual(got, want) {
 		t.Errorf("widgets: %+v, want %+v", got, want)
 	}
 	if got := set.Projection(gadgets); !reflect.DeepEqual(got.Paths, [][]string{{"spec", "size"}, {"status", "phase"}}) || got.Full {

@@ -1,5 +1,7 @@
 package rules
 
+import "github.com/fieldwatch/fieldwatch/change"
+
 // Rule is one compiled rule of a rules file. Its exported fields are what
 // the user wrote (and what actions need); the rest is the compiled form
 // Eval runs. A Rule is immutable after loading and safe for concurrent
@@ -12,9 +14,9 @@ type Rule struct {
 	// Source is where the rule is defined: FILE:LINE:COL.
 	Source string
 	// Selectors are the rule's match.resources (with match.custom).
-	Selectors []Selector
+	Selectors []change.Selector
 	// On are the change types the rule fires on (default all three).
-	On []ChangeType
+	On []change.Type
 	// IncludeObject puts object and oldObject into the payload.
 	IncludeObject bool
 	// Actions are run, each with the same payload, when the rule fires.
@@ -28,12 +30,12 @@ type Rule struct {
 	redact     []*fieldPath
 	noise      [][]string // noise locations this rule leaves out
 	when       *celExpr
-	projection Projection
+	projection change.Projection
 	nameErr    Error // where the name is, for duplicate-name errors
 }
 
 // Matches reports whether r watches res: one of its selectors matches.
-func (r *Rule) Matches(res Resource) bool {
+func (r *Rule) Matches(res change.Resource) bool {
 	for _, s := range r.Selectors {
 		if s.Matches(res) {
 			return true
@@ -42,13 +44,13 @@ func (r *Rule) Matches(res Resource) bool {
 	return false
 }
 
-func changeBit(t ChangeType) uint8 {
+func changeBit(t change.Type) uint8 {
 	switch t {
-	case Created:
+	case change.Created:
 		return 1
-	case Updated:
+	case change.Updated:
 		return 2
-	case Deleted:
+	case change.Deleted:
 		return 4
 	}
 	return 0

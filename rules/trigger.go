@@ -1,5 +1,7 @@
 package rules
 
+import "github.com/fieldwatch/fieldwatch/change"
+
 // fieldTrigger is one compiled entry of a rule's fields.
 type fieldTrigger struct {
 	path           *fieldPath
@@ -21,15 +23,15 @@ type fieldTrigger struct {
 // must hold; a trigger with from or removed never fires on create. On
 // delete, symmetrically, the path must be present in the old object and
 // from must hold; to and added never fire on delete.
-func (f *fieldTrigger) fires(t ChangeType, old, new map[string]any) bool {
+func (f *fieldTrigger) fires(t change.Type, old, new map[string]any) bool {
 	switch t {
-	case Created:
+	case change.Created:
 		if f.hasFrom || f.removed {
 			return false
 		}
 		nv, np := f.path.value(new)
 		return np && (!f.hasTo || equal(nv, f.to))
-	case Deleted:
+	case change.Deleted:
 		if f.hasTo || f.added {
 			return false
 		}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/fieldwatch/fieldwatch/change"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
@@ -116,11 +117,11 @@ func bareInformer(strip bool) startFunc {
 	}
 }
 
-func fieldwatchCache(proj Projection) startFunc {
+func fieldwatchCache(proj change.Projection) startFunc {
 	return func(ctx context.Context, b *testing.B, env *testenv.Env) (func() int, func() bool, <-chan struct{}) {
 		w, err := New(env.Config(), Config{
-			Selectors:  []Selector{{Core: true, Resource: "configmaps"}},
-			Projection: func(Resource) Projection { return proj },
+			Selectors:  []change.Selector{{Resource: "configmaps"}},
+			Projection: func(change.Resource) change.Projection { return proj },
 			Handler:    HandlerFunc(func(context.Context, *Change) error { return nil }),
 			Logger:     testLoggerB(),
 		})
@@ -154,9 +155,9 @@ func BenchmarkCacheBytesPerObject(b *testing.B) {
 	cases := []cacheCase{
 		{"bare-dynamic-informer", bareInformer(false)},
 		{"bare-informer-managedFields-stripped", bareInformer(true)},
-		{"fieldwatch-whole-objects", fieldwatchCache(FullProjection)},
-		{"fieldwatch-projected-one-field", fieldwatchCache(Projection{Paths: [][]string{{"data", "key1"}}})},
-		{"fieldwatch-projected-data", fieldwatchCache(Projection{Paths: [][]string{{"data"}}})},
+		{"fieldwatch-whole-objects", fieldwatchCache(change.Projection{Full: true})},
+		{"fieldwatch-projected-one-field", fieldwatchCache(change.Projection{Paths: [][]string{{"data", "key1"}}})},
+		{"fieldwatch-projected-data", fieldwatchCache(change.Projection{Paths: [][]string{{"data"}}})},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
@@ -214,7 +215,7 @@ func BenchmarkDrainInitialList(b *testing.B) {
 			var seen atomic.Int64
 			ctx, cancel := context.WithCancel(context.Background())
 			w, err := New(env.Config(), Config{
-				Selectors:   []Selector{{Core: true, Resource: "configmaps"}},
+				Selectors:   []change.Selector{{Resource: "configmaps"}},
 				InitialSync: true,
 				Handler: HandlerFunc(func(_ context.Context, c *Change) error {
 					if c.Object().GetNamespace() == benchNS {
@@ -256,9 +257,9 @@ func BenchmarkLiveUpdates(b *testing.B) {
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(any, any) { bare.Add(1) }})
 	go inf.RunWithContext(ctx)
 	w, err := New(env.Config(), Config{
-		Selectors: []Selector{{Core: true, Resource: "configmaps"}},
+		Selectors: []change.Selector{{Resource: "configmaps"}},
 		Handler: HandlerFunc(func(_ context.Context, c *Change) error {
-			if c.Type == Updated && c.New.GetNamespace() == benchNS {
+			if c.Type == change.Updated && c.New.GetNamespace() == benchNS {
 				fw.Add(1)
 			}
 			return nil

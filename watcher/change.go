@@ -5,24 +5,16 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
-)
 
-// ChangeType says what happened to an object.
-type ChangeType string
-
-// The change types.
-const (
-	Created ChangeType = "created"
-	Updated ChangeType = "updated"
-	Deleted ChangeType = "deleted"
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
 // Change is what happened to one object.
 type Change struct {
 	// Type is created, updated or deleted.
-	Type ChangeType
+	Type change.Type
 	// Resource is the resource the object belongs to.
-	Resource Resource
+	Resource change.Resource
 	// Old is the object as last delivered for this key (nil for Created).
 	// For Deleted it is the final state the watcher knew.
 	Old *Object

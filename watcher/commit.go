@@ -2,6 +2,8 @@ package watcher
 
 import (
 	"sync"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
 // commits records handled changes in the Store in the order they happened
@@ -64,7 +66,7 @@ func (cs *commits) settle(k key, list []*commit) {
 	for ; i < len(list) && list[i].done; i++ {
 		c := list[i].c
 		switch c.Type {
-		case Deleted:
+		case change.Deleted:
 			cs.store.remove(c.Resource, c.Old.uid)
 		default:
 			cs.store.put(c.Resource, c.New)

@@ -13,6 +13,8 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
 // discovered is one discovery pass: every resource served at every version
@@ -20,7 +22,7 @@ import (
 // failed (an aggregated API whose service is down, say). Resources of failed
 // group versions are unknown, not gone.
 type discovered struct {
-	resources []Resource
+	resources []change.Resource
 	failed    map[schema.GroupVersion]error
 }
 
@@ -54,7 +56,7 @@ func discover(client discovery.DiscoveryInterface, isCustom func(schema.GroupRes
 // version is the group's preferred version when it serves the resource,
 // otherwise the first version in the group's priority order that does
 // (what kubectl and ServerPreferredResources do).
-func groupResources(g *metav1.APIGroup, byGV map[string]*metav1.APIResourceList, isCustom func(schema.GroupResource) bool) []Resource {
+func groupResources(g *metav1.APIGroup, byGV map[string]*metav1.APIResourceList, isCustom func(schema.GroupResource) bool) []change.Resource {
 	versions := make([]string, 0, len(g.Versions))
 	if g.PreferredVersion.Version != "" {
 		versions = append(versions, g.PreferredVersion.Version)
@@ -64,7 +66,7 @@ func groupResources(g *metav1.APIGroup, byGV map[string]*metav1.APIResourceList,
 			versions = append(versions, v.Version)
 		}
 	}
-	var out []Resource
+	var out []change.Resource
 	preferred := map[string]bool{}
 	for _, v := range versions {
 		gv := schema.GroupVersion{Group: g.Name, Version: v}
@@ -77,12 +79,14 @@ func groupResources(g *metav1.APIGroup, byGV map[string]*metav1.APIResourceList,
 				continue // subresources, and what cannot be watched
 			}
 			gr := schema.GroupResource{Group: g.Name, Resource: r.Name}
-			out = append(out, Resource{
-				GroupVersionResource: gv.WithResource(r.Name),
-				Kind:                 r.Kind,
-				Namespaced:           r.Namespaced,
-				Custom:               isCustom(gr),
-				Preferred:            !preferred[r.Name],
+			out = append(out, change.Resource{
+				Group:      g.Name,
+				Version:    v,
+				Resource:   r.Name,
+				Kind:       r.Kind,
+				Namespaced: r.Namespaced,
+				Custom:     isCustom(gr),
+				Preferred:  !preferred[r.Name],
 			})
 			preferred[r.Name] = true
 		}
@@ -102,7 +106,7 @@ func builtinGroup(group string) bool {
 // watched, at every version, CRD-backed ones marked Custom, and the group
 // versions whose discovery failed (partial results are still returned).
 // It is `fieldwatch api-resources`.
-func Discover(ctx context.Context, config *rest.Config) ([]Resource, map[schema.GroupVersion]error, error) {
+func Discover(ctx context.Context, config *rest.Config) ([]change.Resource, map[schema.GroupVersion]error, error) {
 	disc, err := discovery.NewDiscoveryClientForConfig(config)
 	if err != nil {
 		return nil, nil, fmt.Errorf("discovery client: %w", err)
@@ -112,7 +116,7 @@ func Discover(ctx context.Context, config *rest.Config) ([]Resource, map[schema.
 		return nil, nil, fmt.Errorf("dynamic client: %w", err)
 	}
 	isCustom := func(gr schema.GroupResource) bool { return !builtinGroup(gr.Group) }
-	if list, err := dyn.Resource(crdResource.GroupVersionResource).List(ctx, metav1.ListOptions{}); err == nil {
+	if list, err := dyn.Resource(gvr(crdResource)).List(ctx, metav1.ListOptions{}); err == nil {
 		set := map[schema.GroupResource]bool{}
 		for _, item := range list.Items {
 			group, _, _ := unstructured.NestedString(item.Object, "spec", "group")

@@ -3,7 +3,9 @@
 //
 // Discovery lists the resources; the caller's selectors pick some of them;
 // one dynamic informer per GroupVersionResource watches each, caching
-// compact projected objects (Object) rather than full unstructured ones. The
+// compact projected objects (Object) rather than full unstructured ones.
+// Resources, selectors, projections and change types are package change's,
+// the vocabulary the watcher shares with the rules. The
 // set of informers follows the cluster: a CRD created while running is
 // watched within seconds, a CRD deleted is dropped without error loops. Events
 // go through a rate-limited work queue keyed by resource/namespace/name, so
@@ -11,5 +13,5 @@
 // receives each Change with the old and new objects.
 //
 // watcher knows nothing of rules or actions: it must not import
-// fieldwatch's rules packages.
+// fieldwatch's rules packages (package change is not one).
 package watcher

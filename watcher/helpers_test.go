@@ -50,13 +50,13 @@ func (r *recorder) Handle(_ context.Context, c *Change) error {
 }
 
 // of returns the recorded changes of one object, in order.
-func (r *recorder) of(gvr schema.GroupVersionResource, namespace, name string) []*Change {
+func (r *recorder) of(want schema.GroupVersionResource, namespace, name string) []*Change {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []*Change
 	for _, c := range r.changes {
 		o := c.Object()
-		if c.Resource.GroupVersionResource == gvr && o.GetNamespace() == namespace && o.GetName() == name {
+		if gvr(c.Resource) == want && o.GetNamespace() == namespace && o.GetName() == name {
 			out = append(out, c)
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
 // Object is the compact form in which the watcher caches an object: its
@@ -38,7 +40,7 @@ type Object struct {
 type objectType struct {
 	gvk        schema.GroupVersionKind
 	apiVersion string
-	projection Projection
+	projection change.Projection
 	// foreign marks objects of other shards: cached for keying only.
 	foreign bool
 }
@@ -56,7 +58,7 @@ func newObject(obj map[string]any, typ *objectType) (*Object, error) {
 	o.name = stringField(meta, "name")
 	o.uid = types.UID(stringField(meta, "uid"))
 	o.resourceVersion = stringField(meta, "resourceVersion")
-	rest, err := json.Marshal(typ.projection.apply(obj))
+	rest, err := json.Marshal(project(typ.projection, obj))
 	if err != nil {
 		return nil, fmt.Errorf("encode %s %s/%s: %w", typ.gvk.Kind, o.namespace, o.name, err)
 	}

@@ -8,6 +8,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
 func sampleObject() map[string]any {
@@ -33,11 +35,11 @@ func TestProjectionApply(t *testing.T) {
 	newest := reducedManagedFields()
 	tests := []struct {
 		name string
-		proj Projection
+		proj change.Projection
 		want map[string]any
 	}{{
 		name: "full keeps everything but identity, selfLink and field sets",
-		proj: FullProjection,
+		proj: change.Projection{Full: true},
 		want: map[string]any{
 			"metadata": map[string]any{
 				"generation": int64(3), "creationTimestamp": "2026-12-01T00:00:00Z", "labels": map[string]any{"app": "shop"},
@@ -49,7 +51,7 @@ func TestProjectionApply(t *testing.T) {
 		},
 	}, {
 		name: "paths keep their subtrees and the always-kept metadata",
-		proj: Projection{Paths: [][]string{{"spec", "size"}, {"metadata", "annotations", "note"}, {"spec", "parts"}, {"missing", "field"}}},
+		proj: change.Projection{Paths: [][]string{{"spec", "size"}, {"metadata", "annotations", "note"}, {"spec", "parts"}, {"missing", "field"}}},
 		want: map[string]any{
 			"metadata": map[string]any{
 				"generation": int64(3), "creationTimestamp": "2026-12-01T00:00:00Z", "labels": map[string]any{"app": "shop"},
@@ -60,14 +62,14 @@ func TestProjectionApply(t *testing.T) {
 		},
 	}, {
 		name: "a path through a list keeps the list",
-		proj: Projection{Paths: [][]string{{"spec", "parts", "name"}}},
+		proj: change.Projection{Paths: [][]string{{"spec", "parts", "name"}}},
 		want: map[string]any{
 			"metadata": map[string]any{"generation": int64(3), "creationTimestamp": "2026-12-01T00:00:00Z", "labels": map[string]any{"app": "shop"}, "managedFields": newest},
 			"spec":     map[string]any{"parts": []any{map[string]any{"name": "a"}}},
 		},
 	}, {
 		name: "the whole metadata path does not leak identity or field sets",
-		proj: Projection{Paths: [][]string{{"metadata"}}},
+		proj: change.Projection{Paths: [][]string{{"metadata"}}},
 		want: map[string]any{
 			"metadata": map[string]any{
 				"generation": int64(3), "creationTimestamp": "2026-12-01T00:00:00Z", "labels": map[string]any{"app": "shop"},
@@ -77,7 +79,7 @@ func TestProjectionApply(t *testing.T) {
 		},
 	}, {
 		name: "no paths: metadata only",
-		proj: Projection{},
+		proj: change.Projection{},
 		want: map[string]any{
 			"metadata": map[string]any{"generation": int64(3), "creationTimestamp": "2026-12-01T00:00:00Z", "labels": map[string]any{"app": "shop"}, "managedFields": newest},
 		},
@@ -85,7 +87,7 @@ func TestProjectionApply(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			in := sampleObject()
-			got := tt.proj.apply(in)
+			got := project(tt.proj, in)
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("apply:\n got %v\nwant %v", got, tt.want)
 			}
@@ -97,7 +99,7 @@ func TestProjectionApply(t *testing.T) {
 }
 
 func TestObjectRoundTrip(t *testing.T) {
-	typ := &objectType{gvk: schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Widget"}, apiVersion: "example.com/v1", projection: FullProjection}
+	typ := &objectType{gvk: schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Widget"}, apiVersion: "example.com/v1", projection: change.Projection{Full: true}}
 	o, err := newObject(sampleObject(), typ)
 	if err != nil {
 		t.Fatal(err)
@@ -141,7 +143,7 @@ func TestObjectRoundTrip(t *testing.T) {
 }
 
 func TestObjectCompactSize(t *testing.T) {
-	typ := &objectType{projection: Projection{Paths: [][]string{{"spec", "size"}}}}
+	typ := &objectType{projection: change.Projection{Paths: [][]string{{"spec", "size"}}}}
 	o, err := newObject(sampleObject(), typ)
 	if err != nil {
 		t.Fatal(err)
@@ -161,8 +163,8 @@ func TestObjectCompactSize(t *testing.T) {
 }
 
 func TestSameUnder(t *testing.T) {
-	narrow := &objectType{projection: Projection{Paths: [][]string{{"spec", "size"}}}}
-	wide := &objectType{projection: Projection{Paths: [][]string{{"spec"}}}}
+	narrow := &objectType{projection: change.Projection{Paths: [][]string{{"spec", "size"}}}}
+	wide := &objectType{projection: change.Projection{Paths: [][]string{{"spec"}}}}
 	a, _ := newObject(sampleObject(), narrow)
 	changedColor := sampleObject()
 	changedColor["spec"].(map[string]any)["color"] = "red"
@@ -183,15 +185,7 @@ func TestSameUnder(t *testing.T) {
 // them: field sets replaced by their hash.
 func reducedManagedFields() []any {
 	return []any{
-		map[string]any{"manager": "kubectl", "operation": "Update", "time": "2026-12-02T10:00:00Z", "fieldsHash": "0b8881c64b5e3817"},
-		map[string]any{"manager": "controller", "operation": "Update", "subresource": "status", "time": "2026-12-02T11:00:00Z", "fieldsHash": "355ed6e4f2e609cd"},
-	}
-}
-
-func TestFieldsHash(t *testing.T) {
-	a := fieldsHash(map[string]any{"f:spec": map[string]any{"f:size": map[string]any{}}})
-	b := fieldsHash(map[string]any{"f:spec": map[string]any{"f:color": map[string]any{}}})
-	if len(a) != 16 || a == b || a != fieldsHash(map[string]any{"f:spec": map[string]any{"f:size": map[string]any{}}}) {
-		t.Errorf("hashes %q %q: want 16 hex digits, stable, different for different field sets", a, b)
+		map[string]any{"manager": "kubectl", "operation": "Update", "time": "2026-12-02T10:00:00Z", "fieldsHash": change.FieldsHash(map[string]any{"f:spec": map[string]any{}})},
+		map[string]any{"manager": "controller", "operation": "Update", "subresource": "status", "time": "2026-12-02T11:00:00Z", "fieldsHash": change.FieldsHash(map[string]any{"f:status": map[string]any{}})},
 	}
 }

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/fieldwatch/fieldwatch/change"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
@@ -106,7 +107,7 @@ func TestPartitionAndCompaction(t *testing.T) {
 	cfg.Host = "https://" + px.addr
 
 	rec := &recorder{}
-	_, reg := startWatcher(t, cfg, Config{Selectors: []Selector{{Core: true, Resource: "configmaps"}}, Handler: rec})
+	_, reg := startWatcher(t, cfg, Config{Selectors: []change.Selector{{Resource: "configmaps"}}, Handler: rec})
 	const n = 20
 	for i := range n {
 		_, err := cms.Create(ctx, configMap(ns, fmt.Sprintf("cm-%02d", i), map[string]any{"v": "0"}), metav1.CreateOptions{})
@@ -154,16 +155,16 @@ func TestPartitionAndCompaction(t *testing.T) {
 		cs := rec.of(configMaps, ns, name)
 		last := cs[len(cs)-1]
 		if v, ok := want[name]; ok {
-			if last.Type != Updated || field(last.New, "data", "v") != v {
+			if last.Type != change.Updated || field(last.New, "data", "v") != v {
 				t.Errorf("%s: last change %s v=%v, want updated to %s", name, last.Type, field(last.New, "data", "v"), v)
 			}
-		} else if last.Type != Deleted {
+		} else if last.Type != change.Deleted {
 			t.Errorf("%s: deleted, but the last change is %s", name, kinds(cs))
 		}
 		seen := map[string]bool{}
 		for _, c := range cs {
 			rv := c.Object().GetResourceVersion()
-			if c.Type != Deleted && seen[rv] {
+			if c.Type != change.Deleted && seen[rv] {
 				t.Errorf("%s: the change to resourceVersion %s was delivered twice: %s", name, rv, kinds(cs))
 			}
 			seen[rv] = true

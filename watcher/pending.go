@@ -2,6 +2,8 @@ package watcher
 
 import (
 	"sync"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
 // pending holds, per key, the changes not yet handled, in order. Informer
@@ -29,9 +31,9 @@ func (p *pending) add(k key, c *Change) {
 
 // appendChange appends c to list, merging consecutive updates of one object.
 func appendChange(list []*Change, c *Change) []*Change {
-	if n := len(list); n > 0 && c.Type == Updated {
+	if n := len(list); n > 0 && c.Type == change.Updated {
 		last := list[n-1]
-		if last.Type == Updated && last.New.GetUID() == c.New.GetUID() {
+		if last.Type == change.Updated && last.New.GetUID() == c.New.GetUID() {
 			merged := *last
 			merged.New = c.New
 			merged.Resource = c.Resource

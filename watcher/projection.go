@@ -1,31 +1,18 @@
 package watcher
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
-	"slices"
 	"strings"
 	"sync"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
-// Projection says which parts of an object the watcher's cache keeps. The
-// identity (name, namespace, uid, resourceVersion) and metadata.generation,
-// creationTimestamp, deletionTimestamp and labels are always kept, as are
-// the metadata.managedFields entries, each reduced to manager, operation,
-// subresource, time and a hash of its field set (fieldsHash): who wrote what
-// last. Everything else is kept only when Full is set or a path in Paths
-// leads to it.
-type Projection struct {
-	// Full keeps the whole object (managedFields reduced as above).
-	Full bool
-	// Paths are field-name prefixes, such as {"spec", "size"} or
-	// {"metadata", "annotations"}; the subtree under each is kept whole.
-	Paths [][]string
-}
-
-// FullProjection keeps whole objects.
-var FullProjection = Projection{Full: true}
+// The watcher's cache keeps, of each object, what its change.Projection
+// says, and always the identity (name, namespace, uid, resourceVersion)
+// and metadata.generation, creationTimestamp, deletionTimestamp and
+// labels, as well as the metadata.managedFields entries, each reduced to
+// manager, operation, subresource, time and change.FieldsHash of its field
+// set (fieldsHash): who wrote what last.
 
 // alwaysKeptMeta are the metadata fields every projection keeps besides the
 // identity and managedFields.
@@ -34,34 +21,11 @@ var alwaysKeptMeta = []string{"generation", "creationTimestamp", "deletionTimest
 // identityMeta are kept as strings on Object, not in its JSON.
 var identityMeta = map[string]bool{"name": true, "namespace": true, "uid": true, "resourceVersion": true}
 
-// Equal reports whether p and q keep the same fields.
-func (p Projection) Equal(q Projection) bool { return p.key() == q.key() }
-
-// key is a canonical string for the projection.
-func (p Projection) key() string {
-	if p.Full {
-		return "*"
-	}
-	paths := make([]string, len(p.Paths))
-	for i, path := range p.Paths {
-		paths[i] = strings.Join(path, "\x00")
-	}
-	slices.Sort(paths)
-	return strings.Join(slices.Compact(paths), "\x01")
-}
-
-// Union returns a projection that keeps what either keeps.
-func (p Projection) Union(q Projection) Projection {
-	if p.Full || q.Full {
-		return FullProjection
-	}
-	return Projection{Paths: append(slices.Clone(p.Paths), q.Paths...)}
-}
-
-// apply returns the kept part of obj as a new map. It does not modify obj
-// but shares its leaves, so obj must not be modified afterwards either.
-// apiVersion, kind and the identity fields are left out: Object holds them.
-func (p Projection) apply(obj map[string]any) map[string]any {
+// project returns the part of obj that p keeps as a new map. It does not
+// modify obj but shares its leaves, so obj must not be modified afterwards
+// either. apiVersion, kind and the identity fields are left out: Object
+// holds them.
+func project(p change.Projection, obj map[string]any) map[string]any {
 	out := make(map[string]any, 4)
 	meta, _ := obj["metadata"].(map[string]any)
 	if p.Full {
@@ -133,7 +97,7 @@ func copyPath(src, dst map[string]any, path []string) {
 
 // keepManagedFields copies the managedFields entries of meta into out,
 // each reduced to manager, operation, subresource, time and fieldsHash (the
-// first 16 hex digits of the SHA-256 of its fieldsV1): enough to tell which
+// change.FieldsHash of its fieldsV1): enough to tell which
 // writer changed between two versions of an object, at a fraction of the
 // field sets' size.
 func keepManagedFields(meta, out map[string]any) {
@@ -154,21 +118,11 @@ func keepManagedFields(meta, out map[string]any) {
 			}
 		}
 		if f, ok := entry["fieldsV1"]; ok {
-			r["fieldsHash"] = fieldsHash(f)
+			r["fieldsHash"] = change.FieldsHash(f)
 		}
 		reduced = append(reduced, r)
 	}
 	out["managedFields"] = reduced
-}
-
-// fieldsHash digests a field set.
-func fieldsHash(fields any) string {
-	b, err := json.Marshal(fields)
-	if err != nil {
-		return ""
-	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:8])
 }
 
 // interned holds one copy of each namespace name.

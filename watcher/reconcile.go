@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
 // forbiddenRetry is how long a resource the watcher may not list stays
@@ -44,16 +46,16 @@ func (w *Watcher) startFollowingAPIServices(ctx context.Context) {
 }
 
 // canList reports whether the watcher may list res.
-func (w *Watcher) canList(ctx context.Context, res Resource) bool {
-	_, err := w.dyn.Resource(res.GroupVersionResource).List(ctx, metav1.ListOptions{Limit: 1})
+func (w *Watcher) canList(ctx context.Context, res change.Resource) bool {
+	_, err := w.dyn.Resource(gvr(res)).List(ctx, metav1.ListOptions{Limit: 1})
 	return !apierrors.IsForbidden(err) && !apierrors.IsNotFound(err)
 }
 
 // want is what reconcile wants watched for one resource.
 type want struct {
-	res      Resource
+	res      change.Resource
 	deliver  bool
-	proj     Projection
+	proj     change.Projection
 	internal bool // followed to keep discovery current
 	// namespace is the one namespace this informer lists and watches; ""
 	// for all namespaces (and for cluster-scoped resources).
@@ -91,7 +93,7 @@ func (w *Watcher) reconcile(ctx context.Context) error {
 	wants := w.wants(d.resources)
 	served := map[schema.GroupResource]bool{}
 	for _, r := range d.resources {
-		served[r.GroupResource()] = true
+		served[groupResource(r)] = true
 	}
 
 	handover := map[handoverKey]map[types.UID]*Object{}
@@ -120,7 +122,7 @@ func (w *Watcher) reconcile(ctx context.Context) error {
 			w.log.Info("resource no longer served; stopped watching", "gvr", rw.res.String())
 			if rw.deliver.Load() {
 				for _, o := range rw.objects() {
-					rw.emit(&Change{Type: Deleted, Resource: rw.res, Old: o, Time: time.Now()})
+					rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: o, Time: time.Now()})
 				}
 			}
 		}
@@ -132,7 +134,7 @@ func (w *Watcher) reconcile(ctx context.Context) error {
 			rw.deliver.Store(wt.deliver)
 			continue
 		}
-		gvr, gr := key.gvr, key.gvr.GroupResource()
+		gr := key.gvr.GroupResource()
 		var st start
 		switch {
 		case rw != nil:
@@ -144,7 +146,7 @@ func (w *Watcher) reconcile(ctx context.Context) error {
 			st = start{mode: baselineStart, base: handover[handoverKey{gr, key.namespace}]}
 		case w.cfg.Store != nil && wt.deliver && !w.started.Load():
 			st = w.storedBaseline(wt.res, key.namespace, loaded)
-		case !w.started.Load() || w.known[gr] || w.everFailed[gvr.GroupVersion()]:
+		case !w.started.Load() || w.known[gr] || w.everFailed[key.gvr.GroupVersion()]:
 			// At start, or a resource that existed before (newly
 			// selected, or an aggregated API back): its objects are not
 			// news.
@@ -155,7 +157,7 @@ func (w *Watcher) reconcile(ctx context.Context) error {
 			st = start{mode: baselineStart, base: map[types.UID]*Object{}}
 		}
 		nrw := w.startWatch(ctx, wt.res, key.namespace, wt.proj, wt.deliver, st)
-		if gvr == crdResource.GroupVersionResource {
+		if key.gvr == gvr(crdResource) {
 			w.crds = nrw
 		}
 		w.log.Info("watching", "gvr", wt.res.String(), "namespace", key.namespace, "custom", wt.res.Custom, "deliver", wt.deliver)
@@ -165,7 +167,7 @@ func (w *Watcher) reconcile(ctx context.Context) error {
 		w.syncStore(served, d.failed, wants)
 	}
 	for _, r := range d.resources {
-		w.known[r.GroupResource()] = true
+		w.known[groupResource(r)] = true
 	}
 	w.metrics.resources.Set(float64(len(w.deliveringResources())))
 	return nil
@@ -174,19 +176,19 @@ func (w *Watcher) reconcile(ctx context.Context) error {
 // wants lists the informers to run: the selected resources (one informer
 // per namespace when every rule on the resource names its namespaces), and
 // the resources the watcher follows for itself.
-func (w *Watcher) wants(resources []Resource) map[watchKey]*want {
+func (w *Watcher) wants(resources []change.Resource) map[watchKey]*want {
 	out := map[watchKey]*want{}
 	for _, r := range resources {
-		if w.isForbidden(r.GroupVersionResource) {
+		if w.isForbidden(gvr(r)) {
 			continue
 		}
-		sel := selected(w.selectors, r)
-		internal := (r.GroupVersionResource == crdResource.GroupVersionResource && w.crds != nil) ||
-			(r.GroupVersionResource == apiServiceResource.GroupVersionResource && w.followAPIServices)
+		sel := change.Selected(w.selectors, r)
+		internal := (gvr(r) == gvr(crdResource) && w.crds != nil) ||
+			(gvr(r) == gvr(apiServiceResource) && w.followAPIServices)
 		if !sel && !internal {
 			continue
 		}
-		var proj Projection
+		var proj change.Projection
 		if sel {
 			proj = w.projection(r)
 		}
@@ -200,7 +202,7 @@ func (w *Watcher) wants(resources []Resource) map[watchKey]*want {
 			}
 		}
 		for _, ns := range namespaces {
-			out[watchKey{r.GroupVersionResource, ns}] = &want{res: r, deliver: sel, proj: proj, internal: internal, namespace: ns}
+			out[watchKey{gvr(r), ns}] = &want{res: r, deliver: sel, proj: proj, internal: internal, namespace: ns}
 		}
 	}
 	return out
@@ -208,7 +210,7 @@ func (w *Watcher) wants(resources []Resource) map[watchKey]*want {
 
 // startWatch starts an informer for res in namespace ("" for all). w.mu
 // must be held.
-func (w *Watcher) startWatch(ctx context.Context, res Resource, namespace string, proj Projection, deliver bool, st start) *resourceWatch {
+func (w *Watcher) startWatch(ctx context.Context, res change.Resource, namespace string, proj change.Projection, deliver bool, st start) *resourceWatch {
 	rw := newResourceWatch(w, res, namespace, proj)
 	rw.deliver.Store(deliver)
 	rw.mode = st.mode
@@ -220,10 +222,10 @@ func (w *Watcher) startWatch(ctx context.Context, res Resource, namespace string
 			w.log.Error("cannot record a resource in the baseline", "gvr", res.String(), "err", err)
 		}
 	}
-	if res.GroupVersionResource == crdResource.GroupVersionResource || res.GroupVersionResource == apiServiceResource.GroupVersionResource {
+	if gvr(res) == gvr(crdResource) || gvr(res) == gvr(apiServiceResource) {
 		rw.observe = func(*Change) { w.triggerDiscovery() }
 	}
-	w.watches[watchKey{res.GroupVersionResource, namespace}] = rw
+	w.watches[watchKey{gvr(res), namespace}] = rw
 	rw.run(ctx)
 	return rw
 }
@@ -253,10 +255,10 @@ func (w *Watcher) noteFailures(failed map[schema.GroupVersion]error) {
 // markForbidden stops watching a resource the watcher may not list, for a
 // while, instead of letting its informer fail forever (and readiness wait
 // for it).
-func (w *Watcher) markForbidden(res Resource, err error) {
+func (w *Watcher) markForbidden(res change.Resource, err error) {
 	w.forbiddenMu.Lock()
-	_, already := w.forbiddenSince[res.GroupVersionResource]
-	w.forbiddenSince[res.GroupVersionResource] = time.Now()
+	_, already := w.forbiddenSince[gvr(res)]
+	w.forbiddenSince[gvr(res)] = time.Now()
 	w.forbiddenMu.Unlock()
 	if !already {
 		w.log.Error("not allowed to list or watch a selected resource; it is not watched (grant get/list/watch, see `fieldwatch rbac`)",
@@ -278,8 +280,8 @@ func (w *Watcher) isForbidden(gvr schema.GroupVersionResource) bool {
 // empty baseline (every object is new) when the resource appeared while
 // the watcher was down; quietly (the objects become the baseline) on the
 // very first run or when the previous run did not watch it.
-func (w *Watcher) storedBaseline(res Resource, namespace string, loaded recorded) start {
-	store, gr := w.cfg.Store, res.GroupResource()
+func (w *Watcher) storedBaseline(res change.Resource, namespace string, loaded recorded) start {
+	store, gr := w.cfg.Store, groupResource(res)
 	switch {
 	case store.hasResource(gr):
 		prev, err := store.scope(gr)
@@ -341,7 +343,7 @@ func (w *Watcher) syncStore(served map[schema.GroupResource]bool, failed map[sch
 	}
 	for gr, res := range stored {
 		switch {
-		case selected[gr], failed[res.GroupVersion()] != nil:
+		case selected[gr], failed[groupVersion(res)] != nil:
 		case served[gr]:
 			if err := store.dropResource(gr); err != nil {
 				w.log.Error("cannot forget a resource in the baseline", "gvr", res.String(), "err", err)
@@ -355,7 +357,7 @@ func (w *Watcher) syncStore(served map[schema.GroupResource]bool, failed map[sch
 			w.gone[gr] = true
 			w.log.Info("resource gone since the last run: its recorded objects were deleted", "gvr", res.String(), "objects", len(objs))
 			for _, o := range objs {
-				w.enqueue(&Change{Type: Deleted, Resource: res, Old: o, Time: time.Now()})
+				w.enqueue(&Change{Type: change.Deleted, Resource: res, Old: o, Time: time.Now()})
 			}
 		}
 	}
@@ -370,7 +372,7 @@ func (w *Watcher) syncStore(served map[schema.GroupResource]bool, failed map[sch
 
 // scope is the namespaces a selected resource is watched in (nil: all).
 type scope struct {
-	res        Resource
+	res        change.Resource
 	namespaces []string
 }
 
@@ -450,7 +452,7 @@ func sameSet[K comparable](a, b map[K]bool) bool {
 // pass, so that a resource watched in several namespaces is read once.
 type recorded map[schema.GroupResource]map[types.UID]*Object
 
-func (r recorded) get(store *Store, gr schema.GroupResource, res Resource) (map[types.UID]*Object, error) {
+func (r recorded) get(store *Store, gr schema.GroupResource, res change.Resource) (map[types.UID]*Object, error) {
 	if objs, ok := r[gr]; ok {
 		return objs, nil
 	}

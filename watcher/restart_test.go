@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/fieldwatch/fieldwatch/change"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
@@ -23,7 +24,7 @@ func TestAPIServerRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	rec := &recorder{}
-	startWatcher(t, env.Config(), Config{Selectors: []Selector{{Core: true, Resource: "configmaps"}}, Handler: rec})
+	startWatcher(t, env.Config(), Config{Selectors: []change.Selector{{Resource: "configmaps"}}, Handler: rec})
 	cms := env.Dynamic(t).Resource(configMaps).Namespace(ns)
 
 	churn(t, ctx, cms, ns, "before", 20)
@@ -69,11 +70,11 @@ func TestAPIServerRestart(t *testing.T) {
 		last := cs[len(cs)-1]
 		want, ok := exists[name]
 		switch {
-		case !ok && last.Type != Deleted:
+		case !ok && last.Type != change.Deleted:
 			t.Errorf("%s: deleted, but the last change is %s", name, kinds(cs))
-		case ok && (last.Type == Deleted || field(last.New, "data", "v") != want):
+		case ok && (last.Type == change.Deleted || field(last.New, "data", "v") != want):
 			t.Errorf("%s: final v=%q, but the last change is %s with v=%v", name, want, kinds(cs), field(last.New, "data", "v"))
-		case cs[0].Type != Created:
+		case cs[0].Type != change.Created:
 			t.Errorf("%s: changes %s, want a create first", name, kinds(cs))
 		}
 	}

@@ -14,6 +14,8 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
 // Store keeps, per object, the projected state the handler last finished
@@ -47,7 +49,7 @@ type Store struct {
 
 // storeOp is one queued write: a put of obj, or a delete of uid.
 type storeOp struct {
-	res Resource
+	res change.Resource
 	uid types.UID
 	obj *Object // nil: delete
 }
@@ -208,7 +210,7 @@ func (s *Store) hasResource(gr schema.GroupResource) bool {
 }
 
 // load returns the recorded objects of gr, as Objects of res's kind.
-func (s *Store) load(gr schema.GroupResource, res Resource) (map[types.UID]*Object, error) {
+func (s *Store) load(gr schema.GroupResource, res change.Resource) (map[types.UID]*Object, error) {
 	out := map[types.UID]*Object{}
 	types_ := map[string]*objectType{}
 	err := s.db.View(func(tx *bolt.Tx) error {
@@ -226,11 +228,11 @@ func (s *Store) load(gr schema.GroupResource, res Resource) (map[types.UID]*Obje
 			}
 			typ := types_[r.Projection]
 			if typ == nil {
-				var p Projection
+				var p change.Projection
 				if err := json.Unmarshal([]byte(r.Projection), &p); err != nil {
 					return fmt.Errorf("record %s/%s projection: %w", gr, k, err)
 				}
-				typ = &objectType{gvk: res.GroupVersion().WithKind(res.Kind), apiVersion: res.GroupVersion().String(), projection: p}
+				typ = &objectType{gvk: groupVersion(res).WithKind(res.Kind), apiVersion: res.APIVersion(), projection: p}
 				types_[r.Projection] = typ
 			}
 			out[types.UID(k)] = &Object{namespace: intern(r.Namespace), name: r.Name, uid: types.UID(k),
@@ -242,8 +244,8 @@ func (s *Store) load(gr schema.GroupResource, res Resource) (map[types.UID]*Obje
 }
 
 // resources returns the resources that have a bucket, with their meta.
-func (s *Store) resources() (map[schema.GroupResource]Resource, error) {
-	out := map[schema.GroupResource]Resource{}
+func (s *Store) resources() (map[schema.GroupResource]change.Resource, error) {
+	out := map[schema.GroupResource]change.Resource{}
 	err := s.db.View(func(tx *bolt.Tx) error {
 		return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
 			raw := b.Get([]byte(resMetaKey))
@@ -254,9 +256,9 @@ func (s *Store) resources() (map[schema.GroupResource]Resource, error) {
 			if err := json.Unmarshal(raw, &m); err != nil {
 				return fmt.Errorf("bucket %s: %w", name, err)
 			}
-			r := Resource{GroupVersionResource: schema.GroupVersionResource{Group: m.Group, Version: m.Version, Resource: m.Resource},
+			r := change.Resource{Group: m.Group, Version: m.Version, Resource: m.Resource,
 				Kind: m.Kind, Namespaced: m.Namespaced, Custom: m.Custom, Preferred: true}
-			out[r.GroupResource()] = r
+			out[groupResource(r)] = r
 			return nil
 		})
 	})
@@ -281,8 +283,8 @@ func (s *Store) scope(gr schema.GroupResource) ([]string, error) {
 
 // setScope records the namespaces res is watched in (nil for all), when
 // they differ from what the file holds.
-func (s *Store) setScope(res Resource, namespaces []string) error {
-	if prev, err := s.scope(res.GroupResource()); err == nil && slices.Equal(prev, namespaces) {
+func (s *Store) setScope(res change.Resource, namespaces []string) error {
+	if prev, err := s.scope(groupResource(res)); err == nil && slices.Equal(prev, namespaces) {
 		return nil
 	}
 	return s.db.Update(func(tx *bolt.Tx) error {
@@ -305,7 +307,7 @@ func (s *Store) setScope(res Resource, namespaces []string) error {
 
 // track marks res as watched with a baseline, so that the next run
 // compares with it even if it records no object.
-func (s *Store) track(res Resource) error {
+func (s *Store) track(res change.Resource) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		_, err := s.bucket(tx, res)
 		return err
@@ -323,10 +325,12 @@ func (s *Store) dropResource(gr schema.GroupResource) error {
 }
 
 // put queues the recording of obj as res's handled state.
-func (s *Store) put(res Resource, obj *Object) { s.queue(storeOp{res: res, uid: obj.uid, obj: obj}) }
+func (s *Store) put(res change.Resource, obj *Object) {
+	s.queue(storeOp{res: res, uid: obj.uid, obj: obj})
+}
 
 // remove queues the forgetting of an object.
-func (s *Store) remove(res Resource, uid types.UID) { s.queue(storeOp{res: res, uid: uid}) }
+func (s *Store) remove(res change.Resource, uid types.UID) { s.queue(storeOp{res: res, uid: uid}) }
 
 func (s *Store) queue(op storeOp) {
 	s.mu.Lock()
@@ -409,8 +413,8 @@ func (s *Store) flush() {
 }
 
 // bucket returns res's bucket, creating it with its meta.
-func (s *Store) bucket(tx *bolt.Tx, res Resource) (*bolt.Bucket, error) {
-	name := bucketName(res.GroupResource())
+func (s *Store) bucket(tx *bolt.Tx, res change.Resource) (*bolt.Bucket, error) {
+	name := bucketName(groupResource(res))
 	if b := tx.Bucket(name); b != nil {
 		return b, nil
 	}

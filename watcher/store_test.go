@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/fieldwatch/fieldwatch/change"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
@@ -28,8 +29,8 @@ func TestStoreRoundTrip(t *testing.T) {
 	if !s.firstRun() {
 		t.Error("a new store is not a first run")
 	}
-	res := Resource{GroupVersionResource: widgets, Kind: "Widget", Namespaced: true, Custom: true, Preferred: true}
-	typ := &objectType{gvk: widgets.GroupVersion().WithKind("Widget"), apiVersion: "example.com/v1", projection: Projection{Paths: [][]string{{"spec", "size"}}}}
+	res := change.Resource{Group: widgets.Group, Version: widgets.Version, Resource: widgets.Resource, Kind: "Widget", Namespaced: true, Custom: true, Preferred: true}
+	typ := &objectType{gvk: widgets.GroupVersion().WithKind("Widget"), apiVersion: "example.com/v1", projection: change.Projection{Paths: [][]string{{"spec", "size"}}}}
 	a, _ := newObject(widget("ns", "a", 1).Object, typ)
 	a.uid, a.resourceVersion = "uid-a", "1"
 	b, _ := newObject(widget("ns", "b", 2).Object, typ)
@@ -137,8 +138,10 @@ func TestRestartBaseline(t *testing.T) {
 		mustf(t, err, "create %s", name)
 	}
 	path := filepath.Join(t.TempDir(), "baseline.db")
-	sel := []Selector{{Core: true, Resource: "configmaps"}, {Group: "example.com", Kind: "Widget"}}
-	proj := func(Resource) Projection { return Projection{Paths: [][]string{{"data"}, {"spec"}}} }
+	sel := []change.Selector{{Resource: "configmaps"}, {Group: "example.com", Kind: "Widget"}}
+	proj := func(change.Resource) change.Projection {
+		return change.Projection{Paths: [][]string{{"data"}, {"spec"}}}
+	}
 
 	// First run: the existing objects are the baseline, nothing fires.
 	first := &recorder{}
@@ -169,16 +172,16 @@ func TestRestartBaseline(t *testing.T) {
 		return len(second.of(configMaps, ns, "change")) == 1 && len(second.of(configMaps, ns, "remove")) == 1 &&
 			len(second.of(configMaps, ns, "new")) == 1 && len(second.of(widgets, ns, "w-new")) == 1
 	})
-	if c := second.of(configMaps, ns, "change")[0]; c.Type != Updated || field(c.Old, "data", "v") != "0" || field(c.New, "data", "v") != "1" {
+	if c := second.of(configMaps, ns, "change")[0]; c.Type != change.Updated || field(c.Old, "data", "v") != "0" || field(c.New, "data", "v") != "1" {
 		t.Errorf("change: %s %v -> %v, want updated 0 -> 1", c.Type, field(c.Old, "data", "v"), field(c.New, "data", "v"))
 	}
-	if c := second.of(configMaps, ns, "remove")[0]; c.Type != Deleted || c.Old.GetName() != "remove" {
+	if c := second.of(configMaps, ns, "remove")[0]; c.Type != change.Deleted || c.Old.GetName() != "remove" {
 		t.Errorf("remove: %s", c.Type)
 	}
-	if c := second.of(configMaps, ns, "new")[0]; c.Type != Created || c.Initial {
+	if c := second.of(configMaps, ns, "new")[0]; c.Type != change.Created || c.Initial {
 		t.Errorf("new: %s initial %v", c.Type, c.Initial)
 	}
-	if c := second.of(widgets, ns, "w-new")[0]; c.Type != Created {
+	if c := second.of(widgets, ns, "w-new")[0]; c.Type != change.Created {
 		t.Errorf("w-new: %s", c.Type)
 	}
 	// A marker made now comes after anything the restart would report.
@@ -221,8 +224,8 @@ func TestRestartBaselineNamespaces(t *testing.T) {
 		mustf(t, err, "create %s/x", ns)
 	}
 	path := filepath.Join(t.TempDir(), "baseline.db")
-	sel := []Selector{{Core: true, Resource: "configmaps"}}
-	proj := func(Resource) Projection { return Projection{Paths: [][]string{{"data"}}} }
+	sel := []change.Selector{{Resource: "configmaps"}}
+	proj := func(change.Resource) change.Projection { return change.Projection{Paths: [][]string{{"data"}}} }
 	marker := func(rec *recorder, ns string) {
 		t.Helper()
 		name := fmt.Sprintf("marker-%d", time.Now().UnixNano())
@@ -243,7 +246,7 @@ func TestRestartBaselineNamespaces(t *testing.T) {
 	second := &recorder{}
 	run2 := runWithStore(t, env, path, sel, proj, second, a, c)
 	testenv.Eventually(t, 30*time.Second, "a/x updated", func() bool { return len(second.of(configMaps, a, "x")) == 1 })
-	if ch := second.of(configMaps, a, "x")[0]; ch.Type != Updated || field(ch.Old, "data", "v") != "0" || field(ch.New, "data", "v") != "1" {
+	if ch := second.of(configMaps, a, "x")[0]; ch.Type != change.Updated || field(ch.Old, "data", "v") != "0" || field(ch.New, "data", "v") != "1" {
 		t.Errorf("a/x: %s %v -> %v, want updated 0 -> 1", ch.Type, field(ch.Old, "data", "v"), field(ch.New, "data", "v"))
 	}
 	marker(second, c)
@@ -266,10 +269,10 @@ func TestRestartBaselineNamespaces(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, "c/x updated and a/x deleted", func() bool {
 		return len(third.of(configMaps, c, "x")) == 1 && len(third.of(configMaps, a, "x")) == 1
 	})
-	if ch := third.of(configMaps, c, "x")[0]; ch.Type != Updated || field(ch.Old, "data", "v") != "1" || field(ch.New, "data", "v") != "2" {
+	if ch := third.of(configMaps, c, "x")[0]; ch.Type != change.Updated || field(ch.Old, "data", "v") != "1" || field(ch.New, "data", "v") != "2" {
 		t.Errorf("c/x: %s %v -> %v, want updated 1 -> 2", ch.Type, field(ch.Old, "data", "v"), field(ch.New, "data", "v"))
 	}
-	if ch := third.of(configMaps, a, "x")[0]; ch.Type != Deleted {
+	if ch := third.of(configMaps, a, "x")[0]; ch.Type != change.Deleted {
 		t.Errorf("a/x: %s, want deleted", ch.Type)
 	}
 	marker(third, b)
@@ -296,7 +299,7 @@ func TestRestartAfterCRDGone(t *testing.T) {
 
 	path := filepath.Join(t.TempDir(), "baseline.db")
 	rec := &recorder{}
-	run1 := runWithStore(t, env, path, AllCustom, nil, rec)
+	run1 := runWithStore(t, env, path, []change.Selector{{Group: "*", Custom: true}}, nil, rec)
 	run1.stop()
 	mustf(t, env.Clientset(t).Discovery().RESTClient().Delete().
 		AbsPath("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd.Name).Do(ctx).Error(), "delete CRD")
@@ -306,10 +309,10 @@ func TestRestartAfterCRDGone(t *testing.T) {
 	})
 
 	second := &recorder{}
-	runWithStore(t, env, path, AllCustom, nil, second)
+	runWithStore(t, env, path, []change.Selector{{Group: "*", Custom: true}}, nil, second)
 	testenv.Eventually(t, 30*time.Second, "t1 to be reported deleted", func() bool {
 		cs := second.of(things, ns, "t1")
-		return len(cs) == 1 && cs[0].Type == Deleted && field(cs[0].Old, "spec", "a") == "b"
+		return len(cs) == 1 && cs[0].Type == change.Deleted && field(cs[0].Old, "spec", "a") == "b"
 	})
 }
 
@@ -333,7 +336,7 @@ func (r *running) stop() {
 
 // runWithStore runs a watcher with the Store at path, in namespaces only
 // when some are given.
-func runWithStore(t *testing.T, env *testenv.Env, path string, sel []Selector, proj func(Resource) Projection, h Handler, namespaces ...string) *running {
+func runWithStore(t *testing.T, env *testenv.Env, path string, sel []change.Selector, proj func(change.Resource) change.Projection, h Handler, namespaces ...string) *running {
 	t.Helper()
 	store, err := OpenStore(path, testLogger(t))
 	if err != nil {
@@ -341,7 +344,7 @@ func runWithStore(t *testing.T, env *testenv.Env, path string, sel []Selector, p
 	}
 	cfg := Config{Selectors: sel, Projection: proj, Handler: h, Store: store, Logger: testLogger(t), RediscoveryInterval: 2 * time.Second}
 	if len(namespaces) > 0 {
-		cfg.Namespaces = func(Resource) []string { return namespaces }
+		cfg.Namespaces = func(change.Resource) []string { return namespaces }
 	}
 	w, err := New(env.Config(), cfg)
 	if err != nil {

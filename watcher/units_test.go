@@ -9,42 +9,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-)
 
-func TestSelectorMatches(t *testing.T) {
-	cm := Resource{GroupVersionResource: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, Kind: "ConfigMap", Preferred: true}
-	deploy := Resource{GroupVersionResource: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, Kind: "Deployment", Preferred: true}
-	widgetV1 := Resource{GroupVersionResource: schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}, Kind: "Widget", Custom: true, Preferred: true}
-	widgetV2 := widgetV1
-	widgetV2.Version, widgetV2.Preferred = "v2beta1", false
-	tests := []struct {
-		sel  Selector
-		res  Resource
-		want bool
-	}{
-		{Selector{}, cm, true},
-		{Selector{}, widgetV2, false}, // preferred version only by default
-		{Selector{Version: "*"}, widgetV2, true},
-		{Selector{Version: "v2*"}, widgetV2, true},
-		{Selector{Core: true}, cm, true},
-		{Selector{Core: true}, deploy, false},
-		{Selector{Group: "apps", Kind: "Deployment"}, deploy, true},
-		{Selector{Group: "apps", Kind: "Deploy*"}, deploy, true},
-		{Selector{Group: "apps", Resource: "statefulsets"}, deploy, false},
-		{Selector{Custom: true}, widgetV1, true},
-		{Selector{Custom: true}, cm, false},
-		{Selector{Group: "*.com"}, widgetV1, true},
-		{Selector{Group: "*.com"}, deploy, false},
-	}
-	for _, tt := range tests {
-		if got := tt.sel.Matches(tt.res); got != tt.want {
-			t.Errorf("%+v matches %s = %v, want %v", tt.sel, tt.res, got, tt.want)
-		}
-	}
-	if err := (Selector{Kind: "[bad"}).Validate(); err == nil {
-		t.Error("a bad glob validates")
-	}
-}
+	"github.com/fieldwatch/fieldwatch/change"
+)
 
 func TestGroupResources(t *testing.T) {
 	g := &metav1.APIGroup{
@@ -126,12 +93,12 @@ func TestPendingMerge(t *testing.T) {
 	}
 	p := newPending()
 	k := key{name: "x"}
-	p.add(k, &Change{Type: Created, New: obj("a", "1")})
-	p.add(k, &Change{Type: Updated, Old: obj("a", "1"), New: obj("a", "2")})
-	p.add(k, &Change{Type: Updated, Old: obj("a", "2"), New: obj("a", "3")})
-	p.add(k, &Change{Type: Deleted, Old: obj("a", "3")})
-	p.add(k, &Change{Type: Created, New: obj("b", "4")})
-	p.add(k, &Change{Type: Updated, Old: obj("b", "4"), New: obj("b", "5")})
+	p.add(k, &Change{Type: change.Created, New: obj("a", "1")})
+	p.add(k, &Change{Type: change.Updated, Old: obj("a", "1"), New: obj("a", "2")})
+	p.add(k, &Change{Type: change.Updated, Old: obj("a", "2"), New: obj("a", "3")})
+	p.add(k, &Change{Type: change.Deleted, Old: obj("a", "3")})
+	p.add(k, &Change{Type: change.Created, New: obj("b", "4")})
+	p.add(k, &Change{Type: change.Updated, Old: obj("b", "4"), New: obj("b", "5")})
 	list := p.take(k)
 	got := ""
 	for _, c := range list {
@@ -141,7 +108,7 @@ func TestPendingMerge(t *testing.T) {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}
 	// Failed changes go back before newer ones and merge with them.
-	p.add(k, &Change{Type: Updated, Old: obj("b", "5"), New: obj("b", "6")})
+	p.add(k, &Change{Type: change.Updated, Old: obj("b", "5"), New: obj("b", "6")})
 	p.putBack(k, list[4:])
 	list = p.take(k)
 	if len(list) != 1 || rv(list[0].Old) != "4" || rv(list[0].New) != "6" {

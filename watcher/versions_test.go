@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/fieldwatch/fieldwatch/change"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
@@ -56,7 +57,7 @@ func TestManyVersionsSwitchAndDeleteUnderLoad(t *testing.T) {
 	}
 
 	rec := &recorder{}
-	w, reg := startWatcher(t, env.Config(), Config{Selectors: []Selector{{Group: group, Resource: "multis"}}, Handler: rec})
+	w, reg := startWatcher(t, env.Config(), Config{Selectors: []change.Selector{{Group: group, Resource: "multis"}}, Handler: rec})
 	version := func() string {
 		for _, r := range w.Resources() {
 			if r.Group == group {
@@ -87,7 +88,7 @@ func TestManyVersionsSwitchAndDeleteUnderLoad(t *testing.T) {
 	if n := rec.count(inNS); n != 1 {
 		t.Errorf("%d changes after the version switch, want only m0's update", n)
 	}
-	if c := rec.of(at("v4"), ns, "m0")[0]; c.Type != Updated || field(c.Old, "spec", "size") != int64(1) || field(c.New, "spec", "size") != int64(2) {
+	if c := rec.of(at("v4"), ns, "m0")[0]; c.Type != change.Updated || field(c.Old, "spec", "size") != int64(1) || field(c.New, "spec", "size") != int64(2) {
 		t.Errorf("m0: %s %v -> %v, want updated 1 -> 2", c.Type, field(c.Old, "spec", "size"), field(c.New, "spec", "size"))
 	}
 
@@ -105,7 +106,7 @@ func TestManyVersionsSwitchAndDeleteUnderLoad(t *testing.T) {
 		})
 	}
 	testenv.Eventually(t, 30*time.Second, "load", func() bool {
-		return rec.count(func(c *Change) bool { return inNS(c) && c.Type == Created }) >= 20
+		return rec.count(func(c *Change) bool { return inNS(c) && c.Type == change.Created }) >= 20
 	})
 	mustf(t, dyn.Resource(crdGVR).Delete(ctx, crd.Name, metav1.DeleteOptions{}), "delete CRD")
 	stop.Store(true)
@@ -113,7 +114,7 @@ func TestManyVersionsSwitchAndDeleteUnderLoad(t *testing.T) {
 	testenv.Eventually(t, 60*time.Second, "the resource to be dropped", func() bool { return version() == "" })
 	// Every object the watcher reported created is reported deleted, once.
 	rec.mu.Lock()
-	state := map[string][]ChangeType{}
+	state := map[string][]change.Type{}
 	for _, c := range rec.changes {
 		if inNS(c) {
 			n := c.Object().GetName()
@@ -124,11 +125,11 @@ func TestManyVersionsSwitchAndDeleteUnderLoad(t *testing.T) {
 	for name, types := range state {
 		last, deletes := types[len(types)-1], 0
 		for _, tp := range types {
-			if tp == Deleted {
+			if tp == change.Deleted {
 				deletes++
 			}
 		}
-		if last != Deleted || deletes != 1 {
+		if last != change.Deleted || deletes != 1 {
 			t.Errorf("%s: changes %v, want exactly one final deletion", name, types)
 		}
 	}

@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
 // startMode says what a watch does with the objects of its initial list.
@@ -39,11 +41,11 @@ const (
 // synchronously in the informer's processing goroutine, after the cache is
 // updated, so the cache and the changes handed on never disagree.
 type resourceWatch struct {
-	res     Resource
+	res     change.Resource
 	typ     *objectType
 	foreign *objectType // for other shards' objects
 	w       *Watcher
-	events  map[ChangeType]prometheus.Counter // resolved once: emit is on the hot path
+	events  map[change.Type]prometheus.Counter // resolved once: emit is on the hot path
 	store   cache.Store
 	ctrl    cache.Controller
 	deliver atomic.Bool     // hand changes to the watcher's handler
@@ -59,10 +61,10 @@ type resourceWatch struct {
 }
 
 // newResourceWatch builds the informer for res; run starts it.
-func newResourceWatch(w *Watcher, res Resource, namespace string, proj Projection) *resourceWatch {
+func newResourceWatch(w *Watcher, res change.Resource, namespace string, proj change.Projection) *resourceWatch {
 	typ := &objectType{
-		gvk:        res.GroupVersion().WithKind(res.Kind),
-		apiVersion: res.GroupVersion().String(),
+		gvk:        groupVersion(res).WithKind(res.Kind),
+		apiVersion: res.APIVersion(),
 		projection: proj,
 	}
 	foreign := *typ
@@ -73,14 +75,14 @@ func newResourceWatch(w *Watcher, res Resource, namespace string, proj Projectio
 		typ:     typ,
 		foreign: &foreign,
 		done:    make(chan struct{}),
-		events:  map[ChangeType]prometheus.Counter{},
+		events:  map[change.Type]prometheus.Counter{},
 	}
-	for _, t := range []ChangeType{Created, Updated, Deleted} {
+	for _, t := range []change.Type{change.Created, change.Updated, change.Deleted} {
 		rw.events[t] = w.metrics.events.WithLabelValues(res.Group, res.Version, res.Resource, string(t))
 	}
-	client := dynamic.ResourceInterface(w.dyn.Resource(res.GroupVersionResource))
+	client := dynamic.ResourceInterface(w.dyn.Resource(gvr(res)))
 	if namespace != "" {
-		client = w.dyn.Resource(res.GroupVersionResource).Namespace(namespace)
+		client = w.dyn.Resource(gvr(res)).Namespace(namespace)
 	}
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
@@ -150,7 +152,7 @@ func (rw *resourceWatch) finishInitial(ctx context.Context) {
 	rw.initialMu.Lock()
 	defer rw.initialMu.Unlock()
 	for _, old := range rw.baseline {
-		rw.emit(&Change{Type: Deleted, Resource: rw.res, Old: old, Time: time.Now()})
+		rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: old, Time: time.Now()})
 	}
 	rw.baseline = nil
 }
@@ -185,14 +187,14 @@ func (rw *resourceWatch) OnAdd(obj any, isInInitialList bool) {
 		return
 	}
 	if !isInInitialList {
-		rw.emit(&Change{Type: Created, Resource: rw.res, New: o, Time: time.Now()})
+		rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Time: time.Now()})
 		return
 	}
 	switch rw.mode {
 	case quietStart:
 		switch {
 		case rw.w.cfg.InitialSync:
-			rw.emit(&Change{Type: Created, Resource: rw.res, New: o, Initial: true, Time: time.Now()})
+			rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Initial: true, Time: time.Now()})
 		case rw.record && !o.typ.foreign:
 			rw.w.cfg.Store.put(rw.res, o)
 		}
@@ -208,9 +210,9 @@ func (rw *resourceWatch) OnAdd(obj any, isInInitialList bool) {
 				rw.w.cfg.Store.put(rw.res, o)
 			}
 		case !found:
-			rw.emit(&Change{Type: Created, Resource: rw.res, New: o, Time: time.Now()})
+			rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Time: time.Now()})
 		case old.resourceVersion != o.resourceVersion && !sameUnder(old, o):
-			rw.emit(&Change{Type: Updated, Resource: rw.res, Old: old, New: o, Time: time.Now()})
+			rw.emit(&Change{Type: change.Updated, Resource: rw.res, Old: old, New: o, Time: time.Now()})
 		}
 	}
 }
@@ -229,11 +231,11 @@ func (rw *resourceWatch) OnUpdate(oldObj, newObj any) {
 	if old.uid != o.uid {
 		// A relist after a disconnection found another object under the
 		// same name: the first was deleted, the second created.
-		rw.emit(&Change{Type: Deleted, Resource: rw.res, Old: old, Time: time.Now()})
-		rw.emit(&Change{Type: Created, Resource: rw.res, New: o, Time: time.Now()})
+		rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: old, Time: time.Now()})
+		rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Time: time.Now()})
 		return
 	}
-	rw.emit(&Change{Type: Updated, Resource: rw.res, Old: old, New: o, Time: time.Now()})
+	rw.emit(&Change{Type: change.Updated, Resource: rw.res, Old: old, New: o, Time: time.Now()})
 }
 
 // OnDelete implements cache.ResourceEventHandler.
@@ -249,7 +251,7 @@ func (rw *resourceWatch) OnDelete(obj any) {
 		rw.w.unexpected(rw.res, obj)
 		return
 	}
-	rw.emit(&Change{Type: Deleted, Resource: rw.res, Old: o, Time: time.Now()})
+	rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: o, Time: time.Now()})
 }
 
 // emit hands c to the internal observer and, when the resource is
@@ -285,7 +287,7 @@ func sameUnder(old, o *Object) bool {
 		return old.SameContent(o)
 	}
 	both := func(x *Object) string {
-		b, _ := json.Marshal(old.typ.projection.apply(o.typ.projection.apply(x.Map())))
+		b, _ := json.Marshal(project(old.typ.projection, project(o.typ.projection, x.Map())))
 		return string(b)
 	}
 	return both(old) == both(o)

@@ -16,20 +16,22 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
 // Config configures a Watcher.
 type Config struct {
-	// Selectors pick the resources to watch (see All and AllCustom).
-	Selectors []Selector
+	// Selectors pick the resources to watch.
+	Selectors []change.Selector
 	// Projection says what to cache of each selected resource's objects;
-	// nil caches whole objects (FullProjection).
-	Projection func(Resource) Projection
+	// nil caches whole objects.
+	Projection func(change.Resource) change.Projection
 	// Namespaces, when set, names the namespaces to watch a namespaced
 	// selected resource in: one informer per namespace lists and watches
 	// only there (less memory, and namespaced RBAC suffices). nil or an
 	// empty result watches every namespace.
-	Namespaces func(Resource) []string
+	Namespaces func(change.Resource) []string
 	// Handler receives the changes. Required.
 	Handler Handler
 	// Workers is the number of changes handled in parallel (default 4).
@@ -65,15 +67,15 @@ type Config struct {
 // are custom and when to rediscover, APIServices when aggregated APIs come
 // and go.
 var (
-	crdResource = Resource{
-		GroupVersionResource: schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"},
-		Kind:                 "CustomResourceDefinition", Preferred: true,
+	crdResource = change.Resource{
+		Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions",
+		Kind: "CustomResourceDefinition", Preferred: true,
 	}
-	apiServiceResource = Resource{
-		GroupVersionResource: schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"},
-		Kind:                 "APIService", Preferred: true,
+	apiServiceResource = change.Resource{
+		Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices",
+		Kind: "APIService", Preferred: true,
 	}
-	crdProjection = Projection{Paths: [][]string{{"spec", "group"}, {"spec", "names"}}}
+	crdProjection = change.Projection{Paths: [][]string{{"spec", "group"}, {"spec", "names"}}}
 )
 
 // Watcher watches the selected resources and hands their changes to a
@@ -91,9 +93,9 @@ type Watcher struct {
 	commits *commits    // nil without a Store
 
 	mu         sync.Mutex
-	selectors  []Selector
-	projection func(Resource) Projection
-	namespaces func(Resource) []string
+	selectors  []change.Selector
+	projection func(change.Resource) change.Projection
+	namespaces func(change.Resource) []string
 	watches    map[watchKey]*resourceWatch
 	known      map[schema.GroupResource]bool // resources discovered at least once
 	failedGV   map[schema.GroupVersion]bool  // group versions whose discovery fails
@@ -127,11 +129,6 @@ func NewForClients(dyn dynamic.Interface, disc discovery.DiscoveryInterface, cfg
 	if cfg.Handler == nil {
 		return nil, errors.New("watcher: Config.Handler is required")
 	}
-	for _, s := range cfg.Selectors {
-		if err := s.Validate(); err != nil {
-			return nil, err
-		}
-	}
 	if err := cfg.Shard.Validate(); err != nil {
 		return nil, err
 	}
@@ -151,7 +148,7 @@ func NewForClients(dyn dynamic.Interface, disc discovery.DiscoveryInterface, cfg
 		cfg.Logger = slog.Default()
 	}
 	if cfg.Projection == nil {
-		cfg.Projection = func(Resource) Projection { return FullProjection }
+		cfg.Projection = func(change.Resource) change.Projection { return change.Projection{Full: true} }
 	}
 	w := &Watcher{
 		cfg:        cfg,
@@ -312,7 +309,7 @@ func (w *Watcher) Synced() bool {
 }
 
 // Resources returns the resources being watched for the handler.
-func (w *Watcher) Resources() []Resource {
+func (w *Watcher) Resources() []change.Resource {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.deliveringResources()
@@ -321,16 +318,16 @@ func (w *Watcher) Resources() []Resource {
 // deliveringResources lists the resources with an informer for the
 // handler, once each however many namespaces they are watched in. w.mu
 // must be held.
-func (w *Watcher) deliveringResources() []Resource {
+func (w *Watcher) deliveringResources() []change.Resource {
 	seen := map[schema.GroupVersionResource]bool{}
-	var out []Resource
+	var out []change.Resource
 	for key, rw := range w.watches {
 		if rw.deliver.Load() && !seen[key.gvr] {
 			seen[key.gvr] = true
 			out = append(out, rw.res)
 		}
 	}
-	slices.SortFunc(out, func(a, b Resource) int { return cmpString(a.String(), b.String()) })
+	slices.SortFunc(out, func(a, b change.Resource) int { return cmpString(a.String(), b.String()) })
 	return out
 }
 
@@ -380,14 +377,9 @@ func (w *Watcher) CachedObjects() int {
 // reloaded rules file). Informers of resources still selected with the same
 // projection in the same namespaces keep running; the others are started,
 // stopped or restarted by the next discovery, which this triggers.
-func (w *Watcher) SetSelectors(sels []Selector, projection func(Resource) Projection, namespaces func(Resource) []string) error {
-	for _, s := range sels {
-		if err := s.Validate(); err != nil {
-			return err
-		}
-	}
+func (w *Watcher) SetSelectors(sels []change.Selector, projection func(change.Resource) change.Projection, namespaces func(change.Resource) []string) {
 	if projection == nil {
-		projection = func(Resource) Projection { return FullProjection }
+		projection = func(change.Resource) change.Projection { return change.Projection{Full: true} }
 	}
 	w.mu.Lock()
 	w.selectors = slices.Clone(sels)
@@ -395,7 +387,6 @@ func (w *Watcher) SetSelectors(sels []Selector, projection func(Resource) Projec
 	w.namespaces = namespaces
 	w.mu.Unlock()
 	w.triggerDiscovery()
-	return nil
 }
 
 // triggerDiscovery asks Run for a discovery pass soon.
@@ -412,7 +403,7 @@ func (w *Watcher) enqueue(c *Change) {
 	if o.typ.foreign {
 		return // another shard's object
 	}
-	k := key{gr: c.Resource.GroupResource(), namespace: o.namespace, name: o.name}
+	k := key{gr: groupResource(c.Resource), namespace: o.namespace, name: o.name}
 	w.pending.add(k, c)
 	w.queue.Add(k)
 }
@@ -457,7 +448,7 @@ func (w *Watcher) processNext(ctx context.Context) bool {
 }
 
 // unexpected logs an object of a type the watcher did not cache.
-func (w *Watcher) unexpected(res Resource, obj any) {
+func (w *Watcher) unexpected(res change.Resource, obj any) {
 	w.log.Error("informer delivered an unexpected object; ignored", "gvr", res.String(), "type", fmt.Sprintf("%T", obj))
 }
 

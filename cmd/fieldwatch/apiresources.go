@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/fieldwatch/fieldwatch/change"
 	"github.com/fieldwatch/fieldwatch/watcher"
 )
 
@@ -32,7 +33,7 @@ func apiResourcesCmd(ctx context.Context, args []string, stdout, stderr io.Write
 		_, _ = fmt.Fprintf(stderr, "fieldwatch api-resources: %v\n", err)
 		return 1
 	}
-	slices.SortFunc(resources, func(a, b watcher.Resource) int {
+	slices.SortFunc(resources, func(a, b change.Resource) int {
 		return strings.Compare(a.Group+"/"+a.Resource+"/"+a.Version, b.Group+"/"+b.Resource+"/"+b.Version)
 	})
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
@@ -45,7 +46,7 @@ func apiResourcesCmd(ctx context.Context, args []string, stdout, stderr io.Write
 		if r.Custom {
 			mark = "crd"
 		}
-		_, _ = fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\n", r.Resource, r.GroupVersion(), r.Namespaced, r.Kind, mark)
+		_, _ = fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\n", r.Resource, r.APIVersion(), r.Namespaced, r.Kind, mark)
 	}
 	if err := tw.Flush(); err != nil {
 		return 1

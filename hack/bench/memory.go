@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/fieldwatch/fieldwatch/change"
 	"github.com/fieldwatch/fieldwatch/rules"
 	"github.com/fieldwatch/fieldwatch/watcher"
 )
@@ -83,17 +84,13 @@ func bareCacher(dyn dynamic.Interface, gvr schema.GroupVersionResource, ns strin
 
 // fieldwatchCacher is fieldwatch's watcher on one resource, caching what
 // the rules read (the projection the command computes).
-func fieldwatchCacher(config *rest.Config, sel watcher.Selector, set *rules.Set) cacher {
+func fieldwatchCacher(config *rest.Config, sel change.Selector, set *rules.Set) cacher {
 	return func(ctx context.Context) (func() int, func() bool, <-chan struct{}, error) {
 		w, err := watcher.New(config, watcher.Config{
-			Selectors: []watcher.Selector{sel},
-			Projection: func(r watcher.Resource) watcher.Projection {
-				p := set.Projection(rules.Resource{Group: r.Group, Version: r.Version, Resource: r.Resource, Kind: r.Kind,
-					Namespaced: r.Namespaced, Custom: r.Custom, OtherVersion: !r.Preferred})
-				return watcher.Projection{Full: p.Full, Paths: p.Paths}
-			},
-			Handler: watcher.HandlerFunc(func(context.Context, *watcher.Change) error { return nil }),
-			Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Selectors:  []change.Selector{sel},
+			Projection: set.Projection,
+			Handler:    watcher.HandlerFunc(func(context.Context, *watcher.Change) error { return nil }),
+			Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
 		})
 		if err != nil {
 			return nil, nil, nil, err

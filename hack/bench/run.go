@@ -24,9 +24,9 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/fieldwatch/fieldwatch/change"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 	"github.com/fieldwatch/fieldwatch/rules"
-	"github.com/fieldwatch/fieldwatch/watcher"
 )
 
 var widgetsGVR = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
@@ -238,11 +238,11 @@ func (b *bench) memory(ctx context.Context) error {
 		gvr  schema.GroupVersionResource
 		ns   string
 		n    int
-		sel  watcher.Selector
+		sel  change.Selector
 		one  *rules.Set
 	}{
-		{"1 KiB ConfigMap", configMapsGVR, cmNS, b.o.configMaps, watcher.Selector{Core: true, Resource: "configmaps"}, oneCM},
-		{"5 KiB custom resource", widgetsGVR, widgetNS, b.o.widgets, watcher.Selector{Group: "example.com", Resource: "widgets"}, oneWidget},
+		{"1 KiB ConfigMap", configMapsGVR, cmNS, b.o.configMaps, change.Selector{Resource: "configmaps"}, oneCM},
+		{"5 KiB custom resource", widgetsGVR, widgetNS, b.o.widgets, change.Selector{Group: "example.com", Resource: "widgets"}, oneWidget},
 	} {
 		measure := func(c cacher) (float64, error) { return bytesPerObject(kind.n, c) }
 		bare, err := measure(bareCacher(b.dyn, kind.gvr, kind.ns, false))

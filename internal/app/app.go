@@ -195,9 +195,9 @@ func (a *App) serve(ctx context.Context) error {
 	}()
 	set := a.set.Load()
 	w, err := watcher.New(a.cfg.Rest, watcher.Config{
-		Selectors:    watcherSelectors(set.Selectors()),
-		Projection:   func(r watcher.Resource) watcher.Projection { return projection(set, r) },
-		Namespaces:   func(r watcher.Resource) []string { return set.Namespaces(rulesResource(r)) },
+		Selectors:    set.Selectors(),
+		Projection:   set.Projection,
+		Namespaces:   set.Namespaces,
 		Handler:      &pipeline{app: a},
 		Workers:      a.cfg.Workers,
 		DrainTimeout: a.cfg.GracePeriod / 2,

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fieldwatch/fieldwatch/rules"
 	"github.com/fieldwatch/fieldwatch/watcher"
 )
 
@@ -22,7 +23,7 @@ var _ watcher.Handler = &pipeline{}
 // Handle implements watcher.Handler.
 func (p *pipeline) Handle(ctx context.Context, c *watcher.Change) error {
 	set := p.app.set.Load()
-	if len(set.RulesFor(rulesResource(c.Resource))) == 0 {
+	if len(set.RulesFor(c.Resource)) == 0 {
 		return nil // no rule watches this resource (any more)
 	}
 	p.app.metrics.changeCounter(string(c.Type)).Inc()
@@ -57,4 +58,17 @@ func (p *pipeline) Handle(ctx context.Context, c *watcher.Change) error {
 		}
 	}
 	return nil
+}
+
+// rulesChange turns a watcher change into what the rules evaluate. The
+// maps are fresh copies: rules never see the cache.
+func rulesChange(c *watcher.Change) *rules.Change {
+	rc := &rules.Change{Type: c.Type, Resource: c.Resource, Time: c.Time}
+	if c.New != nil {
+		rc.Object = c.New.Map()
+	}
+	if c.Old != nil {
+		rc.OldObject = c.Old.Map()
+	}
+	return rc
 }

@@ -11,8 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 
+	"github.com/fieldwatch/fieldwatch/change"
 	"github.com/fieldwatch/fieldwatch/rules"
-	"github.com/fieldwatch/fieldwatch/watcher"
 )
 
 // RBACOptions say whom `fieldwatch rbac` grants the permissions to.
@@ -26,7 +26,7 @@ type RBACOptions struct {
 	LeaderElection bool
 	// Resources are what discovery sees; with nil, kinds are mapped to
 	// resource names by the usual plural rules.
-	Resources []watcher.Resource
+	Resources []change.Resource
 }
 
 // RBAC returns the least-privilege ClusterRole and ClusterRoleBinding, a
@@ -186,7 +186,7 @@ type target struct {
 // resources becomes the custom resources discovery sees now, rather than
 // every resource (secrets included); without discovery, and for other
 // wildcards, the wildcard stays.
-func resolve(s rules.Selector, discovered []watcher.Resource) []target {
+func resolve(s change.Selector, discovered []change.Resource) []target {
 	wildGroup := s.Group == "*"
 	wildName := (s.Resource == "" || s.Resource == "*") && (s.Kind == "" || s.Kind == "*")
 	if s.Custom && (wildGroup || wildName) && discovered != nil {
@@ -196,7 +196,7 @@ func resolve(s rules.Selector, discovered []watcher.Resource) []target {
 		anyVersion.Version = "*"
 		for _, r := range discovered {
 			k := [2]string{r.Group, r.Resource}
-			if !r.Custom || seen[k] || !anyVersion.Matches(rulesResource(r)) {
+			if !r.Custom || seen[k] || !anyVersion.Matches(r) {
 				continue
 			}
 			seen[k] = true
@@ -228,7 +228,7 @@ func resolve(s rules.Selector, discovered []watcher.Resource) []target {
 
 // clusterScoped reports whether discovery knows every resource of t and
 // each is cluster-scoped.
-func clusterScoped(t target, discovered []watcher.Resource) bool {
+func clusterScoped(t target, discovered []change.Resource) bool {
 	for _, name := range t.resources {
 		found := false
 		for _, r := range discovered {
@@ -248,7 +248,7 @@ func clusterScoped(t target, discovered []watcher.Resource) bool {
 
 // enumerated reports whether a wildcard custom selector was resolved
 // through discovery.
-func enumerated(set *rules.Set, discovered []watcher.Resource) bool {
+func enumerated(set *rules.Set, discovered []change.Resource) bool {
 	if discovered == nil {
 		return false
 	}

@@ -5,19 +5,18 @@ import (
 	"testing"
 
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 
+	"github.com/fieldwatch/fieldwatch/change"
 	"github.com/fieldwatch/fieldwatch/rules"
-	"github.com/fieldwatch/fieldwatch/watcher"
 )
 
-func res(group, version, resource, kind string, custom bool) watcher.Resource {
-	return watcher.Resource{GroupVersionResource: schema.GroupVersionResource{Group: group, Version: version, Resource: resource},
+func res(group, version, resource, kind string, custom bool) change.Resource {
+	return change.Resource{Group: group, Version: version, Resource: resource,
 		Kind: kind, Custom: custom, Preferred: true, Namespaced: true}
 }
 
-var discovered = []watcher.Resource{
+var discovered = []change.Resource{
 	res("", "v1", "configmaps", "ConfigMap", false),
 	res("", "v1", "secrets", "Secret", false),
 	res("apps", "v1", "deployments", "Deployment", false),
@@ -27,7 +26,7 @@ var discovered = []watcher.Resource{
 	clusterWide(res("", "v1", "nodes", "Node", false)),
 }
 
-func clusterWide(r watcher.Resource) watcher.Resource {
+func clusterWide(r change.Resource) change.Resource {
 	r.Namespaced = false
 	return r
 }
@@ -83,7 +82,7 @@ func TestRBAC(t *testing.T) {
 	tests := []struct {
 		name       string
 		rules      string
-		discovered []watcher.Resource
+		discovered []change.Resource
 		want       []string
 	}{{
 		name: "kinds resolve through discovery; event and patch actions add their verbs",

@@ -14,7 +14,6 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/fieldwatch/fieldwatch/rules"
-	"github.com/fieldwatch/fieldwatch/watcher"
 )
 
 // loadRules loads the rules files and returns them with a digest of their
@@ -111,11 +110,7 @@ func (a *App) Reload() {
 	a.metrics.reloads.Inc()
 	a.metrics.rules.Set(float64(len(set.Rules())))
 	if w := a.watcher.Load(); w != nil {
-		if err := w.SetSelectors(watcherSelectors(set.Selectors()),
-			func(r watcher.Resource) watcher.Projection { return projection(set, r) },
-			func(r watcher.Resource) []string { return set.Namespaces(rulesResource(r)) }); err != nil {
-			a.log.Error("new selectors rejected by the watcher", "err", err)
-		}
+		w.SetSelectors(set.Selectors(), set.Projection, set.Namespaces)
 	}
 	if d := a.disp.Load(); d != nil {
 		d.Retain(set.Rules())

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fieldwatch/fieldwatch/change"
 	"github.com/fieldwatch/fieldwatch/rules"
 )
 
@@ -287,10 +288,7 @@ func withFiring(log *slog.Logger, it *item) *slog.Logger {
 }
 
 // gvrString formats the object's resource as kubectl does:
-// resource.version.group ("pods.v1" in the core group).
+// resource.version.group.
 func gvrString(o rules.ObjectRef) string {
-	if o.Group == "" {
-		return o.Resource + "." + o.Version
-	}
-	return o.Resource + "." + o.Version + "." + o.Group
+	return change.Resource{Group: o.Group, Version: o.Version, Resource: o.Resource}.String()
 }

@@ -1,0 +1,11 @@
+// Package change is the vocabulary the watcher and the rules share: what
+// happened to an object (Type), which resource it belongs to (Resource),
+// which resources a rule or the watcher selects (Selector), which parts of
+// their objects are read and therefore cached (Projection), and the digest
+// of a managedFields field set that the watcher's cache keeps in place of
+// the field set (FieldsHash).
+//
+// Everything here is plain strings, so that both sides use it directly,
+// without conversions. change must not import k8s.io packages nor any
+// other fieldwatch package: TestNoDependencies keeps it so.
+package change
