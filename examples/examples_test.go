@@ -23,6 +23,7 @@ import (
 	"github.com/fieldwatch/fieldwatch/internal/app"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 	"github.com/fieldwatch/fieldwatch/rules"
+	"github.com/fieldwatch/fieldwatch/rules/cases"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{}) }
@@ -60,15 +61,15 @@ func TestRulesAndCases(t *testing.T) {
 			if _, err := os.Stat(casesFile); err != nil {
 				t.Fatalf("%s has rules.yaml but no cases.yaml for `fieldwatch test`: %v", dir, err)
 			}
-			cases, err := rules.LoadCases(casesFile)
+			cs, err := cases.Load(casesFile, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 			if err != nil {
 				t.Fatalf("load cases:\n%v", err)
 			}
-			if len(cases) == 0 {
+			if len(cs) == 0 {
 				t.Fatalf("%s has no cases", casesFile)
 			}
 			fired := map[string]bool{}
-			for _, r := range rules.RunCases(set, cases) {
+			for _, r := range cases.Run(set, cs) {
 				if !r.Pass {
 					t.Errorf("case %q (%s) failed:\n%s\nfired:\n%s", r.Name, r.Source, r.Diff, r.Firings)
 				}

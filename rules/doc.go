@@ -12,18 +12,25 @@
 //
 // # Using it
 //
-// Load (or Parse) reads and compiles rules files into a Set; every error of
-// every file comes back together, one per line, as
+// Compile turns rules written as plain structs (File, RuleSpec and the
+// action specs, with yaml and json tags) into a Set; every error comes back
+// together, each with its field path:
+//
+//	rules[2].fields[0].path: message
+//
+// Load (or Parse) reads rules files (YAML, decoded strictly by
+// internal/yamlstrict: unknown keys are errors) and compiles them, every
+// error of every file placed where it was written, one per line:
 //
 //	FILE:LINE:COL: rules[2].fields[0].path: message
 //
-// and a file with any error gives no Set (a running Set is never replaced
-// by a broken one). Validate is Load for `fieldwatch validate`.
+// A file with any error gives no Set (a running Set is never replaced by a
+// broken one). Validate is Load for `fieldwatch validate`.
 // Set.Selectors tells the watcher which resources to watch and
 // Set.Projection which parts of their objects to cache; Set.Eval turns
 // each observed Change into Firings (payload and actions) plus evaluation
-// errors to log. LoadCases and RunCases run offline cases for
-// `fieldwatch test`.
+// errors to log. Package rules/cases runs offline cases for `fieldwatch
+// test`.
 //
 // # Rules file
 //
@@ -271,24 +278,6 @@
 //
 // # Offline cases
 //
-// A cases file (LoadCases) lists changes and what must fire:
-//
-//	cases:
-//	  - name: resize fires                  # required, unique
-//	    type: updated                       # created, updated or deleted
-//	    time: "2026-12-02T12:00:00Z"        # optional; default CaseTime
-//	    resource: {resource: widgets, custom: true}
-//	      # group, version and kind default to the object's apiVersion and
-//	      # kind, namespaced to whether it has a namespace
-//	    oldObject: {...}                    # inline YAML objects; anchors help
-//	    object: {...}
-//	    expect:
-//	      fire: [widget-resized]            # required; [] when nothing fires
-//	      changes:                          # optional, exact, per rule
-//	        widget-resized:
-//	          - {op: replace, path: /spec/size, value: 2, oldValue: 1}
-//	      errors: ["no such key"]           # optional: expected evaluation errors
-//
-// RunCases evaluates each case and reports pass or fail with a readable
-// diff, and the payloads of what fired.
+// Package rules/cases reads cases files (changes and what must fire) and
+// runs them against a Set: `fieldwatch test`.
 package rules

@@ -8,7 +8,8 @@ import (
 
 // Error is one load or validation error: where it is (file, 1-based line
 // and column), which field it is about (a path such as
-// rules[2].fields[0].path) and what is wrong.
+// rules[2].fields[0].path) and what is wrong. Compile's errors have a
+// Path but no File nor Line: the loader adds those.
 type Error struct {
 	File string
 	Line int
@@ -16,29 +17,41 @@ type Error struct {
 	// Path is the field path inside the file ("" for the file itself).
 	Path string
 	Msg  string
+
+	// exprLine and exprCol locate a CEL error inside the expression at
+	// Path; the loader maps them into the file where the expression is a
+	// one-line scalar, and clears them. Otherwise Error mentions them.
+	exprLine, exprCol int
 }
 
-// Error formats e as FILE:LINE:COL: PATH: MESSAGE.
+// Error formats e as FILE:LINE:COL: PATH: MESSAGE (PATH: MESSAGE without
+// a file).
 func (e *Error) Error() string {
 	var b strings.Builder
-	b.WriteString(e.File)
-	if e.Line > 0 {
-		fmt.Fprintf(&b, ":%d:%d", e.Line, max(e.Col, 1))
+	if e.File != "" || e.Line > 0 {
+		b.WriteString(e.File)
+		if e.Line > 0 {
+			fmt.Fprintf(&b, ":%d:%d", e.Line, max(e.Col, 1))
+		}
+		b.WriteString(": ")
 	}
-	b.WriteString(": ")
 	if e.Path != "" {
 		b.WriteString(e.Path)
 		b.WriteString(": ")
 	}
 	b.WriteString(e.Msg)
+	if e.exprLine > 0 {
+		fmt.Fprintf(&b, " (at line %d, column %d of the expression)", e.exprLine, e.exprCol)
+	}
 	// One error, one line: a message that quotes user input (a CEL
 	// expression spanning lines, say) keeps its newlines escaped.
 	return strings.ReplaceAll(b.String(), "\n", `\n`)
 }
 
-// ErrorList is every error of one load, in file and position order. Load,
-// Parse, Validate and LoadCases return one (as error) when anything is
-// wrong, so that a user sees all the problems of a file in one run.
+// ErrorList is every error of one load, in file and position order.
+// Compile, Load, Parse and Validate (and the loader of package cases)
+// return one (as error) when anything is wrong, so that a user sees all
+// the problems of a file in one run.
 type ErrorList []*Error
 
 // Error returns the errors one per line.
@@ -80,8 +93,8 @@ func (l ErrorList) sort() {
 	})
 }
 
-// err returns l as an error, or nil when it is empty.
-func (l ErrorList) err() error {
+// Err returns l, sorted, as an error, or nil when it is empty.
+func (l ErrorList) Err() error {
 	if len(l) == 0 {
 		return nil
 	}

@@ -1,9 +1,12 @@
-package rules
+package rules_test
 
 import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/fieldwatch/fieldwatch/rules"
+	"github.com/fieldwatch/fieldwatch/rules/cases"
 )
 
 // TestExamplesLoad loads every example rules file, those added later
@@ -18,19 +21,19 @@ func TestExamplesLoad(t *testing.T) {
 	}
 	for _, file := range files {
 		t.Run(filepath.Base(filepath.Dir(file)), func(t *testing.T) {
-			set, err := Load(file)
+			set, err := rules.Load(file)
 			if err != nil {
 				t.Fatalf("load:\n%v", err)
 			}
-			cases := filepath.Join(filepath.Dir(file), "cases.yaml")
-			if _, err := os.Stat(cases); err != nil {
+			casesFile := filepath.Join(filepath.Dir(file), "cases.yaml")
+			if _, err := os.Stat(casesFile); err != nil {
 				return
 			}
-			cs, err := LoadCases(cases)
+			cs, err := cases.Load(casesFile, caseTime)
 			if err != nil {
 				t.Fatalf("load cases:\n%v", err)
 			}
-			for _, r := range RunCases(set, cs) {
+			for _, r := range cases.Run(set, cs) {
 				if !r.Pass {
 					t.Errorf("case %q (%s) failed:\n%s\nfired:\n%s", r.Name, r.Source, r.Diff, r.Firings)
 				}

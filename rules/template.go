@@ -3,14 +3,22 @@ package rules
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"text/template"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/fieldwatch/fieldwatch/internal/yamlstrict"
 )
 
-// Template is a compiled Go text/template rendered against a payload
-// decoded from JSON (so fields are the payload's JSON names: .rule, .type,
+// Template is a Go text/template rendered against a payload decoded from
+// JSON (so fields are the payload's JSON names: .rule, .type,
 // .resource.kind, .changes, ...). A JSON template must render valid JSON.
+//
+// In a rules file (and in a File) a template is its source text; Compile
+// compiles it, and the actions of a compiled Rule carry compiled ones.
 type Template struct {
 	src  string
 	json bool
@@ -47,8 +55,29 @@ func ParseTemplate(name, src string, isJSON bool) (*Template, error) {
 // Source returns the template text.
 func (t *Template) Source() string { return t.src }
 
+// UnmarshalText implements encoding.TextUnmarshaler: it keeps src for
+// Compile to compile.
+func (t *Template) UnmarshalText(src []byte) error {
+	*t = Template{src: string(src)}
+	return nil
+}
+
+// UnmarshalYAML implements yaml.Unmarshaler: a template is a scalar.
+func (t *Template) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return errors.New("must be a template string, not " + yamlstrict.KindName(n))
+	}
+	return t.UnmarshalText([]byte(n.Value))
+}
+
+// MarshalText implements encoding.TextMarshaler: the source text.
+func (t *Template) MarshalText() ([]byte, error) { return []byte(t.src), nil }
+
 // Render executes the template against payload (a JSON object).
 func (t *Template) Render(payload []byte) ([]byte, error) {
+	if t.t == nil {
+		return nil, errors.New("template is not compiled (Compile, Load and ParseTemplate compile templates)")
+	}
 	var data map[string]any
 	if err := json.Unmarshal(payload, &data); err != nil {
 		return nil, fmt.Errorf("template %s: decode payload: %w", t.t.Name(), err)

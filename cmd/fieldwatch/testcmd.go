@@ -7,9 +7,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/fieldwatch/fieldwatch/rules"
+	"github.com/fieldwatch/fieldwatch/rules/cases"
 )
+
+// caseTime is the time of the changes of cases that give none, so that
+// payloads are reproducible.
+var caseTime = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func testCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fieldwatch test", flag.ContinueOnError)
@@ -35,12 +41,12 @@ func testCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	failed, total := 0, 0
 	for _, path := range fs.Args() {
-		cases, err := rules.LoadCases(path)
+		cs, err := cases.Load(path, caseTime)
 		if err != nil {
 			_, _ = fmt.Fprintln(stderr, err)
 			return 1
 		}
-		for _, r := range rules.RunCases(set, cases) {
+		for _, r := range cases.Run(set, cs) {
 			total++
 			if !r.Pass {
 				failed++
@@ -60,7 +66,7 @@ func testCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 
 // printResult prints one case: a header line, then each firing's payload
 // as one JSON line, then what failed.
-func printResult(w io.Writer, r rules.CaseResult) {
+func printResult(w io.Writer, r cases.Result) {
 	status := "PASS"
 	if !r.Pass {
 		status = "FAIL"

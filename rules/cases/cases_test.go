@@ -1,12 +1,17 @@
-package rules
+package cases
 
 import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/rules"
 )
+
+// caseTime is the time of the cases that give none.
+var caseTime = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 const casesRules = `rules:
   - name: resized
@@ -27,8 +32,8 @@ const caseChange = `
     object: {apiVersion: example.com/v1, kind: Widget, metadata: {name: w, namespace: d, uid: u, resourceVersion: "2"}, spec: {size: 2, color: red}}
 `
 
-func TestRunCases(t *testing.T) {
-	set, err := Parse("rules.yaml", []byte(casesRules))
+func TestRun(t *testing.T) {
+	set, err := rules.Parse("rules.yaml", []byte(casesRules))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +68,7 @@ func TestRunCases(t *testing.T) {
   - name: missing error
 ` + caseChange + `    expect: {fire: [resized], errors: [boom]}
 `
-	cases, err := ParseCases("cases.yaml", []byte(src))
+	cases, err := Parse("cases.yaml", []byte(src), caseTime)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +89,7 @@ func TestRunCases(t *testing.T) {
 		{false, "evaluation error: rule recolored: when: no such key: color"},
 		{false, `no evaluation error contains "boom"`},
 	}
-	results := RunCases(set, cases)
+	results := Run(set, cases)
 	for i, r := range results {
 		if r.Name != cases[i].Name || r.Pass != want[i].pass || r.Diff != want[i].diff {
 			t.Errorf("case %q: pass %v, diff:\n%s\nwant pass %v, diff:\n%s", r.Name, r.Pass, r.Diff, want[i].pass, want[i].diff)
@@ -95,7 +100,7 @@ func TestRunCases(t *testing.T) {
 	}
 }
 
-func TestParseCasesErrors(t *testing.T) {
+func TestParseErrors(t *testing.T) {
 	tests := []struct {
 		name, src string
 		want      []string
@@ -127,7 +132,7 @@ func TestParseCasesErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := ParseCases("c.yaml", []byte(tt.src))
+			_, err := Parse("c.yaml", []byte(tt.src), caseTime)
 			if err == nil {
 				t.Fatal("no error")
 			}
@@ -138,15 +143,15 @@ func TestParseCasesErrors(t *testing.T) {
 			}
 		})
 	}
-	if _, err := LoadCases("testdata/nope.yaml"); err == nil {
-		t.Error("LoadCases of a missing file succeeded")
+	if _, err := Load("testdata/nope.yaml", caseTime); err == nil {
+		t.Error("Load of a missing file succeeded")
 	}
 }
 
 func TestLineDiff(t *testing.T) {
-	got := lineDiff([]string{"a", "b", "c"}, []string{"a", "x", "c", "d"})
+	got := LineDiff([]string{"a", "b", "c"}, []string{"a", "x", "c", "d"})
 	want := "  a\n- b\n+ x\n  c\n+ d"
 	if got != want {
-		t.Errorf("lineDiff =\n%s\nwant\n%s", got, want)
+		t.Errorf("LineDiff =\n%s\nwant\n%s", got, want)
 	}
 }

@@ -1,0 +1,28 @@
+// Package cases runs offline test cases against rules: `fieldwatch test`.
+// A cases file lists changes (old and new objects) and what must happen
+// to each: which rules fire, with which changes, with which evaluation
+// errors. Load (or Parse) reads one; Run evaluates the cases against a
+// rules.Set and reports each as passed or failed, with a line diff
+// (LineDiff) of what differs and the payloads of what fired.
+//
+// A cases file is a YAML mapping with one key, cases:
+//
+//	cases:
+//	  - name: resize fires                  # required, unique
+//	    type: updated                       # created, updated or deleted
+//	    time: "2026-12-02T12:00:00Z"        # optional; default: the time Load is given
+//	    resource: {resource: widgets, custom: true}
+//	      # group, version and kind default to the object's apiVersion and
+//	      # kind, namespaced to whether it has a namespace
+//	    oldObject: {...}                    # inline YAML objects; anchors help
+//	    object: {...}
+//	    expect:
+//	      fire: [widget-resized]            # required; [] when nothing fires
+//	      changes:                          # optional, exact, per rule
+//	        widget-resized:
+//	          - {op: replace, path: /spec/size, value: 2, oldValue: 1}
+//	      errors: ["no such key"]           # optional: expected evaluation errors
+//
+// cases uses package rules only through its exported API; like rules it
+// must not import k8s.io/client-go.
+package cases
