@@ -3,9 +3,11 @@ package rules
 import (
 	"encoding/json"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/fieldwatch/fieldwatch/internal/yamlstrict"
+	"golang.org/x/net/http/httpguts"
 )
 
 // action checks one entry of a rule's actions, at field path p: exactly
@@ -74,7 +76,7 @@ func (c *compiler) webhook(w *WebhookAction, p string) {
 		c.errorf(p+".url", "%q is not an absolute http or https URL", w.URL)
 	}
 	for k := range w.Headers {
-		if !isHeaderName(k) {
+		if !httpguts.ValidHeaderFieldName(k) {
 			c.errorf(yamlstrict.JoinPath(p+".headers", k), "%q is not a valid header name", k)
 		}
 	}
@@ -85,27 +87,11 @@ func (c *compiler) webhook(w *WebhookAction, p string) {
 		if (s.SecretFile == "") == (s.SecretEnv == "") {
 			c.errorf(p+".signing", "exactly one of secretFile and secretEnv is required")
 		}
-		if s.Header != "" && !isHeaderName(s.Header) {
+		if s.Header != "" && !httpguts.ValidHeaderFieldName(s.Header) {
 			c.errorf(p+".signing.header", "%q is not a valid header name", s.Header)
 		}
 	}
 	c.retry(w.Retry, p+".retry")
-}
-
-// isHeaderName reports whether s is an HTTP header field name (RFC 9110
-// token).
-func isHeaderName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
-			continue
-		}
-		return false
-	}
-	return true
 }
 
 func (c *compiler) exec(e *ExecAction, p string) {
@@ -175,7 +161,7 @@ func (c *compiler) jsonPatchOp(op map[string]any, p string) {
 		}
 	}
 	for k := range op {
-		if !contains(keys, k) {
+		if !slices.Contains(keys, k) {
 			c.errorf(p+"."+k, "unknown key %q for %s (known keys: %s)", k, name, strings.Join(keys, ", "))
 		}
 	}

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"path"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -22,23 +23,17 @@ type objectFilter struct {
 // and of either side on update: a rule for app=shop sees the label being
 // removed.
 func (f *objectFilter) matches(c *Change, ns, name string) bool {
-	if len(f.namespaces) > 0 && !contains(f.namespaces, ns) {
+	if len(f.namespaces) > 0 && !slices.Contains(f.namespaces, ns) {
 		return false
 	}
-	if contains(f.excludeNamespaces, ns) {
+	if slices.Contains(f.excludeNamespaces, ns) {
 		return false
 	}
-	if len(f.names) > 0 {
-		ok := false
-		for _, g := range f.names {
-			if m, _ := path.Match(g, name); m {
-				ok = true
-				break
-			}
-		}
-		if !ok {
-			return false
-		}
+	if len(f.names) > 0 && !slices.ContainsFunc(f.names, func(g string) bool {
+		m, _ := path.Match(g, name)
+		return m
+	}) {
+		return false
 	}
 	if f.labels != nil {
 		switch c.Type {
@@ -50,15 +45,6 @@ func (f *objectFilter) matches(c *Change, ns, name string) bool {
 		return f.labels.Matches(objectLabels(c.Object)) || f.labels.Matches(objectLabels(c.OldObject))
 	}
 	return true
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // objectLabels reads metadata.labels of an unstructured object without

@@ -3,9 +3,9 @@ package rules
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 )
@@ -290,93 +290,119 @@ func (p *fieldPath) prefix() []string {
 // value returns what p selects in obj: for a path without [*] the value
 // and whether it is present; with [*] the list of every selected value,
 // present when it is not empty.
-func (p *fieldPath) value(obj map[string]any) (any, bool) {
+func (p *fieldPath) value(obj map[string]any) (v any, ok bool) {
 	if obj == nil {
 		return nil, false
 	}
 	if p.multi {
-		vals := collect(obj, p.segs, nil)
+		var vals []any
+		walk(obj, true, p.segs, nil, func(x any, present bool, _ []string) {
+			if present {
+				vals = append(vals, x)
+			}
+		})
 		return vals, len(vals) > 0
 	}
-	var cur any = obj
-	for i := range p.segs {
-		s := &p.segs[i]
-		var ok bool
-		switch s.kind {
-		case segField:
-			var m map[string]any
-			if m, ok = cur.(map[string]any); !ok {
-				return nil, false
-			}
-			if cur, ok = m[s.name]; !ok {
-				return nil, false
-			}
-		case segIndex:
-			var l []any
-			if l, ok = cur.([]any); !ok || s.index >= len(l) {
-				return nil, false
-			}
-			cur = l[s.index]
-		case segMatch:
-			var l []any
-			if l, ok = cur.([]any); !ok {
-				return nil, false
-			}
-			i := s.find(l)
-			if i < 0 {
-				return nil, false
-			}
-			cur = l[i]
-		}
-	}
-	return cur, true
+	walk(obj, true, p.segs, nil, func(x any, present bool, _ []string) { v, ok = x, present })
+	return v, ok
 }
 
-// collect appends every value segs select in cur to out.
-func collect(cur any, segs []segment, out []any) []any {
+// locations calls fn with the JSON Pointer tokens of every place p selects
+// in obj. Where obj lacks a map key or list index that the path names, the
+// pointer is still formed from the path's remaining field names and
+// indexes (so an added or removed field has a location); a [*] or
+// [key=value] that selects nothing ends the path there.
+func (p *fieldPath) locations(obj map[string]any, fn func(toks []string)) {
+	walk(obj, obj != nil, p.segs, make([]string, 0, len(p.segs)), func(_ any, _ bool, toks []string) { fn(toks) })
+}
+
+// walk is the one walker over a path's segments: it visits the places
+// segs select in cur (which is there when present is set), calling visit
+// with each place's value, whether it is there and, when toks is not nil,
+// its JSON Pointer tokens (a copy visit may keep).
+//
+// Where cur lacks a map key or list index that a segment names, the walk
+// goes on with present false, so that the place still has tokens; a [*]
+// or [key=value] selects nothing in what is not there, and a value of the
+// wrong kind for a segment (a string where a map key is named) ends the
+// walk there. [*] visits list items in order and map values in key order.
+func walk(cur any, present bool, segs []segment, toks []string, visit func(v any, present bool, toks []string)) {
 	for i := range segs {
 		s := &segs[i]
-		var ok bool
 		switch s.kind {
 		case segField:
-			var m map[string]any
-			if m, ok = cur.(map[string]any); !ok {
-				return out
+			var next any
+			ok := false
+			if present {
+				m, isMap := cur.(map[string]any)
+				if !isMap {
+					return
+				}
+				next, ok = m[s.name]
 			}
-			if cur, ok = m[s.name]; !ok {
-				return out
-			}
+			toks = appendTok(toks, s.name)
+			cur, present = next, ok
 		case segIndex:
-			var l []any
-			if l, ok = cur.([]any); !ok || s.index >= len(l) {
-				return out
+			var next any
+			ok := false
+			if present {
+				l, isList := cur.([]any)
+				if !isList {
+					return
+				}
+				if s.index < len(l) {
+					next, ok = l[s.index], true
+				}
 			}
-			cur = l[s.index]
+			if toks != nil {
+				toks = append(toks, strconv.Itoa(s.index))
+			}
+			cur, present = next, ok
 		case segMatch:
-			var l []any
-			if l, ok = cur.([]any); !ok {
-				return out
+			l, isList := cur.([]any)
+			if !present || !isList {
+				return
 			}
 			j := s.find(l)
 			if j < 0 {
-				return out
+				return
+			}
+			if toks != nil {
+				toks = append(toks, strconv.Itoa(j))
 			}
 			cur = l[j]
 		case segAll:
+			if !present {
+				return
+			}
 			switch c := cur.(type) {
 			case []any:
-				for _, item := range c {
-					out = collect(item, segs[i+1:], out)
+				for j, item := range c {
+					var next []string
+					if toks != nil {
+						next = append(toks, strconv.Itoa(j))
+					}
+					walk(item, true, segs[i+1:], next, visit)
 				}
 			case map[string]any:
-				for _, k := range sortedKeys(c) {
-					out = collect(c[k], segs[i+1:], out)
+				for _, k := range slices.Sorted(maps.Keys(c)) {
+					walk(c[k], true, segs[i+1:], appendTok(toks, k), visit)
 				}
 			}
-			return out
+			return
 		}
 	}
-	return append(out, cur)
+	// A copy (nil stays nil): visit may keep it, while toks is reused
+	// by the caller and stays on its stack.
+	visit(cur, present, slices.Clone(toks))
+}
+
+// appendTok appends tok to toks unless tokens are not tracked (nil).
+func appendTok(toks []string, tok string) []string {
+	if toks == nil {
+		return nil
+	}
+	return append(toks, tok)
 }
 
 // find returns the index of the first item of l that [key=value] selects,
@@ -420,82 +446,6 @@ func scalarText(v any) string {
 		return strconv.FormatFloat(n.f, 'g', -1, 64)
 	}
 	return ""
-}
-
-// locations calls fn with the JSON Pointer tokens of every place p selects
-// in obj. Where obj lacks a map key or list index that the path names, the
-// pointer is still formed from the path's remaining field names and
-// indexes (so an added or removed field has a location); a [*] or
-// [key=value] that selects nothing ends the path there.
-func (p *fieldPath) locations(obj map[string]any, fn func(toks []string)) {
-	if obj == nil {
-		locate(nil, false, p.segs, make([]string, 0, len(p.segs)), fn)
-		return
-	}
-	locate(obj, true, p.segs, make([]string, 0, len(p.segs)), fn)
-}
-
-func locate(cur any, present bool, segs []segment, toks []string, fn func([]string)) {
-	if len(segs) == 0 {
-		fn(slices.Clone(toks))
-		return
-	}
-	s := &segs[0]
-	switch s.kind {
-	case segField:
-		var next any
-		ok := false
-		if present {
-			m, isMap := cur.(map[string]any)
-			if !isMap {
-				return
-			}
-			next, ok = m[s.name]
-		}
-		locate(next, ok, segs[1:], append(toks, s.name), fn)
-	case segIndex:
-		var next any
-		ok := false
-		if present {
-			l, isList := cur.([]any)
-			if !isList {
-				return
-			}
-			if s.index < len(l) {
-				next, ok = l[s.index], true
-			}
-		}
-		locate(next, ok, segs[1:], append(toks, strconv.Itoa(s.index)), fn)
-	case segMatch:
-		if l, isList := cur.([]any); present && isList {
-			if i := s.find(l); i >= 0 {
-				locate(l[i], true, segs[1:], append(toks, strconv.Itoa(i)), fn)
-			}
-		}
-	case segAll:
-		if !present {
-			return
-		}
-		switch c := cur.(type) {
-		case []any:
-			for i, item := range c {
-				locate(item, true, segs[1:], append(toks, strconv.Itoa(i)), fn)
-			}
-		case map[string]any:
-			for _, k := range sortedKeys(c) {
-				locate(c[k], true, segs[1:], append(toks, k), fn)
-			}
-		}
-	}
-}
-
-func sortedKeys(m map[string]any) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // pointer renders JSON Pointer tokens (RFC 6901): "/spec/size".

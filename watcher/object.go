@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"unique"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -25,7 +26,9 @@ import (
 // JSON wholesale. NEVER modify an Object obtained from the watcher: it is
 // the cache's copy.
 type Object struct {
-	namespace       string
+	// ns is the namespace, interned: the thousands of objects of one
+	// namespace share one string (zero for cluster-scoped objects).
+	ns              unique.Handle[string]
 	name            string
 	uid             types.UID
 	resourceVersion string
@@ -54,13 +57,13 @@ var (
 func newObject(obj map[string]any, typ *objectType) (*Object, error) {
 	meta, _ := obj["metadata"].(map[string]any)
 	o := &Object{typ: typ}
-	o.namespace = intern(stringField(meta, "namespace"))
+	o.ns = intern(stringField(meta, "namespace"))
 	o.name = stringField(meta, "name")
 	o.uid = types.UID(stringField(meta, "uid"))
 	o.resourceVersion = stringField(meta, "resourceVersion")
 	rest, err := json.Marshal(project(typ.projection, obj))
 	if err != nil {
-		return nil, fmt.Errorf("encode %s %s/%s: %w", typ.gvk.Kind, o.namespace, o.name, err)
+		return nil, fmt.Errorf("encode %s %s/%s: %w", typ.gvk.Kind, o.GetNamespace(), o.name, err)
 	}
 	o.rest = rest
 	return o, nil
@@ -90,8 +93,8 @@ func (o *Object) Map() map[string]any {
 		meta = map[string]any{}
 		m["metadata"] = meta
 	}
-	if o.namespace != "" {
-		meta["namespace"] = o.namespace
+	if ns := o.GetNamespace(); ns != "" {
+		meta["namespace"] = ns
 	}
 	meta["name"] = o.name
 	meta["uid"] = string(o.uid)
@@ -106,7 +109,7 @@ func (o *Object) Raw() []byte { return o.rest }
 // SameContent reports whether o and p carry the same projected content,
 // ignoring resourceVersion.
 func (o *Object) SameContent(p *Object) bool {
-	return o.uid == p.uid && o.name == p.name && o.namespace == p.namespace && bytes.Equal(o.rest, p.rest)
+	return o.uid == p.uid && o.name == p.name && o.ns == p.ns && bytes.Equal(o.rest, p.rest)
 }
 
 // Size returns the bytes the object holds, for metrics and benchmarks.
@@ -141,10 +144,15 @@ func (k objectKind) SetGroupVersionKind(gvk schema.GroupVersionKind) {
 func (k objectKind) GroupVersionKind() schema.GroupVersionKind { return k.o.GroupVersionKind() }
 
 // GetNamespace implements metav1.Object.
-func (o *Object) GetNamespace() string { return o.namespace }
+func (o *Object) GetNamespace() string {
+	if o.ns == (unique.Handle[string]{}) {
+		return ""
+	}
+	return o.ns.Value()
+}
 
 // SetNamespace implements metav1.Object.
-func (o *Object) SetNamespace(ns string) { o.namespace = ns }
+func (o *Object) SetNamespace(ns string) { o.ns = intern(ns) }
 
 // GetName implements metav1.Object.
 func (o *Object) GetName() string { return o.name }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+	"unsafe"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -187,5 +188,29 @@ func reducedManagedFields() []any {
 	return []any{
 		map[string]any{"manager": "kubectl", "operation": "Update", "time": "2026-12-02T10:00:00Z", "fieldsHash": change.FieldsHash(map[string]any{"f:spec": map[string]any{}})},
 		map[string]any{"manager": "controller", "operation": "Update", "subresource": "status", "time": "2026-12-02T11:00:00Z", "fieldsHash": change.FieldsHash(map[string]any{"f:status": map[string]any{}})},
+	}
+}
+
+// TestNamespaceInterned checks that objects of one namespace share one
+// namespace string, however they were decoded, and that cluster-scoped
+// objects have none.
+func TestNamespaceInterned(t *testing.T) {
+	typ := &objectType{projection: change.Projection{Paths: [][]string{{"spec", "size"}}}}
+	a, errA := newObject(sampleObject(), typ)
+	b, errB := newObject(sampleObject(), typ)
+	if errA != nil || errB != nil {
+		t.Fatal(errA, errB)
+	}
+	if a.GetNamespace() != "default" || a.ns != b.ns || unsafe.StringData(a.GetNamespace()) != unsafe.StringData(b.GetNamespace()) {
+		t.Error("two objects of one namespace do not share its string")
+	}
+	cluster := sampleObject()
+	delete(cluster["metadata"].(map[string]any), "namespace")
+	c, err := newObject(cluster, typ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.GetNamespace() != "" || c.Map()["metadata"].(map[string]any)["namespace"] != nil {
+		t.Errorf("cluster-scoped object has namespace %q", c.GetNamespace())
 	}
 }

@@ -1,8 +1,7 @@
 package watcher
 
 import (
-	"strings"
-	"sync"
+	"unique"
 
 	"github.com/fieldwatch/fieldwatch/change"
 )
@@ -125,18 +124,11 @@ func keepManagedFields(meta, out map[string]any) {
 	out["managedFields"] = reduced
 }
 
-// interned holds one copy of each namespace name.
-var interned sync.Map
-
-// intern returns a shared copy of s, so that the thousands of objects of
-// one namespace hold one string.
-func intern(s string) string {
+// intern returns the handle of namespace s, so that the thousands of
+// objects of one namespace share one string; the zero handle for "".
+func intern(s string) unique.Handle[string] {
 	if s == "" {
-		return ""
+		return unique.Handle[string]{}
 	}
-	if v, ok := interned.Load(s); ok {
-		return v.(string)
-	}
-	v, _ := interned.LoadOrStore(strings.Clone(s), strings.Clone(s))
-	return v.(string)
+	return unique.Make(s)
 }

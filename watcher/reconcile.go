@@ -302,7 +302,7 @@ func (w *Watcher) storedBaseline(res change.Resource, namespace string, loaded r
 			// One informer per namespace: each gets its own part.
 			part := map[types.UID]*Object{}
 			for uid, o := range base {
-				if o.namespace == namespace {
+				if o.GetNamespace() == namespace {
 					part[uid] = o
 				}
 			}
@@ -420,7 +420,7 @@ func (w *Watcher) pruneStore(wants map[watchKey]*want, loaded recorded) {
 			continue
 		}
 		for uid, o := range objs {
-			if !slices.Contains(sc.namespaces, o.namespace) || prev != nil && !slices.Contains(prev, o.namespace) {
+			if !slices.Contains(sc.namespaces, o.GetNamespace()) || prev != nil && !slices.Contains(prev, o.GetNamespace()) {
 				store.remove(sc.res, uid)
 			}
 		}

@@ -235,7 +235,7 @@ func (s *Store) load(gr schema.GroupResource, res change.Resource) (map[types.UI
 				typ = &objectType{gvk: groupVersion(res).WithKind(res.Kind), apiVersion: res.APIVersion(), projection: p}
 				types_[r.Projection] = typ
 			}
-			out[types.UID(k)] = &Object{namespace: intern(r.Namespace), name: r.Name, uid: types.UID(k),
+			out[types.UID(k)] = &Object{ns: intern(r.Namespace), name: r.Name, uid: types.UID(k),
 				resourceVersion: r.ResourceVersion, rest: append([]byte(nil), r.Rest...), typ: typ}
 			return nil
 		})
@@ -393,7 +393,7 @@ func (s *Store) flush() {
 				}
 				projections[op.obj.typ] = p
 			}
-			v, err := json.Marshal(record{Namespace: op.obj.namespace, Name: op.obj.name,
+			v, err := json.Marshal(record{Namespace: op.obj.GetNamespace(), Name: op.obj.name,
 				ResourceVersion: op.obj.resourceVersion, Projection: string(p), Rest: op.obj.rest})
 			if err != nil {
 				return err

@@ -168,7 +168,7 @@ func (rw *resourceWatch) transform(obj any) (any, error) {
 		if shard := rw.w.cfg.Shard; shard.enabled() && !shard.ServerSide && !shard.Owns(o.GetUID()) {
 			// Another replica's object: keep only what the cache
 			// needs to key it.
-			return &Object{namespace: intern(o.GetNamespace()), name: o.GetName(), uid: o.GetUID(),
+			return &Object{ns: intern(o.GetNamespace()), name: o.GetName(), uid: o.GetUID(),
 				resourceVersion: o.GetResourceVersion(), typ: rw.foreign}, nil
 		}
 		return newObject(o.Object, rw.typ)
@@ -204,7 +204,7 @@ func (rw *resourceWatch) OnAdd(obj any, isInInitialList bool) {
 		delete(rw.baseline, o.GetUID())
 		rw.initialMu.Unlock()
 		switch {
-		case !found && rw.covered != nil && !rw.covered(o.namespace):
+		case !found && rw.covered != nil && !rw.covered(o.GetNamespace()):
 			// Not watched by the previous run: not news.
 			if rw.record && !o.typ.foreign {
 				rw.w.cfg.Store.put(rw.res, o)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -327,7 +328,7 @@ func (w *Watcher) deliveringResources() []change.Resource {
 			out = append(out, rw.res)
 		}
 	}
-	slices.SortFunc(out, func(a, b change.Resource) int { return cmpString(a.String(), b.String()) })
+	slices.SortFunc(out, func(a, b change.Resource) int { return strings.Compare(a.String(), b.String()) })
 	return out
 }
 
@@ -346,16 +347,6 @@ func (w *Watcher) Namespaces() map[schema.GroupVersionResource][]string {
 		slices.Sort(ns)
 	}
 	return out
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // CachedObjects returns how many objects the informers of the selected
@@ -403,7 +394,7 @@ func (w *Watcher) enqueue(c *Change) {
 	if o.typ.foreign {
 		return // another shard's object
 	}
-	k := key{gr: groupResource(c.Resource), namespace: o.namespace, name: o.name}
+	k := key{gr: groupResource(c.Resource), namespace: o.GetNamespace(), name: o.name}
 	w.pending.add(k, c)
 	w.queue.Add(k)
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/time/rate"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -198,7 +199,7 @@ func (a *App) serve(ctx context.Context) error {
 		Selectors:    set.Selectors(),
 		Projection:   set.Projection,
 		Namespaces:   set.Namespaces,
-		Handler:      &pipeline{app: a},
+		Handler:      &pipeline{app: a, errLog: rate.Sometimes{Interval: time.Second}},
 		Workers:      a.cfg.Workers,
 		DrainTimeout: a.cfg.GracePeriod / 2,
 		Shard:        shard,

@@ -3,10 +3,10 @@ package app
 import (
 	"context"
 	"sync/atomic"
-	"time"
 
 	"github.com/fieldwatch/fieldwatch/rules"
 	"github.com/fieldwatch/fieldwatch/watcher"
+	"golang.org/x/time/rate"
 )
 
 // pipeline is the watcher's handler: it evaluates a change against the
@@ -14,8 +14,9 @@ import (
 // an action's queue is full, which is how a slow receiver slows the watcher
 // instead of losing firings.
 type pipeline struct {
-	app        *App
-	lastErrLog atomic.Int64 // unix nanoseconds
+	app *App
+	// errLog lets one evaluation error a second through to the log.
+	errLog rate.Sometimes
 }
 
 var _ watcher.Handler = &pipeline{}
@@ -32,12 +33,11 @@ func (p *pipeline) Handle(ctx context.Context, c *watcher.Change) error {
 		p.app.metrics.evalErrors.Inc()
 		// Evaluation errors repeat for every object a broken rule sees:
 		// log one a second, count all.
-		now, last := time.Now().UnixNano(), p.lastErrLog.Load()
-		if now-last > int64(time.Second) && p.lastErrLog.CompareAndSwap(last, now) {
+		p.errLog.Do(func() {
 			o := c.Object()
 			p.app.log.Warn("rule evaluation failed", "gvr", c.Resource.String(),
 				"namespace", o.GetNamespace(), "name", o.GetName(), "err", err)
-		}
+		})
 	}
 	if len(firings) == 0 {
 		return nil

@@ -3,6 +3,7 @@ package action
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -80,25 +81,24 @@ func (c *httpClients) closeIdle() {
 }
 
 // config builds the TLS configuration: the CA bundle trusted on top of the
-// system roots, and the client certificate, re-read when its files change.
+// system roots, and the client certificate, both re-read when their files
+// change.
 func (f tlsFiles) config() (*tls.Config, error) {
 	if f == (tlsFiles{}) {
 		return nil, nil
 	}
 	conf := &tls.Config{MinVersion: tls.VersionTLS12}
 	if f.ca != "" {
-		pool, err := x509.SystemCertPool()
-		if err != nil {
-			pool = x509.NewCertPool()
+		ca := &caBundle{file: f.ca}
+		if _, err := ca.get(); err != nil {
+			return nil, err
 		}
-		pem, err := os.ReadFile(f.ca)
-		if err != nil {
-			return nil, fmt.Errorf("webhook CA: %w", err)
-		}
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("webhook CA: no PEM certificate in %s", f.ca)
-		}
-		conf.RootCAs = pool
+		// RootCAs cannot change once the transport has the config: the
+		// server's chain is verified by VerifyConnection instead, against
+		// the bundle as it is at each handshake (the crypto/tls pattern
+		// for custom verification; nothing is skipped).
+		conf.InsecureSkipVerify = true
+		conf.VerifyConnection = ca.verify
 	}
 	if f.cert != "" {
 		kp := &keyPair{certFile: f.cert, keyFile: f.key}
@@ -108,6 +108,80 @@ func (f tlsFiles) config() (*tls.Config, error) {
 		conf.GetClientCertificate = kp.get
 	}
 	return conf, nil
+}
+
+// caBundle is a PEM bundle of CA certificates trusted on top of the system
+// roots, loaded from a file and loaded again when it changes (a mounted
+// Secret or ConfigMap is updated in place when the CA rotates).
+type caBundle struct {
+	file string
+
+	mu    sync.Mutex
+	stamp fileStamp
+	pool  *x509.CertPool
+}
+
+// get returns the trusted pool, reading the file again when its
+// modification time or size changed. A file that cannot be read or holds
+// no certificate keeps the last good pool (a rotation half done); there is
+// an error only when there never was one.
+func (c *caBundle) get() (*x509.CertPool, error) {
+	st, err := stampOf(c.file)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err == nil && c.pool != nil && st.same(c.stamp) {
+		return c.pool, nil
+	}
+	pool, err := c.load(err)
+	if err != nil {
+		if c.pool != nil {
+			return c.pool, nil
+		}
+		return nil, err
+	}
+	c.pool, c.stamp = pool, st
+	return pool, nil
+}
+
+// load reads the bundle into a copy of the system roots; statErr is the
+// error of the stat that preceded it.
+func (c *caBundle) load(statErr error) (*x509.CertPool, error) {
+	if statErr != nil {
+		return nil, fmt.Errorf("webhook CA: %w", statErr)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	pem, err := os.ReadFile(c.file)
+	if err != nil {
+		return nil, fmt.Errorf("webhook CA: %w", err)
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("webhook CA: no PEM certificate in %s", c.file)
+	}
+	return pool, nil
+}
+
+// verify checks the server's chain and name against the bundle as it is
+// now (tls.Config.VerifyConnection).
+func (c *caBundle) verify(cs tls.ConnectionState) error {
+	if len(cs.PeerCertificates) == 0 {
+		return errors.New("webhook: the server sent no certificate")
+	}
+	pool, err := c.get()
+	if err != nil {
+		return err
+	}
+	opts := x509.VerifyOptions{Roots: pool, DNSName: cs.ServerName, Intermediates: x509.NewCertPool()}
+	for _, cert := range cs.PeerCertificates[1:] {
+		opts.Intermediates.AddCert(cert)
+	}
+	if _, err := cs.PeerCertificates[0].Verify(opts); err != nil {
+		// As crypto/tls reports its own verification's failures.
+		return &tls.CertificateVerificationError{UnverifiedCertificates: cs.PeerCertificates, Err: err}
+	}
+	return nil
 }
 
 // keyPair is a client certificate loaded from files and loaded again when

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/fieldwatch/fieldwatch/rules"
 )
@@ -58,29 +59,33 @@ func (p *patchAction) attempt(ctx context.Context, it *item) error {
 	// could be compared, while the resourceVersion precondition is checked
 	// first (and a recreated object never has an old resourceVersion).
 	// The firing's may be stale: on a conflict, read the object, and
-	// patch again with its resourceVersion if it is still the same object.
+	// patch again with its resourceVersion if it is still the same object
+	// (client-go's RetryOnConflict: a few tries, then the attempt fails and
+	// is retried with backoff).
 	rv := ""
 	if p.spec.JSON == nil && p.spec.Subresource != "" {
 		rv = o.ResourceVersion
 	}
-	var err error
-	for range maxConflicts {
-		if err = p.patch(ctx, client, o, rv); err == nil || !apierrors.IsConflict(err) {
-			break
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		err := p.patch(ctx, client, o, rv)
+		if !apierrors.IsConflict(err) {
+			return err
 		}
 		cur, gone := p.current(ctx, client, o)
 		if gone != nil {
-			return permanent(fmt.Errorf("%w (%w)", gone, err))
+			return permanent(fmt.Errorf("%w (%v)", gone, err)) // no longer a conflict: stops
 		}
-		if cur == "" || rv == "" {
-			return err // cannot tell now, or a conflict without a precondition: retry later
+		if cur != "" && rv != "" {
+			rv = cur
 		}
-		rv = cur
-	}
-	if err == nil {
+		return err
+	})
+	switch {
+	case err == nil:
 		return nil
-	}
-	if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+	case isPermanent(err):
+		return err
+	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
 		// A failed UID guard reads as an invalid request: say which.
 		if _, gone := p.current(ctx, client, o); gone != nil {
 			return permanent(fmt.Errorf("%w (%w)", gone, err))
@@ -88,10 +93,6 @@ func (p *patchAction) attempt(ctx context.Context, it *item) error {
 	}
 	return classifyKube(err)
 }
-
-// maxConflicts bounds the conflicts one attempt resolves by reading the
-// object again; after that the attempt fails and is retried with backoff.
-const maxConflicts = 5
 
 func (p *patchAction) patch(ctx context.Context, client dynamic.ResourceInterface, o rules.ObjectRef, rv string) error {
 	pt, body, err := p.body(o.UID, rv)

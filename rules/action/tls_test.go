@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"math/big"
 	"net"
 	"net/http"
@@ -152,5 +153,83 @@ func TestWebhookTLS(t *testing.T) {
 	}
 	if !strings.Contains(failed["tls-no-ca"], "certificate") {
 		t.Errorf("without the CA: %s", failed["tls-no-ca"])
+	}
+}
+
+// TestWebhookCARotation rotates the receiver's CA on a real TLS server on
+// 127.0.0.1: the client trusts the new CA once caFile holds it, without a
+// restart, and keeps the last good bundle while the file is broken.
+func TestWebhookCARotation(t *testing.T) {
+	dir := t.TempDir()
+	caFile := filepath.Join(dir, "ca.pem")
+	oldCA, newCA := newTestCA(t, "old-ca"), newTestCA(t, "new-ca")
+	serving := func(ca *testCA) *tls.Certificate {
+		certPEM, keyPEM := ca.issue(t, "receiver", x509.ExtKeyUsageServerAuth)
+		pair, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &pair
+	}
+	var current atomic.Pointer[tls.Certificate]
+	current.Store(serving(oldCA))
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	// GetConfigForClient rather than GetCertificate: a client of
+	// 127.0.0.1 sends no server name, and httptest's own certificate
+	// would be served.
+	srv.TLS = &tls.Config{GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		return &tls.Config{Certificates: []tls.Certificate{*current.Load()}}, nil
+	}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+
+	// writeCA replaces the file, with a modification time that is sure to
+	// differ from the last one.
+	stamp := time.Now()
+	writeCA := func(b []byte) {
+		t.Helper()
+		if err := os.WriteFile(caFile, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		stamp = stamp.Add(time.Second)
+		if err := os.Chtimes(caFile, stamp, stamp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeCA(oldCA.pem)
+	client, err := newHTTPClients(1).get(tlsFiles{ca: caFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := func() error {
+		t.Helper()
+		client.CloseIdleConnections() // a new handshake each time
+		resp, err := client.Post(srv.URL, "application/json", strings.NewReader("{}"))
+		if err != nil {
+			return err
+		}
+		drainClose(resp.Body)
+		return nil
+	}
+
+	if err := post(); err != nil {
+		t.Fatalf("with the CA that signed the server's certificate: %v", err)
+	}
+	current.Store(serving(newCA))
+	var verr *tls.CertificateVerificationError
+	if err := post(); !errors.As(err, &verr) {
+		t.Fatalf("a certificate from another CA: %v, want a verification error", err)
+	}
+	writeCA(newCA.pem)
+	if err := post(); err != nil {
+		t.Fatalf("after the CA file was rotated: %v", err)
+	}
+	writeCA([]byte("not PEM"))
+	if err := post(); err != nil {
+		t.Fatalf("while the CA file is broken, the last good bundle stays: %v", err)
+	}
+	writeCA(oldCA.pem)
+	if err := post(); !errors.As(err, &verr) {
+		t.Fatalf("after rotating back to the old CA: %v, want a verification error", err)
 	}
 }
