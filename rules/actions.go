@@ -85,9 +85,10 @@ type WebhookAction struct {
 	// It is re-read when it changes (service-account tokens rotate).
 	BearerTokenFile string `yaml:"bearerTokenFile,omitempty" json:"bearerTokenFile,omitempty"`
 	// CAFile is a PEM bundle trusted for the receiver's certificate, in
-	// addition to the system roots.
+	// addition to the system roots. It is re-read when it changes.
 	CAFile string `yaml:"caFile,omitempty" json:"caFile,omitempty"`
 	// CertFile and KeyFile are a client certificate; both or neither.
+	// They are re-read when they change.
 	CertFile string `yaml:"certFile,omitempty" json:"certFile,omitempty"`
 	KeyFile  string `yaml:"keyFile,omitempty" json:"keyFile,omitempty"`
 	// Signing adds an HMAC-SHA256 signature of the body.
@@ -166,7 +167,7 @@ type Firing struct {
 	ID string
 	// Rule is the compiled rule that fired; its Actions are what to run.
 	Rule *Rule
-	// Payload is the JSON payload (DESIGN.md, "Payload").
+	// Payload is the JSON payload (docs/payload.md).
 	Payload []byte
 	// Object addresses the object the change is about.
 	Object ObjectRef

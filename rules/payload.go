@@ -55,7 +55,7 @@ func (r *Rule) firing(st *evalState, ops []Op) (Firing, error) {
 	oldLocs, newLocs := redactLocations(redact, c.OldObject), redactLocations(redact, c.Object)
 	id := payloadID(c.Type, ref, r.Name)
 
-	// The payload (DESIGN.md, "Payload"), keys in the contract's order.
+	// The payload (docs/payload.md), keys in the contract's order.
 	b := make([]byte, 0, 512)
 	b = append(b, `{"id":`...)
 	b = appendJSONString(b, id)

@@ -56,7 +56,7 @@ func changeBit(t change.Type) uint8 {
 	return 0
 }
 
-// noisePaths are left out of every change (DESIGN.md, "Payload"): they
+// noisePaths are left out of every change (docs/payload.md, "Changes"): they
 // change on every write without saying anything about the object. A rule
 // that lists one of them (or a path below it) in fields still sees it.
 var noisePaths = [][]string{

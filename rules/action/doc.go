@@ -1,7 +1,7 @@
 // Package action delivers the JSON payloads of rule firings: it runs the
 // log, webhook, exec, event and patch actions of fieldwatch rules
-// (DESIGN.md, "Rules file" and "Payload") and guarantees that no firing is
-// silently lost.
+// (docs/rules.md, "Actions", documents their options for users) and
+// guarantees that no firing is silently lost (docs/guarantees.md).
 //
 // A Dispatcher gives every action of every rule, identified by the rule's
 // name, the action's index and its spec, its own bounded queue and its own

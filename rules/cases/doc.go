@@ -5,7 +5,8 @@
 // rules.Set and reports each as passed or failed, with a line diff
 // (LineDiff) of what differs and the payloads of what fired.
 //
-// A cases file is a YAML mapping with one key, cases:
+// A cases file is a YAML mapping with one key, cases (docs/rules.md,
+// "Offline cases", documents it for users):
 //
 //	cases:
 //	  - name: resize fires                  # required, unique
