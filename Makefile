@@ -36,8 +36,12 @@ check: ## gofmt and go vet
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
+.PHONY: tidy
+tidy: ## check that go mod tidy would leave go.mod and go.sum as they are
+	@$(GO) mod tidy -diff || { echo "go.mod or go.sum is not tidy: run go mod tidy"; exit 1; }
+
 .PHONY: lint
-lint: check ## gofmt, go vet and golangci-lint (pinned)
+lint: check tidy ## gofmt, go vet, go mod tidy check and golangci-lint (pinned)
 	$(GO) run $(GOLANGCI_LINT) run ./...
 
 .PHONY: test
