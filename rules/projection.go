@@ -2,7 +2,7 @@ package rules
 
 import "github.com/fieldwatch/fieldwatch/change"
 
-// The projection of a rule (Rule.Projection) says which parts of the
+// The projection of a rule says which parts of the
 // objects it matches it reads, so that the watcher's cache can keep only
 // those (see change.Projection for what the watcher keeps anyway).
 //
@@ -25,9 +25,6 @@ func (s *Set) Projection(res change.Resource) change.Projection {
 	}
 	return p.Minimal()
 }
-
-// Projection returns what r reads of the objects it matches.
-func (r *Rule) Projection() change.Projection { return r.projection }
 
 // compileProjection computes r.projection from its compiled parts.
 func (r *Rule) compileProjection() {

@@ -22,10 +22,11 @@ import (
 // the informer's cache, the work queue and the handler without copies.
 //
 // Object implements metav1.Object so that client-go's cache can key and
-// index it; the setters exist only to satisfy that interface and replace the
-// JSON wholesale. NEVER modify an Object obtained from the watcher: it is
-// the cache's copy.
+// index it. Its setters, which that interface requires and nothing calls,
+// do nothing: an Object never changes. Its getters read the projected
+// JSON, so they see only what the projection keeps.
 type Object struct {
+	immutable
 	// ns is the namespace, interned: the thousands of objects of one
 	// namespace share one string (zero for cluster-scoped objects).
 	ns              unique.Handle[string]
@@ -38,6 +39,27 @@ type Object struct {
 	// typ is shared by every object of one informer.
 	typ *objectType
 }
+
+// immutable gives Object the setters of metav1.Object. Client-go's cache
+// only reads the objects it holds, and the watcher never changes one (the
+// cache, the work queue and the handler share them), so they do nothing.
+type immutable struct{}
+
+func (immutable) SetNamespace(string)                          {}
+func (immutable) SetName(string)                               {}
+func (immutable) SetGenerateName(string)                       {}
+func (immutable) SetUID(types.UID)                             {}
+func (immutable) SetResourceVersion(string)                    {}
+func (immutable) SetGeneration(int64)                          {}
+func (immutable) SetSelfLink(string)                           {}
+func (immutable) SetCreationTimestamp(metav1.Time)             {}
+func (immutable) SetDeletionTimestamp(*metav1.Time)            {}
+func (immutable) SetDeletionGracePeriodSeconds(*int64)         {}
+func (immutable) SetLabels(map[string]string)                  {}
+func (immutable) SetAnnotations(map[string]string)             {}
+func (immutable) SetFinalizers([]string)                       {}
+func (immutable) SetOwnerReferences([]metav1.OwnerReference)   {}
+func (immutable) SetManagedFields([]metav1.ManagedFieldsEntry) {}
 
 // objectType is what all objects of one resource share.
 type objectType struct {
@@ -102,23 +124,14 @@ func (o *Object) Map() map[string]any {
 	return m
 }
 
-// Raw returns the projected object as JSON without apiVersion, kind, name,
-// namespace, uid and resourceVersion. The bytes must not be modified.
-func (o *Object) Raw() []byte { return o.rest }
-
-// SameContent reports whether o and p carry the same projected content,
+// sameContent reports whether o and p carry the same projected content,
 // ignoring resourceVersion.
-func (o *Object) SameContent(p *Object) bool {
+func (o *Object) sameContent(p *Object) bool {
 	return o.uid == p.uid && o.name == p.name && o.ns == p.ns && bytes.Equal(o.rest, p.rest)
 }
 
-// Size returns the bytes the object holds, for metrics and benchmarks.
-func (o *Object) Size() int {
-	return len(o.name) + len(o.uid) + len(o.resourceVersion) + len(o.rest)
-}
-
-// GroupVersionKind returns the object's kind.
-func (o *Object) GroupVersionKind() schema.GroupVersionKind {
+// gvk returns the object's kind.
+func (o *Object) gvk() schema.GroupVersionKind {
 	if o.typ == nil {
 		return schema.GroupVersionKind{}
 	}
@@ -141,7 +154,7 @@ func (k objectKind) SetGroupVersionKind(gvk schema.GroupVersionKind) {
 	// The kind of cached objects is fixed by their informer.
 }
 
-func (k objectKind) GroupVersionKind() schema.GroupVersionKind { return k.o.GroupVersionKind() }
+func (k objectKind) GroupVersionKind() schema.GroupVersionKind { return k.o.gvk() }
 
 // GetNamespace implements metav1.Object.
 func (o *Object) GetNamespace() string {
@@ -151,26 +164,14 @@ func (o *Object) GetNamespace() string {
 	return o.ns.Value()
 }
 
-// SetNamespace implements metav1.Object.
-func (o *Object) SetNamespace(ns string) { o.ns = intern(ns) }
-
 // GetName implements metav1.Object.
 func (o *Object) GetName() string { return o.name }
-
-// SetName implements metav1.Object.
-func (o *Object) SetName(name string) { o.name = name }
 
 // GetUID implements metav1.Object.
 func (o *Object) GetUID() types.UID { return o.uid }
 
-// SetUID implements metav1.Object.
-func (o *Object) SetUID(uid types.UID) { o.uid = uid }
-
 // GetResourceVersion implements metav1.Object.
 func (o *Object) GetResourceVersion() string { return o.resourceVersion }
-
-// SetResourceVersion implements metav1.Object.
-func (o *Object) SetResourceVersion(v string) { o.resourceVersion = v }
 
 // metaField decodes one metadata field from the JSON into out.
 func (o *Object) metaField(key string, out any) bool {
@@ -184,34 +185,12 @@ func (o *Object) metaField(key string, out any) bool {
 	return ok && json.Unmarshal(raw, out) == nil
 }
 
-// setMetaField replaces one metadata field in the JSON (nil removes it).
-func (o *Object) setMetaField(key string, v any) {
-	m := map[string]any{}
-	_ = json.Unmarshal(o.rest, &m)
-	meta, _ := m["metadata"].(map[string]any)
-	if meta == nil {
-		meta = map[string]any{}
-		m["metadata"] = meta
-	}
-	if v == nil {
-		delete(meta, key)
-	} else {
-		meta[key] = v
-	}
-	if b, err := json.Marshal(m); err == nil {
-		o.rest = b
-	}
-}
-
 // GetGenerateName implements metav1.Object.
 func (o *Object) GetGenerateName() string {
 	var s string
 	o.metaField("generateName", &s)
 	return s
 }
-
-// SetGenerateName implements metav1.Object.
-func (o *Object) SetGenerateName(s string) { o.setMetaField("generateName", s) }
 
 // GetGeneration implements metav1.Object.
 func (o *Object) GetGeneration() int64 {
@@ -220,14 +199,8 @@ func (o *Object) GetGeneration() int64 {
 	return g
 }
 
-// SetGeneration implements metav1.Object.
-func (o *Object) SetGeneration(g int64) { o.setMetaField("generation", g) }
-
 // GetSelfLink implements metav1.Object; self links are not kept.
 func (o *Object) GetSelfLink() string { return "" }
-
-// SetSelfLink implements metav1.Object; self links are not kept.
-func (o *Object) SetSelfLink(string) {}
 
 // GetCreationTimestamp implements metav1.Object.
 func (o *Object) GetCreationTimestamp() metav1.Time {
@@ -236,9 +209,6 @@ func (o *Object) GetCreationTimestamp() metav1.Time {
 	return t
 }
 
-// SetCreationTimestamp implements metav1.Object.
-func (o *Object) SetCreationTimestamp(t metav1.Time) { o.setMetaField("creationTimestamp", t) }
-
 // GetDeletionTimestamp implements metav1.Object.
 func (o *Object) GetDeletionTimestamp() *metav1.Time {
 	var t metav1.Time
@@ -246,15 +216,6 @@ func (o *Object) GetDeletionTimestamp() *metav1.Time {
 		return nil
 	}
 	return &t
-}
-
-// SetDeletionTimestamp implements metav1.Object.
-func (o *Object) SetDeletionTimestamp(t *metav1.Time) {
-	if t == nil {
-		o.setMetaField("deletionTimestamp", nil)
-		return
-	}
-	o.setMetaField("deletionTimestamp", t)
 }
 
 // GetDeletionGracePeriodSeconds implements metav1.Object.
@@ -266,24 +227,12 @@ func (o *Object) GetDeletionGracePeriodSeconds() *int64 {
 	return &s
 }
 
-// SetDeletionGracePeriodSeconds implements metav1.Object.
-func (o *Object) SetDeletionGracePeriodSeconds(s *int64) {
-	if s == nil {
-		o.setMetaField("deletionGracePeriodSeconds", nil)
-		return
-	}
-	o.setMetaField("deletionGracePeriodSeconds", *s)
-}
-
 // GetLabels implements metav1.Object.
 func (o *Object) GetLabels() map[string]string {
 	var l map[string]string
 	o.metaField("labels", &l)
 	return l
 }
-
-// SetLabels implements metav1.Object.
-func (o *Object) SetLabels(l map[string]string) { o.setMetaField("labels", nilIfEmpty(l)) }
 
 // GetAnnotations implements metav1.Object; only projected annotations are kept.
 func (o *Object) GetAnnotations() map[string]string {
@@ -292,18 +241,12 @@ func (o *Object) GetAnnotations() map[string]string {
 	return a
 }
 
-// SetAnnotations implements metav1.Object.
-func (o *Object) SetAnnotations(a map[string]string) { o.setMetaField("annotations", nilIfEmpty(a)) }
-
 // GetFinalizers implements metav1.Object; only projected finalizers are kept.
 func (o *Object) GetFinalizers() []string {
 	var f []string
 	o.metaField("finalizers", &f)
 	return f
 }
-
-// SetFinalizers implements metav1.Object.
-func (o *Object) SetFinalizers(f []string) { o.setMetaField("finalizers", nilIfEmpty(f)) }
 
 // GetOwnerReferences implements metav1.Object; only projected owner references are kept.
 func (o *Object) GetOwnerReferences() []metav1.OwnerReference {
@@ -312,44 +255,10 @@ func (o *Object) GetOwnerReferences() []metav1.OwnerReference {
 	return r
 }
 
-// SetOwnerReferences implements metav1.Object.
-func (o *Object) SetOwnerReferences(r []metav1.OwnerReference) {
-	o.setMetaField("ownerReferences", nilIfEmpty(r))
-}
-
 // GetManagedFields implements metav1.Object. The watcher keeps the entries
 // without their field sets (see Projection).
 func (o *Object) GetManagedFields() []metav1.ManagedFieldsEntry {
 	var f []metav1.ManagedFieldsEntry
 	o.metaField("managedFields", &f)
 	return f
-}
-
-// SetManagedFields implements metav1.Object.
-func (o *Object) SetManagedFields(f []metav1.ManagedFieldsEntry) {
-	o.setMetaField("managedFields", nilIfEmpty(f))
-}
-
-// nilIfEmpty returns nil for empty maps and slices, so that setting an
-// empty value removes the field.
-func nilIfEmpty[T any](v T) any {
-	switch x := any(v).(type) {
-	case map[string]string:
-		if len(x) == 0 {
-			return nil
-		}
-	case []string:
-		if len(x) == 0 {
-			return nil
-		}
-	case []metav1.OwnerReference:
-		if len(x) == 0 {
-			return nil
-		}
-	case []metav1.ManagedFieldsEntry:
-		if len(x) == 0 {
-			return nil
-		}
-	}
-	return v
 }

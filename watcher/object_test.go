@@ -131,12 +131,14 @@ func TestObjectRoundTrip(t *testing.T) {
 	if k, err := cache.MetaNamespaceKeyFunc(o); err != nil || k != "default/w1" {
 		t.Errorf("key %q, %v", k, err)
 	}
-	// Setters replace the JSON and keep the rest.
+	// The setters metav1.Object requires change nothing: an Object is
+	// shared by the cache, the queue and the handler.
 	c := o.DeepCopyObject().(*Object)
 	c.SetLabels(map[string]string{"app": "other"})
 	c.SetDeletionTimestamp(&metav1.Time{})
-	if c.GetLabels()["app"] != "other" || o.GetLabels()["app"] != "shop" || c.GetDeletionTimestamp() == nil {
-		t.Errorf("setters: copy %v original %v", c.GetLabels(), o.GetLabels())
+	c.SetNamespace("elsewhere")
+	if c.GetLabels()["app"] != "shop" || c.GetDeletionTimestamp() != nil || c.GetNamespace() != "default" || !reflect.DeepEqual(c.Map(), o.Map()) {
+		t.Errorf("setters changed the object: %v", c.Map())
 	}
 	if c.GetObjectKind().GroupVersionKind() != typ.gvk {
 		t.Errorf("kind %v", c.GetObjectKind().GroupVersionKind())
@@ -150,16 +152,16 @@ func TestObjectCompactSize(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rest map[string]any
-	if err := json.Unmarshal(o.Raw(), &rest); err != nil {
+	if err := json.Unmarshal(o.rest, &rest); err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range []string{"apiVersion", "kind", "status"} {
 		if _, ok := rest[k]; ok {
-			t.Errorf("projected JSON keeps %s: %s", k, o.Raw())
+			t.Errorf("projected JSON keeps %s: %s", k, o.rest)
 		}
 	}
 	if meta := rest["metadata"].(map[string]any); meta["name"] != nil || meta["uid"] != nil || meta["resourceVersion"] != nil {
-		t.Errorf("projected JSON repeats the identity: %s", o.Raw())
+		t.Errorf("projected JSON repeats the identity: %s", o.rest)
 	}
 }
 

@@ -60,8 +60,8 @@ func (s Shard) hex(i int) string {
 	return fmt.Sprintf("0x%016x", b)
 }
 
-// Owns reports whether the object with this UID belongs to the shard.
-func (s Shard) Owns(uid types.UID) bool {
+// owns reports whether the object with this UID belongs to the shard.
+func (s Shard) owns(uid types.UID) bool {
 	if !s.enabled() {
 		return true
 	}

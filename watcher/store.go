@@ -430,9 +430,6 @@ func (s *Store) bucket(tx *bolt.Tx, res change.Resource) (*bolt.Bucket, error) {
 	return b, b.Put([]byte(resMetaKey), raw)
 }
 
-// Sync commits what is queued now.
-func (s *Store) Sync() { s.flush() }
-
 // Close commits what is queued and closes the file.
 func (s *Store) Close() error {
 	close(s.closed)

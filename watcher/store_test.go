@@ -60,7 +60,7 @@ func TestStoreRoundTrip(t *testing.T) {
 	if len(got) != 1 || got["uid-a"] == nil {
 		t.Fatalf("loaded %v, want only uid-a", got)
 	}
-	if ga := got["uid-a"]; ga.resourceVersion != "1" || !ga.SameContent(a) || !ga.typ.projection.Equal(typ.projection) {
+	if ga := got["uid-a"]; ga.resourceVersion != "1" || !ga.sameContent(a) || !ga.typ.projection.Equal(typ.projection) {
 		t.Errorf("loaded %+v, want %+v", ga, a)
 	}
 	stored, err := s.resources()

@@ -46,7 +46,7 @@ func TestGroupResources(t *testing.T) {
 }
 
 func TestShard(t *testing.T) {
-	if (Shard{}).Owns("anything") != true || (Shard{}).Selector() != "" {
+	if (Shard{}).owns("anything") != true || (Shard{}).Selector() != "" {
 		t.Error("the zero shard must own everything")
 	}
 	s := Shard{Index: 1, Total: 4}
@@ -65,7 +65,7 @@ func TestShard(t *testing.T) {
 		uid := types.UID(fmt.Sprintf("%08x-%04x-4%03x-%04x-%012x", rnd.Uint32(), rnd.Uint32()&0xffff, rnd.Uint32()&0xfff, rnd.Uint32()&0xffff, rnd.Uint64()&0xffffffffffff))
 		owners := 0
 		for idx := range total {
-			if (Shard{Index: idx, Total: total}).Owns(uid) {
+			if (Shard{Index: idx, Total: total}).owns(uid) {
 				owners++
 				counts[idx]++
 			}

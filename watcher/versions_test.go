@@ -59,7 +59,7 @@ func TestManyVersionsSwitchAndDeleteUnderLoad(t *testing.T) {
 	rec := &recorder{}
 	w, reg := startWatcher(t, env.Config(), Config{Selectors: []change.Selector{{Group: group, Resource: "multis"}}, Handler: rec})
 	version := func() string {
-		for _, r := range w.Resources() {
+		for _, r := range w.resources() {
 			if r.Group == group {
 				return r.Version
 			}

@@ -165,7 +165,7 @@ func (rw *resourceWatch) transform(obj any) (any, error) {
 	case *Object:
 		return o, nil
 	case *unstructured.Unstructured:
-		if shard := rw.w.cfg.Shard; shard.enabled() && !shard.ServerSide && !shard.Owns(o.GetUID()) {
+		if shard := rw.w.cfg.Shard; shard.enabled() && !shard.ServerSide && !shard.owns(o.GetUID()) {
 			// Another replica's object: keep only what the cache
 			// needs to key it.
 			return &Object{ns: intern(o.GetNamespace()), name: o.GetName(), uid: o.GetUID(),
@@ -284,7 +284,7 @@ func (rw *resourceWatch) objects() map[types.UID]*Object {
 // said to have changed).
 func sameUnder(old, o *Object) bool {
 	if old.typ.projection.Equal(o.typ.projection) {
-		return old.SameContent(o)
+		return old.sameContent(o)
 	}
 	both := func(x *Object) string {
 		b, _ := json.Marshal(project(old.typ.projection, project(o.typ.projection, x.Map())))

@@ -122,11 +122,11 @@ func New(config *rest.Config, cfg Config) (*Watcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("discovery client: %w", err)
 	}
-	return NewForClients(dyn, disc, cfg)
+	return newForClients(dyn, disc, cfg)
 }
 
-// NewForClients returns a Watcher that uses the given clients.
-func NewForClients(dyn dynamic.Interface, disc discovery.DiscoveryInterface, cfg Config) (*Watcher, error) {
+// newForClients returns a Watcher that uses the given clients.
+func newForClients(dyn dynamic.Interface, disc discovery.DiscoveryInterface, cfg Config) (*Watcher, error) {
 	if cfg.Handler == nil {
 		return nil, errors.New("watcher: Config.Handler is required")
 	}
@@ -213,7 +213,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return nil
 	}
 	w.started.Store(true)
-	w.log.Info("watcher synced", "resources", len(w.Resources()))
+	w.log.Info("watcher synced", "resources", len(w.resources()))
 	for range w.cfg.Workers {
 		workers.Go(func() {
 			for w.processNext(workCtx) {
@@ -309,8 +309,8 @@ func (w *Watcher) Synced() bool {
 	return w.started.Load() && len(w.unsynced()) == 0
 }
 
-// Resources returns the resources being watched for the handler.
-func (w *Watcher) Resources() []change.Resource {
+// resources returns the resources being watched for the handler.
+func (w *Watcher) resources() []change.Resource {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.deliveringResources()
@@ -332,9 +332,9 @@ func (w *Watcher) deliveringResources() []change.Resource {
 	return out
 }
 
-// Namespaces returns, for each resource watched in some namespaces only,
-// those namespaces; resources watched in every namespace are absent.
-func (w *Watcher) Namespaces() map[schema.GroupVersionResource][]string {
+// watchedNamespaces returns, for each resource watched in some namespaces
+// only, those namespaces; resources watched in every namespace are absent.
+func (w *Watcher) watchedNamespaces() map[schema.GroupVersionResource][]string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	out := map[schema.GroupVersionResource][]string{}

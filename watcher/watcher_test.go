@@ -39,7 +39,7 @@ func TestBuiltinAndCustomChanges(t *testing.T) {
 		Selectors: []change.Selector{{Resource: "configmaps"}, {Group: "example.com", Kind: "Widget"}},
 		Handler:   rec,
 	})
-	res := w.Resources()
+	res := w.resources()
 	if len(res) != 2 {
 		t.Fatalf("watching %v, want configmaps and widgets", res)
 	}
@@ -119,7 +119,7 @@ func TestCRDComesAndGoes(t *testing.T) {
 	mustf(t, err, "create gadget")
 
 	testenv.Eventually(t, 15*time.Second, "gadgets to be watched", func() bool {
-		for _, r := range w.Resources() {
+		for _, r := range w.resources() {
 			if gvr(r) == gadgets && r.Custom {
 				return true
 			}
@@ -134,7 +134,7 @@ func TestCRDComesAndGoes(t *testing.T) {
 	mustf(t, env.Clientset(t).Discovery().RESTClient().Delete().
 		AbsPath("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd.Name).Do(ctx).Error(), "delete CRD")
 	testenv.Eventually(t, 30*time.Second, "gadgets to be dropped", func() bool {
-		for _, r := range w.Resources() {
+		for _, r := range w.resources() {
 			if gvr(r) == gadgets {
 				return false
 			}
@@ -380,7 +380,7 @@ func TestNamespaceScopedInformers(t *testing.T) {
 	only := func(ns ...string) func(change.Resource) []string { return func(change.Resource) []string { return ns } }
 	rec := &recorder{}
 	w, _ := startWatcher(t, env.Config(), Config{Selectors: sel, Handler: rec, Namespaces: only(a, b)})
-	if got := w.Namespaces()[configMaps]; !reflect.DeepEqual(got, []string{a, b}) {
+	if got := w.watchedNamespaces()[configMaps]; !reflect.DeepEqual(got, []string{a, b}) {
 		t.Fatalf("configmaps watched in %v, want %v", got, []string{a, b})
 	}
 	create := func(ns, name string) {
@@ -400,14 +400,14 @@ func TestNamespaceScopedInformers(t *testing.T) {
 
 	w.SetSelectors(sel, nil, only(a)) // narrow to a
 	testenv.Eventually(t, 30*time.Second, "the narrowing", func() bool {
-		return reflect.DeepEqual(w.Namespaces()[configMaps], []string{a}) && w.Synced()
+		return reflect.DeepEqual(w.watchedNamespaces()[configMaps], []string{a}) && w.Synced()
 	})
 	for _, ns := range nss {
 		create(ns, "second")
 	}
 	testenv.Eventually(t, 30*time.Second, "the create in a", func() bool { return len(rec.of(configMaps, a, "second")) == 1 })
 	w.SetSelectors(sel, nil, only(a, b, c)) // widen; the marker below passes through every namespace
-	testenv.Eventually(t, 30*time.Second, "the widening", func() bool { return len(w.Namespaces()[configMaps]) == 3 && w.Synced() })
+	testenv.Eventually(t, 30*time.Second, "the widening", func() bool { return len(w.watchedNamespaces()[configMaps]) == 3 && w.Synced() })
 	create(c, "marker")
 	testenv.Eventually(t, 30*time.Second, "the marker", func() bool { return len(rec.of(configMaps, c, "marker")) == 1 })
 	for _, k := range []struct{ ns, name string }{{b, "second"}, {c, "first"}, {c, "second"}} {
