@@ -92,7 +92,17 @@ func TestSIGKILLRestart(t *testing.T) {
 	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "marker"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 30*time.Second, "the marker", func() bool { return len(byName(inNamespace(p2.payloads(), ns))["marker"]) == 1 })
+	// The marker's payload can overtake those of the changes found at
+	// start (several workers): wait for all of them, then count.
+	testenv.Eventually(t, 30*time.Second, "the marker and the changes made while down", func() bool {
+		got := byName(inNamespace(p2.payloads(), ns))
+		for i := range 15 {
+			if len(got[fmt.Sprintf("cm-%02d", i)]) == 0 {
+				return false
+			}
+		}
+		return len(got["marker"]) == 1
+	})
 	got := byName(inNamespace(p2.payloads(), ns))
 	for i := range n {
 		name := fmt.Sprintf("cm-%02d", i)
