@@ -1,31 +1,9 @@
 package change
 
 import (
-	"os/exec"
 	"reflect"
-	"strings"
 	"testing"
 )
-
-// TestNoDependencies keeps package change free of Kubernetes modules and
-// of the other fieldwatch packages (doc.go): both the watcher and the
-// rules import it.
-func TestNoDependencies(t *testing.T) {
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("go tool not in PATH: %v", err)
-	}
-	out, err := exec.Command(goTool, "list", "-deps", ".").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	for _, pkg := range strings.Fields(string(out)) {
-		if strings.HasPrefix(pkg, "k8s.io/") || strings.HasPrefix(pkg, "sigs.k8s.io/") ||
-			(strings.HasPrefix(pkg, "github.com/fieldwatch/fieldwatch/") && pkg != "github.com/fieldwatch/fieldwatch/change") {
-			t.Errorf("change depends on %s", pkg)
-		}
-	}
-}
 
 func TestSelectorMatches(t *testing.T) {
 	var (

@@ -7,5 +7,5 @@
 //
 // Everything here is plain strings, so that both sides use it directly,
 // without conversions. change must not import k8s.io packages nor any
-// other fieldwatch package: TestNoDependencies keeps it so.
+// other fieldwatch package: rules.TestNoClientGo keeps it so.
 package change

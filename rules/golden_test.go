@@ -21,11 +21,9 @@ var caseTime = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden")
 
-// TestGolden evaluates the cases of testdata/golden/cases.yaml against
-// testdata/golden/rules.yaml: each must meet its expectations, and the
-// payloads must equal testdata/golden/<case>.json byte for byte (key order
-// included).
-func TestGolden(t *testing.T) {
+// loadGolden loads testdata/golden/rules.yaml and its cases.
+func loadGolden(t *testing.T) (*rules.Set, []cases.Case) {
+	t.Helper()
 	set, err := rules.Load("testdata/golden/rules.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -34,6 +32,15 @@ func TestGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return set, cs
+}
+
+// TestGolden evaluates the cases of testdata/golden/cases.yaml against
+// testdata/golden/rules.yaml: each must meet its expectations, and the
+// payloads must equal testdata/golden/<case>.json byte for byte (key order
+// included).
+func TestGolden(t *testing.T) {
+	set, cs := loadGolden(t)
 	for i, res := range cases.Run(set, cs) {
 		t.Run(res.Name, func(t *testing.T) {
 			if !res.Pass {
@@ -95,14 +102,7 @@ func slug(s string) string {
 // goroutines (run with -race) and checks that the input objects are not
 // changed, redaction included.
 func TestEvalConcurrentNoMutation(t *testing.T) {
-	set, err := rules.Load("testdata/golden/rules.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := cases.Load("testdata/golden/cases.yaml", caseTime)
-	if err != nil {
-		t.Fatal(err)
-	}
+	set, cs := loadGolden(t)
 	snapshots := make([]string, len(cs))
 	for i, c := range cs {
 		b, _ := json.Marshal([]any{c.Change.OldObject, c.Change.Object})
