@@ -36,6 +36,8 @@ type Options struct {
 	// CRDPaths are files or directories of CRD manifests installed (and
 	// waited for) before Start returns.
 	CRDPaths []string
+	// Audit, when set, turns on the apiserver's auditing.
+	Audit *Audit
 }
 
 // Env is a running control plane.
@@ -96,6 +98,16 @@ func New(opts Options) (*Env, error) {
 	args.Set("shutdown-watch-termination-grace-period", "2s")
 	if len(opts.FeatureGates) > 0 {
 		args.Set("feature-gates", strings.Join(opts.FeatureGates, ","))
+	}
+	if opts.Audit != nil {
+		auditArgs, err := opts.Audit.args(certDir)
+		if err != nil {
+			_ = os.RemoveAll(certDir)
+			return nil, err
+		}
+		for name, values := range auditArgs {
+			args.Set(name, values...)
+		}
 	}
 	for name, values := range opts.APIServerArgs {
 		args.Set(name, values...)

@@ -1,0 +1,273 @@
+package audit
+
+import (
+	"slices"
+	"sync"
+	"time"
+)
+
+// The defaults of IndexOptions.
+const (
+	DefaultMaxEvents = 100000
+	DefaultMaxAge    = 30 * time.Second
+	DefaultWindow    = 2 * time.Second
+	DefaultClockSkew = time.Second
+)
+
+// IndexOptions bound the Index and set how loosely it matches.
+type IndexOptions struct {
+	// MaxEvents is how many audit events it holds at most (default
+	// 100000); past it the oldest are evicted.
+	MaxEvents int
+	// MaxAge is how long it holds an event after it arrived (default 30s).
+	MaxAge time.Duration
+	// Window bounds window matching: an event fits a change when it
+	// completed at most Window before or after the change was observed
+	// (default 2s).
+	Window time.Duration
+	// ClockSkew is how far the apiserver's clock may run ahead of this
+	// process's: an event whose request was received more than ClockSkew
+	// after the change was observed cannot have made it (default 1s; a
+	// negative value allows none).
+	ClockSkew time.Duration
+	// Keep, when set, says which resources to hold events of (those that
+	// rules watch); others are counted as filtered and dropped.
+	Keep func(group, resource string) bool
+	// Clock is the time source (default the real clock).
+	Clock Clock
+	// Metrics receive the index's metrics (default unregistered ones).
+	Metrics *Metrics
+}
+
+func (o *IndexOptions) defaults() {
+	if o.MaxEvents <= 0 {
+		o.MaxEvents = DefaultMaxEvents
+	}
+	if o.MaxAge <= 0 {
+		o.MaxAge = DefaultMaxAge
+	}
+	if o.Window <= 0 {
+		o.Window = DefaultWindow
+	}
+	if o.ClockSkew < 0 {
+		o.ClockSkew = 0
+	} else if o.ClockSkew == 0 {
+		o.ClockSkew = DefaultClockSkew
+	}
+	if o.Clock == nil {
+		o.Clock = RealClock{}
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics(nil)
+	}
+}
+
+// Sink receives the audit events a source decoded. Index implements it.
+type Sink interface {
+	// Add takes the records (events DecodeEvent keeps) that source
+	// (SourceWebhook or SourceLog) decoded, and ignored more that it
+	// decoded and dropped, for the metrics.
+	Add(source string, recs []Record, ignored int)
+}
+
+var _ Sink = &Index{}
+
+// objectKey names an object; name is empty for the writes that do not name
+// one (a create with generateName, deletecollection).
+type objectKey struct {
+	group, resource, namespace, name string
+}
+
+// entry is one held event.
+type entry struct {
+	rec     Record
+	key     objectKey
+	arrived time.Time
+	// removed: consumed by a match or evicted; no longer a candidate.
+	removed bool
+	// sibling: another request of the same identity fitted the same change
+	// when it was attributed; a later match on this one names no auditID.
+	sibling bool
+}
+
+// multi is true for an event that can stand for several watched changes
+// (a deletecollection): it is never consumed.
+func (e *entry) multi() bool { return e.rec.Verb == "deletecollection" }
+
+// Index holds recent successful writes of the audit stream, keyed by
+// object, bounded by count and by age, for matching watched changes. It
+// is safe for concurrent use.
+type Index struct {
+	opts IndexOptions
+	m    *Metrics
+
+	mu    sync.Mutex
+	byKey map[objectKey][]*entry
+	// byID holds every event still in fifo (consumed ones too, so that a
+	// redelivered event is not held again).
+	byID map[string]*entry
+	// fifo is the arrival order, for eviction by age and count; removed
+	// entries stay until they reach its head.
+	fifo []*entry
+	head int
+	live int
+
+	// notify is told the keys that got new events (the Attributor).
+	notify func(keys []objectKey)
+}
+
+// NewIndex returns an empty index.
+func NewIndex(opts IndexOptions) *Index {
+	opts.defaults()
+	return &Index{
+		opts:  opts,
+		m:     opts.Metrics,
+		byKey: map[objectKey][]*entry{},
+		byID:  map[string]*entry{},
+	}
+}
+
+// Len returns how many events the index holds for matching.
+func (ix *Index) Len() int {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return ix.live
+}
+
+// Add holds the successful writes of recs; failures, resources Keep
+// rejects and auditIDs already held are counted and dropped. ignored is
+// the number of events the source decoded and dropped itself.
+func (ix *Index) Add(source string, recs []Record, ignored int) {
+	if ignored > 0 {
+		ix.m.ignoredBy[source].Add(float64(ignored))
+	}
+	if len(recs) == 0 {
+		return
+	}
+	var keys []objectKey
+	ix.mu.Lock()
+	now := ix.opts.Clock.Now()
+	ix.expireLocked(now)
+	var indexed, failed, filtered, dup int
+	for i := range recs {
+		rec := &recs[i]
+		switch {
+		case !rec.Succeeded():
+			failed++
+			continue
+		case ix.opts.Keep != nil && !ix.opts.Keep(rec.Group, rec.Resource):
+			filtered++
+			continue
+		case rec.AuditID != "" && ix.byID[rec.AuditID] != nil:
+			dup++
+			continue
+		}
+		rec.compact()
+		e := &entry{rec: *rec, arrived: now, key: objectKey{
+			group: rec.Group, resource: rec.Resource, namespace: rec.Namespace, name: rec.Name,
+		}}
+		ix.byKey[e.key] = append(ix.byKey[e.key], e)
+		ix.fifo = append(ix.fifo, e)
+		if rec.AuditID != "" {
+			ix.byID[rec.AuditID] = e
+		}
+		ix.live++
+		indexed++
+		if len(keys) == 0 || keys[len(keys)-1] != e.key {
+			keys = append(keys, e.key)
+		}
+		for ix.live > ix.opts.MaxEvents {
+			ix.evictOldestLocked()
+		}
+	}
+	ix.compactLocked()
+	ix.m.held.Set(float64(ix.live))
+	notify := ix.notify
+	ix.mu.Unlock()
+
+	ix.m.indexedBy[source].Add(float64(indexed))
+	if failed > 0 {
+		ix.m.failedBy[source].Add(float64(failed))
+	}
+	if filtered > 0 {
+		ix.m.filteredBy[source].Add(float64(filtered))
+	}
+	if dup > 0 {
+		ix.m.duplicateBy[source].Add(float64(dup))
+	}
+	if notify != nil && len(keys) > 0 {
+		notify(keys)
+	}
+}
+
+// Expire evicts the events older than MaxAge now. Add and every match do
+// it too; a caller with no traffic may call it to release memory.
+func (ix *Index) Expire() {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ix.expireLocked(ix.opts.Clock.Now())
+	ix.compactLocked()
+	ix.m.held.Set(float64(ix.live))
+}
+
+func (ix *Index) expireLocked(now time.Time) {
+	cutoff := now.Add(-ix.opts.MaxAge)
+	for ix.head < len(ix.fifo) && ix.fifo[ix.head].arrived.Before(cutoff) {
+		e := ix.popLocked()
+		if !e.removed {
+			ix.removeLocked(e)
+			ix.m.evictedAge.Inc()
+		}
+	}
+}
+
+func (ix *Index) evictOldestLocked() {
+	for ix.head < len(ix.fifo) {
+		e := ix.popLocked()
+		if !e.removed {
+			ix.removeLocked(e)
+			ix.m.evictedCount.Inc()
+			return
+		}
+	}
+}
+
+// popLocked takes the oldest entry off fifo and forgets its auditID.
+func (ix *Index) popLocked() *entry {
+	e := ix.fifo[ix.head]
+	ix.fifo[ix.head] = nil
+	ix.head++
+	if e.rec.AuditID != "" && ix.byID[e.rec.AuditID] == e {
+		delete(ix.byID, e.rec.AuditID)
+	}
+	return e
+}
+
+// compactLocked moves fifo's live part to the front once its dead head is
+// as long as the rest, so that fifo's memory stays proportional to what it
+// holds (amortised linear).
+func (ix *Index) compactLocked() {
+	if ix.head == 0 || ix.head < len(ix.fifo)-ix.head {
+		return
+	}
+	n := copy(ix.fifo, ix.fifo[ix.head:])
+	clear(ix.fifo[n:])
+	ix.fifo = ix.fifo[:n]
+	ix.head = 0
+}
+
+// removeLocked takes a live entry out of its bucket: it is no longer a
+// candidate.
+func (ix *Index) removeLocked(e *entry) {
+	e.removed = true
+	ix.live--
+	b := ix.byKey[e.key]
+	if i := slices.Index(b, e); i >= 0 {
+		b = slices.Delete(b, i, i+1)
+	}
+	if len(b) == 0 {
+		delete(ix.byKey, e.key)
+	} else {
+		ix.byKey[e.key] = b
+	}
+}

@@ -1,0 +1,222 @@
+package audit
+
+import (
+	"slices"
+	"strings"
+)
+
+// Match attributes c from the events held now, without waiting: ok is
+// false when no event fits yet (the caller may wait for one, see
+// Attributor). An exact or window match consumes the event it used, so
+// that the next change of the object is matched with the rest.
+func (ix *Index) Match(c *Change) (a Attribution, ok bool) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return ix.matchLocked(c)
+}
+
+func (ix *Index) matchLocked(c *Change) (Attribution, bool) {
+	ix.expireLocked(ix.opts.Clock.Now())
+	var cands []*entry
+	key := c.key()
+	for _, e := range ix.byKey[key] {
+		if ix.exact(e, c) {
+			ix.consumeLocked(e)
+			return attribution(MatchExact, e, []*entry{e}), true
+		}
+		if ix.fits(e, c) {
+			cands = append(cands, e)
+		}
+	}
+	if c.Name != "" && (c.Kind == Created || c.Kind == Deleted || c.DeletionStarted) {
+		key.name = ""
+		for _, e := range ix.byKey[key] {
+			if ix.exact(e, c) {
+				ix.consumeLocked(e)
+				return attribution(MatchExact, e, []*entry{e}), true
+			}
+			if ix.fits(e, c) {
+				cands = append(cands, e)
+			}
+		}
+	}
+	switch {
+	case len(cands) == 0:
+		return Attribution{}, false
+	case len(cands) == 1:
+		e := cands[0]
+		if !e.multi() {
+			ix.consumeLocked(e)
+		}
+		return attribution(MatchWindow, e, cands), true
+	}
+	id := cands[0].rec.identity()
+	for _, e := range cands[1:] {
+		if e.rec.identity() != id {
+			return ambiguous(cands), true
+		}
+	}
+	// Several requests of one identity: the user is certain. The earliest
+	// (in completion order) is taken as this change's; the others are
+	// marked, so that none of them later names an auditID either.
+	first := -1
+	for i, e := range cands {
+		if !e.multi() && (first < 0 || e.rec.Completed.Before(cands[first].rec.Completed)) {
+			first = i
+		}
+	}
+	a := attribution(MatchWindow, cands[max(first, 0)], cands)
+	for i, e := range cands {
+		if i == first {
+			ix.consumeLocked(e)
+		} else {
+			e.sibling = true
+		}
+	}
+	return a, true
+}
+
+// exact reports whether e's response names c's object version: its uid
+// and resourceVersion, or, for a deletion, the uid in the Status of the
+// delete that removed it.
+func (ix *Index) exact(e *entry, c *Change) bool {
+	r := &e.rec
+	if r.ResponseUID == "" || r.ResponseUID != c.UID {
+		return false
+	}
+	if r.ResponseResourceVersion != "" {
+		return r.ResponseResourceVersion == c.ResourceVersion
+	}
+	return c.Kind == Deleted && r.Verb == "delete"
+}
+
+// fits reports whether e may have made c: a verb that fits its kind on the
+// right subresource and name, at a time that fits, and no uid or
+// resourceVersion that names another object or version.
+func (ix *Index) fits(e *entry, c *Change) bool {
+	r := &e.rec
+	if c.UID != "" {
+		if r.ResponseUID != "" && r.ResponseUID != c.UID {
+			return false // another object of the same name
+		}
+		if r.ResponseUID != "" && r.ResponseResourceVersion != "" && c.ResourceVersion != "" {
+			return false // it made another version (or changed nothing): not exact
+		}
+		if r.ResponseUID != "" && r.ResponseResourceVersion == "" && c.Kind != Deleted {
+			return false // the Status of a delete that removed the object
+		}
+		if c.Kind == Updated && r.RefUID != "" && r.RefUID != c.UID {
+			return false
+		}
+	}
+	if !verbFits(r, c) || !nameFits(r, c) {
+		return false
+	}
+	if r.Received.After(c.Observed.Add(ix.opts.ClockSkew)) {
+		return false // received after the change was seen
+	}
+	d := r.Completed.Sub(c.Observed)
+	return d <= ix.opts.Window && d >= -ix.opts.Window
+}
+
+// verbFits reports whether a request of r's verb and subresource can have
+// made a change of c's kind.
+func verbFits(r *Record, c *Change) bool {
+	switch c.Kind {
+	case Created:
+		// kubectl create, create-on-update (PUT), server-side apply.
+		return r.Subresource == "" && (r.Verb == "create" || r.Verb == "update" || r.Verb == "patch")
+	case Updated:
+		if c.DeletionStarted {
+			return isDelete(r) || isEviction(r)
+		}
+		if c.SubresourceKnown && r.Subresource != c.Subresource {
+			return false
+		}
+		switch r.Verb {
+		case "update", "patch":
+			return true
+		case "create": // the scheduler's pods/binding
+			return r.Subresource == "binding"
+		}
+		return false
+	case Deleted:
+		if isDelete(r) || isEviction(r) {
+			return true
+		}
+		// the update that removed the last finalizer of a terminating object
+		return c.WasTerminating && r.Subresource == "" && (r.Verb == "update" || r.Verb == "patch")
+	}
+	return false
+}
+
+func isDelete(r *Record) bool {
+	return r.Subresource == "" && (r.Verb == "delete" || r.Verb == "deletecollection")
+}
+
+func isEviction(r *Record) bool {
+	return r.Verb == "create" && r.Subresource == "eviction"
+}
+
+// nameFits reports whether r names c's object. A request that names none
+// fits when it can have made it: a create with generateName (whose prefix
+// c's name has, when the level shows it) or a deletecollection.
+func nameFits(r *Record, c *Change) bool {
+	if r.Name == c.Name {
+		return true
+	}
+	if r.Name != "" {
+		return false
+	}
+	switch r.Verb {
+	case "create":
+		return c.Kind == Created && r.Subresource == "" && strings.HasPrefix(c.Name, r.GenerateName)
+	case "deletecollection":
+		return c.Kind == Deleted || c.DeletionStarted
+	}
+	return false
+}
+
+func (ix *Index) consumeLocked(e *entry) {
+	if e.multi() || e.removed {
+		return
+	}
+	ix.removeLocked(e)
+	ix.m.held.Set(float64(ix.live))
+}
+
+// attribution describes e as the match for a change that all of cands fit
+// (e among them): fields that differ between the candidates are left out.
+func attribution(m Match, e *entry, cands []*entry) Attribution {
+	r := &e.rec
+	u := r.User
+	a := Attribution{Match: m, User: &u, Verb: r.Verb, UserAgent: r.UserAgent, SourceIPs: r.SourceIPs}
+	if r.ImpersonatedUser != nil {
+		iu := *r.ImpersonatedUser
+		a.ImpersonatedUser = &iu
+	}
+	if len(cands) == 1 && !e.sibling {
+		a.AuditID = r.AuditID
+	}
+	for _, o := range cands {
+		if o.rec.Verb != a.Verb {
+			a.Verb = ""
+		}
+		if o.rec.UserAgent != a.UserAgent {
+			a.UserAgent = ""
+		}
+		if !slices.Equal(o.rec.SourceIPs, a.SourceIPs) {
+			a.SourceIPs = nil
+		}
+	}
+	return a
+}
+
+func ambiguous(cands []*entry) Attribution {
+	names := make([]string, 0, len(cands))
+	for _, e := range cands {
+		names = append(names, e.rec.Username())
+	}
+	slices.Sort(names)
+	return Attribution{Match: MatchAmbiguous, Candidates: slices.Compact(names)}
+}

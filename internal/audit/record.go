@@ -1,0 +1,129 @@
+package audit
+
+import (
+	"time"
+	"unique"
+)
+
+// UserInfo is an authenticated identity as the apiserver records it. Extra
+// is never kept.
+type UserInfo struct {
+	Username string   `json:"username"`
+	UID      string   `json:"uid,omitempty"`
+	Groups   []string `json:"groups,omitempty"`
+}
+
+// Record is what attribution keeps of one audit event: no request or
+// response body, only who, what, on which object and when.
+type Record struct {
+	// AuditID is the request's audit ID (the Audit-ID response header).
+	AuditID string
+	// Level is the audit level the policy gave the request.
+	Level string
+	// Verb is the Kubernetes verb: create, update, patch, delete,
+	// deletecollection.
+	Verb string
+	// Group, Version, Resource, Subresource, Namespace and Name are the
+	// event's objectRef. Name is empty for a create with generateName (unless
+	// the response carried the object) and for deletecollection.
+	Group, Version, Resource, Subresource, Namespace, Name string
+	// Code is the HTTP response code; a Panic stage is recorded as 500.
+	Code int32
+	// Received and Completed are the request's requestReceivedTimestamp and
+	// its ResponseComplete stageTimestamp.
+	Received, Completed time.Time
+	// User is the authenticated user; ImpersonatedUser the user it acted as,
+	// when it impersonated one.
+	User             UserInfo
+	ImpersonatedUser *UserInfo
+	// UserAgent and SourceIPs describe the client.
+	UserAgent string
+	SourceIPs []string
+	// RefUID is the objectRef's uid: the uid in the body of an update,
+	// when the client sent one.
+	RefUID string
+	// ResponseUID and ResponseResourceVersion are the responseObject's
+	// metadata.uid and metadata.resourceVersion, present at RequestResponse
+	// level only. A delete that removed the object at once answers with a
+	// Status: ResponseUID is its details.uid, ResponseResourceVersion is
+	// empty.
+	ResponseUID, ResponseResourceVersion string
+	// GenerateName is the requestObject's metadata.generateName of a create,
+	// present at Request level and above.
+	GenerateName string
+}
+
+// Username returns the identity the request acted as: the impersonated
+// user's name when there is one, otherwise the authenticated user's.
+func (r *Record) Username() string {
+	if r.ImpersonatedUser != nil {
+		return r.ImpersonatedUser.Username
+	}
+	return r.User.Username
+}
+
+// identity distinguishes who made a request for ambiguity: two requests by
+// the same user through different impersonators are different identities.
+func (r *Record) identity() string {
+	if r.ImpersonatedUser != nil {
+		return r.User.Username + "\x00" + r.ImpersonatedUser.Username
+	}
+	return r.User.Username
+}
+
+// Succeeded is true for a 2xx response.
+func (r *Record) Succeeded() bool { return r.Code >= 200 && r.Code < 300 }
+
+
+// writeVerbs are the verbs attribution keeps.
+var writeVerbs = map[string]bool{
+	"create": true, "update": true, "patch": true, "delete": true, "deletecollection": true,
+}
+
+// IsWriteVerb reports whether verb is one attribution keeps.
+func IsWriteVerb(verb string) bool { return writeVerbs[verb] }
+
+// intern returns s sharing the memory of every equal string interned
+// before: usernames, groups, user agents, resources and namespaces repeat
+// across thousands of held events.
+func intern(s string) string {
+	if s == "" {
+		return ""
+	}
+	return unique.Make(s).Value()
+}
+
+func internAll(ss []string) []string {
+	if len(ss) == 0 {
+		return nil
+	}
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = intern(s)
+	}
+	return out
+}
+
+// compact interns the fields that repeat across events and drops empty
+// slices, so that a held record costs as little memory as possible.
+func (r *Record) compact() {
+	r.Level = intern(r.Level)
+	r.Verb = intern(r.Verb)
+	r.Group = intern(r.Group)
+	r.Version = intern(r.Version)
+	r.Resource = intern(r.Resource)
+	r.Subresource = intern(r.Subresource)
+	r.Namespace = intern(r.Namespace)
+	r.User = compactUser(r.User)
+	if r.ImpersonatedUser != nil {
+		u := compactUser(*r.ImpersonatedUser)
+		r.ImpersonatedUser = &u
+	}
+	r.UserAgent = intern(r.UserAgent)
+	r.SourceIPs = internAll(r.SourceIPs)
+	r.GenerateName = intern(r.GenerateName)
+}
+
+func compactUser(u UserInfo) UserInfo {
+	return UserInfo{Username: intern(u.Username), UID: intern(u.UID), Groups: internAll(u.Groups)}
+}
