@@ -74,7 +74,6 @@ func (r *Record) identity() string {
 // Succeeded is true for a 2xx response.
 func (r *Record) Succeeded() bool { return r.Code >= 200 && r.Code < 300 }
 
-
 // writeVerbs are the verbs attribution keeps.
 var writeVerbs = map[string]bool{
 	"create": true, "update": true, "patch": true, "delete": true, "deletecollection": true,
