@@ -142,7 +142,7 @@ func (a *Attributor) Submit(ctx context.Context, c Change, cb func(Attribution))
 	q := a.objects[key]
 	if q == nil {
 		// The fast path: nothing of this object is pending.
-		if res, ok := a.ix.Match(&c); ok {
+		if res, ok := a.ix.match(&c, false); ok {
 			q = &objectQueue{key: key, running: true}
 			a.objects[key] = q
 			a.mu.Unlock()
@@ -152,7 +152,7 @@ func (a *Attributor) Submit(ctx context.Context, c Change, cb func(Attribution))
 			return nil
 		}
 	} else if len(q.waiting) == 0 {
-		if res, ok := a.ix.Match(&c); ok {
+		if res, ok := a.ix.match(&c, false); ok {
 			a.count(res, 0)
 			a.readyLocked(q, cb, res)
 			a.mu.Unlock()
@@ -178,7 +178,7 @@ func (a *Attributor) Submit(ctx context.Context, c Change, cb func(Attribution))
 	q = a.objects[key]
 	if q == nil || len(q.waiting) == 0 {
 		// An event may have arrived while Submit waited for a slot.
-		if res, ok := a.ix.Match(&c); ok {
+		if res, ok := a.ix.match(&c, false); ok {
 			<-a.slots
 			a.count(res, 0)
 			if q == nil {
@@ -228,9 +228,10 @@ func (a *Attributor) resolveLocked(q *objectQueue, expired bool) {
 	now := a.opts.Clock.Now()
 	for len(q.waiting) > 0 {
 		w := q.waiting[0]
-		res, ok := a.ix.Match(&w.c)
+		due := expired && !now.Before(w.deadline)
+		res, ok := a.ix.match(&w.c, due)
 		if !ok {
-			if !expired || now.Before(w.deadline) {
+			if !due {
 				return
 			}
 			res = Attribution{Match: MatchNone}

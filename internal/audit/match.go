@@ -5,40 +5,62 @@ import (
 	"strings"
 )
 
-// Match attributes c from the events held now, without waiting: ok is
+// fit says how well a request fits a change.
+type fit uint8
+
+const (
+	noFit fit = iota
+	// weakFit: a verb that makes such a change only sometimes (a patch that
+	// creates by server-side apply, an update that removes the last
+	// finalizer, a binding).
+	weakFit
+	// strongFit: the verb that makes such a change (create for a creation).
+	strongFit
+)
+
+// match attributes c from the events held now, without waiting: ok is
 // false when no event fits yet (the caller may wait for one, see
-// Attributor). An exact or window match consumes the event it used, so
-// that the next change of the object is matched with the rest.
-func (ix *Index) Match(c *Change) (a Attribution, ok bool) {
+// Attributor). Strong fits are preferred; when only weak ones fit, the
+// change is decided only when final (its wait is over), since the request
+// that made it may still be on its way and the weak candidate be the next
+// change's. An exact or window match consumes the event it used, so that
+// the next change of the object is matched with the rest.
+func (ix *Index) match(c *Change, final bool) (a Attribution, ok bool) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	return ix.matchLocked(c)
+	return ix.matchLocked(c, final)
 }
 
-func (ix *Index) matchLocked(c *Change) (Attribution, bool) {
+func (ix *Index) matchLocked(c *Change, final bool) (Attribution, bool) {
 	ix.expireLocked(ix.opts.Clock.Now())
-	var cands []*entry
+	var strong, weak []*entry
 	key := c.key()
-	for _, e := range ix.byKey[key] {
-		if ix.exact(e, c) {
-			ix.consumeLocked(e)
-			return attribution(MatchExact, e, []*entry{e}), true
-		}
-		if ix.fits(e, c) {
-			cands = append(cands, e)
-		}
-	}
-	if c.Name != "" && (c.Kind == Created || c.Kind == Deleted || c.DeletionStarted) {
-		key.name = ""
+	for range 2 {
 		for _, e := range ix.byKey[key] {
 			if ix.exact(e, c) {
 				ix.consumeLocked(e)
 				return attribution(MatchExact, e, []*entry{e}), true
 			}
-			if ix.fits(e, c) {
-				cands = append(cands, e)
+			switch ix.fits(e, c) {
+			case strongFit:
+				strong = append(strong, e)
+			case weakFit:
+				weak = append(weak, e)
 			}
 		}
+		// Then the writes that name no object: creates with generateName,
+		// deletecollection.
+		if c.Name == "" || !(c.Kind == Created || c.Kind == Deleted || c.DeletionStarted) {
+			break
+		}
+		key.name = ""
+	}
+	cands := strong
+	if len(cands) == 0 {
+		if !final {
+			return Attribution{}, false
+		}
+		cands = weak
 	}
 	switch {
 	case len(cands) == 0:
@@ -93,61 +115,76 @@ func (ix *Index) exact(e *entry, c *Change) bool {
 // fits reports whether e may have made c: a verb that fits its kind on the
 // right subresource and name, at a time that fits, and no uid or
 // resourceVersion that names another object or version.
-func (ix *Index) fits(e *entry, c *Change) bool {
+func (ix *Index) fits(e *entry, c *Change) fit {
 	r := &e.rec
 	if c.UID != "" {
 		if r.ResponseUID != "" && r.ResponseUID != c.UID {
-			return false // another object of the same name
+			return noFit // another object of the same name
 		}
 		if r.ResponseUID != "" && r.ResponseResourceVersion != "" && c.ResourceVersion != "" {
-			return false // it made another version (or changed nothing): not exact
+			return noFit // it made another version (or changed nothing): not exact
 		}
 		if r.ResponseUID != "" && r.ResponseResourceVersion == "" && c.Kind != Deleted {
-			return false // the Status of a delete that removed the object
+			return noFit // the Status of a delete that removed the object
 		}
 		if c.Kind == Updated && r.RefUID != "" && r.RefUID != c.UID {
-			return false
+			return noFit
 		}
-	}
-	if !verbFits(r, c) || !nameFits(r, c) {
-		return false
 	}
 	if r.Received.After(c.Observed.Add(ix.opts.ClockSkew)) {
-		return false // received after the change was seen
+		return noFit // received after the change was seen
 	}
-	d := r.Completed.Sub(c.Observed)
-	return d <= ix.opts.Window && d >= -ix.opts.Window
+	if d := r.Completed.Sub(c.Observed); d > ix.opts.Window || d < -ix.opts.Window {
+		return noFit
+	}
+	if !nameFits(r, c) {
+		return noFit
+	}
+	return verbFits(r, c)
 }
 
-// verbFits reports whether a request of r's verb and subresource can have
-// made a change of c's kind.
-func verbFits(r *Record, c *Change) bool {
+// verbFits says how well a request of r's verb and subresource fits a
+// change of c's kind.
+func verbFits(r *Record, c *Change) fit {
 	switch c.Kind {
 	case Created:
-		// kubectl create, create-on-update (PUT), server-side apply.
-		return r.Subresource == "" && (r.Verb == "create" || r.Verb == "update" || r.Verb == "patch")
+		if r.Subresource != "" {
+			return noFit
+		}
+		switch r.Verb {
+		case "create":
+			return strongFit
+		case "update", "patch": // create-on-update (PUT), server-side apply
+			return weakFit
+		}
 	case Updated:
 		if c.DeletionStarted {
-			return isDelete(r) || isEviction(r)
+			if isDelete(r) || isEviction(r) {
+				return strongFit
+			}
+			return noFit
 		}
 		if c.SubresourceKnown && r.Subresource != c.Subresource {
-			return false
+			return noFit
 		}
 		switch r.Verb {
 		case "update", "patch":
-			return true
+			return strongFit
 		case "create": // the scheduler's pods/binding
-			return r.Subresource == "binding"
+			if r.Subresource == "binding" {
+				return weakFit
+			}
 		}
-		return false
 	case Deleted:
 		if isDelete(r) || isEviction(r) {
-			return true
+			return strongFit
 		}
 		// the update that removed the last finalizer of a terminating object
-		return c.WasTerminating && r.Subresource == "" && (r.Verb == "update" || r.Verb == "patch")
+		if c.WasTerminating && r.Subresource == "" && (r.Verb == "update" || r.Verb == "patch") {
+			return weakFit
+		}
 	}
-	return false
+	return noFit
 }
 
 func isDelete(r *Record) bool {

@@ -1,0 +1,298 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
+)
+
+// results collects callbacks in the order they ran.
+type results struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (r *results) cb(label string) func(Attribution) {
+	return func(a Attribution) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.got = append(r.got, fmt.Sprintf("%s:%s:%s", label, a.Match, a.Username()))
+	}
+}
+
+func (r *results) list() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.got...)
+}
+
+func (r *results) waitFor(t *testing.T, n int) []string {
+	t.Helper()
+	testenv.Eventually(t, 5*time.Second, fmt.Sprintf("%d callbacks", n), func() bool { return len(r.list()) >= n })
+	return r.list()
+}
+
+func newTestAttributor(opts AttributorOptions) (*Index, *Attributor, *fakeClock) {
+	clk := newFakeClock()
+	m := NewMetrics(nil)
+	ix := NewIndex(IndexOptions{Clock: clk, Metrics: m})
+	opts.Clock, opts.Metrics = clk, m
+	return ix, NewAttributor(ix, opts), clk
+}
+
+func TestAttributorFastPath(t *testing.T) {
+	ix, a, clk := newTestAttributor(AttributorOptions{})
+	defer a.Close()
+	ix.Add(SourceWebhook, []Record{rec("e1", "alice", "patch", "a", 0)}, 0)
+	var got Attribution
+	called := false
+	if err := a.Submit(context.Background(), change(Updated, "a"), func(r Attribution) { got, called = r, true }); err != nil {
+		t.Fatal(err)
+	}
+	if !called || got.Match != MatchWindow || got.Username() != "alice" {
+		t.Fatalf("the callback did not run before Submit returned: called %v, %+v", called, got)
+	}
+	if clk.pending() != 0 {
+		t.Errorf("the fast path armed %d timers", clk.pending())
+	}
+	if len(a.objects) != 0 {
+		t.Errorf("the fast path left %d object queues", len(a.objects))
+	}
+}
+
+func TestAttributorWaitsThenTimesOut(t *testing.T) {
+	ix, a, clk := newTestAttributor(AttributorOptions{Wait: 2 * time.Second})
+	defer a.Close()
+	var r results
+	ctx := context.Background()
+	mustSubmit(t, a, ctx, change(Updated, "a"), r.cb("a1"))
+	mustSubmit(t, a, ctx, change(Updated, "b"), r.cb("b1"))
+	if got := r.list(); len(got) != 0 {
+		t.Fatalf("called before any event: %v", got)
+	}
+	// b's event arrives: b resolves, a keeps waiting.
+	ix.Add(SourceWebhook, []Record{rec("e1", "bob", "patch", "b", 0)}, 0)
+	if got := r.waitFor(t, 1); got[0] != "b1:window:bob" {
+		t.Fatalf("got %v", got)
+	}
+	clk.Step(1999 * time.Millisecond)
+	if got := r.list(); len(got) != 1 {
+		t.Fatalf("a resolved before its bound: %v", got)
+	}
+	clk.Step(time.Millisecond)
+	if got := r.waitFor(t, 2); got[1] != "a1:none:" {
+		t.Fatalf("got %v", got)
+	}
+	if v := value(t, a.m.unmatched); v != 1 {
+		t.Errorf("unmatched_total %v, want 1", v)
+	}
+	if v := value(t, a.m.waiting); v != 0 {
+		t.Errorf("waiting_changes %v, want 0", v)
+	}
+}
+
+// TestAttributorOrderPerObject: a change whose event is held waits behind
+// an earlier change of its object; other objects go on.
+func TestAttributorOrderPerObject(t *testing.T) {
+	ix, a, clk := newTestAttributor(AttributorOptions{Wait: 2 * time.Second})
+	defer a.Close()
+	var r results
+	ctx := context.Background()
+	exact := func(id, user, rv string) Record {
+		x := rec(id, user, "patch", "a", 0)
+		x.ResponseUID, x.ResponseResourceVersion = "uid-a", rv
+		return x
+	}
+	c1, c2, c3 := change(Updated, "a"), change(Updated, "a"), change(Updated, "a")
+	c1.ResourceVersion, c2.ResourceVersion, c3.ResourceVersion = "11", "12", "13"
+	ix.Add(SourceWebhook, []Record{exact("e2", "bob", "12")}, 0)
+	mustSubmit(t, a, ctx, c1, r.cb("a11"))
+	mustSubmit(t, a, ctx, c2, r.cb("a12"))
+	clk.Step(time.Second)
+	mustSubmit(t, a, ctx, c3, r.cb("a13"))
+	ix.Add(SourceWebhook, []Record{rec("x", "carol", "patch", "other", 0)}, 0)
+	mustSubmit(t, a, ctx, change(Updated, "other"), r.cb("other"))
+	if got := r.list(); len(got) != 1 || got[0] != "other:window:carol" {
+		t.Fatalf("got %v, want only other's (a's first change waits)", got)
+	}
+	ix.Add(SourceWebhook, []Record{exact("e3", "carol", "13")}, 0)
+	clk.Step(time.Second) // a11's bound
+	got := r.waitFor(t, 4)
+	want := []string{"other:window:carol", "a11:none:", "a12:exact:bob", "a13:exact:carol"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+// TestAttributorLateEventResolvesInOrder: the event of the first change
+// arrives after the second's: both resolve when the first's does.
+func TestAttributorLateEventResolvesInOrder(t *testing.T) {
+	ix, a, _ := newTestAttributor(AttributorOptions{})
+	defer a.Close()
+	var r results
+	ctx := context.Background()
+	c1, c2 := change(Created, "a"), change(Updated, "a")
+	c2.Observed = t0.Add(100 * time.Millisecond)
+	mustSubmit(t, a, ctx, c1, r.cb("created"))
+	mustSubmit(t, a, ctx, c2, r.cb("updated"))
+	ix.Add(SourceWebhook, []Record{rec("e2", "bob", "patch", "a", 120*time.Millisecond)}, 0)
+	if got := r.list(); len(got) != 0 {
+		t.Fatalf("got %v before the creation's event", got)
+	}
+	ix.Add(SourceWebhook, []Record{rec("e1", "alice", "create", "a", 0)}, 0)
+	got := r.waitFor(t, 2)
+	if fmt.Sprint(got) != "[created:window:alice updated:window:bob]" {
+		t.Errorf("got %v", got)
+	}
+}
+
+// TestAttributorGenerateNameWakes: an event that names no object (a create
+// with generateName) resolves the waiting creation it fits.
+func TestAttributorGenerateNameWakes(t *testing.T) {
+	ix, a, _ := newTestAttributor(AttributorOptions{})
+	defer a.Close()
+	var r results
+	mustSubmit(t, a, context.Background(), change(Created, "gen-abc"), r.cb("gen"))
+	x := rec("e1", "alice", "create", "", 0)
+	x.GenerateName = "gen-"
+	ix.Add(SourceWebhook, []Record{x}, 0)
+	if got := r.waitFor(t, 1); got[0] != "gen:window:alice" {
+		t.Errorf("got %v", got)
+	}
+}
+
+func TestAttributorBackPressure(t *testing.T) {
+	ix, a, _ := newTestAttributor(AttributorOptions{MaxWaiting: 2})
+	defer a.Close()
+	var r results
+	ctx := context.Background()
+	mustSubmit(t, a, ctx, change(Updated, "a"), r.cb("a"))
+	mustSubmit(t, a, ctx, change(Updated, "b"), r.cb("b"))
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if err := a.Submit(short, change(Updated, "c"), r.cb("c")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Submit with %d waiting: %v, want a deadline error", 2, err)
+	}
+	// A change whose event is held needs no slot.
+	ix.Add(SourceWebhook, []Record{rec("e", "erin", "patch", "e", 0)}, 0)
+	if err := a.Submit(short, change(Updated, "e"), r.cb("e")); err != nil {
+		t.Fatalf("fast path while full: %v", err)
+	}
+	done := make(chan error)
+	go func() { done <- a.Submit(ctx, change(Updated, "d"), r.cb("d")) }()
+	select {
+	case err := <-done:
+		t.Fatalf("Submit returned %v while full", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	ix.Add(SourceWebhook, []Record{rec("e1", "alice", "patch", "a", 0)}, 0)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	got := r.list()
+	slices.Sort(got)
+	if fmt.Sprint(got) != "[a:window:alice b:none: d:none: e:window:erin]" {
+		t.Errorf("got %v: every submitted change once, none lost", got)
+	}
+	if err := a.Submit(ctx, change(Updated, "x"), r.cb("x")); !errors.Is(err, ErrClosed) {
+		t.Errorf("Submit after Close: %v", err)
+	}
+}
+
+// TestAttributorConcurrent: writers on many objects, events arriving
+// concurrently and late: every callback once, in order per object, with
+// the right user.
+func TestAttributorConcurrent(t *testing.T) {
+	ix := NewIndex(IndexOptions{})
+	a := NewAttributor(ix, AttributorOptions{Wait: 5 * time.Second, MaxWaiting: 64})
+	const objects, perObject = 40, 25
+	var mu sync.Mutex
+	seen := map[string][]int{}
+	wrong := 0
+	var wg, adds sync.WaitGroup
+	start := time.Now()
+	for o := range objects {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := fmt.Sprint("obj", o)
+			user := fmt.Sprint("user", o%7)
+			for i := range perObject {
+				now := time.Now()
+				c := Change{Resource: "configmaps", Namespace: "ns", Name: name, UID: name, ResourceVersion: fmt.Sprint(i), Kind: Updated, Observed: now}
+				r := Record{AuditID: fmt.Sprint(name, "/", i), Verb: "patch", Resource: "configmaps", Namespace: "ns", Name: name, Code: 200,
+					Received: now, Completed: now, User: UserInfo{Username: user}, ResponseUID: name, ResponseResourceVersion: fmt.Sprint(i)}
+				early := rand.IntN(2) == 0
+				if early {
+					ix.Add(SourceWebhook, []Record{r}, 0)
+				}
+				err := a.Submit(context.Background(), c, func(at Attribution) {
+					mu.Lock()
+					defer mu.Unlock()
+					seen[name] = append(seen[name], i)
+					if at.Match != MatchExact || at.Username() != user {
+						wrong++
+					}
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !early {
+					adds.Add(1)
+					go func() {
+						defer adds.Done()
+						ix.Add(SourceWebhook, []Record{r}, 0)
+					}()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	adds.Wait()
+	testenv.Eventually(t, 5*time.Second, "every callback", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, v := range seen {
+			n += len(v)
+		}
+		return n == objects*perObject
+	})
+	a.Close()
+	if time.Since(start) > 4*time.Second {
+		t.Errorf("took %s: some change waited for its bound", time.Since(start))
+	}
+	if wrong != 0 {
+		t.Errorf("%d wrong attributions", wrong)
+	}
+	for o := range objects {
+		name := fmt.Sprint("obj", o)
+		got := seen[name]
+		if len(got) != perObject {
+			t.Errorf("%s: %d callbacks, want %d", name, len(got), perObject)
+			continue
+		}
+		for i, v := range got {
+			if v != i {
+				t.Errorf("%s: callbacks in order %v", name, got)
+				break
+			}
+		}
+	}
+}
+
+func mustSubmit(t *testing.T, a *Attributor, ctx context.Context, c Change, cb func(Attribution)) {
+	t.Helper()
+	if err := a.Submit(ctx, c, cb); err != nil {
+		t.Fatal(err)
+	}
+}

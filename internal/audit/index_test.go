@@ -1,0 +1,382 @@
+package audit
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// fakeClock is a Clock whose time moves only when Step is called; Step
+// runs the due AfterFunc callbacks on the caller's goroutine.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeTimer
+}
+
+type fakeTimer struct {
+	c      *fakeClock
+	at     time.Time
+	f      func()
+	active bool
+}
+
+var t0 = time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+
+func newFakeClock() *fakeClock { return &fakeClock{now: t0} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) AfterFunc(d time.Duration, f func()) Timer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &fakeTimer{c: c, at: c.now.Add(d), f: f, active: true}
+	c.timers = append(c.timers, t)
+	return t
+}
+
+// pending is the number of timers that have not fired.
+func (c *fakeClock) pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, t := range c.timers {
+		if t.active {
+			n++
+		}
+	}
+	return n
+}
+
+func (c *fakeClock) Step(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	var due []func()
+	for _, t := range c.timers {
+		if t.active && !t.at.After(c.now) {
+			t.active = false
+			due = append(due, t.f)
+		}
+	}
+	c.mu.Unlock()
+	for _, f := range due {
+		f()
+	}
+}
+
+func (t *fakeTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := t.active
+	t.active = false
+	return was
+}
+
+func (t *fakeTimer) Reset(d time.Duration) bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := t.active
+	t.at, t.active = t.c.now.Add(d), true
+	return was
+}
+
+// rec builds a successful Metadata-level write to configmap ns/name.
+func rec(id, user, verb, name string, completed time.Duration) Record {
+	return Record{
+		AuditID: id, Level: "Metadata", Verb: verb, Version: "v1", Resource: "configmaps",
+		Namespace: "ns", Name: name, Code: 200,
+		Received: t0.Add(completed - 10*time.Millisecond), Completed: t0.Add(completed),
+		User: UserInfo{Username: user, Groups: []string{"system:authenticated"}}, UserAgent: "kubectl/" + user,
+		SourceIPs: []string{"10.0.0.1"},
+	}
+}
+
+func change(kind ChangeKind, name string) Change {
+	return Change{Resource: "configmaps", Namespace: "ns", Name: name, UID: "uid-" + name, ResourceVersion: "10", Kind: kind, Observed: t0}
+}
+
+// with applies edits to a copy of r.
+func with(r Record, edits ...func(*Record)) Record {
+	for _, e := range edits {
+		e(&r)
+	}
+	return r
+}
+
+func TestMatch(t *testing.T) {
+	rr := func(uid, rv string) func(*Record) {
+		return func(r *Record) { r.Level, r.ResponseUID, r.ResponseResourceVersion = "RequestResponse", uid, rv }
+	}
+	sub := func(s string) func(*Record) { return func(r *Record) { r.Subresource = s } }
+	code := func(c int32) func(*Record) { return func(r *Record) { r.Code = c } }
+	as := func(u string) func(*Record) {
+		return func(r *Record) { r.ImpersonatedUser = &UserInfo{Username: u} }
+	}
+	genName := func(prefix string) func(*Record) {
+		return func(r *Record) { r.Name, r.GenerateName = "", prefix }
+	}
+	received := func(d time.Duration) func(*Record) { return func(r *Record) { r.Received = t0.Add(d) } }
+	refUID := func(u string) func(*Record) { return func(r *Record) { r.RefUID = u } }
+	edit := func(c Change, f func(*Change)) Change { f(&c); return c }
+
+	for _, tc := range []struct {
+		name    string
+		recs    []Record
+		changes []Change
+		// want is, per change, "match user auditID" or "ambiguous a,b" or
+		// "undecided"; "final " before it when only the final match (when
+		// the wait is over) decides.
+		want []string
+	}{
+		{"exact", []Record{with(rec("e1", "alice", "patch", "a", 0), rr("uid-a", "10"))},
+			[]Change{change(Updated, "a")}, []string{"exact alice e1"}},
+		{"exact despite the window", []Record{with(rec("e1", "alice", "patch", "a", -time.Minute), rr("uid-a", "10"))},
+			[]Change{change(Updated, "a")}, []string{"exact alice e1"}},
+		{"another version is no candidate", []Record{with(rec("e1", "alice", "patch", "a", 0), rr("uid-a", "9"))},
+			[]Change{change(Updated, "a")}, []string{"undecided"}},
+		{"exact wins over window", []Record{rec("e0", "bob", "patch", "a", 0), with(rec("e1", "alice", "patch", "a", 0), rr("uid-a", "10"))},
+			[]Change{change(Updated, "a")}, []string{"exact alice e1"}},
+		{"window", []Record{rec("e1", "alice", "patch", "a", 100*time.Millisecond)},
+			[]Change{change(Updated, "a")}, []string{"window alice e1"}},
+		{"completed before the window", []Record{rec("e1", "alice", "patch", "a", -3*time.Second)},
+			[]Change{change(Updated, "a")}, []string{"undecided"}},
+		{"completed after the window", []Record{rec("e1", "alice", "patch", "a", 3*time.Second)},
+			[]Change{change(Updated, "a")}, []string{"undecided"}},
+		{"received after the change was seen", []Record{with(rec("e1", "alice", "patch", "a", 1500*time.Millisecond), received(1200*time.Millisecond))},
+			[]Change{change(Updated, "a")}, []string{"undecided"}},
+		{"received within the skew", []Record{with(rec("e1", "alice", "patch", "a", 900*time.Millisecond), received(800*time.Millisecond))},
+			[]Change{change(Updated, "a")}, []string{"window alice e1"}},
+		{"two users", []Record{rec("e1", "alice", "patch", "a", 0), rec("e2", "bob", "update", "a", 10*time.Millisecond)},
+			[]Change{change(Updated, "a"), change(Updated, "a")}, []string{"ambiguous alice,bob", "ambiguous alice,bob"}},
+		{"two impersonated users", []Record{with(rec("e1", "admin", "patch", "a", 0), as("alice")), with(rec("e2", "admin", "patch", "a", 0), as("bob"))},
+			[]Change{change(Updated, "a")}, []string{"ambiguous alice,bob"}},
+		{"one user twice: the user, no auditID", []Record{rec("e1", "alice", "patch", "a", 0), rec("e2", "alice", "patch", "a", 10*time.Millisecond)},
+			[]Change{change(Updated, "a"), change(Updated, "a"), change(Updated, "a")}, []string{"window alice -", "window alice -", "undecided"}},
+		{"consumed in turn", []Record{rec("e1", "alice", "patch", "a", 0)},
+			[]Change{change(Updated, "a"), change(Updated, "a")}, []string{"window alice e1", "undecided"}},
+		{"failure is no candidate", []Record{with(rec("e1", "alice", "patch", "a", 0), code(409))},
+			[]Change{change(Updated, "a")}, []string{"undecided"}},
+		{"create does not fit an update", []Record{rec("e1", "alice", "create", "a", 0)},
+			[]Change{change(Updated, "a")}, []string{"undecided"}},
+		{"create fits a creation", []Record{rec("e1", "alice", "create", "a", 0)},
+			[]Change{change(Created, "a")}, []string{"window alice e1"}},
+		{"server-side apply creates", []Record{rec("e1", "alice", "patch", "a", 0)},
+			[]Change{change(Created, "a")}, []string{"final window alice e1"}},
+		{"a create is preferred to a patch", []Record{rec("e1", "bob", "patch", "a", 10*time.Millisecond), rec("e2", "alice", "create", "a", 0)},
+			[]Change{change(Created, "a"), change(Updated, "a")}, []string{"window alice e2", "window bob e1"}},
+		{"other object", []Record{rec("e1", "alice", "patch", "b", 0)},
+			[]Change{change(Updated, "a")}, []string{"undecided"}},
+		{"generateName", []Record{with(rec("e1", "alice", "create", "", 0), genName("gen-"))},
+			[]Change{change(Created, "gen-x1")}, []string{"window alice e1"}},
+		{"generateName unknown at Metadata level", []Record{with(rec("e1", "alice", "create", "", 0), genName(""))},
+			[]Change{change(Created, "gen-x1")}, []string{"window alice e1"}},
+		{"generateName of another prefix", []Record{with(rec("e1", "alice", "create", "", 0), genName("other-"))},
+			[]Change{change(Created, "gen-x1")}, []string{"undecided"}},
+		{"generateName creates of two users", []Record{with(rec("e1", "alice", "create", "", 0), genName("")), with(rec("e2", "bob", "create", "", 0), genName(""))},
+			[]Change{change(Created, "gen-x1")}, []string{"ambiguous alice,bob"}},
+		{"delete", []Record{rec("e1", "alice", "delete", "a", 0)},
+			[]Change{change(Deleted, "a")}, []string{"window alice e1"}},
+		{"delete status names the uid", []Record{with(rec("e1", "alice", "delete", "a", -time.Minute), rr("uid-a", ""))},
+			[]Change{change(Deleted, "a")}, []string{"exact alice e1"}},
+		{"delete status of another uid", []Record{with(rec("e1", "alice", "delete", "a", 0), rr("uid-old", ""))},
+			[]Change{change(Deleted, "a")}, []string{"undecided"}},
+		{"deletecollection stands for several deletions", []Record{rec("e1", "alice", "deletecollection", "", 0)},
+			[]Change{change(Deleted, "a"), change(Deleted, "b")}, []string{"window alice e1", "window alice e1"}},
+		{"delete of an object with finalizers", []Record{rec("e1", "alice", "delete", "a", 0), rec("e2", "controller", "patch", "a", 50*time.Millisecond)},
+			[]Change{edit(change(Updated, "a"), func(c *Change) { c.DeletionStarted = true }), edit(change(Deleted, "a"), func(c *Change) { c.WasTerminating = true })},
+			[]string{"window alice e1", "final window controller e2"}},
+		{"a delete is preferred to a finalizer removal", []Record{rec("e1", "kubelet", "delete", "a", 0), rec("e2", "controller", "patch", "a", 0)},
+			[]Change{edit(change(Deleted, "a"), func(c *Change) { c.WasTerminating = true })}, []string{"window kubelet e1"}},
+		{"a patch does not delete a live object", []Record{rec("e1", "alice", "patch", "a", 0)},
+			[]Change{change(Deleted, "a")}, []string{"undecided"}},
+		{"eviction", []Record{with(rec("e1", "alice", "create", "a", 0), sub("eviction"))},
+			[]Change{change(Deleted, "a")}, []string{"window alice e1"}},
+		{"status write, change through status", []Record{with(rec("e1", "alice", "update", "a", 0), sub("status"))},
+			[]Change{edit(change(Updated, "a"), func(c *Change) { c.Subresource, c.SubresourceKnown = "status", true })}, []string{"window alice e1"}},
+		{"status write, change through the main resource", []Record{with(rec("e1", "alice", "update", "a", 0), sub("status"))},
+			[]Change{edit(change(Updated, "a"), func(c *Change) { c.SubresourceKnown = true })}, []string{"undecided"}},
+		{"status write, subresource unknown", []Record{with(rec("e1", "alice", "update", "a", 0), sub("status"))},
+			[]Change{change(Updated, "a")}, []string{"window alice e1"}},
+		{"update of another incarnation", []Record{with(rec("e1", "alice", "update", "a", 0), refUID("uid-old"))},
+			[]Change{change(Updated, "a")}, []string{"undecided"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newFakeClock()
+			ix := NewIndex(IndexOptions{Clock: clk})
+			ix.Add(SourceWebhook, slices.Clone(tc.recs), 0)
+			for i, c := range tc.changes {
+				a, ok := ix.match(&c, false)
+				prefix := ""
+				if !ok {
+					a, ok = ix.match(&c, true)
+					prefix = "final "
+				}
+				got := "undecided"
+				switch {
+				case ok && a.Match == MatchAmbiguous:
+					got = fmt.Sprintf("%sambiguous %s", prefix, joinComma(a.Candidates))
+					if a.User != nil || a.AuditID != "" {
+						t.Errorf("ambiguous names a user: %+v", a)
+					}
+				case ok:
+					id := a.AuditID
+					if id == "" {
+						id = "-"
+					}
+					got = fmt.Sprintf("%s%s %s %s", prefix, a.Match, a.Username(), id)
+				}
+				if got != tc.want[i] {
+					t.Errorf("change %d: %s, want %s", i, got, tc.want[i])
+				}
+			}
+		})
+	}
+}
+
+func joinComma(ss []string) string {
+	out := ""
+	for i, s := range ss {
+		if i > 0 {
+			out += ","
+		}
+		out += s
+	}
+	return out
+}
+
+// TestMatchFields checks the fields of a window match: the request's, and
+// which ones are left out when several requests of one identity fit.
+func TestMatchFields(t *testing.T) {
+	ix := NewIndex(IndexOptions{Clock: newFakeClock()})
+	r := rec("e1", "admin", "patch", "a", 0)
+	r.ImpersonatedUser = &UserInfo{Username: "alice", Groups: []string{"devs"}}
+	ix.Add(SourceLog, []Record{r}, 0)
+	c := change(Updated, "a")
+	a, ok := ix.match(&c, false)
+	if !ok || a.Match != MatchWindow || a.User.Username != "admin" || a.ImpersonatedUser.Username != "alice" ||
+		a.Verb != "patch" || a.UserAgent != "kubectl/admin" || !slices.Equal(a.SourceIPs, []string{"10.0.0.1"}) || a.AuditID != "e1" {
+		t.Errorf("window match %+v", a)
+	}
+
+	r2 := rec("e2", "alice", "patch", "b", 0)
+	r3 := rec("e3", "alice", "update", "b", 0)
+	r3.UserAgent = "other"
+	ix.Add(SourceLog, []Record{r2, r3}, 0)
+	c = change(Updated, "b")
+	a, _ = ix.match(&c, false)
+	if a.Match != MatchWindow || a.Username() != "alice" || a.AuditID != "" || a.Verb != "" || a.UserAgent != "" ||
+		!slices.Equal(a.SourceIPs, []string{"10.0.0.1"}) {
+		t.Errorf("one identity, two requests: %+v", a)
+	}
+}
+
+func TestIndexBounds(t *testing.T) {
+	clk := newFakeClock()
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	ix := NewIndex(IndexOptions{Clock: clk, Metrics: m, MaxEvents: 3, MaxAge: 10 * time.Second,
+		Keep: func(group, resource string) bool { return resource == "configmaps" }})
+
+	var recs []Record
+	for i := range 5 {
+		recs = append(recs, rec(fmt.Sprint("e", i), "alice", "patch", fmt.Sprint("o", i), 0))
+	}
+	ix.Add(SourceWebhook, recs, 7)
+	if ix.Len() != 3 {
+		t.Errorf("held %d, want 3", ix.Len())
+	}
+	if got := value(t, m.evictedCount); got != 2 {
+		t.Errorf("count evictions %v, want 2", got)
+	}
+	for i, want := range []bool{false, false, true, true, true} {
+		c := change(Updated, fmt.Sprint("o", i))
+		if _, ok := ix.match(&c, false); ok != want {
+			t.Errorf("o%d matched %v, want %v (the oldest are evicted)", i, ok, want)
+		}
+	}
+
+	// duplicates, failures and filtered resources are counted, not held
+	other := rec("x", "alice", "patch", "w", 0)
+	other.Resource = "widgets"
+	failed := rec("f", "alice", "patch", "o9", 0)
+	failed.Code = 422
+	ix.Add(SourceWebhook, []Record{rec("d", "alice", "patch", "o8", 0), rec("d", "alice", "patch", "o8", 0), other, failed}, 0)
+	if ix.Len() != 1 {
+		t.Errorf("held %d, want 1", ix.Len())
+	}
+	for result, want := range map[string]float64{"indexed": 6, "ignored": 7, "duplicate": 1, "filtered": 1, "failed": 1} {
+		if got := value(t, m.events.WithLabelValues(SourceWebhook, result)); got != want {
+			t.Errorf("events_total{result=%s} = %v, want %v", result, got, want)
+		}
+	}
+
+	// a consumed event is not held again when redelivered
+	ix.Add(SourceWebhook, []Record{rec("e4", "alice", "patch", "o4", 0)}, 0)
+	c := change(Updated, "o4")
+	if _, ok := ix.match(&c, false); ok {
+		t.Error("a consumed event was held again when its auditID came back")
+	}
+
+	// age
+	clk.Step(11 * time.Second)
+	ix.Expire()
+	if ix.Len() != 0 || value(t, m.evictedAge) != 1 || value(t, m.held) != 0 {
+		t.Errorf("after MaxAge: held %d, age evictions %v, gauge %v", ix.Len(), value(t, m.evictedAge), value(t, m.held))
+	}
+	if len(ix.byID) != 0 || len(ix.byKey) != 0 || len(ix.fifo)-ix.head != 0 {
+		t.Errorf("after MaxAge: byID %d byKey %d fifo %d", len(ix.byID), len(ix.byKey), len(ix.fifo)-ix.head)
+	}
+}
+
+// TestIndexMemoryStaysBounded: events consumed as fast as they come leave
+// no growing queue behind.
+func TestIndexMemoryStaysBounded(t *testing.T) {
+	clk := newFakeClock()
+	ix := NewIndex(IndexOptions{Clock: clk, MaxEvents: 100, MaxAge: time.Second})
+	for i := range 10000 {
+		name := fmt.Sprint("o", i%50)
+		r := rec(fmt.Sprint("e", i), "alice", "patch", name, 0)
+		r.Completed, r.Received = clk.Now(), clk.Now()
+		ix.Add(SourceLog, []Record{r}, 0)
+		c := change(Updated, name)
+		c.Observed = clk.Now()
+		if _, ok := ix.match(&c, false); !ok {
+			t.Fatalf("event %d not matched", i)
+		}
+		clk.Step(time.Millisecond)
+	}
+	if n := len(ix.fifo); n > 2100 {
+		t.Errorf("fifo holds %d entries after 10000 consumed events with a 1s age limit", n)
+	}
+	if ix.Len() != 0 {
+		t.Errorf("held %d", ix.Len())
+	}
+}
+
+// value reads a counter or gauge.
+func value(t testing.TB, m prometheus.Metric) float64 {
+	t.Helper()
+	var d dto.Metric
+	if err := m.Write(&d); err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case d.Counter != nil:
+		return d.Counter.GetValue()
+	case d.Gauge != nil:
+		return d.Gauge.GetValue()
+	case d.Histogram != nil:
+		return float64(d.Histogram.GetSampleCount())
+	}
+	t.Fatalf("metric %v is no counter, gauge or histogram", m.Desc())
+	return 0
+}
