@@ -1,0 +1,267 @@
+package audit
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
+)
+
+// recordingSink is a Sink that keeps what it is given.
+type recordingSink struct {
+	mu      sync.Mutex
+	recs    []Record
+	ignored int
+}
+
+func (s *recordingSink) Add(source string, recs []Record, ignored int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.recs = append(s.recs, recs...)
+	s.ignored += ignored
+}
+
+func (s *recordingSink) ids() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ids []string
+	for _, r := range s.recs {
+		ids = append(ids, r.AuditID)
+	}
+	return ids
+}
+
+// webhookPKI is a server certificate and the credentials of a legitimate
+// client and of an impostor.
+type webhookPKI struct {
+	dir                          string
+	ca                           *testenv.CA
+	certFile, keyFile            string
+	caFile, tokenFile            string
+	clientCert, clientKey        []byte
+	impostorCert, impostorKey    []byte
+	token                        string
+	serverCertPEM, serverKeyPEM  []byte
+	otherCA                      *testenv.CA
+	otherServerCert, otherServer []byte
+}
+
+func newWebhookPKI(t testing.TB, dir string) *webhookPKI {
+	t.Helper()
+	p := &webhookPKI{dir: dir, token: "s3cret-token"}
+	var err error
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.ca, err = testenv.NewCA("fieldwatch-audit-ca")
+	must(err)
+	p.otherCA, err = testenv.NewCA("impostor-ca")
+	must(err)
+	p.serverCertPEM, p.serverKeyPEM, err = p.ca.ServerCert("fieldwatch-audit")
+	must(err)
+	p.clientCert, p.clientKey, err = p.ca.ClientCert("kube-apiserver")
+	must(err)
+	p.impostorCert, p.impostorKey, err = p.otherCA.ClientCert("kube-apiserver")
+	must(err)
+	p.otherServerCert, p.otherServer, err = p.otherCA.ServerCert("fieldwatch-audit")
+	must(err)
+	paths, err := testenv.WriteFiles(dir,
+		testenv.NamedData{Name: "tls.crt", Data: p.serverCertPEM},
+		testenv.NamedData{Name: "tls.key", Data: p.serverKeyPEM},
+		testenv.NamedData{Name: "client-ca.crt", Data: p.ca.CertPEM},
+		testenv.NamedData{Name: "token", Data: []byte(p.token + "\n")})
+	must(err)
+	p.certFile, p.keyFile, p.caFile, p.tokenFile = paths[0], paths[1], paths[2], paths[3]
+	return p
+}
+
+// client returns an HTTPS client trusting ca, presenting the given
+// certificate when there is one.
+func httpsClient(t testing.TB, caPEM, certPEM, keyPEM []byte) *http.Client {
+	t.Helper()
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	cfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if certPEM != nil {
+		c, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Certificates = []tls.Certificate{c}
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}, Timeout: 10 * time.Second}
+}
+
+// serveWebhook serves w on 127.0.0.1 until the test ends.
+func serveWebhook(t testing.TB, w *Webhook) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return "https://" + ln.Addr().String() + "/audit"
+}
+
+func TestWebhookAuthentication(t *testing.T) {
+	p := newWebhookPKI(t, t.TempDir())
+	sink := &recordingSink{}
+	m := NewMetrics(nil)
+	w, err := NewWebhook(WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, ClientCAFile: p.caFile, TokenFile: p.tokenFile,
+		MaxBodyBytes: 64 << 10, Metrics: m, Logger: slog.New(slog.DiscardHandler)}, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := serveWebhook(t, w)
+	lines := readLines(t, apiserverLog)
+	body := eventList(lines[:10])
+
+	huge := eventList(slices.Concat(lines, lines, lines)) // over 64 KiB
+	if len(huge) <= 64<<10 {
+		t.Fatalf("test body of %d bytes is not over the limit", len(huge))
+	}
+	for _, tc := range []struct {
+		name            string
+		client          *http.Client
+		method, token   string
+		body            []byte
+		wantCode        int
+		wantIndexedMore int
+	}{
+		{"client certificate", httpsClient(t, p.ca.CertPEM, p.clientCert, p.clientKey), "POST", "", body, 200, 7},
+		{"bearer token", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", p.token, body, 200, 7},
+		{"no credentials", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", "", body, 401, 0},
+		{"wrong token", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", "s3cret-tokem", body, 403, 0},
+		{"certificate of another CA", httpsClient(t, p.ca.CertPEM, p.impostorCert, p.impostorKey), "POST", "", body, 403, 0},
+		{"server certificate as client", httpsClient(t, p.ca.CertPEM, p.serverCertPEM, p.serverKeyPEM), "POST", "", body, 403, 0},
+		{"GET", httpsClient(t, p.ca.CertPEM, p.clientCert, p.clientKey), "GET", "", nil, 405, 0},
+		{"too large", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", p.token, huge, 413, -1},
+		{"malformed", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", p.token, []byte(`{"items":[{"stage":1}]}`), 400, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(sink.ids())
+			req, err := http.NewRequest(tc.method, url, bytes.NewReader(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			if tc.token != "" {
+				req.Header.Set("Authorization", "Bearer "+tc.token)
+			}
+			resp, err := tc.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			msg, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode != tc.wantCode {
+				t.Fatalf("status %d (%s), want %d", resp.StatusCode, msg, tc.wantCode)
+			}
+			if got := len(sink.ids()) - before; tc.wantIndexedMore >= 0 && got != tc.wantIndexedMore {
+				t.Errorf("%d records added, want %d", got, tc.wantIndexedMore)
+			}
+			if tc.wantCode == 413 && !strings.Contains(string(msg), "larger than 65536 bytes") {
+				t.Errorf("413 body %q", msg)
+			}
+		})
+	}
+	for code, want := range map[string]float64{"200": 2, "401": 1, "403": 3, "405": 1, "413": 1, "400": 1} {
+		if got := value(t, m.webhookRequests.WithLabelValues(code)); got != want {
+			t.Errorf("webhook_requests_total{code=%s} = %v, want %v", code, got, want)
+		}
+	}
+}
+
+func TestWebhookOptionsRequired(t *testing.T) {
+	p := newWebhookPKI(t, t.TempDir())
+	for _, tc := range []struct {
+		name string
+		opts WebhookOptions
+		want string
+	}{
+		{"no cert", WebhookOptions{TokenFile: p.tokenFile}, "a certificate and a key file are required"},
+		{"no authentication", WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile}, "a client CA file or a token file is required"},
+		{"missing key", WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile + ".missing", TokenFile: p.tokenFile}, "no such file"},
+		{"key of another cert", WebhookOptions{CertFile: p.certFile, KeyFile: p.caFile, TokenFile: p.tokenFile}, "key"},
+		{"empty token", WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, TokenFile: os.DevNull}, "empty token"},
+		{"CA file without certificates", WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, ClientCAFile: p.tokenFile}, "no PEM certificate"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := NewWebhook(tc.opts, &recordingSink{})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestWebhookReloadsCertificate: a new certificate/key pair written over
+// the files is served without a restart; a broken one keeps the last
+// good pair.
+func TestWebhookReloadsCertificate(t *testing.T) {
+	p := newWebhookPKI(t, t.TempDir())
+	w, err := NewWebhook(WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, TokenFile: p.tokenFile, Logger: slog.New(slog.DiscardHandler)}, &recordingSink{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := serveWebhook(t, w)
+	post := func(caPEM []byte) error {
+		req, _ := http.NewRequest("POST", url, strings.NewReader(`{"items":[]}`))
+		req.Header.Set("Authorization", "Bearer "+p.token)
+		resp, err := httpsClient(t, caPEM, nil, nil).Do(req)
+		if err != nil {
+			return err
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return nil
+	}
+	if err := post(p.ca.CertPEM); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p.keyFile, []byte("not a key"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 5*time.Second, "the broken key noticed", func() bool { _, err := w.cert.get(); return err != nil })
+	if err := post(p.ca.CertPEM); err != nil {
+		t.Fatalf("after a broken key was written: %v (the last good pair must be served)", err)
+	}
+	if _, err := testenv.WriteFiles(filepath.Dir(p.certFile),
+		testenv.NamedData{Name: filepath.Base(p.certFile), Data: p.otherServerCert},
+		testenv.NamedData{Name: filepath.Base(p.keyFile), Data: p.otherServer}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 5*time.Second, "the new certificate served", func() bool { return post(p.otherCA.CertPEM) == nil })
+	var uerr *tls.CertificateVerificationError
+	if err := post(p.ca.CertPEM); !errors.As(err, &uerr) {
+		t.Errorf("the old certificate is still served: %v", err)
+	}
+}
