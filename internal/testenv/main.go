@@ -21,10 +21,18 @@ var (
 //	func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{}) }
 //
 // Starting lazily keeps the control plane out of test binaries that need
-// none, such as the worker processes of `go test -fuzz`.
-func Main(m *testing.M, opts Options) {
+// none, such as the worker processes of `go test -fuzz`. The after
+// functions run once the control plane has stopped (to stop what the
+// package started for it, such as an audit webhook receiver).
+func Main(m *testing.M, opts Options, after ...func()) {
 	sharedOpts = opts
 	code := m.Run()
+	defer func() {
+		for _, f := range after {
+			f()
+		}
+		os.Exit(code)
+	}()
 	if shared != nil {
 		if err := shared.Stop(); err != nil {
 			fmt.Fprintf(os.Stderr, "testenv: stop control plane: %v\n", err)
@@ -33,7 +41,6 @@ func Main(m *testing.M, opts Options) {
 			}
 		}
 	}
-	os.Exit(code)
 }
 
 // Shared returns the package's control plane, starting it on first use.

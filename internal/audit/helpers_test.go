@@ -1,0 +1,444 @@
+package audit
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
+)
+
+// The shared control plane's audit policy: Metadata level for writes to
+// ConfigMaps and Widgets, RequestResponse for ConfigMaps in namespace
+// "exact", nothing in namespace "unaudited" and nothing for reads.
+const sharedPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+- level: None
+  verbs: [get, list, watch]
+- level: None
+  namespaces: [unaudited]
+- level: RequestResponse
+  namespaces: [exact]
+  resources: [{group: "", resources: [configmaps]}]
+- level: Metadata
+  resources: [{group: "", resources: [configmaps]}, {group: example.com, resources: [widgets]}]
+- level: None
+`
+
+var (
+	configmaps = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	widgets    = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
+)
+
+// receiver is the audit webhook receiver the shared control plane posts
+// to: a real Webhook (client certificate authentication) whose events go
+// to the index of the test that runs, behind a gate that can hold them.
+var receiver *hookFixture
+
+type hookFixture struct {
+	url        string
+	caPEM      []byte
+	clientCert []byte
+	clientKey  []byte
+	webhook    *Webhook
+	stop       func()
+
+	mu   sync.Mutex
+	sink Sink
+	held chan struct{} // non-nil: requests wait until it is closed
+}
+
+// Add forwards to the running test's sink.
+func (h *hookFixture) Add(source string, recs []Record, ignored int) {
+	h.mu.Lock()
+	s := h.sink
+	h.mu.Unlock()
+	if s != nil {
+		s.Add(source, recs, ignored)
+	}
+}
+
+// use sends the events to s until the test ends.
+func (h *hookFixture) use(t *testing.T, s Sink) {
+	h.mu.Lock()
+	h.sink = s
+	h.mu.Unlock()
+	t.Cleanup(func() {
+		h.mu.Lock()
+		h.sink = nil
+		h.mu.Unlock()
+	})
+}
+
+// hold makes the receiver hold requests until the returned release.
+func (h *hookFixture) hold() (release func()) {
+	ch := make(chan struct{})
+	h.mu.Lock()
+	h.held = ch
+	h.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			h.mu.Lock()
+			h.held = nil
+			h.mu.Unlock()
+			close(ch)
+		})
+	}
+}
+
+func (h *hookFixture) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	h.mu.Lock()
+	held := h.held
+	h.mu.Unlock()
+	if held != nil {
+		<-held
+	}
+	h.webhook.ServeHTTP(rw, r)
+}
+
+func newHookFixture() (*hookFixture, error) {
+	dir, err := os.MkdirTemp("", "fieldwatch-audit-hook-")
+	if err != nil {
+		return nil, err
+	}
+	ca, err := testenv.NewCA("fieldwatch-audit-test-ca")
+	if err != nil {
+		return nil, err
+	}
+	serverCert, serverKey, err := ca.ServerCert("fieldwatch-audit")
+	if err != nil {
+		return nil, err
+	}
+	clientCert, clientKey, err := ca.ClientCert("kube-apiserver")
+	if err != nil {
+		return nil, err
+	}
+	paths, err := testenv.WriteFiles(dir,
+		testenv.NamedData{Name: "tls.crt", Data: serverCert},
+		testenv.NamedData{Name: "tls.key", Data: serverKey},
+		testenv.NamedData{Name: "ca.crt", Data: ca.CertPEM})
+	if err != nil {
+		return nil, err
+	}
+	h := &hookFixture{caPEM: ca.CertPEM, clientCert: clientCert, clientKey: clientKey}
+	h.webhook, err = NewWebhook(WebhookOptions{CertFile: paths[0], KeyFile: paths[1], ClientCAFile: paths[2],
+		Logger: slog.New(slog.DiscardHandler)}, h)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	h.url = "https://" + ln.Addr().String() + "/audit"
+	srv := &http.Server{Handler: h, TLSConfig: h.webhook.TLSConfig(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.ServeTLS(ln, "", "") }()
+	h.stop = func() {
+		_ = srv.Close()
+		_ = os.RemoveAll(dir)
+	}
+	return h, nil
+}
+
+func TestMain(m *testing.M) {
+	var err error
+	receiver, err = newHookFixture()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "audit webhook fixture: %v\n", err)
+		os.Exit(1)
+	}
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	testenv.Main(m, testenv.Options{
+		CRDPaths: []string{filepath.Join(root, "examples", "crds", "widgets.yaml")},
+		Audit: &testenv.Audit{Policy: sharedPolicy, Webhook: &testenv.AuditWebhook{
+			URL: receiver.url, CAPEM: receiver.caPEM, ClientCertPEM: receiver.clientCert, ClientKeyPEM: receiver.clientKey,
+			BatchMaxWait: 100 * time.Millisecond,
+		}},
+	}, receiver.stop)
+}
+
+// identity is a writer: a client config and who the audit log should say
+// it is.
+type identity struct {
+	username  string
+	userAgent string
+	dyn       dynamic.Interface
+}
+
+// impersonated returns a writer that the admin user makes impersonate
+// username.
+func impersonated(t *testing.T, env *testenv.Env, username string) identity {
+	t.Helper()
+	cfg := env.Config()
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: username, Groups: []string{"fieldwatch:writers"}}
+	cfg.UserAgent = "writer-" + username
+	cfg.QPS, cfg.Burst = 500, 1000
+	grantClusterAdmin(t, env, rbacv1.Subject{Kind: rbacv1.UserKind, Name: username, APIGroup: rbacv1.GroupName})
+	return identity{username: username, userAgent: cfg.UserAgent, dyn: dynamic.NewForConfigOrDie(cfg)}
+}
+
+// serviceAccount returns a writer authenticated by a token of service
+// account ns/name.
+func serviceAccount(t *testing.T, env *testenv.Env, ns, name string) identity {
+	t.Helper()
+	ctx := context.Background()
+	cs := env.Clientset(t)
+	ensureNamespace(t, env, ns)
+	_, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	tok, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(3600))},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("token for %s/%s: %v", ns, name, err)
+	}
+	grantClusterAdmin(t, env, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns})
+	admin := env.Config()
+	cfg := &rest.Config{Host: admin.Host, BearerToken: tok.Status.Token, TLSClientConfig: rest.TLSClientConfig{CAData: admin.CAData},
+		UserAgent: "writer-sa-" + name, QPS: 500, Burst: 1000}
+	return identity{username: "system:serviceaccount:" + ns + ":" + name, userAgent: cfg.UserAgent, dyn: dynamic.NewForConfigOrDie(cfg)}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func grantClusterAdmin(t *testing.T, env *testenv.Env, s rbacv1.Subject) {
+	t.Helper()
+	name := "fieldwatch-audit-test-" + s.Kind + "-" + s.Namespace + "-" + s.Name
+	_, err := env.Clientset(t).RbacV1().ClusterRoleBindings().Create(context.Background(), &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects:   []rbacv1.Subject{s},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+func ensureNamespace(t *testing.T, env *testenv.Env, ns string) {
+	t.Helper()
+	_, err := env.Clientset(t).CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+// watched is a change the in-test watch saw and what it was attributed.
+type watched struct {
+	Change
+	seq       int // per object, from 0
+	submitted time.Time
+	resolved  time.Time
+	done      bool
+	result    Attribution
+}
+
+// observer watches one resource in one namespace, as the pipeline's
+// watcher would, and submits every change to an Attributor.
+type observer struct {
+	t    *testing.T
+	a    *Attributor
+	gvr  schema.GroupVersionResource
+	ns   string
+	gate chan struct{} // when non-nil, changes are submitted only once it is closed
+
+	mu          sync.Mutex
+	changes     []*watched
+	byObject    map[string][]*watched
+	outOfOrder  []string
+	terminating map[string]bool
+}
+
+// observe starts watching; from, when set, is the resourceVersion to
+// watch from (otherwise the objects there are seen as created first).
+func observe(t *testing.T, ctx context.Context, env *testenv.Env, a *Attributor, gvr schema.GroupVersionResource, ns, from string, gate chan struct{}) *observer {
+	t.Helper()
+	o := &observer{t: t, a: a, gvr: gvr, ns: ns, gate: gate, byObject: map[string][]*watched{}, terminating: map[string]bool{}}
+	w, err := env.Dynamic(t).Resource(gvr).Namespace(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: from})
+	if err != nil {
+		t.Fatalf("watch %s in %s: %v", gvr.Resource, ns, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		o.run(ctx, w)
+	}()
+	t.Cleanup(func() {
+		w.Stop()
+		<-done
+	})
+	return o
+}
+
+func (o *observer) run(ctx context.Context, w watch.Interface) {
+	var pending []*watched
+	gate := o.gate
+	for {
+		var gateC <-chan struct{}
+		if gate != nil {
+			gateC = gate
+		}
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return
+			}
+			c := o.change(ev)
+			if c == nil {
+				continue
+			}
+			if gate != nil {
+				pending = append(pending, c)
+				continue
+			}
+			o.submit(ctx, c)
+		case <-gateC:
+			gate = nil
+			for _, c := range pending {
+				o.submit(ctx, c)
+			}
+			pending = nil
+		}
+	}
+}
+
+func (o *observer) change(ev watch.Event) *watched {
+	u, ok := ev.Object.(*unstructured.Unstructured)
+	if !ok {
+		return nil
+	}
+	c := Change{Group: o.gvr.Group, Resource: o.gvr.Resource, Namespace: u.GetNamespace(), Name: u.GetName(),
+		UID: string(u.GetUID()), ResourceVersion: u.GetResourceVersion(), Observed: time.Now()}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	was := o.terminating[c.Name]
+	now := u.GetDeletionTimestamp() != nil
+	switch ev.Type {
+	case watch.Added:
+		c.Kind = Created
+	case watch.Modified:
+		c.Kind, c.DeletionStarted = Updated, now && !was
+	case watch.Deleted:
+		c.Kind, c.WasTerminating = Deleted, was
+	default:
+		return nil
+	}
+	o.terminating[c.Name] = now
+	wc := &watched{Change: c, seq: len(o.byObject[c.Name])}
+	o.byObject[c.Name] = append(o.byObject[c.Name], wc)
+	o.changes = append(o.changes, wc)
+	return wc
+}
+
+func (o *observer) submit(ctx context.Context, wc *watched) {
+	o.mu.Lock()
+	wc.submitted = time.Now()
+	o.mu.Unlock()
+	err := o.a.Submit(ctx, wc.Change, func(res Attribution) {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		wc.resolved, wc.done, wc.result = time.Now(), true, res
+		for _, prev := range o.byObject[wc.Name][:wc.seq] {
+			if !prev.done {
+				o.outOfOrder = append(o.outOfOrder, fmt.Sprintf("%s #%d before #%d", wc.Name, wc.seq, prev.seq))
+			}
+		}
+	})
+	if err != nil && ctx.Err() == nil {
+		o.t.Errorf("submit: %v", err)
+	}
+}
+
+// snapshot returns copies of the watched changes.
+func (o *observer) snapshot() []watched {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]watched, len(o.changes))
+	for i, c := range o.changes {
+		out[i] = *c
+	}
+	return out
+}
+
+// waitResolved waits until n changes were watched and all of them
+// attributed, and returns them.
+func (o *observer) waitResolved(t *testing.T, n int, timeout time.Duration) []watched {
+	t.Helper()
+	testenv.Eventually(t, timeout, fmt.Sprintf("%d %s changes attributed", n, o.gvr.Resource), func() bool {
+		cs := o.snapshot()
+		if len(cs) < n {
+			return false
+		}
+		for _, c := range cs {
+			if !c.done {
+				return false
+			}
+		}
+		return true
+	})
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.outOfOrder) > 0 {
+		t.Errorf("callbacks out of order: %v", o.outOfOrder)
+	}
+	return o.snapshotLocked()
+}
+
+func (o *observer) snapshotLocked() []watched {
+	out := make([]watched, len(o.changes))
+	for i, c := range o.changes {
+		out[i] = *c
+	}
+	return out
+}
+
+// newAttribution makes an index and attributor fed by the shared receiver
+// for one test.
+func newAttribution(t *testing.T, iopts IndexOptions, aopts AttributorOptions) (*Index, *Attributor) {
+	t.Helper()
+	ix := NewIndex(iopts)
+	a := NewAttributor(ix, aopts)
+	t.Cleanup(a.Close)
+	receiver.use(t, ix)
+	return ix, a
+}
+
+func configMap(name string, data map[string]any) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": name}, "data": data,
+	}}
+}
+
+func widget(name string, size int64) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "example.com/v1", "kind": "Widget",
+		"metadata": map[string]any{"name": name}, "spec": map[string]any{"size": size},
+	}}
+}

@@ -1,0 +1,349 @@
+package audit
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
+)
+
+// TestAttributionThreeIdentities: two impersonated users and a service
+// account create, update, patch and delete ConfigMaps and Widgets; the
+// in-test watch's changes are attributed, through the webhook at Metadata
+// level, to the right user, verb and user agent.
+func TestAttributionThreeIdentities(t *testing.T) {
+	env := testenv.Shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const ns = "three"
+	ensureNamespace(t, env, ns)
+	writers := []identity{impersonated(t, env, "alice"), impersonated(t, env, "bob"), serviceAccount(t, env, ns, "deployer")}
+	_, a := newAttribution(t, IndexOptions{}, AttributorOptions{Wait: 10 * time.Second})
+	obs := map[string]*observer{
+		"configmaps": observe(t, ctx, env, a, configmaps, ns, "", nil),
+		"widgets":    observe(t, ctx, env, a, widgets, ns, "", nil),
+	}
+	type step struct {
+		verb string
+		do   func(w identity, name string) error
+	}
+	steps := map[string][]step{
+		"configmaps": {
+			{"create", func(w identity, name string) error {
+				_, err := w.dyn.Resource(configmaps).Namespace(ns).Create(ctx, configMap(name, map[string]any{"k": "1"}), metav1.CreateOptions{})
+				return err
+			}},
+			{"update", func(w identity, name string) error {
+				cm, err := w.dyn.Resource(configmaps).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+				if err == nil {
+					_ = unstructured.SetNestedField(cm.Object, "2", "data", "k")
+					_, err = w.dyn.Resource(configmaps).Namespace(ns).Update(ctx, cm, metav1.UpdateOptions{})
+				}
+				return err
+			}},
+			{"patch", func(w identity, name string) error {
+				_, err := w.dyn.Resource(configmaps).Namespace(ns).Patch(ctx, name, types.MergePatchType, []byte(`{"data":{"k":"3"}}`), metav1.PatchOptions{})
+				return err
+			}},
+			{"delete", func(w identity, name string) error {
+				return w.dyn.Resource(configmaps).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{})
+			}},
+		},
+		"widgets": {
+			{"create", func(w identity, name string) error {
+				_, err := w.dyn.Resource(widgets).Namespace(ns).Create(ctx, widget(name, 1), metav1.CreateOptions{})
+				return err
+			}},
+			{"patch", func(w identity, name string) error {
+				_, err := w.dyn.Resource(widgets).Namespace(ns).Patch(ctx, name, types.ApplyPatchType,
+					[]byte(`{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"`+name+`"},"spec":{"size":2}}`),
+					metav1.PatchOptions{FieldManager: "writer", Force: ptr(true)})
+				return err
+			}},
+			{"delete", func(w identity, name string) error {
+				return w.dyn.Resource(widgets).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{})
+			}},
+		},
+	}
+	for _, resource := range []string{"configmaps", "widgets"} {
+		o := obs[resource]
+		n := 0
+		for _, w := range writers {
+			name := strings.ReplaceAll(strings.TrimPrefix(w.username, "system:serviceaccount:"+ns+":"), ":", "-")
+			for _, s := range steps[resource] {
+				if err := s.do(w, name); err != nil {
+					t.Fatalf("%s %s %s as %s: %v", s.verb, resource, name, w.username, err)
+				}
+				n++
+				// One write at a time: each change has one candidate, so the
+				// verb and auditID are named too.
+				got := o.waitResolved(t, n, 15*time.Second)
+				c := got[n-1]
+				res := c.result
+				if res.Match != MatchWindow && res.Match != MatchExact {
+					t.Errorf("%s %s %s by %s: %s %+v", resource, c.Kind, c.Name, w.username, res.Match, res)
+					continue
+				}
+				if res.Username() != w.username || res.Verb != s.verb || res.UserAgent != w.userAgent || res.AuditID == "" {
+					t.Errorf("%s %s %s: attributed to %q verb %q agent %q auditID %q, want %q %q %q", resource, c.Kind, c.Name,
+						res.Username(), res.Verb, res.UserAgent, res.AuditID, w.username, s.verb, w.userAgent)
+				}
+				if strings.HasPrefix(w.username, "system:serviceaccount:") {
+					if res.ImpersonatedUser != nil || res.User.Username != w.username {
+						t.Errorf("service account write: user %+v impersonated %+v", res.User, res.ImpersonatedUser)
+					}
+				} else if res.User.Username != "admin" || res.ImpersonatedUser == nil || !slices.Contains(res.ImpersonatedUser.Groups, "fieldwatch:writers") {
+					t.Errorf("impersonated write: user %+v impersonated %+v, want admin as %s in fieldwatch:writers", res.User, res.ImpersonatedUser, w.username)
+				}
+				// Metadata level: window matches, but a delete's status names
+				// the object's uid.
+				if want := map[bool]Match{true: MatchExact, false: MatchWindow}[s.verb == "delete"]; res.Match != want {
+					t.Errorf("%s %s %s: match %s, want %s", resource, c.Kind, c.Name, res.Match, want)
+				}
+			}
+		}
+	}
+}
+
+// TestAttributionConcurrentWriters: eight writers (seven impersonated
+// users and a service account), each on its own objects, make more than
+// 500 changes at once: not one is attributed to the wrong user.
+func TestAttributionConcurrentWriters(t *testing.T) {
+	env := testenv.Shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	const ns, objectsPerWriter, updates = "concurrent", 2, 30
+	ensureNamespace(t, env, ns)
+	var writers []identity
+	for i := range 7 {
+		writers = append(writers, impersonated(t, env, fmt.Sprintf("user-%d", i)))
+	}
+	writers = append(writers, serviceAccount(t, env, ns, "bulk"))
+	_, a := newAttribution(t, IndexOptions{}, AttributorOptions{Wait: 10 * time.Second})
+	o := observe(t, ctx, env, a, configmaps, ns, "", nil)
+
+	owner := map[string]string{}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(writers))
+	for i, w := range writers {
+		for j := range objectsPerWriter {
+			owner[fmt.Sprintf("w%d-o%d", i, j)] = w.username
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- write(ctx, w, ns, i, objectsPerWriter, updates)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	total := len(writers) * objectsPerWriter * (updates + 2)
+	got := o.waitResolved(t, total, 90*time.Second)
+	counts := map[Match]int{}
+	wrong := 0
+	for _, c := range got {
+		counts[c.result.Match]++
+		if (c.result.Match == MatchExact || c.result.Match == MatchWindow) && c.result.Username() != owner[c.Name] {
+			wrong++
+			t.Errorf("%s %s rv %s attributed to %s, written by %s", c.Kind, c.Name, c.ResourceVersion, c.result.Username(), owner[c.Name])
+		}
+	}
+	t.Logf("%d changes from %d writers: %v", len(got), len(writers), counts)
+	if len(got) < 500 || wrong != 0 || counts[MatchNone] != 0 || counts[MatchAmbiguous] != 0 {
+		t.Errorf("%d changes, %d wrong, %v", len(got), wrong, counts)
+	}
+}
+
+// write creates objects, updates each `updates` times and deletes them.
+func write(ctx context.Context, w identity, ns string, writer, objects, updates int) error {
+	cms := w.dyn.Resource(configmaps).Namespace(ns)
+	for j := range objects {
+		name := fmt.Sprintf("w%d-o%d", writer, j)
+		if _, err := cms.Create(ctx, configMap(name, map[string]any{"n": "0"}), metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("%s: create %s: %w", w.username, name, err)
+		}
+		for u := range updates {
+			patch := fmt.Sprintf(`{"data":{"n":"%d"}}`, u+1)
+			if _, err := cms.Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+				return fmt.Errorf("%s: patch %s: %w", w.username, name, err)
+			}
+		}
+		if err := cms.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			return fmt.Errorf("%s: delete %s: %w", w.username, name, err)
+		}
+	}
+	return nil
+}
+
+// TestAttributionTwoUsersOneObject: two users patch one ConfigMap within
+// the window. At Metadata level both changes are ambiguous, naming both;
+// at RequestResponse level (namespace exact) each is exact.
+func TestAttributionTwoUsersOneObject(t *testing.T) {
+	env := testenv.Shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	alice, bob := impersonated(t, env, "alice"), impersonated(t, env, "bob")
+	for _, tc := range []struct {
+		ns   string
+		want Match
+	}{{"two-users", MatchAmbiguous}, {"exact", MatchExact}} {
+		t.Run(tc.ns, func(t *testing.T) {
+			ensureNamespace(t, env, tc.ns)
+			admin := env.Dynamic(t).Resource(configmaps).Namespace(tc.ns)
+			created, err := admin.Create(ctx, configMap("shared", map[string]any{"k": "0"}), metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ix, a := newAttribution(t, IndexOptions{}, AttributorOptions{})
+			gate := make(chan struct{})
+			o := observe(t, ctx, env, a, configmaps, tc.ns, created.GetResourceVersion(), gate)
+			byRV := map[string]string{}
+			for i, w := range []identity{alice, bob} {
+				cm, err := w.dyn.Resource(configmaps).Namespace(tc.ns).Patch(ctx, "shared", types.MergePatchType,
+					[]byte(fmt.Sprintf(`{"data":{"k":"%d"}}`, i+1)), metav1.PatchOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				byRV[cm.GetResourceVersion()] = w.username
+			}
+			// Both changes are submitted once both events are held: the
+			// candidates are the same for each.
+			testenv.Eventually(t, 10*time.Second, "both audit events held", func() bool { return ix.Len() >= 2 && hasUsers(ix, "alice", "bob") })
+			testenv.Eventually(t, 10*time.Second, "both changes watched", func() bool { return len(o.snapshot()) >= 2 })
+			close(gate)
+			got := o.waitResolved(t, 2, 10*time.Second)
+			for _, c := range got {
+				r := c.result
+				switch tc.want {
+				case MatchAmbiguous:
+					if r.Match != MatchAmbiguous || !slices.Equal(r.Candidates, []string{"alice", "bob"}) || r.User != nil {
+						t.Errorf("rv %s: %+v, want ambiguous between alice and bob", c.ResourceVersion, r)
+					}
+				case MatchExact:
+					if r.Match != MatchExact || r.Username() != byRV[c.ResourceVersion] {
+						t.Errorf("rv %s: %s %s, want exact %s", c.ResourceVersion, r.Match, r.Username(), byRV[c.ResourceVersion])
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestAttributionTiming: audit events that arrive before the watch event
+// (early), after it (late: the receiver holds the apiserver's POST), or
+// never (the policy leaves the namespace out): every callback comes within
+// the wait bound, in order per object.
+func TestAttributionTiming(t *testing.T) {
+	env := testenv.Shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	alice := impersonated(t, env, "alice")
+	const wait = 3 * time.Second
+	lifecycle := func(t *testing.T, ns, name string) {
+		t.Helper()
+		cms := alice.dyn.Resource(configmaps).Namespace(ns)
+		if _, err := cms.Create(ctx, configMap(name, map[string]any{"k": "0"}), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			if _, err := cms.Patch(ctx, name, types.MergePatchType, []byte(fmt.Sprintf(`{"data":{"k":"%d"}}`, i+1)), metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := cms.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(t *testing.T, got []watched, want Match, minWait, maxWait time.Duration) {
+		t.Helper()
+		for _, c := range got {
+			waited := c.resolved.Sub(c.submitted)
+			if c.result.Match != want || (want != MatchNone && c.result.Username() != "alice") {
+				t.Errorf("%s #%d: %s %q, want %s", c.Kind, c.seq, c.result.Match, c.result.Username(), want)
+			}
+			if waited < minWait || waited > maxWait {
+				t.Errorf("%s #%d waited %s, want between %s and %s", c.Kind, c.seq, waited, minWait, maxWait)
+			}
+		}
+	}
+
+	t.Run("early", func(t *testing.T) {
+		ensureNamespace(t, env, "early")
+		ix, a := newAttribution(t, IndexOptions{}, AttributorOptions{Wait: wait})
+		gate := make(chan struct{})
+		o := observe(t, ctx, env, a, configmaps, "early", "", gate)
+		lifecycle(t, "early", "e")
+		testenv.Eventually(t, 10*time.Second, "the audit events held", func() bool { return ix.Len() >= 5 })
+		testenv.Eventually(t, 10*time.Second, "the changes watched", func() bool { return len(o.snapshot()) >= 5 })
+		close(gate)
+		got := o.waitResolved(t, 5, 10*time.Second)
+		check(t, got[:4], MatchWindow, 0, 100*time.Millisecond)
+		check(t, got[4:], MatchExact, 0, 100*time.Millisecond)
+	})
+
+	t.Run("late", func(t *testing.T) {
+		ensureNamespace(t, env, "late")
+		_, a := newAttribution(t, IndexOptions{}, AttributorOptions{Wait: wait})
+		o := observe(t, ctx, env, a, configmaps, "late", "", nil)
+		release := receiver.hold()
+		defer release()
+		lifecycle(t, "late", "l")
+		testenv.Eventually(t, 10*time.Second, "the changes watched", func() bool { return len(o.snapshot()) >= 5 })
+		time.Sleep(time.Second) // the audit events are late by this: it is what the test is about
+		if n := len(slices.DeleteFunc(o.snapshot(), func(c watched) bool { return !c.done })); n != 0 {
+			t.Fatalf("%d changes attributed while their audit events were held", n)
+		}
+		held := time.Now()
+		release()
+		got := o.waitResolved(t, 5, wait+5*time.Second)
+		for _, c := range got {
+			if c.resolved.Before(held) {
+				t.Errorf("%s #%d resolved before the events were released", c.Kind, c.seq)
+			}
+		}
+		// The deletion's status names the uid: exact even at Metadata level.
+		check(t, got[:4], MatchWindow, time.Second, wait)
+		check(t, got[4:], MatchExact, time.Second, wait)
+	})
+
+	t.Run("never", func(t *testing.T) {
+		ensureNamespace(t, env, "unaudited")
+		_, a := newAttribution(t, IndexOptions{}, AttributorOptions{Wait: wait})
+		o := observe(t, ctx, env, a, configmaps, "unaudited", "", nil)
+		lifecycle(t, "unaudited", "n")
+		got := o.waitResolved(t, 5, wait+5*time.Second)
+		check(t, got, MatchNone, wait, wait+time.Second)
+	})
+}
+
+// hasUsers reports whether the index holds events of all the users.
+func hasUsers(ix *Index, users ...string) bool {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	seen := map[string]bool{}
+	for _, b := range ix.byKey {
+		for _, e := range b {
+			seen[e.rec.Username()] = true
+		}
+	}
+	for _, u := range users {
+		if !seen[u] {
+			return false
+		}
+	}
+	return true
+}
