@@ -273,7 +273,10 @@ func (f *Follower) skipLine() {
 }
 
 func (f *Follower) decode(line []byte) (Record, bool, error) {
-	line = bytes.TrimSpace(line)
+	// A file truncated under a writer that does not append (the
+	// apiserver's log after a rotation) gets a hole of NUL bytes up to
+	// where the writer was.
+	line = bytes.TrimSpace(bytes.TrimLeft(line, "\x00"))
 	if len(line) == 0 {
 		return Record{}, false, nil
 	}
