@@ -2,6 +2,7 @@ package audit
 
 import (
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -81,13 +82,16 @@ type objectKey struct {
 // entry is one held event.
 type entry struct {
 	rec     Record
-	key     objectKey
 	arrived time.Time
 	// removed: consumed by a match or evicted; no longer a candidate.
 	removed bool
 	// sibling: another request of the same identity fitted the same change
 	// when it was attributed; a later match on this one names no auditID.
 	sibling bool
+}
+
+func (e *entry) key() objectKey {
+	return objectKey{group: e.rec.Group, resource: e.rec.Resource, namespace: e.rec.Namespace, name: e.rec.Name}
 }
 
 // multi is true for an event that can stand for several watched changes
@@ -114,6 +118,35 @@ type Index struct {
 
 	// notify is told the keys that got new events (the Attributor).
 	notify func(keys []objectKey)
+	// lists shares the backing arrays of equal string lists (groups,
+	// source IPs) between held events.
+	lists map[string][]string
+}
+
+// maxInternedLists bounds Index.lists; past it, it starts over.
+const maxInternedLists = 4096
+
+// internList returns a list equal to ss that other held events may share.
+// The caller holds ix.mu.
+func (ix *Index) internList(ss []string) []string {
+	switch len(ss) {
+	case 0:
+		return nil
+	case 1:
+		if v, ok := ix.lists[ss[0]]; ok {
+			return v
+		}
+	}
+	k := strings.Join(ss, "\x00")
+	if v, ok := ix.lists[k]; ok {
+		return v
+	}
+	if len(ix.lists) >= maxInternedLists {
+		clear(ix.lists)
+	}
+	v := internAll(ss)
+	ix.lists[k] = v
+	return v
 }
 
 // NewIndex returns an empty index.
@@ -124,6 +157,7 @@ func NewIndex(opts IndexOptions) *Index {
 		m:     opts.Metrics,
 		byKey: map[objectKey][]*entry{},
 		byID:  map[string]*entry{},
+		lists: map[string][]string{},
 	}
 }
 
@@ -162,19 +196,18 @@ func (ix *Index) Add(source string, recs []Record, ignored int) {
 			dup++
 			continue
 		}
-		rec.compact()
-		e := &entry{rec: *rec, arrived: now, key: objectKey{
-			group: rec.Group, resource: rec.Resource, namespace: rec.Namespace, name: rec.Name,
-		}}
-		ix.byKey[e.key] = append(ix.byKey[e.key], e)
+		rec.compact(ix.internList)
+		e := &entry{rec: *rec, arrived: now}
+		key := e.key()
+		ix.byKey[key] = append(ix.byKey[key], e)
 		ix.fifo = append(ix.fifo, e)
 		if rec.AuditID != "" {
 			ix.byID[rec.AuditID] = e
 		}
 		ix.live++
 		indexed++
-		if len(keys) == 0 || keys[len(keys)-1] != e.key {
-			keys = append(keys, e.key)
+		if len(keys) == 0 || keys[len(keys)-1] != key {
+			keys = append(keys, key)
 		}
 		for ix.live > ix.opts.MaxEvents {
 			ix.evictOldestLocked()
@@ -261,13 +294,14 @@ func (ix *Index) compactLocked() {
 func (ix *Index) removeLocked(e *entry) {
 	e.removed = true
 	ix.live--
-	b := ix.byKey[e.key]
+	key := e.key()
+	b := ix.byKey[key]
 	if i := slices.Index(b, e); i >= 0 {
 		b = slices.Delete(b, i, i+1)
 	}
 	if len(b) == 0 {
-		delete(ix.byKey, e.key)
+		delete(ix.byKey, key)
 	} else {
-		ix.byKey[e.key] = b
+		ix.byKey[key] = b
 	}
 }

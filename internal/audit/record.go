@@ -103,9 +103,9 @@ func internAll(ss []string) []string {
 	return out
 }
 
-// compact interns the fields that repeat across events and drops empty
-// slices, so that a held record costs as little memory as possible.
-func (r *Record) compact() {
+// compact interns the fields that repeat across events, the lists through
+// list, so that a held record costs as little memory as possible.
+func (r *Record) compact(list func([]string) []string) {
 	r.Level = intern(r.Level)
 	r.Verb = intern(r.Verb)
 	r.Group = intern(r.Group)
@@ -113,16 +113,16 @@ func (r *Record) compact() {
 	r.Resource = intern(r.Resource)
 	r.Subresource = intern(r.Subresource)
 	r.Namespace = intern(r.Namespace)
-	r.User = compactUser(r.User)
+	r.User = compactUser(r.User, list)
 	if r.ImpersonatedUser != nil {
-		u := compactUser(*r.ImpersonatedUser)
+		u := compactUser(*r.ImpersonatedUser, list)
 		r.ImpersonatedUser = &u
 	}
 	r.UserAgent = intern(r.UserAgent)
-	r.SourceIPs = internAll(r.SourceIPs)
+	r.SourceIPs = list(r.SourceIPs)
 	r.GenerateName = intern(r.GenerateName)
 }
 
-func compactUser(u UserInfo) UserInfo {
-	return UserInfo{Username: intern(u.Username), UID: intern(u.UID), Groups: internAll(u.Groups)}
+func compactUser(u UserInfo, list func([]string) []string) UserInfo {
+	return UserInfo{Username: intern(u.Username), UID: intern(u.UID), Groups: list(u.Groups)}
 }
