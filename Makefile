@@ -57,7 +57,7 @@ examples: build ## run every example's cases through `fieldwatch test`
 	done
 
 # FUZZ_TARGETS are package:Fuzz pairs; go test -fuzz takes one at a time.
-FUZZ_TARGETS := ./rules:FuzzLoad ./rules:FuzzCompilePath ./rules:FuzzAppendJSON ./internal/yamlstrict:FuzzUnmarshal ./rules/action:FuzzParseRetryAfter ./rules/action:FuzzVerifySignature ./rules/crddiff:FuzzCompare ./rules/crddiff:FuzzParse
+FUZZ_TARGETS := ./rules:FuzzLoad ./rules:FuzzCompilePath ./rules:FuzzAppendJSON ./internal/yamlstrict:FuzzUnmarshal ./rules/action:FuzzParseRetryAfter ./rules/action:FuzzVerifySignature ./rules/crddiff:FuzzCompare ./rules/crddiff:FuzzParse ./internal/audit:FuzzDecodeEventList
 
 .PHONY: fuzz-short
 fuzz-short: ## run every fuzz target briefly (FUZZ_TIME executions, default 20000x)
@@ -85,9 +85,9 @@ bench: controlplane build ## fieldwatch vs a bare informer on a local control pl
 	$(GO) run ./hack/bench $(BENCH_FLAGS)
 
 .PHONY: bench-go
-bench-go: controlplane ## the go test benchmarks of watcher, rules and rules/action
+bench-go: controlplane ## the go test benchmarks of watcher, rules, rules/action and internal/audit
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./watcher
-	$(GO) test -run '^$$' -bench . ./rules ./rules/action
+	$(GO) test -run '^$$' -bench . ./rules ./rules/action ./internal/audit
 
 .PHONY: demo
 demo: controlplane build ## run fieldwatch on a local control plane and show what fires
