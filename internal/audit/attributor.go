@@ -3,6 +3,7 @@ package audit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -63,8 +64,9 @@ func (o *AttributorOptions) defaults() {
 //
 // When the event is already held and nothing of the object is pending,
 // Submit runs the callback on the caller's goroutine before it returns,
-// with no timer and no goroutine. Otherwise callbacks run on goroutines of
-// the Attributor. Callbacks must not call Submit for their own object and
+// with no timer and no goroutine (and the callbacks of the same object
+// that other goroutines submit meanwhile). Otherwise callbacks run on
+// goroutines of the Attributor. Callbacks must not call Submit for their own object and
 // wait for it.
 type Attributor struct {
 	ix   *Index
@@ -133,6 +135,9 @@ func NewAttributor(ix *Index, opts AttributorOptions) *Attributor {
 // blocks while MaxWaiting changes wait, until ctx ends (its error is
 // returned and cb is never called) or Close (ErrClosed).
 func (a *Attributor) Submit(ctx context.Context, c Change, cb func(Attribution)) error {
+	if c.Kind < Created || c.Kind > Deleted || c.Resource == "" || c.Name == "" {
+		return fmt.Errorf("audit: change %s %s/%s of kind %s cannot be attributed", c.Resource, c.Namespace, c.Name, c.Kind)
+	}
 	key := c.key()
 	a.mu.Lock()
 	if a.done {
@@ -143,12 +148,16 @@ func (a *Attributor) Submit(ctx context.Context, c Change, cb func(Attribution))
 	if q == nil {
 		// The fast path: nothing of this object is pending.
 		if res, ok := a.ix.match(&c, false); ok {
+			// q marks the object busy while cb runs: a Submit for it from
+			// another goroutine meanwhile queues behind, and runs here.
 			q = &objectQueue{key: key, running: true}
 			a.objects[key] = q
+			a.drainers.Add(1)
 			a.mu.Unlock()
+			defer a.drainers.Done()
 			a.count(res, 0)
 			cb(res)
-			a.drain(q) // whatever was submitted for the object meanwhile
+			a.drain(q)
 			return nil
 		}
 	} else if len(q.waiting) == 0 {
@@ -209,6 +218,9 @@ func (a *Attributor) Submit(ctx context.Context, c Change, cb func(Attribution))
 func (a *Attributor) eventsArrived(keys []objectKey) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.done {
+		return
+	}
 	for _, k := range keys {
 		if k.name == "" {
 			for q := range a.byScope[objectKey{group: k.group, resource: k.resource, namespace: k.namespace}] {
@@ -376,7 +388,8 @@ func (a *Attributor) count(res Attribution, waited time.Duration) {
 
 // Close stops waiting: every waiting change is resolved at once with what
 // the index holds (MatchNone when nothing fits), and Close returns when
-// all callbacks have returned. Submit fails with ErrClosed afterwards.
+// all callbacks have returned (so it must not be called from one). Submit
+// fails with ErrClosed afterwards.
 func (a *Attributor) Close() {
 	a.mu.Lock()
 	if a.done {

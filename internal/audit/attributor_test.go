@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -286,6 +287,16 @@ func TestAttributorConcurrent(t *testing.T) {
 				t.Errorf("%s: callbacks in order %v", name, got)
 				break
 			}
+		}
+	}
+}
+
+func TestAttributorRejectsIncompleteChanges(t *testing.T) {
+	_, a, _ := newTestAttributor(AttributorOptions{})
+	defer a.Close()
+	for _, c := range []Change{{Resource: "configmaps", Name: "a"}, {Kind: Updated, Name: "a"}, {Kind: Deleted, Resource: "configmaps"}} {
+		if err := a.Submit(context.Background(), c, func(Attribution) { t.Error("called") }); err == nil || !strings.Contains(err.Error(), "cannot be attributed") {
+			t.Errorf("%+v: %v", c, err)
 		}
 	}
 }

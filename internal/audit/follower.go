@@ -168,6 +168,9 @@ func (f *Follower) open(ctx context.Context) error {
 		if !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("audit log: %w", err)
 		}
+		if !waited {
+			f.log.Info("audit log: waiting for the file", "path", f.opts.Path)
+		}
 		select {
 		case <-ctx.Done():
 			return nil

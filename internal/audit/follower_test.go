@@ -95,8 +95,9 @@ func TestFollowerSplitsLines(t *testing.T) {
 }
 
 // runFollower runs a follower until the returned stop is called. With
-// opened, it returns once the follower has opened the file.
-func runFollower(t *testing.T, opts FollowerOptions, sink Sink, opened bool) (stop func()) {
+// started, it returns once the follower has opened the file, or found it
+// missing.
+func runFollower(t *testing.T, opts FollowerOptions, sink Sink, started bool) (stop func()) {
 	t.Helper()
 	opts.PollInterval = 10 * time.Millisecond
 	var logs testenv.SyncBuffer
@@ -120,9 +121,10 @@ func runFollower(t *testing.T, opts FollowerOptions, sink Sink, opened bool) (st
 		}
 	}
 	t.Cleanup(stop)
-	if opened {
-		testenv.Eventually(t, 5*time.Second, "the follower opened the file", func() bool {
-			return strings.Contains(logs.String(), "audit log: following")
+	if started {
+		testenv.Eventually(t, 5*time.Second, "the follower started", func() bool {
+			l := logs.String()
+			return strings.Contains(l, "audit log: following") || strings.Contains(l, "audit log: waiting for the file")
 		})
 	}
 	return stop
@@ -195,7 +197,7 @@ func TestFollowerWaitsForTheFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "audit.log")
 	sink := &recordingSink{}
-	runFollower(t, FollowerOptions{Path: path}, sink, false)
+	runFollower(t, FollowerOptions{Path: path}, sink, true)
 	appendFile(t, path, lines(t, "new", 0, 3))
 	waitIDs(t, sink, ids("new", 0, 3))
 }

@@ -50,7 +50,7 @@ func (ix *Index) matchLocked(c *Change, final bool) (Attribution, bool) {
 		}
 		// Then the writes that name no object: creates with generateName,
 		// deletecollection.
-		if c.Name == "" || !(c.Kind == Created || c.Kind == Deleted || c.DeletionStarted) {
+		if c.Name == "" || c.Kind == Updated && !c.DeletionStarted {
 			break
 		}
 		key.name = ""
