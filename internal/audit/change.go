@@ -51,6 +51,11 @@ type Change struct {
 	// deletion, the deleted object's as the watch delivered it). Exact
 	// matching needs both; without them only window matching is tried.
 	UID, ResourceVersion string
+	// OldResourceVersion is the object's resourceVersion before an update,
+	// when the change follows it directly (a watch event, not a relist that
+	// may have skipped versions). An update request that names another
+	// version in its body cannot have made the change.
+	OldResourceVersion string
 	// Kind is created, updated or deleted.
 	Kind ChangeKind
 	// DeletionStarted marks an update that set metadata.deletionTimestamp:

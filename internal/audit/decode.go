@@ -250,6 +250,9 @@ func (w *wireEvent) record() (Record, bool, error) {
 		SourceIPs:   w.SourceIPs,
 		RefUID:      string(ref.UID),
 	}
+	if rec.Verb == "update" {
+		rec.RefResourceVersion = ref.ResourceVersion
+	}
 	if w.ImpersonatedUser != nil {
 		u := UserInfo(*w.ImpersonatedUser)
 		rec.ImpersonatedUser = &u

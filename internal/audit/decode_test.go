@@ -133,6 +133,10 @@ func TestDecodeFacts(t *testing.T) {
 			t.Errorf("%s: code %d received %v completed %v", tc.key, rec.Code, rec.Received, rec.Completed)
 		}
 	}
+	// The body of an update names the version it applies to.
+	if u := kept["Metadata/meta/update/a"]; u.RefResourceVersion != "224" || u.RefUID == "" {
+		t.Errorf("Metadata update: objectRef resourceVersion %q uid %q, want 224 and the uid", u.RefResourceVersion, u.RefUID)
+	}
 	// At RequestResponse level the generateName create is named from its
 	// response, and the request's generateName is kept.
 	var gen *Record

@@ -273,13 +273,14 @@ type observer struct {
 	byObject    map[string][]*watched
 	outOfOrder  []string
 	terminating map[string]bool
+	lastRV      map[string]string
 }
 
 // observe starts watching; from, when set, is the resourceVersion to
 // watch from (otherwise the objects there are seen as created first).
 func observe(t *testing.T, ctx context.Context, env *testenv.Env, a *Attributor, gvr schema.GroupVersionResource, ns, from string, gate chan struct{}) *observer {
 	t.Helper()
-	o := &observer{t: t, a: a, gvr: gvr, ns: ns, gate: gate, byObject: map[string][]*watched{}, terminating: map[string]bool{}}
+	o := &observer{t: t, a: a, gvr: gvr, ns: ns, gate: gate, byObject: map[string][]*watched{}, terminating: map[string]bool{}, lastRV: map[string]string{}}
 	w, err := env.Dynamic(t).Resource(gvr).Namespace(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: from})
 	if err != nil {
 		t.Fatalf("watch %s in %s: %v", gvr.Resource, ns, err)
@@ -343,13 +344,14 @@ func (o *observer) change(ev watch.Event) *watched {
 	case watch.Added:
 		c.Kind = Created
 	case watch.Modified:
-		c.Kind, c.DeletionStarted = Updated, now && !was
+		c.Kind, c.DeletionStarted, c.OldResourceVersion = Updated, now && !was, o.lastRV[c.Name]
 	case watch.Deleted:
 		c.Kind, c.WasTerminating = Deleted, was
 	default:
 		return nil
 	}
 	o.terminating[c.Name] = now
+	o.lastRV[c.Name] = c.ResourceVersion
 	wc := &watched{Change: c, seq: len(o.byObject[c.Name])}
 	o.byObject[c.Name] = append(o.byObject[c.Name], wc)
 	o.changes = append(o.changes, wc)

@@ -206,6 +206,8 @@ func TestMatch(t *testing.T) {
 			[]Change{edit(change(Updated, "a"), func(c *Change) { c.SubresourceKnown = true })}, []string{"undecided"}},
 		{"status write, subresource unknown", []Record{with(rec("e1", "alice", "update", "a", 0), sub("status"))},
 			[]Change{change(Updated, "a")}, []string{"window alice e1"}},
+		{"update of another version", []Record{with(rec("e1", "bob", "update", "a", 0), func(r *Record) { r.RefResourceVersion = "8" }), with(rec("e2", "alice", "update", "a", 0), func(r *Record) { r.RefResourceVersion = "9" })},
+			[]Change{edit(change(Updated, "a"), func(c *Change) { c.OldResourceVersion = "9" })}, []string{"window alice e2"}},
 		{"update of another incarnation", []Record{with(rec("e1", "alice", "update", "a", 0), refUID("uid-old"))},
 			[]Change{change(Updated, "a")}, []string{"undecided"}},
 	} {

@@ -211,6 +211,11 @@ func TestAttributionTwoUsersOneObject(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(func() {
+				if err := admin.Delete(context.Background(), "shared", metav1.DeleteOptions{}); err != nil {
+					t.Errorf("clean up: %v", err)
+				}
+			})
 			ix, a := newAttribution(t, IndexOptions{}, AttributorOptions{})
 			gate := make(chan struct{})
 			o := observe(t, ctx, env, a, configmaps, tc.ns, created.GetResourceVersion(), gate)

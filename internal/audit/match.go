@@ -131,6 +131,9 @@ func (ix *Index) fits(e *entry, c *Change) fit {
 			return noFit
 		}
 	}
+	if c.Kind == Updated && r.RefResourceVersion != "" && c.OldResourceVersion != "" && r.RefResourceVersion != c.OldResourceVersion {
+		return noFit // it updated another version (or nothing: a no-op)
+	}
 	if r.Received.After(c.Observed.Add(ix.opts.ClockSkew)) {
 		return noFit // received after the change was seen
 	}

@@ -39,9 +39,11 @@ type Record struct {
 	// UserAgent and SourceIPs describe the client.
 	UserAgent string
 	SourceIPs []string
-	// RefUID is the objectRef's uid: the uid in the body of an update,
-	// when the client sent one.
-	RefUID string
+	// RefUID and RefResourceVersion are the objectRef's uid and
+	// resourceVersion: those in the body of an update, when the client sent
+	// them. A successful update with a resourceVersion applied to that
+	// version of the object.
+	RefUID, RefResourceVersion string
 	// ResponseUID and ResponseResourceVersion are the responseObject's
 	// metadata.uid and metadata.resourceVersion, present at RequestResponse
 	// level only. A delete that removed the object at once answers with a
