@@ -24,15 +24,46 @@
 //     the resource, the event was lost or is later than the bound).
 //
 // Request and response bodies are never kept: of a responseObject only
-// metadata.uid, metadata.resourceVersion and metadata.name are read, of a
-// requestObject only metadata.generateName; everything else of a body is
-// skipped while decoding.
+// metadata.uid, metadata.resourceVersion and metadata.name are read (of a
+// Status, details.uid), of a requestObject only metadata.generateName;
+// everything else of a body is skipped while decoding.
 //
-// Attribution at Metadata level is as good as the timing: a no-op write
+// The verbs that fit: create for a creation (and, weakly, the update or
+// patch of create-on-update and server-side apply); update and patch for
+// an update, delete, deletecollection and pods/eviction for one that set
+// metadata.deletionTimestamp; those for a deletion (and, weakly, the
+// update or patch that removed the last finalizer of a terminating
+// object). A change that only weak candidates fit is decided when its wait
+// is over, in case its own request is still on its way.
+//
+// Attribution at Metadata level is as good as the timing: a no-op patch
 // (audited, but producing no watch event) by another user shortly before a
 // real change can be taken for it when the real change's own audit event
-// has not arrived yet. Exact matching (RequestResponse level for the
-// resources where it matters) has no such limit.
+// has not arrived yet (a no-op update is recognised when the change gives
+// its previous resourceVersion). Exact matching (RequestResponse level for
+// the resources where it matters) has no such limit.
+//
+// What each audit level tells (kube-apiserver v1.37, checked by the tests):
+// every level has the user, the impersonated user, the user agent, the
+// source IPs, the objectRef and the response code. objectRef.name is empty
+// for a create with generateName and for deletecollection; objectRef.uid
+// and objectRef.resourceVersion are set for an update only (from its body:
+// the version it applies to). The response status of a delete that removed
+// the object names its uid at every level, so deletions match exactly even
+// at Metadata level. Only RequestResponse level has the responseObject,
+// with the new resourceVersion (a no-op write returns the old one). Dry
+// runs are audited like writes; they are dropped.
+//
+// The apiserver side: --audit-policy-file, and --audit-webhook-config-file
+// (a kubeconfig whose cluster.server is the receiver, with its CA and the
+// client certificate or token the receiver checks) or --audit-log-path
+// (--audit-log-format=json, the default; written synchronously). The batch
+// webhook backend (the default mode) sends a batch when it has
+// --audit-webhook-batch-max-size events (400) or after
+// --audit-webhook-batch-max-wait, 30s by default: longer than the
+// Attributor's wait, so set it to about 1s. --audit-webhook-truncate-enabled
+// keeps batches under 10 MB (below DefaultMaxBodyBytes) by dropping the
+// bodies of large events, which then match by window instead of exactly.
 //
 // audit must not import fieldwatch's rules or watcher packages: it works on
 // plain values (Change) so that the pipeline can call it from anywhere.
