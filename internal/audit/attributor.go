@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
 // The defaults of AttributorOptions.
@@ -135,8 +137,8 @@ func NewAttributor(ix *Index, opts AttributorOptions) *Attributor {
 // blocks while MaxWaiting changes wait, until ctx ends (its error is
 // returned and cb is never called) or Close (ErrClosed).
 func (a *Attributor) Submit(ctx context.Context, c Change, cb func(Attribution)) error {
-	if c.Kind < Created || c.Kind > Deleted || c.Resource == "" || c.Name == "" {
-		return fmt.Errorf("audit: change %s %s/%s of kind %s cannot be attributed", c.Resource, c.Namespace, c.Name, c.Kind)
+	if c.Type != change.Created && c.Type != change.Updated && c.Type != change.Deleted || c.Resource == "" || c.Name == "" {
+		return fmt.Errorf("audit: change %s %s/%s of kind %s cannot be attributed", c.Resource, c.Namespace, c.Name, c.Type)
 	}
 	key := c.key()
 	a.mu.Lock()

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fieldwatch/fieldwatch/change"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
@@ -54,7 +55,7 @@ func TestAttributorFastPath(t *testing.T) {
 	ix.Add(SourceWebhook, []Record{rec("e1", "alice", "patch", "a", 0)}, 0)
 	var got Attribution
 	called := false
-	if err := a.Submit(context.Background(), change(Updated, "a"), func(r Attribution) { got, called = r, true }); err != nil {
+	if err := a.Submit(context.Background(), chg(change.Updated, "a"), func(r Attribution) { got, called = r, true }); err != nil {
 		t.Fatal(err)
 	}
 	if !called || got.Match != MatchWindow || got.Username() != "alice" {
@@ -73,8 +74,8 @@ func TestAttributorWaitsThenTimesOut(t *testing.T) {
 	defer a.Close()
 	var r results
 	ctx := context.Background()
-	mustSubmit(t, a, ctx, change(Updated, "a"), r.cb("a1"))
-	mustSubmit(t, a, ctx, change(Updated, "b"), r.cb("b1"))
+	mustSubmit(t, a, ctx, chg(change.Updated, "a"), r.cb("a1"))
+	mustSubmit(t, a, ctx, chg(change.Updated, "b"), r.cb("b1"))
 	if got := r.list(); len(got) != 0 {
 		t.Fatalf("called before any event: %v", got)
 	}
@@ -111,7 +112,7 @@ func TestAttributorOrderPerObject(t *testing.T) {
 		x.ResponseUID, x.ResponseResourceVersion = "uid-a", rv
 		return x
 	}
-	c1, c2, c3 := change(Updated, "a"), change(Updated, "a"), change(Updated, "a")
+	c1, c2, c3 := chg(change.Updated, "a"), chg(change.Updated, "a"), chg(change.Updated, "a")
 	c1.ResourceVersion, c2.ResourceVersion, c3.ResourceVersion = "11", "12", "13"
 	ix.Add(SourceWebhook, []Record{exact("e2", "bob", "12")}, 0)
 	mustSubmit(t, a, ctx, c1, r.cb("a11"))
@@ -119,7 +120,7 @@ func TestAttributorOrderPerObject(t *testing.T) {
 	clk.Step(time.Second)
 	mustSubmit(t, a, ctx, c3, r.cb("a13"))
 	ix.Add(SourceWebhook, []Record{rec("x", "carol", "patch", "other", 0)}, 0)
-	mustSubmit(t, a, ctx, change(Updated, "other"), r.cb("other"))
+	mustSubmit(t, a, ctx, chg(change.Updated, "other"), r.cb("other"))
 	if got := r.list(); len(got) != 1 || got[0] != "other:window:carol" {
 		t.Fatalf("got %v, want only other's (a's first change waits)", got)
 	}
@@ -139,7 +140,7 @@ func TestAttributorLateEventResolvesInOrder(t *testing.T) {
 	defer a.Close()
 	var r results
 	ctx := context.Background()
-	c1, c2 := change(Created, "a"), change(Updated, "a")
+	c1, c2 := chg(change.Created, "a"), chg(change.Updated, "a")
 	c2.Observed = t0.Add(100 * time.Millisecond)
 	mustSubmit(t, a, ctx, c1, r.cb("created"))
 	mustSubmit(t, a, ctx, c2, r.cb("updated"))
@@ -160,7 +161,7 @@ func TestAttributorGenerateNameWakes(t *testing.T) {
 	ix, a, _ := newTestAttributor(AttributorOptions{})
 	defer a.Close()
 	var r results
-	mustSubmit(t, a, context.Background(), change(Created, "gen-abc"), r.cb("gen"))
+	mustSubmit(t, a, context.Background(), chg(change.Created, "gen-abc"), r.cb("gen"))
 	x := rec("e1", "alice", "create", "", 0)
 	x.GenerateName = "gen-"
 	ix.Add(SourceWebhook, []Record{x}, 0)
@@ -174,20 +175,20 @@ func TestAttributorBackPressure(t *testing.T) {
 	defer a.Close()
 	var r results
 	ctx := context.Background()
-	mustSubmit(t, a, ctx, change(Updated, "a"), r.cb("a"))
-	mustSubmit(t, a, ctx, change(Updated, "b"), r.cb("b"))
+	mustSubmit(t, a, ctx, chg(change.Updated, "a"), r.cb("a"))
+	mustSubmit(t, a, ctx, chg(change.Updated, "b"), r.cb("b"))
 	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
-	if err := a.Submit(short, change(Updated, "c"), r.cb("c")); !errors.Is(err, context.DeadlineExceeded) {
+	if err := a.Submit(short, chg(change.Updated, "c"), r.cb("c")); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Submit with %d waiting: %v, want a deadline error", 2, err)
 	}
 	// A change whose event is held needs no slot.
 	ix.Add(SourceWebhook, []Record{rec("e", "erin", "patch", "e", 0)}, 0)
-	if err := a.Submit(short, change(Updated, "e"), r.cb("e")); err != nil {
+	if err := a.Submit(short, chg(change.Updated, "e"), r.cb("e")); err != nil {
 		t.Fatalf("fast path while full: %v", err)
 	}
 	done := make(chan error)
-	go func() { done <- a.Submit(ctx, change(Updated, "d"), r.cb("d")) }()
+	go func() { done <- a.Submit(ctx, chg(change.Updated, "d"), r.cb("d")) }()
 	select {
 	case err := <-done:
 		t.Fatalf("Submit returned %v while full", err)
@@ -203,7 +204,7 @@ func TestAttributorBackPressure(t *testing.T) {
 	if fmt.Sprint(got) != "[a:window:alice b:none: d:none: e:window:erin]" {
 		t.Errorf("got %v: every submitted change once, none lost", got)
 	}
-	if err := a.Submit(ctx, change(Updated, "x"), r.cb("x")); !errors.Is(err, ErrClosed) {
+	if err := a.Submit(ctx, chg(change.Updated, "x"), r.cb("x")); !errors.Is(err, ErrClosed) {
 		t.Errorf("Submit after Close: %v", err)
 	}
 }
@@ -228,7 +229,7 @@ func TestAttributorConcurrent(t *testing.T) {
 			user := fmt.Sprint("user", o%7)
 			for i := range perObject {
 				now := time.Now()
-				c := Change{Resource: "configmaps", Namespace: "ns", Name: name, UID: name, ResourceVersion: fmt.Sprint(i), Kind: Updated, Observed: now}
+				c := Change{Resource: "configmaps", Namespace: "ns", Name: name, UID: name, ResourceVersion: fmt.Sprint(i), Type: change.Updated, Observed: now}
 				r := Record{AuditID: fmt.Sprint(name, "/", i), Verb: "patch", Resource: "configmaps", Namespace: "ns", Name: name, Code: 200,
 					Received: now, Completed: now, User: UserInfo{Username: user}, ResponseUID: name, ResponseResourceVersion: fmt.Sprint(i)}
 				early := rand.IntN(2) == 0
@@ -294,7 +295,7 @@ func TestAttributorConcurrent(t *testing.T) {
 func TestAttributorRejectsIncompleteChanges(t *testing.T) {
 	_, a, _ := newTestAttributor(AttributorOptions{})
 	defer a.Close()
-	for _, c := range []Change{{Resource: "configmaps", Name: "a"}, {Kind: Updated, Name: "a"}, {Kind: Deleted, Resource: "configmaps"}} {
+	for _, c := range []Change{{Resource: "configmaps", Name: "a"}, {Type: change.Updated, Name: "a"}, {Type: change.Deleted, Resource: "configmaps"}} {
 		if err := a.Submit(context.Background(), c, func(Attribution) { t.Error("called") }); err == nil || !strings.Contains(err.Error(), "cannot be attributed") {
 			t.Errorf("%+v: %v", c, err)
 		}

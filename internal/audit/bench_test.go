@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
 // microTime is the apiserver's timestamp format (metav1.MicroTime).
@@ -98,9 +100,9 @@ func BenchmarkAttribute(b *testing.B) {
 	for i, l := range lines {
 		recs[i], _, _ = DecodeEvent(l)
 	}
-	change := func(i int) Change {
+	changeOf := func(i int) Change {
 		r := &recs[i%len(recs)]
-		return Change{Resource: "configmaps", Namespace: "shop", Name: r.Name, UID: "u", ResourceVersion: "1", Kind: Updated, Observed: r.Completed}
+		return Change{Resource: "configmaps", Namespace: "shop", Name: r.Name, UID: "u", ResourceVersion: "1", Type: change.Updated, Observed: r.Completed}
 	}
 	// event is the i-th write: a decoded record with an auditID of its own
 	// (a repeated one would be dropped as a redelivery).
@@ -116,8 +118,8 @@ func BenchmarkAttribute(b *testing.B) {
 		cb := func(a Attribution) { matched++ }
 		i := 0
 		for b.Loop() {
-			c := change(i)
-			cb(Attribution{Match: Match(c.Kind.String())})
+			c := changeOf(i)
+			cb(Attribution{Match: Match(c.Type)})
 			i++
 		}
 	})
@@ -134,7 +136,7 @@ func BenchmarkAttribute(b *testing.B) {
 		i := 0
 		for b.Loop() {
 			ix.Add(SourceWebhook, []Record{event(i)}, 0)
-			if err := a.Submit(ctx, change(i), cb); err != nil {
+			if err := a.Submit(ctx, changeOf(i), cb); err != nil {
 				b.Fatal(err)
 			}
 			i++
@@ -151,7 +153,7 @@ func BenchmarkAttribute(b *testing.B) {
 		cb := func(at Attribution) { done <- at }
 		i := 0
 		for b.Loop() {
-			if err := a.Submit(ctx, change(i), cb); err != nil {
+			if err := a.Submit(ctx, changeOf(i), cb); err != nil {
 				b.Fatal(err)
 			}
 			ix.Add(SourceWebhook, []Record{event(i)}, 0)

@@ -1,45 +1,10 @@
 package audit
 
 import (
-	"fmt"
 	"time"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
-
-// ChangeKind is what a watched change did to its object.
-type ChangeKind uint8
-
-// The change kinds.
-const (
-	Created ChangeKind = iota + 1
-	Updated
-	Deleted
-)
-
-// String returns created, updated or deleted.
-func (k ChangeKind) String() string {
-	switch k {
-	case Created:
-		return "created"
-	case Updated:
-		return "updated"
-	case Deleted:
-		return "deleted"
-	}
-	return fmt.Sprintf("ChangeKind(%d)", uint8(k))
-}
-
-// ParseChangeKind parses created, updated or deleted.
-func ParseChangeKind(s string) (ChangeKind, error) {
-	switch s {
-	case "created":
-		return Created, nil
-	case "updated":
-		return Updated, nil
-	case "deleted":
-		return Deleted, nil
-	}
-	return 0, fmt.Errorf("change kind %q: want created, updated or deleted", s)
-}
 
 // Change is one watched change to attribute, in plain values.
 type Change struct {
@@ -56,8 +21,8 @@ type Change struct {
 	// may have skipped versions). An update request that names another
 	// version in its body cannot have made the change.
 	OldResourceVersion string
-	// Kind is created, updated or deleted.
-	Kind ChangeKind
+	// Type is created, updated or deleted.
+	Type change.Type
 	// DeletionStarted marks an update that set metadata.deletionTimestamp:
 	// a delete request (or an eviction) on an object with finalizers or a
 	// grace period, not an update.

@@ -65,6 +65,8 @@
 // keeps batches under 10 MB (below DefaultMaxBodyBytes) by dropping the
 // bodies of large events, which then match by window instead of exactly.
 //
-// audit must not import fieldwatch's rules or watcher packages: it works on
-// plain values (Change) so that the pipeline can call it from anywhere.
+// audit must not import fieldwatch's rules, watcher or app packages, nor
+// client-go (TestDependencies keeps it so): it works on plain values
+// (Change, whose Type is the shared change.Type) so that the pipeline can
+// call it from anywhere.
 package audit

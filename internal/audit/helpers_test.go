@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
+	"github.com/fieldwatch/fieldwatch/change"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
@@ -342,11 +343,11 @@ func (o *observer) change(ev watch.Event) *watched {
 	now := u.GetDeletionTimestamp() != nil
 	switch ev.Type {
 	case watch.Added:
-		c.Kind = Created
+		c.Type = change.Created
 	case watch.Modified:
-		c.Kind, c.DeletionStarted, c.OldResourceVersion = Updated, now && !was, o.lastRV[c.Name]
+		c.Type, c.DeletionStarted, c.OldResourceVersion = change.Updated, now && !was, o.lastRV[c.Name]
 	case watch.Deleted:
-		c.Kind, c.WasTerminating = Deleted, was
+		c.Type, c.WasTerminating = change.Deleted, was
 	default:
 		return nil
 	}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
 // fakeClock is a Clock whose time moves only when Step is called; Step
@@ -100,8 +102,8 @@ func rec(id, user, verb, name string, completed time.Duration) Record {
 	}
 }
 
-func change(kind ChangeKind, name string) Change {
-	return Change{Resource: "configmaps", Namespace: "ns", Name: name, UID: "uid-" + name, ResourceVersion: "10", Kind: kind, Observed: t0}
+func chg(kind change.Type, name string) Change {
+	return Change{Resource: "configmaps", Namespace: "ns", Name: name, UID: "uid-" + name, ResourceVersion: "10", Type: kind, Observed: t0}
 }
 
 // with applies edits to a copy of r.
@@ -138,78 +140,78 @@ func TestMatch(t *testing.T) {
 		want []string
 	}{
 		{"exact", []Record{with(rec("e1", "alice", "patch", "a", 0), rr("uid-a", "10"))},
-			[]Change{change(Updated, "a")}, []string{"exact alice e1"}},
+			[]Change{chg(change.Updated, "a")}, []string{"exact alice e1"}},
 		{"exact despite the window", []Record{with(rec("e1", "alice", "patch", "a", -time.Minute), rr("uid-a", "10"))},
-			[]Change{change(Updated, "a")}, []string{"exact alice e1"}},
+			[]Change{chg(change.Updated, "a")}, []string{"exact alice e1"}},
 		{"another version is no candidate", []Record{with(rec("e1", "alice", "patch", "a", 0), rr("uid-a", "9"))},
-			[]Change{change(Updated, "a")}, []string{"undecided"}},
+			[]Change{chg(change.Updated, "a")}, []string{"undecided"}},
 		{"exact wins over window", []Record{rec("e0", "bob", "patch", "a", 0), with(rec("e1", "alice", "patch", "a", 0), rr("uid-a", "10"))},
-			[]Change{change(Updated, "a")}, []string{"exact alice e1"}},
+			[]Change{chg(change.Updated, "a")}, []string{"exact alice e1"}},
 		{"window", []Record{rec("e1", "alice", "patch", "a", 100*time.Millisecond)},
-			[]Change{change(Updated, "a")}, []string{"window alice e1"}},
+			[]Change{chg(change.Updated, "a")}, []string{"window alice e1"}},
 		{"completed before the window", []Record{rec("e1", "alice", "patch", "a", -3*time.Second)},
-			[]Change{change(Updated, "a")}, []string{"undecided"}},
+			[]Change{chg(change.Updated, "a")}, []string{"undecided"}},
 		{"completed after the window", []Record{rec("e1", "alice", "patch", "a", 3*time.Second)},
-			[]Change{change(Updated, "a")}, []string{"undecided"}},
+			[]Change{chg(change.Updated, "a")}, []string{"undecided"}},
 		{"received after the change was seen", []Record{with(rec("e1", "alice", "patch", "a", 1500*time.Millisecond), received(1200*time.Millisecond))},
-			[]Change{change(Updated, "a")}, []string{"undecided"}},
+			[]Change{chg(change.Updated, "a")}, []string{"undecided"}},
 		{"received within the skew", []Record{with(rec("e1", "alice", "patch", "a", 900*time.Millisecond), received(800*time.Millisecond))},
-			[]Change{change(Updated, "a")}, []string{"window alice e1"}},
+			[]Change{chg(change.Updated, "a")}, []string{"window alice e1"}},
 		{"two users", []Record{rec("e1", "alice", "patch", "a", 0), rec("e2", "bob", "update", "a", 10*time.Millisecond)},
-			[]Change{change(Updated, "a"), change(Updated, "a")}, []string{"ambiguous alice,bob", "ambiguous alice,bob"}},
+			[]Change{chg(change.Updated, "a"), chg(change.Updated, "a")}, []string{"ambiguous alice,bob", "ambiguous alice,bob"}},
 		{"two impersonated users", []Record{with(rec("e1", "admin", "patch", "a", 0), as("alice")), with(rec("e2", "admin", "patch", "a", 0), as("bob"))},
-			[]Change{change(Updated, "a")}, []string{"ambiguous alice,bob"}},
+			[]Change{chg(change.Updated, "a")}, []string{"ambiguous alice,bob"}},
 		{"one user twice: the user, no auditID", []Record{rec("e1", "alice", "patch", "a", 0), rec("e2", "alice", "patch", "a", 10*time.Millisecond)},
-			[]Change{change(Updated, "a"), change(Updated, "a"), change(Updated, "a")}, []string{"window alice -", "window alice -", "undecided"}},
+			[]Change{chg(change.Updated, "a"), chg(change.Updated, "a"), chg(change.Updated, "a")}, []string{"window alice -", "window alice -", "undecided"}},
 		{"consumed in turn", []Record{rec("e1", "alice", "patch", "a", 0)},
-			[]Change{change(Updated, "a"), change(Updated, "a")}, []string{"window alice e1", "undecided"}},
+			[]Change{chg(change.Updated, "a"), chg(change.Updated, "a")}, []string{"window alice e1", "undecided"}},
 		{"failure is no candidate", []Record{with(rec("e1", "alice", "patch", "a", 0), code(409))},
-			[]Change{change(Updated, "a")}, []string{"undecided"}},
+			[]Change{chg(change.Updated, "a")}, []string{"undecided"}},
 		{"create does not fit an update", []Record{rec("e1", "alice", "create", "a", 0)},
-			[]Change{change(Updated, "a")}, []string{"undecided"}},
+			[]Change{chg(change.Updated, "a")}, []string{"undecided"}},
 		{"create fits a creation", []Record{rec("e1", "alice", "create", "a", 0)},
-			[]Change{change(Created, "a")}, []string{"window alice e1"}},
+			[]Change{chg(change.Created, "a")}, []string{"window alice e1"}},
 		{"server-side apply creates", []Record{rec("e1", "alice", "patch", "a", 0)},
-			[]Change{change(Created, "a")}, []string{"final window alice e1"}},
+			[]Change{chg(change.Created, "a")}, []string{"final window alice e1"}},
 		{"a create is preferred to a patch", []Record{rec("e1", "bob", "patch", "a", 10*time.Millisecond), rec("e2", "alice", "create", "a", 0)},
-			[]Change{change(Created, "a"), change(Updated, "a")}, []string{"window alice e2", "window bob e1"}},
+			[]Change{chg(change.Created, "a"), chg(change.Updated, "a")}, []string{"window alice e2", "window bob e1"}},
 		{"other object", []Record{rec("e1", "alice", "patch", "b", 0)},
-			[]Change{change(Updated, "a")}, []string{"undecided"}},
+			[]Change{chg(change.Updated, "a")}, []string{"undecided"}},
 		{"generateName", []Record{with(rec("e1", "alice", "create", "", 0), genName("gen-"))},
-			[]Change{change(Created, "gen-x1")}, []string{"window alice e1"}},
+			[]Change{chg(change.Created, "gen-x1")}, []string{"window alice e1"}},
 		{"generateName unknown at Metadata level", []Record{with(rec("e1", "alice", "create", "", 0), genName(""))},
-			[]Change{change(Created, "gen-x1")}, []string{"window alice e1"}},
+			[]Change{chg(change.Created, "gen-x1")}, []string{"window alice e1"}},
 		{"generateName of another prefix", []Record{with(rec("e1", "alice", "create", "", 0), genName("other-"))},
-			[]Change{change(Created, "gen-x1")}, []string{"undecided"}},
+			[]Change{chg(change.Created, "gen-x1")}, []string{"undecided"}},
 		{"generateName creates of two users", []Record{with(rec("e1", "alice", "create", "", 0), genName("")), with(rec("e2", "bob", "create", "", 0), genName(""))},
-			[]Change{change(Created, "gen-x1")}, []string{"ambiguous alice,bob"}},
+			[]Change{chg(change.Created, "gen-x1")}, []string{"ambiguous alice,bob"}},
 		{"delete", []Record{rec("e1", "alice", "delete", "a", 0)},
-			[]Change{change(Deleted, "a")}, []string{"window alice e1"}},
+			[]Change{chg(change.Deleted, "a")}, []string{"window alice e1"}},
 		{"delete status names the uid", []Record{with(rec("e1", "alice", "delete", "a", -time.Minute), rr("uid-a", ""))},
-			[]Change{change(Deleted, "a")}, []string{"exact alice e1"}},
+			[]Change{chg(change.Deleted, "a")}, []string{"exact alice e1"}},
 		{"delete status of another uid", []Record{with(rec("e1", "alice", "delete", "a", 0), rr("uid-old", ""))},
-			[]Change{change(Deleted, "a")}, []string{"undecided"}},
+			[]Change{chg(change.Deleted, "a")}, []string{"undecided"}},
 		{"deletecollection stands for several deletions", []Record{rec("e1", "alice", "deletecollection", "", 0)},
-			[]Change{change(Deleted, "a"), change(Deleted, "b")}, []string{"window alice e1", "window alice e1"}},
+			[]Change{chg(change.Deleted, "a"), chg(change.Deleted, "b")}, []string{"window alice e1", "window alice e1"}},
 		{"delete of an object with finalizers", []Record{rec("e1", "alice", "delete", "a", 0), rec("e2", "controller", "patch", "a", 50*time.Millisecond)},
-			[]Change{edit(change(Updated, "a"), func(c *Change) { c.DeletionStarted = true }), edit(change(Deleted, "a"), func(c *Change) { c.WasTerminating = true })},
+			[]Change{edit(chg(change.Updated, "a"), func(c *Change) { c.DeletionStarted = true }), edit(chg(change.Deleted, "a"), func(c *Change) { c.WasTerminating = true })},
 			[]string{"window alice e1", "final window controller e2"}},
 		{"a delete is preferred to a finalizer removal", []Record{rec("e1", "kubelet", "delete", "a", 0), rec("e2", "controller", "patch", "a", 0)},
-			[]Change{edit(change(Deleted, "a"), func(c *Change) { c.WasTerminating = true })}, []string{"window kubelet e1"}},
+			[]Change{edit(chg(change.Deleted, "a"), func(c *Change) { c.WasTerminating = true })}, []string{"window kubelet e1"}},
 		{"a patch does not delete a live object", []Record{rec("e1", "alice", "patch", "a", 0)},
-			[]Change{change(Deleted, "a")}, []string{"undecided"}},
+			[]Change{chg(change.Deleted, "a")}, []string{"undecided"}},
 		{"eviction", []Record{with(rec("e1", "alice", "create", "a", 0), sub("eviction"))},
-			[]Change{change(Deleted, "a")}, []string{"window alice e1"}},
+			[]Change{chg(change.Deleted, "a")}, []string{"window alice e1"}},
 		{"status write, change through status", []Record{with(rec("e1", "alice", "update", "a", 0), sub("status"))},
-			[]Change{edit(change(Updated, "a"), func(c *Change) { c.Subresource, c.SubresourceKnown = "status", true })}, []string{"window alice e1"}},
+			[]Change{edit(chg(change.Updated, "a"), func(c *Change) { c.Subresource, c.SubresourceKnown = "status", true })}, []string{"window alice e1"}},
 		{"status write, change through the main resource", []Record{with(rec("e1", "alice", "update", "a", 0), sub("status"))},
-			[]Change{edit(change(Updated, "a"), func(c *Change) { c.SubresourceKnown = true })}, []string{"undecided"}},
+			[]Change{edit(chg(change.Updated, "a"), func(c *Change) { c.SubresourceKnown = true })}, []string{"undecided"}},
 		{"status write, subresource unknown", []Record{with(rec("e1", "alice", "update", "a", 0), sub("status"))},
-			[]Change{change(Updated, "a")}, []string{"window alice e1"}},
+			[]Change{chg(change.Updated, "a")}, []string{"window alice e1"}},
 		{"update of another version", []Record{with(rec("e1", "bob", "update", "a", 0), func(r *Record) { r.RefResourceVersion = "8" }), with(rec("e2", "alice", "update", "a", 0), func(r *Record) { r.RefResourceVersion = "9" })},
-			[]Change{edit(change(Updated, "a"), func(c *Change) { c.OldResourceVersion = "9" })}, []string{"window alice e2"}},
+			[]Change{edit(chg(change.Updated, "a"), func(c *Change) { c.OldResourceVersion = "9" })}, []string{"window alice e2"}},
 		{"update of another incarnation", []Record{with(rec("e1", "alice", "update", "a", 0), refUID("uid-old"))},
-			[]Change{change(Updated, "a")}, []string{"undecided"}},
+			[]Change{chg(change.Updated, "a")}, []string{"undecided"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := newFakeClock()
@@ -262,7 +264,7 @@ func TestMatchFields(t *testing.T) {
 	r := rec("e1", "admin", "patch", "a", 0)
 	r.ImpersonatedUser = &UserInfo{Username: "alice", Groups: []string{"devs"}}
 	ix.Add(SourceLog, []Record{r}, 0)
-	c := change(Updated, "a")
+	c := chg(change.Updated, "a")
 	a, ok := ix.match(&c, false)
 	if !ok || a.Match != MatchWindow || a.User.Username != "admin" || a.ImpersonatedUser.Username != "alice" ||
 		a.Verb != "patch" || a.UserAgent != "kubectl/admin" || !slices.Equal(a.SourceIPs, []string{"10.0.0.1"}) || a.AuditID != "e1" {
@@ -273,7 +275,7 @@ func TestMatchFields(t *testing.T) {
 	r3 := rec("e3", "alice", "update", "b", 0)
 	r3.UserAgent = "other"
 	ix.Add(SourceLog, []Record{r2, r3}, 0)
-	c = change(Updated, "b")
+	c = chg(change.Updated, "b")
 	a, _ = ix.match(&c, false)
 	if a.Match != MatchWindow || a.Username() != "alice" || a.AuditID != "" || a.Verb != "" || a.UserAgent != "" ||
 		!slices.Equal(a.SourceIPs, []string{"10.0.0.1"}) {
@@ -300,7 +302,7 @@ func TestIndexBounds(t *testing.T) {
 		t.Errorf("count evictions %v, want 2", got)
 	}
 	for i, want := range []bool{false, false, true, true, true} {
-		c := change(Updated, fmt.Sprint("o", i))
+		c := chg(change.Updated, fmt.Sprint("o", i))
 		if _, ok := ix.match(&c, false); ok != want {
 			t.Errorf("o%d matched %v, want %v (the oldest are evicted)", i, ok, want)
 		}
@@ -323,7 +325,7 @@ func TestIndexBounds(t *testing.T) {
 
 	// a consumed event is not held again when redelivered
 	ix.Add(SourceWebhook, []Record{rec("e4", "alice", "patch", "o4", 0)}, 0)
-	c := change(Updated, "o4")
+	c := chg(change.Updated, "o4")
 	if _, ok := ix.match(&c, false); ok {
 		t.Error("a consumed event was held again when its auditID came back")
 	}
@@ -349,7 +351,7 @@ func TestIndexMemoryStaysBounded(t *testing.T) {
 		r := rec(fmt.Sprint("e", i), "alice", "patch", name, 0)
 		r.Completed, r.Received = clk.Now(), clk.Now()
 		ix.Add(SourceLog, []Record{r}, 0)
-		c := change(Updated, name)
+		c := chg(change.Updated, name)
 		c.Observed = clk.Now()
 		if _, ok := ix.match(&c, false); !ok {
 			t.Fatalf("event %d not matched", i)

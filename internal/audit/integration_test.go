@@ -93,11 +93,11 @@ func TestAttributionThreeIdentities(t *testing.T) {
 				c := got[n-1]
 				res := c.result
 				if res.Match != MatchWindow && res.Match != MatchExact {
-					t.Errorf("%s %s %s by %s: %s %+v", resource, c.Kind, c.Name, w.username, res.Match, res)
+					t.Errorf("%s %s %s by %s: %s %+v", resource, c.Type, c.Name, w.username, res.Match, res)
 					continue
 				}
 				if res.Username() != w.username || res.Verb != s.verb || res.UserAgent != w.userAgent || res.AuditID == "" {
-					t.Errorf("%s %s %s: attributed to %q verb %q agent %q auditID %q, want %q %q %q", resource, c.Kind, c.Name,
+					t.Errorf("%s %s %s: attributed to %q verb %q agent %q auditID %q, want %q %q %q", resource, c.Type, c.Name,
 						res.Username(), res.Verb, res.UserAgent, res.AuditID, w.username, s.verb, w.userAgent)
 				}
 				if strings.HasPrefix(w.username, "system:serviceaccount:") {
@@ -110,7 +110,7 @@ func TestAttributionThreeIdentities(t *testing.T) {
 				// Metadata level: window matches, but a delete's status names
 				// the object's uid.
 				if want := map[bool]Match{true: MatchExact, false: MatchWindow}[s.verb == "delete"]; res.Match != want {
-					t.Errorf("%s %s %s: match %s, want %s", resource, c.Kind, c.Name, res.Match, want)
+					t.Errorf("%s %s %s: match %s, want %s", resource, c.Type, c.Name, res.Match, want)
 				}
 			}
 		}
@@ -162,7 +162,7 @@ func TestAttributionConcurrentWriters(t *testing.T) {
 		counts[c.result.Match]++
 		if (c.result.Match == MatchExact || c.result.Match == MatchWindow) && c.result.Username() != owner[c.Name] {
 			wrong++
-			t.Errorf("%s %s rv %s attributed to %s, written by %s", c.Kind, c.Name, c.ResourceVersion, c.result.Username(), owner[c.Name])
+			t.Errorf("%s %s rv %s attributed to %s, written by %s", c.Type, c.Name, c.ResourceVersion, c.result.Username(), owner[c.Name])
 		}
 	}
 	t.Logf("%d changes from %d writers: %v", len(got), len(writers), counts)
@@ -281,10 +281,10 @@ func TestAttributionTiming(t *testing.T) {
 		for _, c := range got {
 			waited := c.resolved.Sub(c.submitted)
 			if c.result.Match != want || (want != MatchNone && c.result.Username() != "alice") {
-				t.Errorf("%s #%d: %s %q, want %s", c.Kind, c.seq, c.result.Match, c.result.Username(), want)
+				t.Errorf("%s #%d: %s %q, want %s", c.Type, c.seq, c.result.Match, c.result.Username(), want)
 			}
 			if waited < minWait || waited > maxWait {
-				t.Errorf("%s #%d waited %s, want between %s and %s", c.Kind, c.seq, waited, minWait, maxWait)
+				t.Errorf("%s #%d waited %s, want between %s and %s", c.Type, c.seq, waited, minWait, maxWait)
 			}
 		}
 	}
@@ -320,7 +320,7 @@ func TestAttributionTiming(t *testing.T) {
 		got := o.waitResolved(t, 5, wait+5*time.Second)
 		for _, c := range got {
 			if c.resolved.Before(held) {
-				t.Errorf("%s #%d resolved before the events were released", c.Kind, c.seq)
+				t.Errorf("%s #%d resolved before the events were released", c.Type, c.seq)
 			}
 		}
 		// The deletion's status names the uid: exact even at Metadata level.
@@ -445,7 +445,7 @@ rules:
 	got := o.waitResolved(t, writes, 30*time.Second)
 	for _, c := range got {
 		if c.result.Match != MatchExact || c.result.Username() != "carol" {
-			t.Errorf("%s %s rv %s: %s %q, want exact carol", c.Kind, c.Name, c.ResourceVersion, c.result.Match, c.result.Username())
+			t.Errorf("%s %s rv %s: %s %q, want exact carol", c.Type, c.Name, c.ResourceVersion, c.result.Match, c.result.Username())
 		}
 	}
 	if v := value(t, m.decodeErrorsBy[SourceLog]); v != 0 {

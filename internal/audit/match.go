@@ -3,6 +3,8 @@ package audit
 import (
 	"slices"
 	"strings"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
 // fit says how well a request fits a change.
@@ -50,7 +52,7 @@ func (ix *Index) matchLocked(c *Change, final bool) (Attribution, bool) {
 		}
 		// Then the writes that name no object: creates with generateName,
 		// deletecollection.
-		if c.Name == "" || c.Kind == Updated && !c.DeletionStarted {
+		if c.Name == "" || c.Type == change.Updated && !c.DeletionStarted {
 			break
 		}
 		key.name = ""
@@ -109,7 +111,7 @@ func (ix *Index) exact(e *entry, c *Change) bool {
 	if r.ResponseResourceVersion != "" {
 		return r.ResponseResourceVersion == c.ResourceVersion
 	}
-	return c.Kind == Deleted && r.Verb == "delete"
+	return c.Type == change.Deleted && r.Verb == "delete"
 }
 
 // fits reports whether e may have made c: a verb that fits its kind on the
@@ -124,14 +126,14 @@ func (ix *Index) fits(e *entry, c *Change) fit {
 		if r.ResponseUID != "" && r.ResponseResourceVersion != "" && c.ResourceVersion != "" {
 			return noFit // it made another version (or changed nothing): not exact
 		}
-		if r.ResponseUID != "" && r.ResponseResourceVersion == "" && c.Kind != Deleted {
+		if r.ResponseUID != "" && r.ResponseResourceVersion == "" && c.Type != change.Deleted {
 			return noFit // the Status of a delete that removed the object
 		}
-		if c.Kind == Updated && r.RefUID != "" && r.RefUID != c.UID {
+		if c.Type == change.Updated && r.RefUID != "" && r.RefUID != c.UID {
 			return noFit
 		}
 	}
-	if c.Kind == Updated && r.RefResourceVersion != "" && c.OldResourceVersion != "" && r.RefResourceVersion != c.OldResourceVersion {
+	if c.Type == change.Updated && r.RefResourceVersion != "" && c.OldResourceVersion != "" && r.RefResourceVersion != c.OldResourceVersion {
 		return noFit // it updated another version (or nothing: a no-op)
 	}
 	if r.Received.After(c.Observed.Add(ix.opts.ClockSkew)) {
@@ -149,8 +151,8 @@ func (ix *Index) fits(e *entry, c *Change) fit {
 // verbFits says how well a request of r's verb and subresource fits a
 // change of c's kind.
 func verbFits(r *Record, c *Change) fit {
-	switch c.Kind {
-	case Created:
+	switch c.Type {
+	case change.Created:
 		if r.Subresource != "" {
 			return noFit
 		}
@@ -160,7 +162,7 @@ func verbFits(r *Record, c *Change) fit {
 		case "update", "patch": // create-on-update (PUT), server-side apply
 			return weakFit
 		}
-	case Updated:
+	case change.Updated:
 		if c.DeletionStarted {
 			if isDelete(r) || isEviction(r) {
 				return strongFit
@@ -178,7 +180,7 @@ func verbFits(r *Record, c *Change) fit {
 				return weakFit
 			}
 		}
-	case Deleted:
+	case change.Deleted:
 		if isDelete(r) || isEviction(r) {
 			return strongFit
 		}
@@ -210,9 +212,9 @@ func nameFits(r *Record, c *Change) bool {
 	}
 	switch r.Verb {
 	case "create":
-		return c.Kind == Created && r.Subresource == "" && strings.HasPrefix(c.Name, r.GenerateName)
+		return c.Type == change.Created && r.Subresource == "" && strings.HasPrefix(c.Name, r.GenerateName)
 	case "deletecollection":
-		return c.Kind == Deleted || c.DeletionStarted
+		return c.Type == change.Deleted || c.DeletionStarted
 	}
 	return false
 }
