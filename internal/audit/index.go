@@ -2,7 +2,6 @@ package audit
 
 import (
 	"slices"
-	"strings"
 	"sync"
 	"time"
 )
@@ -118,35 +117,80 @@ type Index struct {
 
 	// notify is told the keys that got new events (the Attributor).
 	notify func(keys []objectKey)
-	// lists shares the backing arrays of equal string lists (groups,
-	// source IPs) between held events.
+	// strs, lists and users share equal strings, string lists (groups,
+	// source IPs) and impersonated users between held events.
+	strs  map[string]string
 	lists map[string][]string
+	users map[string]*UserInfo
+	key   []byte // scratch for the lookups in lists and users
 }
 
-// maxInternedLists bounds Index.lists; past it, it starts over.
-const maxInternedLists = 4096
+var _ interner = &Index{}
 
-// internList returns a list equal to ss that other held events may share.
-// The caller holds ix.mu.
-func (ix *Index) internList(ss []string) []string {
-	switch len(ss) {
-	case 0:
-		return nil
-	case 1:
-		if v, ok := ix.lists[ss[0]]; ok {
-			return v
-		}
+// maxInterned bounds each of Index.strs, Index.lists and Index.users; past
+// it, the map starts over (sharing is lost for a while, nothing else).
+const maxInterned = 16384
+
+// str returns a string equal to s that other held events may share. The
+// caller holds ix.mu.
+func (ix *Index) str(s string) string {
+	if s == "" {
+		return ""
 	}
-	k := strings.Join(ss, "\x00")
-	if v, ok := ix.lists[k]; ok {
+	if v, ok := ix.strs[s]; ok {
 		return v
 	}
-	if len(ix.lists) >= maxInternedLists {
+	if len(ix.strs) >= maxInterned {
+		clear(ix.strs)
+	}
+	ix.strs[s] = s
+	return s
+}
+
+// list returns a list equal to ss that other held events may share. The
+// caller holds ix.mu.
+func (ix *Index) list(ss []string) []string {
+	if len(ss) == 0 {
+		return nil
+	}
+	ix.key = appendJoined(ix.key[:0], ss...)
+	if v, ok := ix.lists[string(ix.key)]; ok {
+		return v
+	}
+	if len(ix.lists) >= maxInterned {
 		clear(ix.lists)
 	}
-	v := internAll(ss)
-	ix.lists[k] = v
+	v := make([]string, len(ss))
+	for i, s := range ss {
+		v[i] = ix.str(s)
+	}
+	ix.lists[string(ix.key)] = v
 	return v
+}
+
+// user returns a user equal to u that other held events may share. The
+// caller holds ix.mu.
+func (ix *Index) user(u *UserInfo) *UserInfo {
+	ix.key = appendJoined(appendJoined(ix.key[:0], u.Username, u.UID), u.Groups...)
+	if v, ok := ix.users[string(ix.key)]; ok {
+		return v
+	}
+	if len(ix.users) >= maxInterned {
+		clear(ix.users)
+	}
+	k := string(ix.key)
+	v := &UserInfo{Username: ix.str(u.Username), UID: ix.str(u.UID), Groups: ix.list(u.Groups)}
+	ix.users[k] = v
+	return v
+}
+
+// appendJoined appends ss to b, each followed by a NUL byte.
+func appendJoined(b []byte, ss ...string) []byte {
+	for _, s := range ss {
+		b = append(b, s...)
+		b = append(b, 0)
+	}
+	return b
 }
 
 // NewIndex returns an empty index.
@@ -157,7 +201,9 @@ func NewIndex(opts IndexOptions) *Index {
 		m:     opts.Metrics,
 		byKey: map[objectKey][]*entry{},
 		byID:  map[string]*entry{},
+		strs:  map[string]string{},
 		lists: map[string][]string{},
+		users: map[string]*UserInfo{},
 	}
 }
 
@@ -196,7 +242,7 @@ func (ix *Index) Add(source string, recs []Record, ignored int) {
 			dup++
 			continue
 		}
-		rec.compact(ix.internList)
+		rec.compact(ix)
 		e := &entry{rec: *rec, arrived: now}
 		key := e.key()
 		ix.byKey[key] = append(ix.byKey[key], e)

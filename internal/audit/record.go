@@ -1,9 +1,6 @@
 package audit
 
-import (
-	"time"
-	"unique"
-)
+import "time"
 
 // UserInfo is an authenticated identity as the apiserver records it. Extra
 // is never kept.
@@ -84,47 +81,33 @@ var writeVerbs = map[string]bool{
 // IsWriteVerb reports whether verb is one attribution keeps.
 func IsWriteVerb(verb string) bool { return writeVerbs[verb] }
 
-// intern returns s sharing the memory of every equal string interned
-// before: usernames, groups, user agents, resources and namespaces repeat
-// across thousands of held events.
-func intern(s string) string {
-	if s == "" {
-		return ""
-	}
-	return unique.Make(s).Value()
+// interner shares equal values between held records: usernames, groups,
+// user agents, resources and namespaces repeat across thousands of them.
+type interner interface {
+	// str returns a string equal to s, shared when possible.
+	str(s string) string
+	// list returns a list equal to ss, shared when possible.
+	list(ss []string) []string
+	// user returns a *UserInfo equal to u, shared when possible.
+	user(u *UserInfo) *UserInfo
 }
 
-func internAll(ss []string) []string {
-	if len(ss) == 0 {
-		return nil
-	}
-	out := make([]string, len(ss))
-	for i, s := range ss {
-		out[i] = intern(s)
-	}
-	return out
-}
-
-// compact interns the fields that repeat across events, the lists through
-// list, so that a held record costs as little memory as possible.
-func (r *Record) compact(list func([]string) []string) {
-	r.Level = intern(r.Level)
-	r.Verb = intern(r.Verb)
-	r.Group = intern(r.Group)
-	r.Version = intern(r.Version)
-	r.Resource = intern(r.Resource)
-	r.Subresource = intern(r.Subresource)
-	r.Namespace = intern(r.Namespace)
-	r.User = compactUser(r.User, list)
+// compact interns the fields that repeat across events, so that a held
+// record costs as little memory as possible.
+func (r *Record) compact(in interner) {
+	r.Level = in.str(r.Level)
+	r.Verb = in.str(r.Verb)
+	r.Group = in.str(r.Group)
+	r.Version = in.str(r.Version)
+	r.Resource = in.str(r.Resource)
+	r.Subresource = in.str(r.Subresource)
+	r.Namespace = in.str(r.Namespace)
+	r.Name = in.str(r.Name) // an object is written many times
+	r.User = UserInfo{Username: in.str(r.User.Username), UID: in.str(r.User.UID), Groups: in.list(r.User.Groups)}
 	if r.ImpersonatedUser != nil {
-		u := compactUser(*r.ImpersonatedUser, list)
-		r.ImpersonatedUser = &u
+		r.ImpersonatedUser = in.user(r.ImpersonatedUser)
 	}
-	r.UserAgent = intern(r.UserAgent)
-	r.SourceIPs = list(r.SourceIPs)
-	r.GenerateName = intern(r.GenerateName)
-}
-
-func compactUser(u UserInfo, list func([]string) []string) UserInfo {
-	return UserInfo{Username: intern(u.Username), UID: intern(u.UID), Groups: list(u.Groups)}
+	r.UserAgent = in.str(r.UserAgent)
+	r.SourceIPs = in.list(r.SourceIPs)
+	r.GenerateName = in.str(r.GenerateName)
 }
