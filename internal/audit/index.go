@@ -279,9 +279,9 @@ func (ix *Index) Add(source string, recs []Record, ignored int) {
 	}
 }
 
-// Expire evicts the events older than MaxAge now. Add and every match do
-// it too; a caller with no traffic may call it to release memory.
-func (ix *Index) Expire() {
+// expire evicts the events older than MaxAge now (Add and every match do
+// it too).
+func (ix *Index) expire() {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	ix.expireLocked(ix.opts.Clock.Now())

@@ -332,7 +332,7 @@ func TestIndexBounds(t *testing.T) {
 
 	// age
 	clk.Step(11 * time.Second)
-	ix.Expire()
+	ix.expire()
 	if ix.Len() != 0 || value(t, m.evictedAge) != 1 || value(t, m.held) != 0 {
 		t.Errorf("after MaxAge: held %d, age evictions %v, gauge %v", ix.Len(), value(t, m.evictedAge), value(t, m.held))
 	}

@@ -45,8 +45,8 @@ type WebhookOptions struct {
 }
 
 // Webhook receives audit.k8s.io/v1 EventList POSTs from the apiserver's
-// webhook backend (batch or blocking mode) over HTTPS and adds their
-// events to a Sink. Only a client that presents one of the configured
+// webhook backend (batch or blocking mode) over HTTPS, on any path, and
+// adds their events to a Sink. Only a client that presents one of the configured
 // credentials may post: without credentials it gets 401, with wrong ones
 // 403; both are counted and logged.
 type Webhook struct {
