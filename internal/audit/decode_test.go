@@ -326,3 +326,35 @@ func FuzzDecodeEventList(f *testing.F) {
 		_, _, _ = DecodeEvent(data)
 	})
 }
+
+// TestNoBodiesKept: a RequestResponse event of a Secret write carries the
+// secret in both bodies; nothing of them but metadata reaches the record,
+// nor the errors of a malformed one.
+func TestNoBodiesKept(t *testing.T) {
+	const secret = "c3VwZXItc2VjcmV0LXBhc3N3b3Jk" // base64 of the value
+	body := `{"kind":"Secret","apiVersion":"v1","metadata":{"name":"db","namespace":"shop","uid":"u1","resourceVersion":"7",` +
+		`"annotations":{"kubectl.kubernetes.io/last-applied-configuration":"{\"data\":{\"password\":\"` + secret + `\"}}"}},"data":{"password":"` + secret + `"}}`
+	line := `{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"RequestResponse","auditID":"a1","stage":"ResponseComplete",` +
+		`"requestURI":"/api/v1/namespaces/shop/secrets/db","verb":"update","user":{"username":"alice"},` +
+		`"objectRef":{"resource":"secrets","namespace":"shop","name":"db","apiVersion":"v1"},"responseStatus":{"metadata":{},"code":200},` +
+		`"requestObject":` + body + `,"responseObject":` + body + `,` +
+		`"requestReceivedTimestamp":"2026-12-03T12:00:00.000000Z","stageTimestamp":"2026-12-03T12:00:00.001000Z"}`
+	rec, keep, err := DecodeEvent([]byte(line))
+	if err != nil || !keep {
+		t.Fatalf("keep %v, %v", keep, err)
+	}
+	j, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(j), secret) || strings.Contains(fmt.Sprintf("%+v", rec), secret) {
+		t.Errorf("the record keeps the secret: %s", j)
+	}
+	if rec.ResponseUID != "u1" || rec.ResponseResourceVersion != "7" {
+		t.Errorf("response metadata %q %q", rec.ResponseUID, rec.ResponseResourceVersion)
+	}
+	bad := strings.Replace(line, `"password":"`+secret+`"}}`, `"password":`+secret+`}}`, 1)
+	if _, _, err := DecodeEvent([]byte(bad)); err == nil || strings.Contains(err.Error(), secret) {
+		t.Errorf("malformed body: error %v", err)
+	}
+}

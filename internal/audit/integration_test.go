@@ -453,3 +453,90 @@ rules:
 	}
 	t.Logf("%d changes attributed from the log across a rotation and a truncation", len(got))
 }
+
+// TestAttributionGenerateName: at Metadata level the audit event of a
+// create with generateName names no object; one user's creates are still
+// attributed, two users' creates in the window are ambiguous.
+func TestAttributionGenerateName(t *testing.T) {
+	env := testenv.Shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const ns = "generated"
+	ensureNamespace(t, env, ns)
+	alice, bob := impersonated(t, env, "alice"), impersonated(t, env, "bob")
+	create := func(w identity) {
+		t.Helper()
+		cm := configMap("", map[string]any{"k": "v"})
+		cm.SetName("")
+		cm.SetGenerateName("gen-")
+		if _, err := w.dyn.Resource(configmaps).Namespace(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	ix, a := newAttribution(t, IndexOptions{}, AttributorOptions{})
+	o := observe(t, ctx, env, a, configmaps, ns, "", nil)
+	for i := range 3 {
+		create(alice)
+		got := o.waitResolved(t, i+1, 10*time.Second)
+		if r := got[i].result; r.Match != MatchWindow || r.Username() != "alice" || r.Verb != "create" {
+			t.Errorf("%s: %+v, want a window match of alice's create", got[i].Name, r)
+		}
+	}
+
+	_, a2 := newAttribution(t, IndexOptions{}, AttributorOptions{})
+	ix = a2.ix
+	gate := make(chan struct{})
+	o2 := observe(t, ctx, env, a2, configmaps, ns, o.snapshot()[2].ResourceVersion, gate)
+	create(alice)
+	create(bob)
+	testenv.Eventually(t, 10*time.Second, "both creates held", func() bool { return hasUsers(ix, "alice", "bob") })
+	testenv.Eventually(t, 10*time.Second, "both creations watched", func() bool { return len(o2.snapshot()) >= 2 })
+	close(gate)
+	for _, c := range o2.waitResolved(t, 2, 10*time.Second) {
+		if r := c.result; r.Match != MatchAmbiguous || !slices.Equal(r.Candidates, []string{"alice", "bob"}) {
+			t.Errorf("%s: %+v, want ambiguous between alice and bob", c.Name, r)
+		}
+	}
+}
+
+// TestAttributionFinalizers: alice deletes an object with a finalizer (an
+// update that sets deletionTimestamp: her delete), then bob removes the
+// finalizer (the deletion: his patch, a weak fit decided at the bound).
+func TestAttributionFinalizers(t *testing.T) {
+	env := testenv.Shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const ns = "finalizers"
+	ensureNamespace(t, env, ns)
+	alice, bob := impersonated(t, env, "alice"), impersonated(t, env, "bob")
+	const wait = 2 * time.Second
+	_, a := newAttribution(t, IndexOptions{}, AttributorOptions{Wait: wait})
+	o := observe(t, ctx, env, a, configmaps, ns, "", nil)
+
+	cm := configMap("kept", map[string]any{"k": "v"})
+	cm.SetFinalizers([]string{"example.com/keep"})
+	if _, err := alice.dyn.Resource(configmaps).Namespace(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	o.waitResolved(t, 1, 10*time.Second)
+	if err := alice.dyn.Resource(configmaps).Namespace(ns).Delete(ctx, "kept", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got := o.waitResolved(t, 2, 10*time.Second)
+	if c := got[1]; !c.DeletionStarted || c.result.Match != MatchWindow || c.result.Username() != "alice" || c.result.Verb != "delete" {
+		t.Errorf("deletion started: %+v %+v, want alice's delete", c.Change, c.result)
+	}
+	if _, err := bob.dyn.Resource(configmaps).Namespace(ns).Patch(ctx, "kept", types.JSONPatchType,
+		[]byte(`[{"op":"remove","path":"/metadata/finalizers"}]`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got = o.waitResolved(t, 3, 10*time.Second)
+	c := got[2]
+	if c.Type != "deleted" || !c.WasTerminating || c.result.Match != MatchWindow || c.result.Username() != "bob" || c.result.Verb != "patch" {
+		t.Errorf("deletion: %+v %+v, want bob's patch", c.Change, c.result)
+	}
+	if waited := c.resolved.Sub(c.submitted); waited < wait-100*time.Millisecond || waited > wait+time.Second {
+		t.Errorf("a weak fit waited %s, want the bound %s", waited, wait)
+	}
+}
