@@ -475,7 +475,7 @@ func TestAttributionGenerateName(t *testing.T) {
 	}
 
 	ix, a := newAttribution(t, IndexOptions{}, AttributorOptions{})
-	o := observe(t, ctx, env, a, configmaps, ns, "", nil)
+	o := observe(t, ctx, env, a, configmaps, ns, currentRV(t, env, ns), nil)
 	for i := range 3 {
 		create(alice)
 		got := o.waitResolved(t, i+1, 10*time.Second)
@@ -512,7 +512,7 @@ func TestAttributionFinalizers(t *testing.T) {
 	alice, bob := impersonated(t, env, "alice"), impersonated(t, env, "bob")
 	const wait = 2 * time.Second
 	_, a := newAttribution(t, IndexOptions{}, AttributorOptions{Wait: wait})
-	o := observe(t, ctx, env, a, configmaps, ns, "", nil)
+	o := observe(t, ctx, env, a, configmaps, ns, currentRV(t, env, ns), nil)
 
 	cm := configMap("kept", map[string]any{"k": "v"})
 	cm.SetFinalizers([]string{"example.com/keep"})
@@ -539,4 +539,15 @@ func TestAttributionFinalizers(t *testing.T) {
 	if waited := c.resolved.Sub(c.submitted); waited < wait-100*time.Millisecond || waited > wait+time.Second {
 		t.Errorf("a weak fit waited %s, want the bound %s", waited, wait)
 	}
+}
+
+// currentRV is the resourceVersion to watch ConfigMaps of ns from, so that
+// objects left by an earlier run (go test -count) are not seen as created.
+func currentRV(t *testing.T, env *testenv.Env, ns string) string {
+	t.Helper()
+	l, err := env.Dynamic(t).Resource(configmaps).Namespace(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l.GetResourceVersion()
 }
