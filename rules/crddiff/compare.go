@@ -312,19 +312,31 @@ func CompareAll(old, new []*apiextensionsv1.CustomResourceDefinition) []*Result 
 			out = append(out, Compare(o, n))
 			continue
 		}
-		r := &Result{CRD: o.Name, Checks: []Check{}, Impact: []Impact{}}
-		r.add(Check{Path: "", Check: "crd-removed", Old: o.Name, Severity: Breaking,
-			Message: fmt.Sprintf("CRD %s was removed: deleting it deletes every object of it", o.Name)})
-		out = append(out, r)
+		out = append(out, Removed(o))
 	}
 	for _, n := range new {
 		if seen[n.Name] {
 			continue
 		}
 		seen[n.Name] = true
-		r := &Result{CRD: n.Name, Checks: []Check{}, Impact: []Impact{}}
-		r.add(Check{Path: "", Check: "crd-added", New: n.Name, Severity: Safe, Message: fmt.Sprintf("CRD %s was added", n.Name)})
-		out = append(out, r)
+		out = append(out, Added(n))
 	}
 	return out
+}
+
+// Removed is the comparison of a CRD with its absence: one check,
+// crd-removed (breaking), since deleting a CRD deletes every object of it.
+func Removed(crd *apiextensionsv1.CustomResourceDefinition) *Result {
+	r := &Result{CRD: crd.Name, Checks: []Check{}, Impact: []Impact{}}
+	r.add(Check{Path: "", Check: "crd-removed", Old: crd.Name, Severity: Breaking,
+		Message: fmt.Sprintf("CRD %s was removed: deleting it deletes every object of it", crd.Name)})
+	return r
+}
+
+// Added is the comparison of a new CRD with its absence: one check,
+// crd-added (safe).
+func Added(crd *apiextensionsv1.CustomResourceDefinition) *Result {
+	r := &Result{CRD: crd.Name, Checks: []Check{}, Impact: []Impact{}}
+	r.add(Check{Path: "", Check: "crd-added", New: crd.Name, Severity: Safe, Message: fmt.Sprintf("CRD %s was added", crd.Name)})
+	return r
 }

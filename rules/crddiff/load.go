@@ -389,6 +389,11 @@ func find(n *yamlv3.Node, path []string, kind string) *yamlv3.Node {
 	return nil
 }
 
+// nodeKind names the JSON kind of a node as encoding/json's type errors
+// do (object, array, number, bool, null, string), so that find can pick
+// the node such an error is about. It is not yamlstrict.KindName, which
+// names YAML node kinds for messages ("a mapping", "a list", "a scalar")
+// and does not tell scalars apart by their tag.
 func nodeKind(n *yamlv3.Node) string {
 	switch n.Kind {
 	case yamlv3.MappingNode:

@@ -1,6 +1,7 @@
 package crddiff
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 
@@ -74,6 +75,11 @@ type Result struct {
 	// Impact lists, for each breaking check that hits objects, the
 	// objects it hits; see Impact.
 	Impact []Impact `json:"impact"`
+	// ImpactError says why the impact is incomplete or missing when the
+	// scan could not read every object (a failed list, a time or object
+	// limit reached): Impact and Scanned then count what was read, lower
+	// bounds. "" when the scan was complete or none was asked for.
+	ImpactError string `json:"impactError,omitempty"`
 }
 
 // Effect is what the apiserver does to an object hit by a change.
@@ -112,6 +118,10 @@ type Impact struct {
 	Objects []Hit `json:"objects"`
 	// Message says what happens to these objects, ratcheting included.
 	Message string `json:"message"`
+	// Error says why this check's impact could not be computed (objects
+	// read after the change no longer show a field it removes): Count
+	// and Objects are then lower bounds. "" when it was computed.
+	Error string `json:"error,omitempty"`
 }
 
 // MaxSamples is how many objects an Impact names.
@@ -165,7 +175,10 @@ func (r *Result) Value() (map[string]any, error) {
 	return out, nil
 }
 
-// MarshalJSON writes checks and impact as [] rather than null.
+// MarshalJSON writes checks and impact as [] rather than null. It does
+// not escape <, > and & (encoding/json's HTML escaping), so that the
+// result reads as written inside a payload; json.Marshal of a Result
+// escapes them as usual.
 func (r Result) MarshalJSON() ([]byte, error) {
 	type plain Result
 	if r.Checks == nil {
@@ -182,5 +195,11 @@ func (r Result) MarshalJSON() ([]byte, error) {
 		impact[i] = im
 	}
 	r.Impact = impact
-	return json.Marshal(plain(r))
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(plain(r)); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }

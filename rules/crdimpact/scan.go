@@ -37,6 +37,8 @@ type Scanner struct {
 	invalid     map[string]*impact
 	scanned     int
 	skipped     int
+	// afterChange: the objects were read after the change (AfterChange).
+	afterChange string
 }
 
 // version is what the scan needs of one version of the new CRD.
@@ -54,6 +56,7 @@ type version struct {
 // target is a breaking or unknown check errors can be attributed to.
 type target struct {
 	check   int
+	name    string // the check's name
 	segs    []string
 	removal bool // the check makes the apiserver prune the field
 }
@@ -108,7 +111,7 @@ func New(crd *apiextensionsv1.CustomResourceDefinition, res *crddiff.Result) (*S
 		if err != nil {
 			continue
 		}
-		ver.targets = append(ver.targets, target{check: i, segs: segs, removal: isRemoval(c.Check)})
+		ver.targets = append(ver.targets, target{check: i, name: c.Check, segs: segs, removal: isRemoval(c.Check)})
 	}
 	return s, nil
 }
@@ -208,7 +211,7 @@ func (s *Scanner) Add(ctx context.Context, obj map[string]any) error {
 	if v.prune {
 		opts := structuralschema.UnknownFieldPathOptions{TrackUnknownFieldPaths: true}
 		for _, p := range pruning.PruneWithOptions(u, v.structural, true, opts) {
-			if t := v.match(p, true); t >= 0 && !hits[t] {
+			if t := v.match(p, "", true); t >= 0 && !hits[t] {
 				hits[t] = true
 				s.hit(t, crddiff.Pruned, crddiff.Hit{Namespace: ns, Name: name, Field: p, Error: fmt.Sprintf("%s: field not declared in schema", p)})
 			}
@@ -217,7 +220,7 @@ func (s *Scanner) Add(ctx context.Context, obj map[string]any) error {
 	}
 	for _, e := range v.validate(ctx, u) {
 		h := crddiff.Hit{Namespace: ns, Name: name, Field: e.Field, Error: errorText(e)}
-		t := v.match(e.Field, false)
+		t := v.match(e.Field, e.Type, false)
 		switch {
 		case t < 0:
 			s.hitInvalid(ver, h)
@@ -262,17 +265,38 @@ func blocking(errs field.ErrorList) bool {
 }
 
 // match returns the check whose field is the longest prefix of the error
-// path, among removal checks or the others; -1 when none.
-func (v *version) match(path string, removal bool) int {
+// path, among removal checks or the others; -1 when none. Of checks on
+// the same field, one that produces errors of typ wins (a missing value
+// is required-added's, a value outside an enum an enum check's, another
+// invalid value a limit's or a pattern's).
+func (v *version) match(path string, typ field.ErrorType, removal bool) int {
 	segs := splitErrorPath(path)
-	best, bestLen := -1, -1
+	best, bestLen, bestFits := -1, -1, false
 	for _, t := range v.targets {
-		if t.removal != removal || len(t.segs) <= bestLen || !hasPrefix(segs, t.segs) {
+		if t.removal != removal || len(t.segs) < bestLen || !hasPrefix(segs, t.segs) {
 			continue
 		}
-		best, bestLen = t.check, len(t.segs)
+		fits := produces(t.name, typ)
+		if len(t.segs) == bestLen && (bestFits || !fits) {
+			continue
+		}
+		best, bestLen, bestFits = t.check, len(t.segs), fits
 	}
 	return best
+}
+
+// produces reports whether a check makes the apiserver report errors of
+// type typ at its field.
+func produces(check string, typ field.ErrorType) bool {
+	switch {
+	case check == "required-added":
+		return typ == field.ErrorTypeRequired
+	case strings.HasPrefix(check, "enum-"):
+		return typ == field.ErrorTypeNotSupported
+	case check == "type-changed":
+		return typ == field.ErrorTypeTypeInvalid
+	}
+	return typ != field.ErrorTypeRequired && typ != field.ErrorTypeNotSupported
 }
 
 func hasPrefix(segs, prefix []string) bool {
@@ -340,6 +364,17 @@ func (im *impact) add(h crddiff.Hit) {
 	im.Objects[i] = h
 }
 
+// AfterChange tells the Scanner that its objects were read from the
+// apiserver after the change rather than as they were before it: the
+// apiserver prunes a removed field from every read, and serves objects
+// at the versions it still serves, so the objects that set a removed
+// field, or that clients use at a version no longer served, cannot be
+// found. Finish then reports every such check (field-removed,
+// preserve-unknown-fields-removed, additional-properties-removed,
+// served-version-removed) with Impact.Error set to why, its Count a lower
+// bound; why is the start of that message.
+func (s *Scanner) AfterChange(why string) { s.afterChange = why }
+
 // Scanned is how many objects of the CRD's kind Add has read.
 func (s *Scanner) Scanned() int { return s.scanned }
 
@@ -354,6 +389,20 @@ func (s *Scanner) Finish() {
 	idx := make([]int, 0, len(s.impacts))
 	for i := range s.impacts {
 		idx = append(idx, i)
+	}
+	if s.afterChange != "" {
+		for _, i := range s.unknowable() {
+			if s.impacts[i] == nil {
+				c := s.res.Checks[i]
+				effect := crddiff.Pruned
+				if c.Check == "served-version-removed" {
+					effect = crddiff.Unserved
+				}
+				idx = append(idx, i)
+				s.impacts[i] = &impact{crddiff.Impact{Check: c.Check, Version: c.Version, Path: c.Path, Field: c.Field, Effect: effect}}
+			}
+			s.impacts[i].Error = s.afterChange + ": " + unknowableReason(s.impacts[i].Impact)
+		}
 	}
 	sort.Ints(idx)
 	for _, i := range idx {
@@ -375,6 +424,36 @@ func (s *Scanner) Finish() {
 	}
 	s.res.Impact = out
 	s.res.Scanned = s.scanned
+}
+
+// unknowable returns the checks whose impact objects read after the
+// change cannot show: removals and versions no longer served.
+func (s *Scanner) unknowable() []int {
+	var out []int
+	for i, c := range s.res.Checks {
+		if c.Severity == crddiff.Safe || c.Version == "" {
+			continue
+		}
+		if c.Check == "served-version-removed" || (isRemoval(c.Check) && strings.HasPrefix(c.Path, "/") &&
+			!strings.HasPrefix(c.Path, "/spec/") && !strings.HasPrefix(c.Path, "/status/")) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// unknowableReason says why objects read after a change do not show an
+// Impact's objects.
+func unknowableReason(im crddiff.Impact) string {
+	if im.Effect == crddiff.Unserved {
+		return fmt.Sprintf("the apiserver serves them at the versions it still serves, so the objects clients use at %s cannot be told", im.Version)
+	}
+	field := im.Field
+	if field == "" {
+		field = "the removed fields"
+	}
+	return fmt.Sprintf("the apiserver prunes %s from every read after the change, so the objects that set it can only be found "+
+		"in copies read before the change", field)
 }
 
 // message says what the apiserver does to the objects of an Impact.

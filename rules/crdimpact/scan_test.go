@@ -107,6 +107,12 @@ func TestScan(t *testing.T) {
 			want:    []string{"maximum-added spec.size rejected 1 [a/big]"},
 		},
 		{
+			name:    "required and a limit on the same field: each error goes to the check that makes it",
+			newSpec: `{type: object, required: [size], properties: {color: {type: string, enum: [red, blue]}, size: {type: integer, maximum: 5}, legacy: {type: string}, ports: {type: array, items: {type: object, properties: {name: {type: string}, port: {type: integer}}}}, labels: {type: object, additionalProperties: {type: string}}}}`,
+			objects: []map[string]any{widget("a", "none", `{}`), widget("a", "big", `{size: 6, color: green}`), widget("a", "ok", `{size: 5}`)},
+			want:    []string{"required-added spec.size rejected 1 [a/none]", "enum-values-removed spec.color rejected 1 [a/big]", "maximum-added spec.size rejected 1 [a/big]"},
+		},
+		{
 			name:    "type changed; an object already invalid",
 			newSpec: `{type: object, properties: {color: {type: string, enum: [red, blue, green]}, size: {type: string}, legacy: {type: string}, ports: {type: array, items: {type: object, properties: {name: {type: string}, port: {type: integer}}}}, labels: {type: object, additionalProperties: {type: string}}}}`,
 			objects: []map[string]any{widget("a", "w1", `{size: 3}`), widget("a", "w2", `{size: "3"}`), widget("a", "bad", `{color: purple}`)},
@@ -264,6 +270,42 @@ func TestSplitPaths(t *testing.T) {
 	} {
 		if got := splitErrorPath(tt.path); !slices.Equal(got, tt.segs) {
 			t.Errorf("splitErrorPath(%q) = %q, want %q", tt.path, got, tt.segs)
+		}
+	}
+}
+
+// TestScanAfterChange checks that objects read after a change say that
+// the impact of removals and of versions no longer served cannot be
+// computed from them, while the other checks' impact is.
+func TestScanAfterChange(t *testing.T) {
+	old := crdWith(t, `{type: object, properties: {color: {type: string, enum: [red, blue]}, legacy: {type: string}}}`)
+	new := crdWith(t, `{type: object, properties: {color: {type: string, enum: [blue]}}}`)
+	new.Spec.Versions[0].Served = false
+	res := crddiff.Compare(old, new)
+	s, err := New(new, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.AfterChange("listed after the change")
+	for _, o := range []map[string]any{widget("a", "red", `{color: red}`), widget("a", "blue", `{color: blue}`)} {
+		if err := s.Add(context.Background(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Finish()
+	got := impactSummary(res)
+	want := []string{"served-version-removed  unserved 0 []", "enum-values-removed spec.color rejected 1 [a/red]", "field-removed spec.legacy pruned 0 []"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("impact %q, want %q", got, want)
+	}
+	for _, im := range res.Impact {
+		switch {
+		case im.Check == "enum-values-removed" && im.Error != "":
+			t.Errorf("%s: error %q, want none", im.Check, im.Error)
+		case im.Check == "field-removed" && !strings.HasPrefix(im.Error, "listed after the change: the apiserver prunes spec.legacy from every read"):
+			t.Errorf("%s: error %q", im.Check, im.Error)
+		case im.Check == "served-version-removed" && !strings.Contains(im.Error, "the objects clients use at v0 cannot be told"):
+			t.Errorf("%s: error %q", im.Check, im.Error)
 		}
 	}
 }
