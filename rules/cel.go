@@ -55,16 +55,18 @@ var linearFunctions = map[string]bool{
 
 var (
 	celEnvOnce sync.Once
-	celEnvVal  *cel.Env
+	celEnvs    [2]*cel.Env // without and with crd
 	celEnvErr  error
 )
 
-// celEnv returns the environment every when expression compiles in:
-// object and oldObject (dyn, null when absent), numbers compared across
-// int and double (JSON numbers come as either), optional types
-// (object.?spec.size), the strings, sets and lists extensions, and sum,
-// min and max over lists of numbers (listNumberFunctions).
-func celEnv() (*cel.Env, error) {
+// celEnv returns the environment when expressions compile in: object and
+// oldObject (dyn, null when absent), and with withCRD crd (dyn: the CRD
+// comparison, declared only for rules that match CustomResourceDefinitions
+// only); numbers compared across int and double (JSON numbers come as
+// either), optional types (object.?spec.size), the strings, sets and
+// lists extensions, and sum, min and max over lists of numbers
+// (listNumberFunctions).
+func celEnv(withCRD bool) (*cel.Env, error) {
 	celEnvOnce.Do(func() {
 		opts := []cel.EnvOption{
 			cel.Variable("object", cel.DynType),
@@ -76,9 +78,15 @@ func celEnv() (*cel.Env, error) {
 			ext.Sets(),
 			ext.Lists(ext.ListsMaxRangeSize(10_000)),
 		}
-		celEnvVal, celEnvErr = cel.NewEnv(append(opts, listNumberFunctions()...)...)
+		if celEnvs[0], celEnvErr = cel.NewEnv(append(opts, listNumberFunctions()...)...); celEnvErr != nil {
+			return
+		}
+		celEnvs[1], celEnvErr = celEnvs[0].Extend(cel.Variable("crd", cel.DynType))
 	})
-	return celEnvVal, celEnvErr
+	if withCRD {
+		return celEnvs[1], celEnvErr
+	}
+	return celEnvs[0], celEnvErr
 }
 
 // listNumberKinds are the element types of the lists sum, min and max
@@ -221,6 +229,8 @@ type celExpr struct {
 	// true when it reads object or oldObject in a way paths cannot say.
 	paths [][]string
 	full  bool
+	// usesCRD is true when the expression reads the crd variable.
+	usesCRD bool
 }
 
 // celIssue is a compile error of an expression, at a 1-based line and
@@ -230,10 +240,14 @@ type celIssue struct {
 	msg       string
 }
 
+// crdUndeclared is how cel-go reports crd used where it is not declared.
+const crdUndeclared = "undeclared reference to 'crd'"
+
 // compileCEL type-checks src (it must return a bool) and plans it with the
-// cost limit. It returns every compile issue.
-func compileCEL(src string) (*celExpr, []celIssue) {
-	env, err := celEnv()
+// cost limit; withCRD declares the crd variable. It returns every compile
+// issue.
+func compileCEL(src string, withCRD bool) (*celExpr, []celIssue) {
+	env, err := celEnv(withCRD)
 	if err != nil {
 		return nil, []celIssue{{1, 1, "CEL environment: " + err.Error()}}
 	}
@@ -242,6 +256,10 @@ func compileCEL(src string) (*celExpr, []celIssue) {
 		var out []celIssue
 		for _, e := range iss.Errors() {
 			msg := strings.ReplaceAll(e.Message, " (in container '')", "")
+			if strings.Contains(msg, crdUndeclared) {
+				msg += " (crd is declared only in rules whose every match.resources entry selects CustomResourceDefinitions: " +
+					"{group: apiextensions.k8s.io, kind: CustomResourceDefinition})"
+			}
 			out = append(out, celIssue{e.Location.Line(), e.Location.Column() + 1, msg})
 		}
 		return nil, out
@@ -250,6 +268,13 @@ func compileCEL(src string) (*celExpr, []celIssue) {
 		return nil, []celIssue{{1, 1, fmt.Sprintf("must return a bool, not %s", t)}}
 	}
 	x := &celExpr{src: src, metered: needsMetering(checked.NativeRep())}
+	if withCRD {
+		// Whether it reads crd (rather than, say, a loop variable of that
+		// name): it does when it does not compile without crd.
+		plain, _ := celEnv(false)
+		_, iss := plain.Compile(src)
+		x.usesCRD = iss != nil && iss.Err() != nil
+	}
 	opts := []cel.ProgramOption{cel.EvalOptions(cel.OptOptimize)}
 	if x.metered {
 		opts = append(opts, cel.CostLimit(CostLimit), cel.CostTracking(celCosts{}))
@@ -341,23 +366,30 @@ func selectedField(e ast.NavigableExpr, operand int64) (string, bool) {
 	return "", false
 }
 
-// celVars binds object and oldObject for one evaluation. The values are
-// converted to CEL values once per change and shared by every rule.
+// celVars binds object, oldObject and crd for one evaluation. The values
+// are converted to CEL values once per change and shared by every rule;
+// crd is set before each evaluation that declares it (rules with and
+// without the impact see different values).
 type celVars struct {
 	object, oldObject ref.Val
+	crd               ref.Val
 }
 
 func newCELVars(c *Change) *celVars {
-	env, _ := celEnv()
-	adapter := env.CELTypeAdapter()
-	v := &celVars{object: types.NullValue, oldObject: types.NullValue}
+	v := &celVars{object: types.NullValue, oldObject: types.NullValue, crd: types.NullValue}
 	if c.Object != nil {
-		v.object = adapter.NativeToValue(c.Object)
+		v.object = celValue(c.Object)
 	}
 	if c.OldObject != nil {
-		v.oldObject = adapter.NativeToValue(c.OldObject)
+		v.oldObject = celValue(c.OldObject)
 	}
 	return v
+}
+
+// celValue converts plain JSON values to a CEL value.
+func celValue(v any) ref.Val {
+	env, _ := celEnv(false)
+	return env.CELTypeAdapter().NativeToValue(v)
 }
 
 // ResolveName implements interpreter.Activation.
@@ -367,6 +399,8 @@ func (v *celVars) ResolveName(name string) (any, bool) {
 		return v.object, true
 	case "oldObject":
 		return v.oldObject, true
+	case "crd":
+		return v.crd, true
 	}
 	return nil, false
 }

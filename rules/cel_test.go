@@ -70,7 +70,7 @@ func TestCELEval(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			x, issues := compileCEL(tt.expr)
+			x, issues := compileCEL(tt.expr, false)
 			if issues != nil {
 				t.Fatalf("compile: %v", issues)
 			}
@@ -93,7 +93,7 @@ func TestCELEval(t *testing.T) {
 			}
 		})
 	}
-	x, _ := compileCEL("object.spec.size")
+	x, _ := compileCEL("object.spec.size", false)
 	if _, err := x.eval(newCELVars(&Change{Type: change.Created, Object: new})); !errors.Is(err, errNotBool) {
 		t.Errorf("non-bool result: %v", err)
 	}
@@ -118,7 +118,7 @@ func TestCELMetering(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.expr, func(t *testing.T) {
-			x, issues := compileCEL(tt.expr)
+			x, issues := compileCEL(tt.expr, false)
 			if issues != nil {
 				t.Fatalf("compile: %v", issues)
 			}
@@ -149,7 +149,7 @@ func TestCELPaths(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.expr, func(t *testing.T) {
-			x, issues := compileCEL(tt.expr)
+			x, issues := compileCEL(tt.expr, false)
 			if issues != nil {
 				t.Fatalf("compile: %v", issues)
 			}
@@ -184,7 +184,7 @@ func TestCELListCost(t *testing.T) {
 	for _, fn := range []string{"sum", "min", "max"} {
 		t.Run(fn, func(t *testing.T) {
 			// The loop turns metering on.
-			x, issues := compileCEL("[1].all(i, i > 0) && object.l." + fn + "() >= 0")
+			x, issues := compileCEL("[1].all(i, i > 0) && object.l."+fn+"() >= 0", false)
 			if issues != nil || !x.metered {
 				t.Fatalf("compile: %v, metered %v", issues, x != nil && x.metered)
 			}
@@ -194,7 +194,7 @@ func TestCELListCost(t *testing.T) {
 		})
 	}
 	// And the limit stops a list longer than it.
-	x, _ := compileCEL("[1].all(i, i > 0) && object.l.sum() >= 0")
+	x, _ := compileCEL("[1].all(i, i > 0) && object.l.sum() >= 0", false)
 	if ok, err := x.eval(newCELVars(&Change{Type: change.Created, Object: list(CostLimit + 1)})); err == nil || !strings.Contains(err.Error(), "cost limit") {
 		t.Errorf("sum of %d items = %v, %v; want the cost limit exceeded", CostLimit+1, ok, err)
 	}

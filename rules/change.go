@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/rules/crddiff"
 )
 
 // Change is one observed change of one object, what Set.Eval evaluates.
@@ -18,6 +19,14 @@ type Change struct {
 	OldObject map[string]any
 	// Time is when the change was observed: the payload's "time".
 	Time time.Time
+	// CRD is, for a change of a CustomResourceDefinition, its comparison
+	// (crddiff.Compare of OldObject and Object) with the impact of its
+	// breaking checks on custom resources, as the caller computed it when
+	// Set.WantsCRDImpact asked for it (Eval does not list objects). nil:
+	// Eval compares the CRDs itself, at most once per change, and rules
+	// that ask for the impact get the comparison with an impactError
+	// saying it was not computed.
+	CRD *crddiff.Result
 }
 
 // meta returns the object a change is about: the new state, or the final

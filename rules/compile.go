@@ -98,7 +98,17 @@ func (c *compiler) rule(rs *RuleSpec, p string) *Rule {
 	}
 	r.redact = c.paths(rs.Redact, p+".redact")
 	r.noise = ruleNoise(r.fields)
-	r.when = c.when(string(rs.When), p+".when")
+	crdOnly := matchesCRDsOnly(r.Selectors)
+	r.when = c.when(string(rs.When), p+".when", crdOnly)
+	switch {
+	case rs.CRD != nil && !crdOnly:
+		c.errorf(p+".crd", "only rules that match CustomResourceDefinitions only have crd: every match.resources entry must be "+
+			"{group: apiextensions.k8s.io, kind: CustomResourceDefinition}")
+	case rs.CRD != nil && rs.CRD.Impact:
+		r.crd = crdImpact
+	case rs.CRD != nil || (r.when != nil && r.when.usesCRD):
+		r.crd = crdCompare
+	}
 	if len(rs.Actions) == 0 {
 		c.errorf(p+".actions", "at least one action is required")
 	}
@@ -240,6 +250,23 @@ func (c *compiler) paths(srcs []string, p string) []*fieldPath {
 	return out
 }
 
+// crdResource is the resource of CustomResourceDefinitions.
+var crdResource = change.Resource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions",
+	Kind: "CustomResourceDefinition", Preferred: true}
+
+// matchesCRDsOnly reports whether the selectors select
+// CustomResourceDefinitions and nothing else: the rules that can read the
+// comparison of a CRD change.
+func matchesCRDsOnly(sels []change.Selector) bool {
+	for _, s := range sels {
+		named := s.Kind == crdResource.Kind || s.Resource == crdResource.Resource
+		if s.Group != crdResource.Group || s.Custom || !named || !s.Matches(crdResource) {
+			return false
+		}
+	}
+	return len(sels) > 0
+}
+
 // ruleNoise returns the noise paths a rule leaves out: all of them but
 // those that one of its fields names at or below.
 func ruleNoise(fields []*fieldTrigger) [][]string {
@@ -261,7 +288,7 @@ func ruleNoise(fields []*fieldTrigger) [][]string {
 // when compiles a when expression ("" for none). Its CEL errors carry
 // their line and column in the expression, which the loader maps into the
 // file where it can.
-func (c *compiler) when(src, p string) *celExpr {
+func (c *compiler) when(src, p string, withCRD bool) *celExpr {
 	if src == "" {
 		return nil
 	}
@@ -269,7 +296,7 @@ func (c *compiler) when(src, p string) *celExpr {
 		c.errorf(p, "empty expression (leave when out instead)")
 		return nil
 	}
-	x, issues := compileCEL(src)
+	x, issues := compileCEL(src, withCRD)
 	for _, is := range issues {
 		c.errs = append(c.errs, &Error{Path: p, Msg: "CEL: " + is.msg, exprLine: is.line, exprCol: is.col})
 	}

@@ -13,6 +13,8 @@ import (
 type Set struct {
 	rules  []*Rule
 	byName map[string]*Rule
+	// impactRules are the rules with crd: {impact: true}.
+	impactRules []*Rule
 
 	// cache maps a Resource to the rules that match it. It is a
 	// copy-on-write map: Eval reads it without locking; a miss adds the
@@ -25,6 +27,9 @@ func newSet(rules []*Rule) *Set {
 	s := &Set{rules: rules, byName: make(map[string]*Rule, len(rules))}
 	for _, r := range rules {
 		s.byName[r.Name] = r
+		if r.crd == crdImpact {
+			s.impactRules = append(s.impactRules, r)
+		}
 	}
 	m := map[change.Resource][]*Rule{}
 	s.cache.Store(&m)
@@ -40,16 +45,26 @@ func (s *Set) Rule(name string) *Rule { return s.byName[name] }
 
 // Selectors returns the union of the resource selectors of all rules, each
 // once, in rule order: the resources the watcher must resolve through
-// discovery and watch.
+// discovery and watch. Rules with crd: {impact: true} add the custom
+// resources of the CRDs they match (see Projection), which no rule
+// matches: their changes fire nothing.
 func (s *Set) Selectors() []change.Selector {
 	var out []change.Selector
 	seen := map[change.Selector]bool{}
+	add := func(sel change.Selector) {
+		if !seen[sel] {
+			seen[sel] = true
+			out = append(out, sel)
+		}
+	}
 	for _, r := range s.rules {
 		for _, sel := range r.Selectors {
-			if !seen[sel] {
-				seen[sel] = true
-				out = append(out, sel)
-			}
+			add(sel)
+		}
+	}
+	for _, r := range s.impactRules {
+		for _, sel := range r.impactSelectors() {
+			add(sel)
 		}
 	}
 	return out
@@ -93,6 +108,7 @@ type evalState struct {
 	// ignoreKey: rules that ignore the same paths share them.
 	ignored map[string][]Op
 	vars    *celVars
+	crd     crdState
 }
 
 // updateDiff returns the changes of an update for a rule without fields:
@@ -205,6 +221,20 @@ func (r *Rule) eval(st *evalState) (ops []Op, fired bool, err error) {
 		ops, haveOps = r.changes(st), true
 		if len(ops) == 0 {
 			return nil, false, nil
+		}
+	}
+	if r.crd != crdNone {
+		v, err := st.crdView(r.crd == crdImpact)
+		if err != nil {
+			return nil, false, fmt.Errorf("rule %s: crd: %w", r.Name, err)
+		}
+		if r.when != nil && r.when.usesCRD {
+			if st.vars == nil {
+				st.vars = newCELVars(c)
+			}
+			if st.vars.crd, err = v.celValue(); err != nil {
+				return nil, false, fmt.Errorf("rule %s: crd: %w", r.Name, err)
+			}
 		}
 	}
 	if r.when != nil {

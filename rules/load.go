@@ -80,6 +80,10 @@ func parseFile(name string, data []byte) ([]*Rule, ErrorList) {
 		if p := yamlstrict.IndexPath("rules", i) + ".on"; pos.Has(p) && f.Rules[i].On == nil {
 			f.Rules[i].On = []string{}
 		}
+		// `crd:` alone is `crd: {}`.
+		if p := yamlstrict.IndexPath("rules", i) + ".crd"; pos.Has(p) && f.Rules[i].CRD == nil {
+			f.Rules[i].CRD = &CRDSpec{}
+		}
 	}
 	rules, cerrs := compileFile(&f)
 	for _, e := range cerrs {

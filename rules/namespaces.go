@@ -14,10 +14,11 @@ func (r *Rule) Namespaces() []string { return slices.Clone(r.filter.namespaces) 
 // fire: the union of the namespaces of the rules matching res, sorted, or
 // nil when one of them watches every namespace (or none matches). The
 // watcher then lists and watches res in those namespaces only, and `fieldwatch
-// rbac` grants it there only.
+// rbac` grants it there only. The custom resources a rule with crd:
+// {impact: true} needs are watched in every namespace.
 func (s *Set) Namespaces(res change.Resource) []string {
 	rules := s.RulesFor(res)
-	if len(rules) == 0 {
+	if len(rules) == 0 || s.impactCovers(res) {
 		return nil
 	}
 	var out []string

@@ -102,6 +102,14 @@ func (r *Rule) firing(st *evalState, ops []Op) (Firing, error) {
 		b = appendJSONString(b, actor.Operation)
 		b = append(b, '}')
 	}
+	if r.crd != crdNone {
+		v, err := st.crdView(r.crd == crdImpact)
+		if err != nil {
+			return Firing{}, err
+		}
+		b = append(b, `,"crd":`...)
+		b = append(b, v.json...)
+	}
 	if r.IncludeObject {
 		if c.Object != nil {
 			b = append(b, `,"object":`...)

@@ -30,6 +30,7 @@ type Rule struct {
 	redact     []*fieldPath
 	noise      [][]string // noise locations this rule leaves out
 	when       *celExpr
+	crd        crdMode
 	projection change.Projection
 	nameErr    Error // where the name is, for duplicate-name errors
 }
@@ -43,6 +44,23 @@ func (r *Rule) Matches(res change.Resource) bool {
 	}
 	return false
 }
+
+// crdMode says what a rule gets of the comparison of a CRD change.
+type crdMode uint8
+
+const (
+	// crdNone: nothing (the rule has no crd key and its when does not
+	// read crd).
+	crdNone crdMode = iota
+	// crdCompare: the comparison, in the payload and in CEL.
+	crdCompare
+	// crdImpact: the comparison with the impact of its breaking checks.
+	crdImpact
+)
+
+// CRDImpact reports whether r asks for the impact of CRD changes on
+// custom resources (crd: {impact: true}).
+func (r *Rule) CRDImpact() bool { return r.crd == crdImpact }
 
 func changeBit(t change.Type) uint8 {
 	switch t {

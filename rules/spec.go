@@ -34,6 +34,10 @@ type RuleSpec struct {
 	When          Expression `yaml:"when,omitempty" json:"when,omitempty"`
 	IncludeObject bool       `yaml:"includeObject,omitempty" json:"includeObject,omitempty"`
 	Redact        []string   `yaml:"redact,omitempty" json:"redact,omitempty"`
+	// CRD, for rules that match CustomResourceDefinitions only, puts the
+	// comparison of the old and new CRD into the payload (nil: only when
+	// the when expression reads crd).
+	CRD *CRDSpec `yaml:"crd,omitempty" json:"crd,omitempty"`
 	// Actions are required: at least one.
 	Actions []Action `yaml:"actions" json:"actions"`
 }
@@ -46,6 +50,18 @@ type MatchSpec struct {
 	ExcludeNamespaces []string       `yaml:"excludeNamespaces,omitempty" json:"excludeNamespaces,omitempty"`
 	LabelSelector     string         `yaml:"labelSelector,omitempty" json:"labelSelector,omitempty"`
 	Names             []string       `yaml:"names,omitempty" json:"names,omitempty"`
+}
+
+// CRDSpec is a rule's crd key: what a rule on CustomResourceDefinitions
+// gets of the comparison of the old and the new CRD (package
+// rules/crddiff), in its payload and as the CEL variable crd.
+type CRDSpec struct {
+	// Impact asks for the custom resources each breaking check of an
+	// update hits (package rules/crdimpact). The caller of Eval computes
+	// it (Set.WantsCRDImpact says when); `fieldwatch run` also watches
+	// the custom resources of the CRDs such a rule matches, and caches
+	// them whole, so that it has them as they were before the change.
+	Impact bool `yaml:"impact,omitempty" json:"impact,omitempty"`
 }
 
 // SelectorSpec is one entry of match.resources.

@@ -21,6 +21,10 @@ type Case struct {
 	Source string
 	// Change is what is evaluated.
 	Change rules.Change
+	// Objects are, for an update of a CustomResourceDefinition, the
+	// custom resources the impact scan reads (as they were before the
+	// change) for the rules that ask for it (crd: {impact: true}).
+	Objects []map[string]any
 	// Expect is what must happen.
 	Expect Expectation
 }
@@ -37,6 +41,11 @@ type Expectation struct {
 	// contain: each error must contain one of them and each must be
 	// found. When nil, any evaluation error fails the case.
 	Errors []string
+	// CRD optionally gives, per firing rule, what the payload's crd field
+	// must hold: every key given must be there with the value given
+	// (maps may leave keys out; lists must have the items given, in
+	// order, each compared the same way).
+	CRD map[string]any
 }
 
 // The cases file schema, as written.
@@ -51,6 +60,7 @@ type caseSpec struct {
 	Resource  *resourceSpec `yaml:"resource"`
 	OldObject *any          `yaml:"oldObject"`
 	Object    *any          `yaml:"object"`
+	Objects   *any          `yaml:"objects"`
 	Expect    *expectSpec   `yaml:"expect"`
 }
 
@@ -67,6 +77,7 @@ type expectSpec struct {
 	Fire    []string       `yaml:"fire"`
 	Changes map[string]any `yaml:"changes"`
 	Errors  []string       `yaml:"errors"`
+	CRD     map[string]any `yaml:"crd"`
 }
 
 // Load reads a cases file. A case without a time gets at, so that its
@@ -153,6 +164,7 @@ func (l *loader) compile(cs *caseSpec, p string) Case {
 		obj = c.Change.OldObject
 	}
 	c.Change.Resource = l.resource(cs.Resource, obj, p+".resource")
+	c.Objects = l.objects(cs.Objects, c.Change, p+".objects")
 	if cs.Expect == nil {
 		l.errorf(p+".expect", "required: at least expect.fire (an empty list when nothing fires)")
 		return c
@@ -176,7 +188,48 @@ func (l *loader) compile(cs *caseSpec, p string) Case {
 			c.Expect.Changes[rule] = list
 		}
 	}
+	if cs.Expect.CRD != nil {
+		c.Expect.CRD = map[string]any{}
+		for rule, v := range cs.Expect.CRD {
+			rp := yamlstrict.JoinPath(p+".expect.crd", rule)
+			if _, ok := v.(map[string]any); !ok {
+				l.errorf(rp, "must be a mapping: the keys of the payload's crd to check")
+				continue
+			}
+			if !slices.Contains(c.Expect.Fire, rule) {
+				l.errorf(rp, "crd of rule %q, which is not in expect.fire", rule)
+			}
+			c.Expect.CRD[rule] = v
+		}
+	}
 	return c
+}
+
+// objects checks the custom resources of a case: a list of mappings, for
+// an update of a CustomResourceDefinition only.
+func (l *loader) objects(v *any, ch rules.Change, p string) []map[string]any {
+	if v == nil {
+		return nil
+	}
+	if ch.Type != change.Updated || ch.Resource.Group != "apiextensions.k8s.io" || ch.Resource.Resource != "customresourcedefinitions" {
+		l.errorf(p, "objects are the custom resources for the impact of a CRD change: only for type updated of customresourcedefinitions (group apiextensions.k8s.io)")
+		return nil
+	}
+	list, ok := (*v).([]any)
+	if !ok {
+		l.errorf(p, "must be a list of objects")
+		return nil
+	}
+	out := make([]map[string]any, 0, len(list))
+	for i, item := range list {
+		m, ok := item.(map[string]any)
+		if !ok {
+			l.errorf(yamlstrict.IndexPath(p, i), "must be a mapping (a custom resource)")
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 // object checks an object of a case; want says whether the change type

@@ -2,6 +2,7 @@ package cases
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -10,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/fieldwatch/fieldwatch/rules"
+	"github.com/fieldwatch/fieldwatch/rules/crddiff"
+	"github.com/fieldwatch/fieldwatch/rules/crdimpact"
 )
 
 // Result is the outcome of one case.
@@ -39,20 +42,30 @@ func Run(set *rules.Set, cases []Case) []Result {
 func run(set *rules.Set, c *Case) Result {
 	res := Result{Name: c.Name, Source: c.Source}
 	ch := c.Change
-	firings, errs := set.Eval(&ch)
 	var problems []string
+	if set.WantsCRDImpact(&ch) {
+		crd, err := impact(&ch, c.Objects)
+		if err != nil {
+			problems = append(problems, "crd impact: "+err.Error())
+		}
+		ch.CRD = crd
+	}
+	firings, errs := set.Eval(&ch)
 	fired := make([]string, 0, len(firings))
 	changes := map[string]any{}
+	crds := map[string]any{}
 	for _, f := range firings {
 		fired = append(fired, f.Rule.Name)
 		res.Firings = append(res.Firings, json.RawMessage(f.Payload))
 		var p struct {
 			Changes any `json:"changes"`
+			CRD     any `json:"crd"`
 		}
 		if err := json.Unmarshal(f.Payload, &p); err != nil {
 			problems = append(problems, fmt.Sprintf("rule %s: payload is not JSON: %v", f.Rule.Name, err))
 		}
 		changes[f.Rule.Name] = p.Changes
+		crds[f.Rule.Name] = p.CRD
 	}
 	for _, e := range errs {
 		res.Errors = append(res.Errors, e.Error())
@@ -86,6 +99,25 @@ func run(set *rules.Set, c *Case) Result {
 		// Both sides come from encoding/json: numbers are float64.
 		if !reflect.DeepEqual(want, got) {
 			problems = append(problems, fmt.Sprintf("rule %s: changes differ (- expected, + got):\n%s", name, LineDiff(jsonLines(want), jsonLines(got))))
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Expect.CRD)) {
+		got, ok := crds[name]
+		if !ok {
+			continue // reported as did not fire
+		}
+		want, err := normaliseJSON(c.Expect.CRD[name])
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("rule %s: expected crd: %v", name, err))
+			continue
+		}
+		if got == nil {
+			problems = append(problems, fmt.Sprintf("rule %s: the payload has no crd (the rule has no crd key and its when does not read crd)", name))
+			continue
+		}
+		if shown := shape(want, got); !reflect.DeepEqual(want, shown) {
+			problems = append(problems, fmt.Sprintf("rule %s: crd differs (- expected, + got, keys not expected left out):\n%s", name,
+				LineDiff(crdLines(want), crdLines(shown))))
 		}
 	}
 	problems = append(problems, checkErrors(c.Expect.Errors, res.Errors)...)
@@ -163,4 +195,75 @@ func compactJSON(v any) string {
 		return fmt.Sprint(v)
 	}
 	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// impact compares the CRDs of an update and scans the objects for the
+// impact of its breaking checks, as `fieldwatch run` does with the
+// objects it caches.
+func impact(ch *rules.Change, objects []map[string]any) (*crddiff.Result, error) {
+	oldCRD, err := crddiff.FromMap(ch.OldObject)
+	if err != nil {
+		return nil, fmt.Errorf("oldObject: %w", err)
+	}
+	newCRD, err := crddiff.FromMap(ch.Object)
+	if err != nil {
+		return nil, fmt.Errorf("object: %w", err)
+	}
+	res := crddiff.Compare(oldCRD, newCRD)
+	if err := crdimpact.Scan(context.Background(), newCRD, res, slices.Values(objects)); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// shape returns got restricted to what want names: the keys of want's
+// maps (recursively), and, for lists of want's length, each item shaped
+// by want's item. Anything else is got as it is.
+func shape(want, got any) any {
+	switch w := want.(type) {
+	case map[string]any:
+		g, ok := got.(map[string]any)
+		if !ok {
+			return got
+		}
+		out := make(map[string]any, len(w))
+		for k, wv := range w {
+			if gv, ok := g[k]; ok {
+				out[k] = shape(wv, gv)
+			}
+		}
+		return out
+	case []any:
+		g, ok := got.([]any)
+		if !ok || len(g) != len(w) {
+			return got
+		}
+		out := make([]any, len(g))
+		for i := range g {
+			out[i] = shape(w[i], g[i])
+		}
+		return out
+	}
+	return got
+}
+
+// crdLines renders an expected or shaped crd one key per line, and the
+// items of its lists one per line, for a readable diff.
+func crdLines(v any) []string {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return []string{compactJSON(v)}
+	}
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if l, ok := m[k].([]any); ok {
+			out = append(out, k+":")
+			for _, item := range l {
+				out = append(out, "  "+compactJSON(item))
+			}
+			continue
+		}
+		out = append(out, k+": "+compactJSON(m[k]))
+	}
+	return out
 }
