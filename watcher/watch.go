@@ -50,6 +50,10 @@ type resourceWatch struct {
 	ctrl    cache.Controller
 	deliver atomic.Bool     // hand changes to the watcher's handler
 	observe func(c *Change) // internal observer (CRD tracking), may be nil
+	// listed is when the informer last started to fill its cache from the
+	// apiserver (a list, or a watch that sends the initial objects), in
+	// Unix nanoseconds.
+	listed atomic.Int64
 
 	mode      startMode
 	covered   func(namespace string) bool // baselineStart: the namespaces base covers; nil for all
@@ -86,12 +90,16 @@ func newResourceWatch(w *Watcher, res change.Resource, namespace string, proj ch
 	}
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			rw.listed.Store(time.Now().UnixNano())
 			w.cfg.Shard.apply(&opts)
 			list, err := client.List(ctx, opts)
 			rw.observeError(err)
 			return list, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			if opts.SendInitialEvents != nil && *opts.SendInitialEvents {
+				rw.listed.Store(time.Now().UnixNano()) // watch-list: the objects come through the watch
+			}
 			w.cfg.Shard.apply(&opts)
 			wi, err := client.Watch(ctx, opts)
 			rw.observeError(err)
