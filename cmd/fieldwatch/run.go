@@ -46,6 +46,10 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.GracePeriod, "grace-period", 20*time.Second, "on SIGTERM, how long queued changes and actions may drain")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on --http-addr")
+	fs.IntVar(&cfg.CRDImpactMaxObjects, "crd-impact-max-objects", app.DefaultCRDImpactMaxObjects,
+		"most custom resources one CRD change's impact scan reads (rules with crd: {impact: true}); beyond, the payload says the counts are lower bounds")
+	fs.DurationVar(&cfg.CRDImpactTimeout, "crd-impact-timeout", app.DefaultCRDImpactTimeout,
+		"longest one CRD change's impact scan runs, list included; beyond, the payload says the counts are lower bounds")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

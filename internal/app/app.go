@@ -62,6 +62,13 @@ type Config struct {
 	Ready func(addr string)
 	// Pprof serves Go's profiles under /debug/pprof/ on HTTPAddr.
 	Pprof bool
+	// CRDImpactMaxObjects and CRDImpactTimeout bound the scan of the
+	// custom resources a CRD change hits, for rules with crd: {impact:
+	// true} (defaults DefaultCRDImpactMaxObjects and
+	// DefaultCRDImpactTimeout): a scan that reaches either stops and its
+	// payload says so.
+	CRDImpactMaxObjects int
+	CRDImpactTimeout    time.Duration
 }
 
 // App is one running `fieldwatch run`.
@@ -101,6 +108,12 @@ func newApp(cfg Config) (*App, error) {
 	}
 	if cfg.GracePeriod <= 0 {
 		cfg.GracePeriod = 20 * time.Second
+	}
+	if cfg.CRDImpactMaxObjects <= 0 {
+		cfg.CRDImpactMaxObjects = DefaultCRDImpactMaxObjects
+	}
+	if cfg.CRDImpactTimeout <= 0 {
+		cfg.CRDImpactTimeout = DefaultCRDImpactTimeout
 	}
 	a := &App{cfg: cfg, log: cfg.Logger, reg: prometheus.NewRegistry()}
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

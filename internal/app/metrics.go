@@ -17,6 +17,11 @@ type metrics struct {
 	reloadFails prometheus.Counter
 	leader      prometheus.Gauge
 	serverShard prometheus.Gauge
+
+	impactScans    *prometheus.CounterVec
+	impactObjects  prometheus.Counter
+	impactSeconds  prometheus.Histogram
+	impactFailures *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -49,8 +54,26 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "fieldwatch", Name: "shard_server_side",
 			Help: "1 when the apiserver filters this shard's objects (ShardedListAndWatch), 0 when the client does.",
 		}),
+		impactScans: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "fieldwatch", Name: "crd_impact_scans_total",
+			Help: "Scans of the custom resources a breaking CRD change hits, by where the objects came from (cache, list, or none when the new CRD could not be read).",
+		}, []string{"source"}),
+		impactObjects: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "fieldwatch", Name: "crd_impact_objects_scanned_total",
+			Help: "Custom resources run through the new schema by CRD impact scans.",
+		}),
+		impactSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "fieldwatch", Name: "crd_impact_scan_seconds",
+			Help:    "Duration of CRD impact scans, list included.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 4, 8),
+		}),
+		impactFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "fieldwatch", Name: "crd_impact_failures_total",
+			Help: "CRD impact scans that stopped early or failed, by reason (limit, timeout, error); their payloads carry an impactError.",
+		}, []string{"reason"}),
 	}
-	reg.MustRegister(m.changes, m.evalErrors, m.rules, m.reloads, m.reloadFails, m.leader, m.serverShard)
+	reg.MustRegister(m.changes, m.evalErrors, m.rules, m.reloads, m.reloadFails, m.leader, m.serverShard,
+		m.impactScans, m.impactObjects, m.impactSeconds, m.impactFailures)
 	m.byType = map[string]prometheus.Counter{}
 	for _, t := range []string{"created", "updated", "deleted"} {
 		m.byType[t] = m.changes.WithLabelValues(t)

@@ -28,7 +28,11 @@ func (p *pipeline) Handle(ctx context.Context, c *watcher.Change) error {
 		return nil // no rule watches this resource (any more)
 	}
 	p.app.metrics.changeCounter(string(c.Type)).Inc()
-	firings, errs := set.Eval(rulesChange(c))
+	rc := rulesChange(c)
+	if set.WantsCRDImpact(rc) {
+		p.app.crdImpact(ctx, c, rc)
+	}
+	firings, errs := set.Eval(rc)
 	for _, err := range errs {
 		p.app.metrics.evalErrors.Inc()
 		// Evaluation errors repeat for every object a broken rule sees:

@@ -1,0 +1,198 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+
+	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
+	"github.com/fieldwatch/fieldwatch/rules"
+	"github.com/fieldwatch/fieldwatch/rules/crddiff"
+	"github.com/fieldwatch/fieldwatch/watcher"
+)
+
+var crdRes = change.Resource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions", Kind: "CustomResourceDefinition", Preferred: true}
+
+// gadgetsCRD is the Gadget CRD of group at v1 and v2 (v2 served when
+// two), with spec.color's enum and, with owner, spec.owner.
+func gadgetsCRD(group, enum string, owner, two bool) string {
+	props := "color: {type: string, enum: " + enum + "}, size: {type: integer}"
+	if owner {
+		props += ", owner: {type: string}"
+	}
+	version := func(name string, served, storage bool) string {
+		return fmt.Sprintf("    - {name: %s, served: %v, storage: %v, schema: {openAPIV3Schema: {type: object, properties: {spec: {type: object, properties: {%s}}}}}}\n",
+			name, served, storage, props)
+	}
+	return fmt.Sprintf(`apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: gadgets.%[1]s}
+spec:
+  group: %[1]s
+  scope: Namespaced
+  names: {plural: gadgets, singular: gadget, kind: Gadget, listKind: GadgetList}
+  versions:
+`, group) + version("v1", true, true) + version("v2", two, false)
+}
+
+// TestCRDImpactList runs the impact scan of the pipeline where the
+// watcher's cache cannot give the objects (here, no watcher): it lists
+// them from the apiserver after the change, finds what the remaining
+// schema rejects, says that the objects setting a removed field cannot be
+// found, and stops at its bounds or on a failed list with an impactError
+// and what it found so far.
+func TestCRDImpactList(t *testing.T) {
+	env := testenv.Shared(t)
+	ctx := context.Background()
+	const group = "list.impact.example.com"
+	ns := "crd-impact-list"
+	if _, err := env.Clientset(t).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	apply := func(manifest string) map[string]any {
+		t.Helper()
+		objs, err := env.Apply(ctx, testenv.ApplyOptions{FieldManager: "kubectl"}, []byte(manifest))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return objs[0].Object
+	}
+	oldCRD := apply(gadgetsCRD(group, "[red, green, blue]", true, true))
+	var objs strings.Builder
+	for i, color := range []string{"red", "green", "blue", "green", "red"} {
+		fmt.Fprintf(&objs, "---\napiVersion: %s/v1\nkind: Gadget\nmetadata: {name: g%d, namespace: %s}\nspec: {color: %s, owner: o%d}\n", group, i, ns, color, i)
+	}
+	apply(objs.String())
+	// A field removed, an enum narrowed, v2 no longer served.
+	newCRD := apply(gadgetsCRD(group, "[red, blue]", false, false))
+	safeCRD := apply(gadgetsCRD(group, "[red, blue, white]", false, false))
+
+	dyn := env.Dynamic(t)
+	broken, err := dynamic.NewForConfig(&rest.Config{Host: "http://127.0.0.1:1", Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name       string
+		old, new   map[string]any
+		dyn        dynamic.Interface
+		maxObjects int
+		timeout    time.Duration
+		scanned    int
+		impact     []string // check effect count samples error-prefix
+		impactErr  string   // prefix
+		failure    string   // the failure reason counted
+	}{
+		{name: "listed after the change", old: oldCRD, new: newCRD, dyn: dyn, maxObjects: 100, timeout: time.Minute, scanned: 5, impact: []string{
+			"served-version-removed unserved 0 [] the objects were listed from the apiserver after the change (not cached before it: not watching): the apiserver serves them at the versions it still serves",
+			"enum-values-removed rejected 2 [g1 g3] ",
+			"field-removed pruned 0 [] the objects were listed from the apiserver after the change (not cached before it: not watching): the apiserver prunes spec.owner from every read",
+		}},
+		{name: "object limit", old: oldCRD, new: newCRD, dyn: dyn, maxObjects: 2, timeout: time.Minute, scanned: 2,
+			impactErr: "stopped after 2 objects (--crd-impact-max-objects): the counts are lower bounds", failure: "limit"},
+		{name: "time limit", old: oldCRD, new: newCRD, dyn: dyn, maxObjects: 100, timeout: time.Nanosecond, scanned: 0,
+			impactErr: "stopped after 1ns (--crd-impact-timeout), 0 objects read: the counts are lower bounds", failure: "timeout"},
+		{name: "list fails", old: oldCRD, new: newCRD, dyn: broken, maxObjects: 100, timeout: time.Minute, scanned: 0,
+			impactErr: "list gadgets.v1." + group + ": ", failure: "error"},
+		{name: "a safe change scans nothing", old: newCRD, new: safeCRD, dyn: broken, maxObjects: 100, timeout: time.Minute},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := &App{cfg: Config{CRDImpactMaxObjects: tt.maxObjects, CRDImpactTimeout: tt.timeout}, log: slog.New(slog.DiscardHandler),
+				metrics: newMetrics(prometheus.NewRegistry()), dyn: tt.dyn}
+			now := time.Now()
+			rc := &rules.Change{Type: change.Updated, Resource: crdRes, OldObject: tt.old, Object: tt.new, Time: now}
+			a.crdImpact(ctx, &watcher.Change{Type: change.Updated, Resource: crdRes, Time: now}, rc)
+			res := rc.CRD
+			if res == nil {
+				t.Fatal("no comparison")
+			}
+			if res.Scanned != tt.scanned || !strings.HasPrefix(res.ImpactError, tt.impactErr) || (tt.impactErr == "") != (res.ImpactError == "") {
+				t.Errorf("scanned %d, impactError %q; want %d, %q", res.Scanned, res.ImpactError, tt.scanned, tt.impactErr)
+			}
+			if tt.impact != nil {
+				var got []string
+				for _, im := range res.Impact {
+					var names []string
+					for _, h := range im.Objects {
+						names = append(names, h.Name)
+					}
+					got = append(got, fmt.Sprintf("%s %s %d %v %s", im.Check, im.Effect, im.Count, names, im.Error))
+				}
+				for i := range got {
+					if i >= len(tt.impact) || !strings.HasPrefix(got[i], tt.impact[i]) {
+						t.Errorf("impact:\n  %s\nwant (prefixes):\n  %s", strings.Join(got, "\n  "), strings.Join(tt.impact, "\n  "))
+						break
+					}
+				}
+			}
+			scans := counterValue(t, a.metrics.impactScans.WithLabelValues("list"))
+			if want := map[bool]float64{true: 0, false: 1}[res.Breaking == 0]; scans != want {
+				t.Errorf("list scans %v, want %v", scans, want)
+			}
+			if got := counterValue(t, a.metrics.impactObjects); got != float64(tt.scanned) {
+				t.Errorf("objects scanned metric %v, want %d", got, tt.scanned)
+			}
+			for _, reason := range []string{"limit", "timeout", "error"} {
+				want := map[bool]float64{true: 1, false: 0}[reason == tt.failure]
+				if got := counterValue(t, a.metrics.impactFailures.WithLabelValues(reason)); got != want {
+					t.Errorf("failures{reason=%s} = %v, want %v", reason, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestListVersion(t *testing.T) {
+	crd := func(served ...string) map[string]any {
+		var versions []any
+		for _, v := range []string{"v1alpha1", "v1beta1", "v1", "v2"} {
+			versions = append(versions, map[string]any{"name": v, "served": slices.Contains(served, v), "storage": v == "v1"})
+		}
+		return map[string]any{"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "spec": map[string]any{"versions": versions}}
+	}
+	tests := []struct {
+		old, new []string
+		want     string
+	}{
+		{[]string{"v1", "v1beta1"}, []string{"v1", "v1beta1"}, "v1"},
+		{[]string{"v1", "v1beta1"}, []string{"v1beta1", "v1alpha1"}, "v1beta1"},
+		{[]string{"v1beta1"}, []string{"v1beta1", "v2"}, "v1beta1"},
+		{[]string{"v1"}, nil, ""},
+	}
+	for _, tt := range tests {
+		old, err := crddiff.FromMap(crd(tt.old...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		new, err := crddiff.FromMap(crd(tt.new...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := listVersion(old, new); got != tt.want {
+			t.Errorf("listVersion(%v -> %v) = %q, want %q", tt.old, tt.new, got, tt.want)
+		}
+	}
+}
+
+// counterValue reads a counter.
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
