@@ -6,15 +6,19 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
+	"github.com/fieldwatch/fieldwatch/rules/crddiff"
 )
 
 var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
@@ -124,5 +128,227 @@ func TestCRDDefinitions(t *testing.T) {
 			b, _ := json.Marshal(ev)
 			t.Errorf("%s Event: %s", reason, b)
 		}
+	}
+}
+
+// breakingCRD is the Widget CRD of TestCRDBreaking's group, as one kubectl
+// apply manifest: v1 (served and stored unless v1Served is false) and
+// v1beta1 (served) with the same schema.
+type breakingCRD struct {
+	enum     string // spec.color's enum
+	owner    bool   // spec.owner exists
+	weight   bool   // spec.weight exists
+	required bool   // spec.size is required
+	v1Served bool
+}
+
+func (c breakingCRD) manifest(group string) []byte {
+	props := "color: {type: string, enum: " + c.enum + "}, size: {type: integer}"
+	if c.owner {
+		props += ", owner: {type: string}"
+	}
+	if c.weight {
+		props += ", weight: {type: integer}"
+	}
+	required := ""
+	if c.required {
+		required = ", required: [size]"
+	}
+	schema := fmt.Sprintf("{openAPIV3Schema: {type: object, properties: {spec: {type: object%s, properties: {%s}}}}}", required, props)
+	return []byte(fmt.Sprintf(`apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.%[1]s}
+spec:
+  group: %[1]s
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget, listKind: WidgetList}
+  versions:
+    - {name: v1, served: %[2]v, storage: %[2]v, schema: %[3]s}
+    - {name: v1beta1, served: true, storage: %[4]v, schema: %[3]s}
+`, group, c.v1Served, schema, !c.v1Served))
+}
+
+// TestCRDBreaking runs crd-breaking of examples/crd-definitions while a
+// CRD with objects goes through kubectl-apply-style updates: a safe one,
+// then one that removes a field, one that narrows an enum, one that makes
+// a field required and one that stops serving the stored version. Each
+// breaking update fires once, with its checks and the objects they hit,
+// and those objects are exactly those whose content (as it was before the
+// update) the apiserver now rejects on a server-side dry-run create; the
+// safe update fires nothing. The objects come from fieldwatch's cache, as
+// they were before each change: a removed field is pruned from every read
+// after it.
+func TestCRDBreaking(t *testing.T) {
+	env := testenv.Shared(t)
+	ctx := context.Background()
+	fw := startFieldwatch(t, "crd-definitions/rules.yaml")
+	const group = "breaking.crd-definitions.example.com"
+	const ns = "crd-breaking"
+	name := "widgets." + group
+	dyn := env.Dynamic(t)
+	gvr := func(v string) schema.GroupVersionResource {
+		return schema.GroupVersionResource{Group: group, Version: v, Resource: "widgets"}
+	}
+	ensureNamespace(t, ns)
+
+	crd := breakingCRD{enum: "[red, green, blue]", owner: true, v1Served: true}
+	var uid types.UID
+	apply := func(what string, c breakingCRD) {
+		t.Helper()
+		objs, err := env.Apply(ctx, testenv.ApplyOptions{FieldManager: "kubectl"}, c.manifest(group))
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		uid = objs[0].GetUID()
+		crd = c
+	}
+	apply("create the CRD", crd)
+	t.Cleanup(func() { _ = dyn.Resource(crdResource).Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	widgets := map[string]string{
+		"red":        "{color: red, size: 1}",
+		"green":      "{color: green, size: 2, owner: ann}",
+		"blue-owner": "{color: blue, owner: bob}",
+		"green-2":    "{color: green}",
+		"plain":      "{size: 3}",
+		"owner":      "{owner: cy, size: 4}",
+	}
+	var manifest strings.Builder
+	for n, spec := range widgets {
+		fmt.Fprintf(&manifest, "---\napiVersion: %s/v1\nkind: Widget\nmetadata: {name: %s, namespace: %s}\nspec: %s\n", group, n, ns, spec)
+	}
+	if _, err := env.Apply(ctx, testenv.ApplyOptions{FieldManager: "kubectl"}, []byte(manifest.String())); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "fieldwatch to cache the widgets", func() (bool, string) {
+		n := fw.metric(t, `fieldwatch_watcher_events_total{group="`+group+`",resource="widgets",type="created"`)
+		return n >= len(widgets), fmt.Sprintf("%d created", n)
+	})
+
+	// current reads the widgets at v1 as the apiserver serves them now:
+	// the content a re-create would send.
+	current := func() []map[string]any {
+		t.Helper()
+		list, err := dyn.Resource(gvr("v1")).Namespace(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatalf("list widgets: %v", err)
+		}
+		out := make([]map[string]any, len(list.Items))
+		for i := range list.Items {
+			out[i] = list.Items[i].Object
+		}
+		return out
+	}
+	// rejected dry-run creates each object's content under a new name,
+	// with strict field validation as kubectl sends it, and returns the
+	// names of those the apiserver rejects.
+	rejected := func(objs []map[string]any) ([]string, map[string]string) {
+		t.Helper()
+		var names []string
+		why := map[string]string{}
+		for _, o := range objs {
+			u := (&unstructured.Unstructured{Object: o}).DeepCopy()
+			n := u.GetName()
+			u.Object["metadata"] = map[string]any{"name": n + "-again", "namespace": ns}
+			_, err := dyn.Resource(gvr("v1")).Namespace(ns).Create(ctx, u,
+				metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValidation: metav1.FieldValidationStrict})
+			if err != nil {
+				names = append(names, n)
+				why[n] = err.Error()
+			}
+		}
+		slices.Sort(names)
+		return names, why
+	}
+	if names, why := rejected(current()); len(names) > 0 {
+		t.Fatalf("before any change the apiserver rejects %v: %v", names, why)
+	}
+
+	firings := func() []payload { return fw.firings(t, "crd-breaking", "", name) }
+	// step applies a CRD update that must fire crd-breaking, waits for the
+	// firing, and checks it against the apiserver.
+	step := func(what string, c breakingCRD, checks []string, hits map[string][]string) {
+		t.Helper()
+		before := current()
+		n := len(firings())
+		apply(what, c)
+		waitFor(t, what+": crd-breaking fires", func() (bool, string) {
+			return len(firings()) > n, fw.stdout.String()
+		})
+		p := firings()[n]
+		res := p.CRD
+		if res == nil {
+			t.Fatalf("%s: payload without crd: %s", what, p.raw)
+		}
+		var got []string
+		for _, c := range res.Checks {
+			if c.Severity != crddiff.Safe {
+				got = append(got, c.Check+" "+c.Version+" "+c.Field)
+			}
+		}
+		if !slices.Equal(got, checks) {
+			t.Errorf("%s: breaking checks %q, want %q", what, got, checks)
+		}
+		if res.Breaking != len(checks) || res.Scanned != len(widgets) || res.ImpactError != "" {
+			t.Errorf("%s: breaking %d, scanned %d, impactError %q", what, res.Breaking, res.Scanned, res.ImpactError)
+		}
+		byCheck := map[string][]string{}
+		var reported []string
+		for _, im := range res.Impact {
+			if im.Error != "" {
+				t.Errorf("%s: %s impact not computed: %s", what, im.Check, im.Error)
+			}
+			for _, h := range im.Objects {
+				byCheck[im.Check] = append(byCheck[im.Check], h.Name)
+				if !slices.Contains(reported, h.Name) {
+					reported = append(reported, h.Name)
+				}
+			}
+		}
+		slices.Sort(reported)
+		if !reflect.DeepEqual(byCheck, hits) {
+			t.Errorf("%s: impact %v, want %v\n%s", what, byCheck, hits, p.raw)
+		}
+		// The apiserver serves the new schema once its CRD handler has
+		// caught up: poll until it rejects what the impact reports.
+		waitFor(t, what+": the apiserver rejects a re-create of exactly the objects the impact reports", func() (bool, string) {
+			names, why := rejected(before)
+			return slices.Equal(names, reported), fmt.Sprintf("the impact reports %v; the apiserver rejects %v (%v)", reported, names, why)
+		})
+	}
+
+	// A safe change: a field added. crd-schema-changed fires; crd-breaking
+	// does not (the next firings of crd-breaking are at later versions).
+	apply("add spec.weight", breakingCRD{enum: crd.enum, owner: true, weight: true, v1Served: true})
+	safe := fw.waitFiring(t, "crd-schema-changed", "", name, "")
+	step("remove spec.owner", breakingCRD{enum: "[red, green, blue]", weight: true, v1Served: true},
+		[]string{"field-removed v1 spec.owner", "field-removed v1beta1 spec.owner"},
+		map[string][]string{"field-removed": {"blue-owner", "green", "owner"}})
+	step("narrow spec.color", breakingCRD{enum: "[red, blue]", weight: true, v1Served: true},
+		[]string{"enum-values-removed v1 spec.color", "enum-values-removed v1beta1 spec.color"},
+		map[string][]string{"enum-values-removed": {"green", "green-2"}})
+	// Objects already rejected by the narrowed enum show as invalid:
+	// every object a re-create fails for is named.
+	step("require spec.size", breakingCRD{enum: "[red, blue]", weight: true, required: true, v1Served: true},
+		[]string{"required-added v1 spec.size", "required-added v1beta1 spec.size"},
+		map[string][]string{"required-added": {"blue-owner", "green-2"}, "invalid": {"green", "green-2"}})
+	step("stop serving the stored version v1", breakingCRD{enum: "[red, blue]", weight: true, required: true},
+		[]string{"served-version-removed v1 "},
+		map[string][]string{"served-version-removed": {"blue-owner", "green", "green-2", "owner", "plain", "red"}})
+
+	for _, p := range firings() {
+		if p.ResourceVersion == safe.ResourceVersion {
+			t.Errorf("crd-breaking fired on the safe change: %s", p.raw)
+		}
+	}
+	if n := len(firings()); n != 4 {
+		t.Errorf("crd-breaking fired %d times, want 4", n)
+	}
+	if cache, list := fw.metric(t, `fieldwatch_crd_impact_scans_total{source="cache"}`), fw.metric(t, `fieldwatch_crd_impact_scans_total{source="list"}`); cache != 4 || list != 0 {
+		t.Errorf("impact scans from the cache %d, from a list %d; want 4 and 0", cache, list)
+	}
+	ev := waitEvent(t, metav1.NamespaceDefault, uid, "CRDBreakingChange")
+	if ev.Type != corev1.EventTypeWarning || !strings.HasPrefix(ev.Note, name+": 2 breaking change(s):") || !strings.Contains(ev.Note, "6 object(s) checked") {
+		b, _ := json.Marshal(ev)
+		t.Errorf("CRDBreakingChange Event: %s", b)
 	}
 }

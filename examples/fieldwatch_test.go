@@ -22,6 +22,7 @@ import (
 
 	"github.com/fieldwatch/fieldwatch/internal/app"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
+	"github.com/fieldwatch/fieldwatch/rules/crddiff"
 )
 
 // waitTimeout bounds every wait for something fieldwatch does.
@@ -108,13 +109,20 @@ func (fw *fieldwatch) get(t *testing.T, path string) (int, string) {
 // the changes of watched resources fieldwatch has taken from its queue.
 func (fw *fieldwatch) evaluated(t *testing.T) int {
 	t.Helper()
+	return fw.metric(t, "fieldwatch_changes_evaluated_total{")
+}
+
+// metric returns the sum of the samples of /metrics whose line starts
+// with prefix (a metric name and "{", or with some of its labels).
+func (fw *fieldwatch) metric(t *testing.T, prefix string) int {
+	t.Helper()
 	code, body := fw.get(t, "/metrics")
 	if code != http.StatusOK {
 		t.Fatalf("/metrics: %d %s", code, body)
 	}
 	total := 0
 	for line := range strings.Lines(body) {
-		if !strings.HasPrefix(line, "fieldwatch_changes_evaluated_total{") {
+		if !strings.HasPrefix(line, prefix) {
 			continue
 		}
 		v, err := strconv.ParseFloat(strings.TrimSpace(line[strings.LastIndexByte(line, ' ')+1:]), 64)
@@ -169,6 +177,7 @@ type payload struct {
 	Actor           *actor           `json:"actor"`
 	Object          map[string]any   `json:"object"`
 	OldObject       map[string]any   `json:"oldObject"`
+	CRD             *crddiff.Result  `json:"crd"`
 	raw             string
 }
 

@@ -162,11 +162,12 @@ func (s *Set) WantsCRDImpact(c *Change) bool {
 // identity: the spec and status.storedVersions.
 var crdProjection = [][]string{{"spec"}, {"status", "storedVersions"}}
 
-// impactSelectors returns the selectors of the custom resources whose
-// objects r needs cached for the impact: those of the CRDs its names name
+// ImpactSelectors returns, for a rule with crd: {impact: true}, the
+// selectors of the custom resources whose objects it needs cached for the
+// impact (Set.Selectors includes them): those of the CRDs its names name
 // (plural.group), or every custom resource when it names none or uses
-// globs.
-func (r *Rule) impactSelectors() []change.Selector {
+// globs. nil for other rules.
+func (r *Rule) ImpactSelectors() []change.Selector {
 	if r.crd != crdImpact {
 		return nil
 	}

@@ -63,7 +63,7 @@ func (s *Set) Selectors() []change.Selector {
 		}
 	}
 	for _, r := range s.impactRules {
-		for _, sel := range r.impactSelectors() {
+		for _, sel := range r.ImpactSelectors() {
 			add(sel)
 		}
 	}

@@ -76,6 +76,13 @@ func RBAC(set *rules.Set, opts RBACOptions) ([]byte, error) {
 		for _, t := range targets {
 			grant(t, t.resources, "get", "list", "watch")
 		}
+		// The custom resources a rule needs for the impact of CRD
+		// changes are watched in every namespace.
+		for _, s := range r.ImpactSelectors() {
+			for _, t := range resolve(s, opts.Resources) {
+				g.add(t.groups, t.resources, "get", "list", "watch")
+			}
+		}
 		for _, act := range r.Actions {
 			switch {
 			case act.Event != nil:
@@ -253,7 +260,7 @@ func enumerated(set *rules.Set, discovered []change.Resource) bool {
 		return false
 	}
 	for _, r := range set.Rules() {
-		for _, s := range r.Selectors {
+		for _, s := range append(slices.Clone(r.Selectors), r.ImpactSelectors()...) {
 			if s.Custom && (s.Group == "*" || (s.Resource == "" || s.Resource == "*") && (s.Kind == "" || s.Kind == "*")) {
 				return true
 			}

@@ -139,6 +139,43 @@ func TestRBAC(t *testing.T) {
 			"staging: events.k8s.io/events:create",
 		},
 	}, {
+		name: "the impact of CRD changes: the custom resources of the CRDs named, in every namespace",
+		rules: `rules:
+  - name: breaking
+    match:
+      resources: [{group: apiextensions.k8s.io, kind: CustomResourceDefinition}]
+      names: [widgets.example.com, things.other.io]
+    crd: {impact: true}
+    actions: [{log: {}}]
+  - name: widgets
+    match: {resources: [{group: example.com, kind: Widget}], namespaces: [prod]}
+    actions: [{log: {}}]
+`,
+		discovered: discovered,
+		want: []string{
+			"apiextensions.k8s.io/customresourcedefinitions:get,list,watch",
+			"apiregistration.k8s.io/apiservices:get,list,watch",
+			"example.com/widgets:get,list,watch",
+			"other.io/things:get,list,watch",
+			"prod: example.com/widgets:get,list,watch",
+		},
+	}, {
+		name: "the impact of every CRD change: every custom resource served now",
+		rules: `rules:
+  - name: breaking
+    match: {resources: [{group: apiextensions.k8s.io, kind: CustomResourceDefinition}]}
+    crd: {impact: true}
+    actions: [{log: {}}]
+`,
+		discovered: discovered,
+		want: []string{
+			"apiextensions.k8s.io/customresourcedefinitions:get,list,watch",
+			"apiregistration.k8s.io/apiservices:get,list,watch",
+			"example.com/gadgets:get,list,watch",
+			"example.com/widgets:get,list,watch",
+			"other.io/things:get,list,watch",
+		},
+	}, {
 		name: "offline, a wildcard stays a wildcard",
 		rules: `rules:
   - name: audit
