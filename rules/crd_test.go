@@ -355,3 +355,21 @@ func TestWantsCRDImpact(t *testing.T) {
 		})
 	}
 }
+
+// TestCRDPayloadKeys checks where crd goes among the payload's keys.
+func TestCRDPayloadKeys(t *testing.T) {
+	set, err := Parse("f.yaml", []byte(rule(crdMatch+logAction+"    crd: {}\n    includeObject: true\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, new := crdWidgets(t, "1", `["red","green"]`, true), crdWidgets(t, "2", `["red"]`, true)
+	new["metadata"].(map[string]any)["managedFields"] = []any{map[string]any{"manager": "kubectl", "operation": "Apply", "time": "2026-01-01T00:00:00Z"}}
+	firings, errs := set.Eval(crdChange(t, change.Updated, old, new))
+	if len(firings) != 1 || len(errs) > 0 {
+		t.Fatalf("Eval = %v, %v", firings, errs)
+	}
+	want := []string{"id", "time", "rule", "type", "resource", "namespace", "name", "uid", "resourceVersion", "changes", "actor", "crd", "object", "oldObject"}
+	if got := topKeys(t, firings[0].Payload); !slices.Equal(got, want) {
+		t.Errorf("payload keys %v, want %v", got, want)
+	}
+}

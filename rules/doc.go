@@ -58,6 +58,20 @@
 // Set.Projection tells the watcher which parts of a resource's objects the
 // rules read; see change.Projection for what the watcher keeps anyway.
 //
+// # CRD changes
+//
+// Rules that match CustomResourceDefinitions only can read the comparison
+// of the old and the new CRD (package rules/crddiff): the CEL variable crd
+// (declared for those rules only), and the payload's crd field for rules
+// with the crd key or whose when reads crd. crd: {impact: true} asks for
+// the custom resources the breaking checks hit; Eval lists no objects, so
+// its caller computes that (Set.WantsCRDImpact says when, Change.CRD
+// carries it: `fieldwatch run` from the watcher's cache, rules/cases from
+// a case's objects). Such rules make Set.Selectors include the custom
+// resources of the CRDs they match (Rule.ImpactSelectors), cached whole
+// (Set.Projection) in every namespace (Set.Namespaces). crd.go has the
+// details.
+//
 // # Offline cases
 //
 // Package rules/cases reads cases files (changes and what must fire) and

@@ -32,7 +32,24 @@ func TestPayloadShape(t *testing.T) {
 	if f.Object != wantRef {
 		t.Errorf("object ref = %+v", f.Object)
 	}
-	dec := json.NewDecoder(bytes.NewReader(f.Payload))
+	keys := topKeys(t, f.Payload)
+	want := []string{"id", "time", "rule", "type", "resource", "namespace", "name", "uid", "resourceVersion", "changes", "actor", "object", "oldObject"}
+	if !reflect.DeepEqual(keys, want) {
+		t.Errorf("payload keys = %v, want %v", keys, want)
+	}
+	var p map[string]any
+	if err := json.Unmarshal(f.Payload, &p); err != nil {
+		t.Fatal(err)
+	}
+	if p["time"] != "2026-12-02T12:00:00.000005Z" || p["id"] != "u/2/r" || p["type"] != "updated" {
+		t.Errorf("payload = %s", f.Payload)
+	}
+}
+
+// topKeys returns the keys of a payload, in order.
+func topKeys(t *testing.T, payload []byte) []string {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(payload))
 	var keys []string
 	depth := 0
 	for {
@@ -57,17 +74,7 @@ func TestPayloadShape(t *testing.T) {
 			}
 		}
 	}
-	want := []string{"id", "time", "rule", "type", "resource", "namespace", "name", "uid", "resourceVersion", "changes", "actor", "object", "oldObject"}
-	if !reflect.DeepEqual(keys, want) {
-		t.Errorf("payload keys = %v, want %v", keys, want)
-	}
-	var p map[string]any
-	if err := json.Unmarshal(f.Payload, &p); err != nil {
-		t.Fatal(err)
-	}
-	if p["time"] != "2026-12-02T12:00:00.000005Z" || p["id"] != "u/2/r" || p["type"] != "updated" {
-		t.Errorf("payload = %s", f.Payload)
-	}
+	return keys
 }
 
 func TestEvalBadChanges(t *testing.T) {

@@ -1,7 +1,8 @@
 // Package app is `fieldwatch run`: it ties the watcher, the rules and the
 // actions together into the process people deploy. It loads the rules,
 // tells the watcher which resources (and which of their fields) they need,
-// evaluates every change, hands the firings to the actions, reloads the
+// evaluates every change (computing, for rules that ask for it, the custom
+// resources a CRD change hits: crdimpact.go), hands the firings to the actions, reloads the
 // rules when their file changes, serves /metrics, /healthz and /readyz, and
 // takes part in leader election and sharding.
 //

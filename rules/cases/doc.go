@@ -23,6 +23,13 @@
 //	        widget-resized:
 //	          - {op: replace, path: /spec/size, value: 2, oldValue: 1}
 //	      errors: ["no such key"]           # optional: expected evaluation errors
+//	      crd: {rule: {breaking: 1}}        # optional: keys of the payload's crd
+//	    objects: [...]                      # custom resources, for the impact
+//	                                        # of a CRD update (crd: {impact: true})
+//
+// For a case with objects, Run compares the two CRDs and scans the
+// objects (package rules/crdimpact) for the rules that ask for the
+// impact, as `fieldwatch run` does with its cache.
 //
 // cases uses package rules only through its exported API; like rules it
 // must not import k8s.io/client-go.
