@@ -410,6 +410,7 @@ func FuzzLoad(f *testing.F) {
 	f.Add([]byte(rule(match + "    fields: [{path: 'a[k=v].b', from: {x: [1]}, to: null}]\n    when: object.a > 1\n" + logAction)))
 	f.Add([]byte("rules:\n  - &a {name: a}\n  - *a\n  - <<: [*a, *a]\n"))
 	f.Add([]byte("rules: [{name: x, actions: [{patch: {json: [{op: add}]}}, {webhook: {url: 'http://x', template: '{{.x}}'}}]}]"))
+	f.Add([]byte(rule(match + "    crd: {impact: true}\n    when: crd.breaking > 0\n" + logAction)))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		set, err := Parse("fuzz.yaml", data)
 		if (set == nil) == (err == nil) {

@@ -127,6 +127,16 @@ func TestParseErrors(t *testing.T) {
 			[]string{`cases[0].expect.changes.r: changes of rule "r", which is not in expect.fire`}},
 		{"bad time", "cases:\n  - name: a\n    type: created\n    time: yesterday\n    resource: {resource: x}\n    object: {apiVersion: v1, kind: X}\n    expect: {fire: []}\n",
 			[]string{"cases[0].time: not an RFC 3339 time"}},
+		{"objects for a Widget", "cases:\n  - name: a\n    type: created\n    resource: {resource: x}\n    object: {apiVersion: v1, kind: X}\n    objects: []\n    expect: {fire: []}\n",
+			[]string{"c.yaml:6:14: cases[0].objects: objects are the custom resources for the impact of a CRD change: only for type updated of customresourcedefinitions"}},
+		{"objects not a list", "cases:\n  - name: a\n" + crdCase + "    objects: {a: b}\n    expect: {fire: []}\n",
+			[]string{"cases[0].objects: must be a list of objects"}},
+		{"object not a mapping", "cases:\n  - name: a\n" + crdCase + "    objects: [{}, x]\n    expect: {fire: []}\n",
+			[]string{"cases[0].objects[1]: must be a mapping (a custom resource)"}},
+		{"crd of a rule not fired", "cases:\n  - name: a\n" + crdCase + "    expect: {fire: [], crd: {r: {breaking: 1}}}\n",
+			[]string{`cases[0].expect.crd.r: crd of rule "r", which is not in expect.fire`}},
+		{"crd not a mapping", "cases:\n  - name: a\n" + crdCase + "    expect: {fire: [r], crd: {r: [1]}}\n",
+			[]string{"cases[0].expect.crd.r: must be a mapping"}},
 		{"duplicate names", "cases:\n  - {name: a, type: created, resource: {resource: x}, object: {apiVersion: v1, kind: X}, expect: {fire: []}}\n  - {name: a, type: created, resource: {resource: x}, object: {apiVersion: v1, kind: X}, expect: {fire: []}}\n",
 			[]string{`c.yaml:3:12: cases[1].name: duplicate case name "a"`}},
 	}
@@ -153,5 +163,85 @@ func TestLineDiff(t *testing.T) {
 	want := "  a\n- b\n+ x\n  c\n+ d"
 	if got != want {
 		t.Errorf("LineDiff =\n%s\nwant\n%s", got, want)
+	}
+}
+
+// crdCase is the change of a case: the Widget CRD's enum of spec.color
+// narrowed to red.
+const crdCase = `    type: updated
+    resource: {resource: customresourcedefinitions}
+    oldObject: &crd
+      apiVersion: apiextensions.k8s.io/v1
+      kind: CustomResourceDefinition
+      metadata: {name: widgets.example.com}
+      spec: &spec
+        group: example.com
+        names: {plural: widgets, kind: Widget}
+        scope: Namespaced
+        versions: [{name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, properties: {spec: {type: object, properties: {color: {type: string, enum: [red, green]}}}}}}}]
+    object:
+      <<: *crd
+      spec:
+        <<: *spec
+        versions: [{name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, properties: {spec: {type: object, properties: {color: {type: string, enum: [red]}}}}}}}]
+`
+
+// TestRunCRD checks cases of CRD changes: the objects they give are
+// scanned for the rules that ask for the impact, and expect.crd compares
+// the keys it gives.
+func TestRunCRD(t *testing.T) {
+	set, err := rules.Parse("rules.yaml", []byte(`rules:
+  - name: impact
+    match: {resources: [{group: apiextensions.k8s.io, kind: CustomResourceDefinition}]}
+    crd: {impact: true}
+    actions: [{log: {}}]
+  - name: plain
+    match: {resources: [{group: apiextensions.k8s.io, kind: CustomResourceDefinition}]}
+    actions: [{log: {}}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objects := "    objects:\n      - {apiVersion: example.com/v1, kind: Widget, metadata: {namespace: a, name: w1}, spec: {color: green}}\n" +
+		"      - {apiVersion: example.com/v1, kind: Widget, metadata: {namespace: a, name: w2}, spec: {color: red}}\n"
+	src := "cases:\n" +
+		"  - name: pass\n" + crdCase + objects + `    expect:
+      fire: [impact, plain]
+      crd:
+        impact:
+          breaking: 1
+          checks: [{check: enum-values-removed, field: spec.color, old: [green]}]
+          scanned: 2
+          impact: [{check: enum-values-removed, count: 1, objects: [{namespace: a, name: w1}]}]
+` + "  - name: no objects\n" + crdCase + `    expect:
+      fire: [impact, plain]
+      crd: {impact: {scanned: 0, impact: []}}
+` + "  - name: wrong\n" + crdCase + objects + `    expect:
+      fire: [impact, plain]
+      crd: {impact: {scanned: 1, checks: [{check: enum-values-removed}, {check: field-removed}]}, plain: {breaking: 1}}
+`
+	cases, err := Parse("cases.yaml", []byte(src), caseTime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		pass bool
+		diff string
+	}{
+		{true, ""},
+		{true, ""},
+		{false, "rule impact: crd differs (- expected, + got, keys not expected left out):\n" +
+			"  checks:\n" +
+			`-   {"check":"enum-values-removed"}` + "\n" +
+			`-   {"check":"field-removed"}` + "\n" +
+			"- scanned: 1\n" +
+			`+   {"check":"enum-values-removed","field":"spec.color","message":"spec.color no longer accepts \"green\"","old":["green"],"path":"/properties/spec/properties/color/enum","severity":"breaking","version":"v1"}` + "\n" +
+			"+ scanned: 2\n" +
+			"rule plain: the payload has no crd (the rule has no crd key and its when does not read crd)"},
+	}
+	for i, r := range Run(set, cases) {
+		if r.Pass != want[i].pass || r.Diff != want[i].diff {
+			t.Errorf("case %q: pass %v, diff:\n%s\nwant pass %v, diff:\n%s", r.Name, r.Pass, r.Diff, want[i].pass, want[i].diff)
+		}
 	}
 }
