@@ -141,3 +141,78 @@ func BenchmarkEvalCEL100(b *testing.B) { benchmarkEval(b, 100, celRules) }
 func BenchmarkEvalCELMetered1(b *testing.B)   { benchmarkEval(b, 1, meteredCELRules) }
 func BenchmarkEvalCELMetered10(b *testing.B)  { benchmarkEval(b, 10, meteredCELRules) }
 func BenchmarkEvalCELMetered100(b *testing.B) { benchmarkEval(b, 100, meteredCELRules) }
+
+// benchCRD returns a CRD with two versions whose schema has props
+// properties under spec, each an object of five typed fields (about 14
+// lines of YAML per property); narrow narrows one enum.
+func benchCRD(props int, rv string, narrow bool) map[string]any {
+	properties := map[string]any{}
+	for i := range props {
+		enum := []any{"a", "b", "c"}
+		if narrow && i == props/2 {
+			enum = []any{"a", "b"}
+		}
+		properties[fmt.Sprintf("field%03d", i)] = map[string]any{
+			"type": "object", "description": fmt.Sprintf("field %d of the widget", i),
+			"properties": map[string]any{
+				"name":    map[string]any{"type": "string", "maxLength": int64(63)},
+				"count":   map[string]any{"type": "integer", "minimum": int64(0), "maximum": int64(100)},
+				"mode":    map[string]any{"type": "string", "enum": enum},
+				"enabled": map[string]any{"type": "boolean"},
+				"tags":    map[string]any{"type": "array", "items": map[string]any{"type": "string"}},
+			},
+		}
+	}
+	version := func(name string, storage bool) map[string]any {
+		return map[string]any{"name": name, "served": true, "storage": storage, "schema": map[string]any{"openAPIV3Schema": map[string]any{
+			"type": "object", "properties": map[string]any{"spec": map[string]any{"type": "object", "properties": properties}}}}}
+	}
+	return map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+		"metadata": map[string]any{"name": "widgets.example.com", "uid": "c1", "resourceVersion": rv, "generation": int64(2)},
+		"spec": map[string]any{"group": "example.com", "scope": "Namespaced",
+			"names":    map[string]any{"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+			"versions": []any{version("v1beta1", false), version("v1", true)}},
+		"status": map[string]any{"storedVersions": []any{"v1"}},
+	}
+}
+
+// BenchmarkEvalCRD evaluates an update of a CRD of about 2,800 lines of
+// schema (100 properties in two versions) that narrows one enum, side by
+// side: a rule that looks for a schema change through object and
+// oldObject (what rules could do before crd), a rule that reads the
+// comparison (when: crd.breaking > 0), the same with the comparison in
+// the payload, and five rules reading it (the comparison is computed once
+// per change).
+func BenchmarkEvalCRD(b *testing.B) {
+	old, new := benchCRD(100, "1", false), benchCRD(100, "2", true)
+	crdRule := func(name, body string) string {
+		return "  - name: " + name + "\n    match: {resources: [{group: apiextensions.k8s.io, kind: CustomResourceDefinition}]}\n    on: [update]\n" +
+			body + "    actions: [{log: {}}]\n"
+	}
+	five := ""
+	for i := range 5 {
+		five += crdRule(fmt.Sprintf("r%d", i), "    when: crd.breaking > 0\n")
+	}
+	for _, bc := range []struct{ name, rules string }{
+		{"object", crdRule("r", "    fields: ['spec.versions[*].schema']\n    when: >-\n      object.spec.versions.exists(n, oldObject.spec.versions.exists(o,\n        o.name == n.name && o.?schema.orValue({}) != n.?schema.orValue({})))\n")},
+		{"crd", crdRule("r", "    fields: ['spec.versions[*].schema']\n    when: crd.breaking > 0\n")},
+		{"crd-in-payload", crdRule("r", "    fields: ['spec.versions[*].schema']\n    when: crd.breaking > 0\n    crd: {}\n")},
+		{"crd-5-rules", five},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			set, err := Parse("bench.yaml", []byte("rules:\n"+bc.rules))
+			if err != nil {
+				b.Fatal(err)
+			}
+			c := &Change{Type: change.Updated, Resource: crdResource, Object: new, OldObject: old, Time: time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)}
+			if f, errs := set.Eval(c); len(f) == 0 || len(errs) > 0 {
+				b.Fatalf("got %d firings, errors %v", len(f), errs)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				set.Eval(c)
+			}
+		})
+	}
+}
