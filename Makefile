@@ -85,8 +85,9 @@ bench: controlplane build ## fieldwatch vs a bare informer on a local control pl
 	$(GO) run ./hack/bench $(BENCH_FLAGS)
 
 .PHONY: bench-go
-bench-go: controlplane ## the go test benchmarks of watcher, rules, rules/action and internal/audit
+bench-go: controlplane ## the go test benchmarks of watcher, internal/app, rules, rules/action and internal/audit
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./watcher
+	$(GO) test -run '^$$' -bench . -benchtime 3x ./internal/app
 	$(GO) test -run '^$$' -bench . ./rules ./rules/action ./internal/audit
 
 .PHONY: demo
