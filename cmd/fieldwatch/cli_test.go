@@ -28,6 +28,8 @@ func TestCLI(t *testing.T) {
     object: {apiVersion: example.com/v1, kind: Widget, metadata: {name: w, namespace: default, uid: u, resourceVersion: "2"}, spec: {size: 1}}
     expect: {fire: [crd-audit]}
 `)
+	crdKeys := writeFile(t, "crd.yaml", "rules:\n  - name: x\n    match: {resources: [{group: '', kind: ConfigMap}]}\n    when: crd.breaking > 0\n"+
+		"    crd: {impact: yes}\n    actions: [{log: {}}]\n")
 	audit := repo(t, "examples/crd-audit/rules.yaml")
 	tests := []struct {
 		name     string
@@ -45,6 +47,12 @@ func TestCLI(t *testing.T) {
 		{name: "validate reports every error with its position", args: []string{"validate", bad}, code: 1,
 			stderr: `(?s)bad\.yaml:4:\d+: rules\[0\]\.fields\[0\].*bad\.yaml:5:\d+: rules\[0\]\.actions\[0\]\.webhook\.url`},
 		{name: "validate without files", args: []string{"validate"}, code: 2},
+		{name: "validate checks crd", args: []string{"validate", crdKeys}, code: 1,
+			stderr: `(?s)crd\.yaml:4:11: rules\[0\]\.when: CEL: undeclared reference to 'crd' \(crd is declared only in rules whose every match.resources entry selects CustomResourceDefinitions.*` +
+				`crd\.yaml:5:10: rules\[0\]\.crd: only rules that match CustomResourceDefinitions only have crd.*` +
+				`crd\.yaml:5:19: rules\[0\]\.crd\.impact: must be true or false, not "yes"`},
+		{name: "test the cases of CRD changes", args: []string{"test", "-q", "--rules", repo(t, "examples/crd-definitions/rules.yaml"), repo(t, "examples/crd-definitions/cases.yaml")},
+			code: 0, stdout: `^15 of 15 cases passed`},
 		{name: "test passing cases", args: []string{"test", "--rules", audit, repo(t, "examples/crd-audit/cases.yaml")}, code: 0, stdout: `5 of 5 cases passed`},
 		{name: "test a failing case", args: []string{"test", "--rules", audit, failing}, code: 1, stdout: `(?s)FAIL expects a firing.*0 of 1 cases passed`},
 		{name: "test with broken rules", args: []string{"test", "--rules", bad, failing}, code: 1, stderr: `bad\.yaml:4`},
