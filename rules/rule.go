@@ -58,10 +58,6 @@ const (
 	crdImpact
 )
 
-// CRDImpact reports whether r asks for the impact of CRD changes on
-// custom resources (crd: {impact: true}).
-func (r *Rule) CRDImpact() bool { return r.crd == crdImpact }
-
 func changeBit(t change.Type) uint8 {
 	switch t {
 	case change.Created:
