@@ -19,10 +19,12 @@ type Snapshot struct {
 	// Objects are the cached objects, in no particular order. They are
 	// the cache's: immutable, shared, decoded one at a time with Map.
 	Objects []*Object
-	// Listed is when the cache last started to be filled from the
-	// apiserver (the initial list, or a relist after a watch could not
-	// resume): every object is as the apiserver served it then or later.
-	Listed time.Time
+	// Listed is when the list that last filled the cache started (the
+	// initial list, or a relist after a watch could not resume), and
+	// ResourceVersion the resourceVersion it was served at: every object
+	// is as the apiserver served it then or later.
+	Listed          time.Time
+	ResourceVersion string
 }
 
 // Cached returns the objects the watcher caches of the resource gr, when
@@ -59,6 +61,10 @@ func (w *Watcher) Cached(gr schema.GroupResource) (Snapshot, error) {
 	case !rw.hasSynced():
 		return Snapshot{}, errors.New("not synced yet")
 	}
+	mark := rw.listed.Load()
+	if mark == nil {
+		return Snapshot{}, errors.New("not listed yet")
+	}
 	items := rw.store.List()
 	objs := make([]*Object, 0, len(items))
 	for _, item := range items {
@@ -66,5 +72,5 @@ func (w *Watcher) Cached(gr schema.GroupResource) (Snapshot, error) {
 			objs = append(objs, o)
 		}
 	}
-	return Snapshot{Resource: rw.res, Projection: rw.typ.projection, Objects: objs, Listed: time.Unix(0, rw.listed.Load())}, nil
+	return Snapshot{Resource: rw.res, Projection: rw.typ.projection, Objects: objs, Listed: mark.at, ResourceVersion: mark.resourceVersion}, nil
 }

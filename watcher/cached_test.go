@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -73,8 +74,8 @@ func TestCached(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if snap.Resource.Version != "v1" || !snap.Projection.Full || snap.Listed.Before(started) || snap.Listed.After(time.Now()) {
-		t.Errorf("snapshot of %s at %s, projection %s, listed %s (watcher started %s)", snap.Resource, snap.Resource.Version, snap.Projection, snap.Listed, started)
+	if snap.Resource.Version != "v1" || !snap.Projection.Full || snap.Listed.Before(started) || snap.Listed.After(time.Now()) || revision(t, snap.ResourceVersion) == 0 {
+		t.Errorf("snapshot of %s at %s, projection %s, listed %s at %q (watcher started %s)", snap.Resource, snap.Resource.Version, snap.Projection, snap.Listed, snap.ResourceVersion, started)
 	}
 	legacy := func(s Snapshot) []string {
 		var out []string
@@ -102,21 +103,35 @@ func TestCached(t *testing.T) {
 	}
 
 	// The field is removed: the cache holds the objects as they were
-	// until the informer lists them again, and then without it.
-	changed := time.Now()
-	if _, err := env.Apply(ctx, testenv.ApplyOptions{}, []byte(gizmosCRD(group, false))); err != nil {
+	// until the informer lists them again, at the resourceVersion of the
+	// change or later, and then without it.
+	objs2, err := env.Apply(ctx, testenv.ApplyOptions{}, []byte(gizmosCRD(group, false)))
+	if err != nil {
 		t.Fatal(err)
+	}
+	changed := revision(t, objs2[0].GetResourceVersion())
+	if listed := revision(t, snap.ResourceVersion); listed >= changed {
+		t.Errorf("listed at %d, not before the CRD change at %d", listed, changed)
 	}
 	var after Snapshot
 	testenv.Eventually(t, time.Minute, "the gizmos to be listed again after the CRD change", func() bool {
 		after, err = w.Cached(gizmos)
-		return err == nil && after.Listed.After(changed)
+		return err == nil && revision(t, after.ResourceVersion) >= changed
 	})
-	t.Logf("listed again %s after the CRD change", after.Listed.Sub(changed))
 	testenv.Eventually(t, 30*time.Second, "spec.legacy to be pruned from the cache", func() bool {
 		after, _ = w.Cached(gizmos)
 		return len(legacy(after)) == 0 && len(after.Objects) == 3
 	})
+}
+
+// revision parses a resourceVersion.
+func revision(t *testing.T, s string) uint64 {
+	t.Helper()
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		t.Fatalf("resourceVersion %q: %v", s, err)
+	}
+	return n
 }
 
 func TestCachedSharded(t *testing.T) {

@@ -50,10 +50,9 @@ type resourceWatch struct {
 	ctrl    cache.Controller
 	deliver atomic.Bool     // hand changes to the watcher's handler
 	observe func(c *Change) // internal observer (CRD tracking), may be nil
-	// listed is when the informer last started to fill its cache from the
-	// apiserver (a list, or a watch that sends the initial objects), in
-	// Unix nanoseconds.
-	listed atomic.Int64
+	// listed is the last list that filled the cache (nil before the
+	// first one completes).
+	listed atomic.Pointer[listMark]
 
 	mode      startMode
 	covered   func(namespace string) bool // baselineStart: the namespaces base covers; nil for all
@@ -90,19 +89,24 @@ func newResourceWatch(w *Watcher, res change.Resource, namespace string, proj ch
 	}
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			rw.listed.Store(time.Now().UnixNano())
+			started := time.Now()
 			w.cfg.Shard.apply(&opts)
 			list, err := client.List(ctx, opts)
 			rw.observeError(err)
+			if err == nil {
+				rw.listed.Store(&listMark{at: started, resourceVersion: list.GetResourceVersion()})
+			}
 			return list, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			if opts.SendInitialEvents != nil && *opts.SendInitialEvents {
-				rw.listed.Store(time.Now().UnixNano()) // watch-list: the objects come through the watch
-			}
 			w.cfg.Shard.apply(&opts)
 			wi, err := client.Watch(ctx, opts)
 			rw.observeError(err)
+			if err == nil && opts.SendInitialEvents != nil && *opts.SendInitialEvents {
+				// A watch-list: the objects come through the watch, up
+				// to a bookmark that says at which resourceVersion.
+				wi = rw.markInitialEvents(wi, time.Now())
+			}
 			return wi, err
 		},
 	}
@@ -114,6 +118,26 @@ func newResourceWatch(w *Watcher, res change.Resource, namespace string, proj ch
 		Transform:     rw.transform,
 	})
 	return rw
+}
+
+// listMark is a list that filled the cache: when it started and the
+// resourceVersion it was served at.
+type listMark struct {
+	at              time.Time
+	resourceVersion string
+}
+
+// markInitialEvents records, as the list that fills the cache, the
+// bookmark that ends the initial events of a watch-list.
+func (rw *resourceWatch) markInitialEvents(wi watch.Interface, started time.Time) watch.Interface {
+	return watch.Filter(wi, func(e watch.Event) (watch.Event, bool) {
+		if e.Type == watch.Bookmark {
+			if o, ok := e.Object.(metav1.Object); ok && o.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
+				rw.listed.Store(&listMark{at: started, resourceVersion: o.GetResourceVersion()})
+			}
+		}
+		return e, true
+	})
 }
 
 // observeError reacts to list/watch errors: a resource that is gone

@@ -145,6 +145,8 @@ func benchCRDs(b *testing.B) (old, new map[string]any) {
 		if i == 0 {
 			old = m
 		} else {
+			// A change after every list of the benchmark.
+			m["metadata"].(map[string]any)["resourceVersion"] = "9223372036854775807"
 			new = m
 		}
 	}
@@ -233,6 +235,10 @@ func BenchmarkCRDImpact(b *testing.B) {
 				if res := rc.CRD; res.Scanned != benchCRs || res.ImpactError != "" || len(res.Impact) == 0 || res.Impact[0].Count != benchCRs/20 {
 					b.Fatalf("scanned %d, impact %+v, error %q", res.Scanned, res.Impact, res.ImpactError)
 				}
+
+			}
+			if n := counterValue(b, a.metrics.impactScans.WithLabelValues(source)); n != float64(b.N) {
+				b.Fatalf("%v scans from the %s, want %d", n, source, b.N)
 			}
 			perObject(b)
 		})

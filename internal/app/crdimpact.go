@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -23,10 +24,10 @@ import (
 // the change.
 //
 // Where the objects come from: the watcher's cache when it holds every
-// object of the resource whole and filled it before the change (rules
-// with the impact make the watcher watch those resources whole, see
-// rules.Set.Projection), so that a field the change removes is still
-// there; otherwise a paged list from the apiserver, read after the
+// object of the resource whole and filled it from a list served before
+// the change (rules with the impact make the watcher watch those
+// resources whole, see rules.Set.Projection), so that a field the change
+// removes is still there; otherwise a paged list from the apiserver, read after the
 // change, in which the impact of removals and of versions no longer
 // served is reported as not computable (crdimpact.Scanner.AfterChange).
 //
@@ -69,7 +70,7 @@ func (a *App) crdImpact(ctx context.Context, c *watcher.Change, rc *rules.Change
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.CRDImpactTimeout)
 	defer cancel()
-	source, err := a.scanImpact(ctx, c.Time, oldCRD, newCRD, res)
+	source, err := a.scanImpact(ctx, oldCRD, newCRD, res)
 	elapsed := time.Since(start)
 	m := a.metrics
 	m.impactScans.WithLabelValues(source).Inc()
@@ -98,7 +99,7 @@ func (a *App) crdImpact(ctx context.Context, c *watcher.Change, rc *rules.Change
 // scanImpact runs the objects of the CRD's resource through the impact
 // scan and records what it found in res, also when it stops early. It
 // returns where the objects came from: cache or list.
-func (a *App) scanImpact(ctx context.Context, changed time.Time, oldCRD, newCRD *apiextensionsv1.CustomResourceDefinition, res *crddiff.Result) (string, error) {
+func (a *App) scanImpact(ctx context.Context, oldCRD, newCRD *apiextensionsv1.CustomResourceDefinition, res *crddiff.Result) (string, error) {
 	s, err := crdimpact.New(newCRD, res)
 	if err != nil {
 		return "none", fmt.Errorf("the new CRD: %w", err)
@@ -115,7 +116,7 @@ func (a *App) scanImpact(ctx context.Context, changed time.Time, oldCRD, newCRD 
 	}
 
 	gr := schema.GroupResource{Group: oldCRD.Spec.Group, Resource: oldCRD.Spec.Names.Plural}
-	why := a.cacheUnusable(gr, changed)
+	why := a.cacheUnusable(gr, newCRD.ResourceVersion)
 	if why == "" {
 		snap, _ := a.watcher.Load().Cached(gr)
 		for _, o := range snap.Objects {
@@ -150,20 +151,33 @@ func (a *App) scanImpact(ctx context.Context, changed time.Time, oldCRD, newCRD 
 }
 
 // cacheUnusable says why the watcher's cache cannot give the objects of
-// gr as they were before a change observed at changed; "" when it can.
-func (a *App) cacheUnusable(gr schema.GroupResource, changed time.Time) string {
+// gr as they were before the CRD change that wrote resourceVersion
+// changed; "" when it can: it holds them whole, and the list that last
+// filled it was served at an earlier resourceVersion (the apiserver
+// served them under the old schema; a list after the change, such as
+// the one every informer makes when the change drops its watch, or the
+// first one of a fieldwatch started after the change, has the removed
+// fields pruned). resourceVersions are etcd revisions, compared as
+// numbers; ones that are not numbers are not compared.
+func (a *App) cacheUnusable(gr schema.GroupResource, changed string) string {
 	w := a.watcher.Load()
 	if w == nil {
 		return "not watching"
 	}
 	snap, err := w.Cached(gr)
-	switch {
-	case err != nil:
+	if err != nil {
 		return err.Error()
-	case !snap.Projection.Full:
+	}
+	if !snap.Projection.Full {
 		return "cached without all their fields"
-	case !snap.Listed.Before(changed):
-		return "the cache was filled again after the change"
+	}
+	listed, err1 := strconv.ParseUint(snap.ResourceVersion, 10, 64)
+	change, err2 := strconv.ParseUint(changed, 10, 64)
+	switch {
+	case err1 != nil || err2 != nil:
+		return fmt.Sprintf("resourceVersions %q and %q do not compare", snap.ResourceVersion, changed)
+	case listed >= change:
+		return fmt.Sprintf("the cache was filled from a list at resourceVersion %d, after the change at %d", listed, change)
 	}
 	return ""
 }

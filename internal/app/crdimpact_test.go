@@ -188,11 +188,110 @@ func TestListVersion(t *testing.T) {
 }
 
 // counterValue reads a counter.
-func counterValue(t *testing.T, c prometheus.Counter) float64 {
+func counterValue(t testing.TB, c prometheus.Counter) float64 {
 	t.Helper()
 	var m dto.Metric
 	if err := c.Write(&m); err != nil {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// TestCRDImpactCache runs the impact scan of the pipeline from the
+// watcher's cache: one filled before the change still has the field the
+// change removes; one filled after it (a fieldwatch started after the
+// change) does not, and the scan lists the objects instead and says the
+// removal's impact cannot be computed.
+func TestCRDImpactCache(t *testing.T) {
+	env := testenv.Shared(t)
+	ctx := context.Background()
+	const group = "cache.impact.example.com"
+	ns := "crd-impact-cache"
+	if _, err := env.Clientset(t).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	apply := func(manifest string) map[string]any {
+		t.Helper()
+		objs, err := env.Apply(ctx, testenv.ApplyOptions{FieldManager: "kubectl"}, []byte(manifest))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return objs[0].Object
+	}
+	oldCRD := apply(gadgetsCRD(group, "[red, green, blue]", true, false))
+	var objs strings.Builder
+	for i, spec := range []string{"{color: red, owner: a}", "{color: green}", "{color: blue, owner: b}", "{color: red}"} {
+		fmt.Fprintf(&objs, "---\napiVersion: %s/v1\nkind: Gadget\nmetadata: {name: g%d, namespace: %s}\nspec: %s\n", group, i, ns, spec)
+	}
+	apply(objs.String())
+	startWatcher := func() *watcher.Watcher {
+		t.Helper()
+		w, err := watcher.New(env.Config(), watcher.Config{
+			Selectors:  []change.Selector{{Group: group, Resource: "gadgets"}},
+			Projection: func(change.Resource) change.Projection { return change.Projection{Full: true} },
+			Handler:    watcher.HandlerFunc(func(context.Context, *watcher.Change) error { return nil }),
+			Logger:     slog.New(slog.DiscardHandler),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = w.Run(ctx)
+		}()
+		t.Cleanup(func() { cancel(); <-done })
+		testenv.Eventually(t, time.Minute, "the watcher to cache the gadgets", func() bool { return w.Synced() && w.CachedObjects() == 4 })
+		return w
+	}
+	before := startWatcher()
+	newCRD := apply(gadgetsCRD(group, "[red, blue]", false, false))
+	scan := func(w *watcher.Watcher) (*App, *crddiff.Result) {
+		a := &App{cfg: Config{CRDImpactMaxObjects: 100, CRDImpactTimeout: time.Minute}, log: slog.New(slog.DiscardHandler),
+			metrics: newMetrics(prometheus.NewRegistry()), dyn: env.Dynamic(t)}
+		a.watcher.Store(w)
+		now := time.Now()
+		rc := &rules.Change{Type: change.Updated, Resource: crdRes, OldObject: oldCRD, Object: newCRD, Time: now}
+		a.crdImpact(ctx, &watcher.Change{Type: change.Updated, Resource: crdRes, Time: now}, rc)
+		return a, rc.CRD
+	}
+	summary := func(res *crddiff.Result) []string {
+		var out []string
+		for _, im := range res.Impact {
+			var names []string
+			for _, h := range im.Objects {
+				names = append(names, h.Name)
+			}
+			out = append(out, fmt.Sprintf("%s %s %d %v", im.Check, im.Effect, im.Count, names))
+		}
+		return out
+	}
+
+	// At once, before the apiserver drops the informer's watch.
+	a, res := scan(before)
+	if got, want := summary(res), []string{"enum-values-removed rejected 1 [g1]", "field-removed pruned 2 [g0 g2]"}; !slices.Equal(got, want) || res.Scanned != 4 {
+		t.Errorf("from the cache filled before the change: scanned %d, impact %q, want %q", res.Scanned, got, want)
+	}
+	for _, im := range res.Impact {
+		if im.Error != "" {
+			t.Errorf("%s: error %q", im.Check, im.Error)
+		}
+	}
+	if n := counterValue(t, a.metrics.impactScans.WithLabelValues("cache")); n != 1 {
+		t.Errorf("cache scans %v, want 1", n)
+	}
+
+	after := startWatcher()
+	a, res = scan(after)
+	if got, want := summary(res), []string{"enum-values-removed rejected 1 [g1]", "field-removed pruned 0 []"}; !slices.Equal(got, want) || res.Scanned != 4 {
+		t.Errorf("from a cache filled after the change: scanned %d, impact %q, want %q", res.Scanned, got, want)
+	}
+	if e := res.Impact[len(res.Impact)-1].Error; !strings.Contains(e, "not cached before it: the cache was filled from a list at resourceVersion") ||
+		!strings.Contains(e, "the apiserver prunes spec.owner from every read after the change") {
+		t.Errorf("field-removed error %q", e)
+	}
+	if n := counterValue(t, a.metrics.impactScans.WithLabelValues("list")); n != 1 {
+		t.Errorf("list scans %v, want 1", n)
+	}
 }
