@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/fieldwatch/fieldwatch/change"
@@ -45,10 +48,14 @@ spec:
 func TestCached(t *testing.T) {
 	env := testenv.Shared(t)
 	ctx := context.Background()
-	ns := namespace(t, env)
+	const ns = "cached-snapshot"
+	_, err := env.Clientset(t).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
 	const group = "cached.watcher.example.com"
 	gizmos := schema.GroupResource{Group: group, Resource: "gizmos"}
-	if _, err := env.Apply(ctx, testenv.ApplyOptions{}, []byte(gizmosCRD(group, true))); err != nil {
+	if _, err = env.Apply(ctx, testenv.ApplyOptions{}, []byte(gizmosCRD(group, true))); err != nil {
 		t.Fatal(err)
 	}
 	var objs strings.Builder

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
@@ -58,9 +59,7 @@ func TestCRDImpactList(t *testing.T) {
 	ctx := context.Background()
 	const group = "list.impact.example.com"
 	ns := "crd-impact-list"
-	if _, err := env.Clientset(t).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	ensureNamespace(t, env, ns)
 	apply := func(manifest string) map[string]any {
 		t.Helper()
 		objs, err := env.Apply(ctx, testenv.ApplyOptions{FieldManager: "kubectl"}, []byte(manifest))
@@ -207,9 +206,7 @@ func TestCRDImpactCache(t *testing.T) {
 	ctx := context.Background()
 	const group = "cache.impact.example.com"
 	ns := "crd-impact-cache"
-	if _, err := env.Clientset(t).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	ensureNamespace(t, env, ns)
 	apply := func(manifest string) map[string]any {
 		t.Helper()
 		objs, err := env.Apply(ctx, testenv.ApplyOptions{FieldManager: "kubectl"}, []byte(manifest))
@@ -293,5 +290,15 @@ func TestCRDImpactCache(t *testing.T) {
 	}
 	if n := counterValue(t, a.metrics.impactScans.WithLabelValues("list")); n != 1 {
 		t.Errorf("list scans %v, want 1", n)
+	}
+}
+
+// ensureNamespace creates a namespace unless it exists (from an earlier
+// run of the test against the same control plane).
+func ensureNamespace(t *testing.T, env *testenv.Env, name string) {
+	t.Helper()
+	_, err := env.Clientset(t).CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
 	}
 }
