@@ -28,6 +28,23 @@ type Change struct {
 
 	// deferred is set by Defer.
 	deferred func()
+	// marks are the change's entries in its informer's tracker (several
+	// when updates merged).
+	marks []*mark
+	// bound is the resourceVersion at or above the event behind the
+	// change: a standby drops the change once the leader's watermark
+	// reaches it. "" when no watermark can confirm it.
+	bound string
+	// uncertain marks a standby's Created change for an object found in
+	// its initial list with no baseline: its previous state is unknown.
+	uncertain bool
+}
+
+// finish marks the change done in its tracker.
+func (c *Change) finish() {
+	for _, m := range c.marks {
+		m.finish()
+	}
 }
 
 // Defer tells the watcher that the handler finishes c after Handle returns

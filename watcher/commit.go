@@ -2,17 +2,16 @@ package watcher
 
 import (
 	"sync"
-
-	"github.com/fieldwatch/fieldwatch/change"
 )
 
 // commits records handled changes in the Store in the order they happened
 // per object, also when the handler finishes them out of order (Defer): a
 // change's state is written only once it and every earlier change of the
 // same object are done, so that a crash can never leave the baseline ahead
-// of what was delivered.
+// of what was delivered. The same moment marks the change done for the
+// watermark. Without a Store only the marks are kept.
 type commits struct {
-	store *Store
+	store *Store // nil: no restart baseline
 	mu    sync.Mutex
 	m     map[key][]*commit
 }
@@ -65,12 +64,8 @@ func (cs *commits) settle(k key, list []*commit) {
 	i := 0
 	for ; i < len(list) && list[i].done; i++ {
 		c := list[i].c
-		switch c.Type {
-		case change.Deleted:
-			cs.store.remove(c.Resource, c.Old.uid)
-		default:
-			cs.store.put(c.Resource, c.New)
-		}
+		cs.store.record(c)
+		c.finish()
 	}
 	if i == len(list) {
 		delete(cs.m, k)

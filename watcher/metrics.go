@@ -133,3 +133,48 @@ func (q *queueMetrics) NewLongestRunningProcessorSecondsMetric(name string) work
 func (q *queueMetrics) NewRetriesMetric(name string) workqueue.CounterMetric {
 	return q.retries.WithLabelValues(name)
 }
+
+// baselineMetrics are the metrics of the baseline and of the watermark
+// (subsystem baseline).
+type baselineMetrics struct {
+	objects   prometheus.GaugeFunc
+	lag       prometheus.GaugeFunc
+	confirmed prometheus.Counter
+	takeover  *prometheus.CounterVec
+	missing   prometheus.Counter
+}
+
+func newBaselineMetrics(reg prometheus.Registerer, store *Store, lag func() float64) *baselineMetrics {
+	const ns, sub = "fieldwatch", "baseline"
+	m := &baselineMetrics{
+		objects: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "objects",
+			Help: "Objects recorded in the baseline (--state-dir): the state last handled, by this replica or, on a standby, by the leader.",
+		}, func() float64 {
+			if store == nil {
+				return 0
+			}
+			return float64(store.count())
+		}),
+		lag: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "watermark_lag_seconds",
+			Help: "How long the oldest change received has waited to be done: handled (leader) or confirmed by the leader's watermark (standby). 0 when none waits.",
+		}, lag),
+		confirmed: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "confirmed_total",
+			Help: "Changes a standby recorded as handled because the leader's watermark passed them.",
+		}),
+		takeover: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "takeover_changes_total",
+			Help: "Changes fired when this replica took over: those the previous leader had not confirmed, by type.",
+		}, []string{"type"}),
+		missing: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "takeover_without_watermark_total",
+			Help: "Informers that had no watermark of the previous leader at a takeover: all their changes fired.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.objects, m.lag, m.confirmed, m.takeover, m.missing)
+	}
+	return m
+}

@@ -122,7 +122,7 @@ func (w *Watcher) reconcile(ctx context.Context) error {
 			w.log.Info("resource no longer served; stopped watching", "gvr", rw.res.String())
 			if rw.deliver.Load() {
 				for _, o := range rw.objects() {
-					rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: o, Time: time.Now()})
+					rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: o, Time: time.Now()}, boundNever)
 				}
 			}
 		}
@@ -357,7 +357,7 @@ func (w *Watcher) syncStore(served map[schema.GroupResource]bool, failed map[sch
 			w.gone[gr] = true
 			w.log.Info("resource gone since the last run: its recorded objects were deleted", "gvr", res.String(), "objects", len(objs))
 			for _, o := range objs {
-				w.enqueue(&Change{Type: change.Deleted, Resource: res, Old: o, Time: time.Now()})
+				w.enqueue(&Change{Type: change.Deleted, Resource: res, Old: o, Time: time.Now()}, nil, boundNever)
 			}
 		}
 	}

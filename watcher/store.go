@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -45,6 +46,8 @@ type Store struct {
 	// known is the set of resources the previous run served; nil on the
 	// very first run.
 	known map[schema.GroupResource]bool
+	// objects counts the objects recorded in the file.
+	objects atomic.Int64
 }
 
 // storeOp is one queued write: a put of obj, or a delete of uid.
@@ -112,6 +115,10 @@ func OpenStore(path string, log *slog.Logger) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
+	if err := s.countObjects(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
 	go s.writer()
 	return s, nil
 }
@@ -175,6 +182,24 @@ func (s *Store) readKnown() (map[schema.GroupResource]bool, error) {
 	})
 	return known, err
 }
+
+// countObjects counts the recorded objects, once at open.
+func (s *Store) countObjects() error {
+	return s.db.View(func(tx *bolt.Tx) error {
+		return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+			if string(name) == metaBucket {
+				return nil
+			}
+			if n := b.Stats().KeyN; n > 0 {
+				s.objects.Add(int64(n - 1)) // the resource's meta
+			}
+			return nil
+		})
+	})
+}
+
+// count returns how many objects the baseline records.
+func (s *Store) count() int { return int(s.objects.Load()) }
 
 // firstRun reports whether the file had no baseline yet.
 func (s *Store) firstRun() bool { return s.known == nil }
@@ -317,11 +342,31 @@ func (s *Store) track(res change.Resource) error {
 // dropResource forgets every object of gr.
 func (s *Store) dropResource(gr schema.GroupResource) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
-		if tx.Bucket(bucketName(gr)) == nil {
+		b := tx.Bucket(bucketName(gr))
+		if b == nil {
 			return nil
 		}
-		return tx.DeleteBucket(bucketName(gr))
+		n := b.Stats().KeyN - 1
+		if err := tx.DeleteBucket(bucketName(gr)); err != nil {
+			return err
+		}
+		tx.OnCommit(func() { s.objects.Add(-int64(n)) })
+		return nil
 	})
+}
+
+// record queues the recording of c's outcome as handled: its object's new
+// state, or its deletion. A nil Store records nothing.
+func (s *Store) record(c *Change) {
+	if s == nil {
+		return
+	}
+	switch c.Type {
+	case change.Deleted:
+		s.remove(c.Resource, c.Old.uid)
+	default:
+		s.put(c.Resource, c.New)
+	}
 }
 
 // put queues the recording of obj as res's handled state.
@@ -374,17 +419,26 @@ func (s *Store) flush() {
 		return
 	}
 	projections := map[*objectType][]byte{}
+	var delta int64
 	err := s.db.Update(func(tx *bolt.Tx) error {
+		tx.OnCommit(func() { s.objects.Add(delta) })
 		for _, op := range ops {
 			b, err := s.bucket(tx, op.res)
 			if err != nil {
 				return err
 			}
+			existed := b.Get([]byte(op.uid)) != nil
 			if op.obj == nil {
 				if err := b.Delete([]byte(op.uid)); err != nil {
 					return err
 				}
+				if existed {
+					delta--
+				}
 				continue
+			}
+			if !existed {
+				delta++
 			}
 			p, ok := projections[op.obj.typ]
 			if !ok {

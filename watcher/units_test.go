@@ -91,7 +91,7 @@ func TestPendingMerge(t *testing.T) {
 	obj := func(uid, rv string) *Object {
 		return &Object{name: "x", uid: types.UID(uid), resourceVersion: rv, typ: typ}
 	}
-	p := newPending()
+	p := newPending(false)
 	k := key{name: "x"}
 	p.add(k, &Change{Type: change.Created, New: obj("a", "1")})
 	p.add(k, &Change{Type: change.Updated, Old: obj("a", "1"), New: obj("a", "2")})

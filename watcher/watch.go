@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -53,6 +54,7 @@ type resourceWatch struct {
 	// listed is the last list that filled the cache (nil before the
 	// first one completes).
 	listed atomic.Pointer[listMark]
+	track  *tracker // the watermark of this informer's key
 
 	mode      startMode
 	covered   func(namespace string) bool // baselineStart: the namespaces base covers; nil for all
@@ -79,6 +81,7 @@ func newResourceWatch(w *Watcher, res change.Resource, namespace string, proj ch
 		foreign: &foreign,
 		done:    make(chan struct{}),
 		events:  map[change.Type]prometheus.Counter{},
+		track:   w.tracker(watchKey{gvr(res), namespace}),
 	}
 	for _, t := range []change.Type{change.Created, change.Updated, change.Deleted} {
 		rw.events[t] = w.metrics.events.WithLabelValues(res.Group, res.Version, res.Resource, string(t))
@@ -95,6 +98,7 @@ func newResourceWatch(w *Watcher, res change.Resource, namespace string, proj ch
 			rw.observeError(err)
 			if err == nil {
 				rw.listed.Store(&listMark{at: started, resourceVersion: list.GetResourceVersion()})
+				rw.track.listed(list.GetResourceVersion())
 			}
 			return list, err
 		},
@@ -103,8 +107,8 @@ func newResourceWatch(w *Watcher, res change.Resource, namespace string, proj ch
 			wi, err := client.Watch(ctx, opts)
 			rw.observeError(err)
 			if err == nil && opts.SendInitialEvents != nil && *opts.SendInitialEvents {
-				// A watch-list: the objects come through the watch, up
-				// to a bookmark that says at which resourceVersion.
+				// A watch-list: its initial events end with a bookmark
+				// carrying the list's resourceVersion.
 				wi = rw.markInitialEvents(wi, time.Now())
 			}
 			return wi, err
@@ -127,18 +131,24 @@ type listMark struct {
 	resourceVersion string
 }
 
-// markInitialEvents records, as the list that fills the cache, the
-// bookmark that ends the initial events of a watch-list.
+// markInitialEvents records, as the list that fills the cache and as the
+// watermark tracker's list, the bookmark that ends the initial events of a
+// watch-list.
 func (rw *resourceWatch) markInitialEvents(wi watch.Interface, started time.Time) watch.Interface {
 	return watch.Filter(wi, func(e watch.Event) (watch.Event, bool) {
-		if e.Type == watch.Bookmark {
-			if o, ok := e.Object.(metav1.Object); ok && o.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
-				rw.listed.Store(&listMark{at: started, resourceVersion: o.GetResourceVersion()})
-			}
+		if e.Type != watch.Bookmark {
+			return e, true
+		}
+		if m, err := meta.Accessor(e.Object); err == nil && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
+			rw.listed.Store(&listMark{at: started, resourceVersion: m.GetResourceVersion()})
+			rw.track.listed(m.GetResourceVersion())
 		}
 		return e, true
 	})
 }
+
+// storeRV returns the resourceVersion the informer's cache is at.
+func (rw *resourceWatch) storeRV() string { return rw.store.LastStoreSyncResourceVersion() }
 
 // observeError reacts to list/watch errors: a resource that is gone
 // (its CRD deleted) makes the watcher rediscover at once rather than let the
@@ -158,6 +168,7 @@ func (rw *resourceWatch) observeError(err error) {
 
 // run runs the informer until ctx ends.
 func (rw *resourceWatch) run(ctx context.Context) {
+	rw.track.restart()
 	ctx, rw.cancel = context.WithCancel(ctx)
 	go func() {
 		defer close(rw.done)
@@ -170,6 +181,7 @@ func (rw *resourceWatch) run(ctx context.Context) {
 func (rw *resourceWatch) stop() {
 	rw.cancel()
 	<-rw.done
+	rw.track.stopped()
 }
 
 // hasSynced reports whether the initial list has been processed.
@@ -184,9 +196,10 @@ func (rw *resourceWatch) finishInitial(ctx context.Context) {
 	rw.initialMu.Lock()
 	defer rw.initialMu.Unlock()
 	for _, old := range rw.baseline {
-		rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: old, Time: time.Now()})
+		rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: old, Time: time.Now()}, boundCache)
 	}
 	rw.baseline = nil
+	rw.track.initialDone()
 }
 
 // transform turns a decoded object into its compact, projected form before
@@ -218,17 +231,18 @@ func (rw *resourceWatch) OnAdd(obj any, isInInitialList bool) {
 		rw.w.unexpected(rw.res, obj)
 		return
 	}
+	defer rw.observed(o.resourceVersion, isInInitialList)
 	if !isInInitialList {
-		rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Time: time.Now()})
+		rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Time: time.Now()}, boundObject)
 		return
 	}
 	switch rw.mode {
 	case quietStart:
 		switch {
 		case rw.w.cfg.InitialSync:
-			rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Initial: true, Time: time.Now()})
-		case rw.record && !o.typ.foreign:
-			rw.w.cfg.Store.put(rw.res, o)
+			rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Initial: true, Time: time.Now()}, boundObject)
+		default:
+			rw.notNews(o)
 		}
 	case baselineStart:
 		rw.initialMu.Lock()
@@ -238,14 +252,26 @@ func (rw *resourceWatch) OnAdd(obj any, isInInitialList bool) {
 		switch {
 		case !found && rw.covered != nil && !rw.covered(o.GetNamespace()):
 			// Not watched by the previous run: not news.
-			if rw.record && !o.typ.foreign {
-				rw.w.cfg.Store.put(rw.res, o)
-			}
+			rw.notNews(o)
 		case !found:
-			rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Time: time.Now()})
+			rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Time: time.Now()}, boundObject)
 		case old.resourceVersion != o.resourceVersion && !sameUnder(old, o):
-			rw.emit(&Change{Type: change.Updated, Resource: rw.res, Old: old, New: o, Time: time.Now()})
+			rw.emit(&Change{Type: change.Updated, Resource: rw.res, Old: old, New: o, Time: time.Now()}, boundObject)
 		}
+	}
+}
+
+// notNews takes an object of the initial list that has no baseline as it
+// is. A leader records it as handled. A standby cannot tell whether the
+// leader handled its last change: it waits as an uncertain Created change
+// until the leader's watermark passes the object's resourceVersion.
+func (rw *resourceWatch) notNews(o *Object) {
+	switch {
+	case o.typ.foreign:
+	case rw.w.standby.Load() && rw.deliver.Load():
+		rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Time: time.Now(), uncertain: true}, boundObject)
+	case rw.record:
+		rw.w.cfg.Store.put(rw.res, o)
 	}
 }
 
@@ -257,25 +283,28 @@ func (rw *resourceWatch) OnUpdate(oldObj, newObj any) {
 		rw.w.unexpected(rw.res, newObj)
 		return
 	}
+	defer rw.observed(o.resourceVersion, false)
 	if old.resourceVersion == o.resourceVersion {
 		return // a relist that found the object unchanged
 	}
 	if old.uid != o.uid {
 		// A relist after a disconnection found another object under the
 		// same name: the first was deleted, the second created.
-		rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: old, Time: time.Now()})
-		rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Time: time.Now()})
+		rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: old, Time: time.Now()}, boundCache)
+		rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Time: time.Now()}, boundObject)
 		return
 	}
-	rw.emit(&Change{Type: change.Updated, Resource: rw.res, Old: old, New: o, Time: time.Now()})
+	rw.emit(&Change{Type: change.Updated, Resource: rw.res, Old: old, New: o, Time: time.Now()}, boundObject)
 }
 
 // OnDelete implements cache.ResourceEventHandler.
 func (rw *resourceWatch) OnDelete(obj any) {
+	bound := boundObject // a watch event: the deletion's resourceVersion
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		// The watch missed the deletion; the tombstone carries the last
 		// state the cache had.
 		obj = tomb.Obj
+		bound = boundCache
 		rw.w.metrics.tombstones.WithLabelValues(rw.res.String()).Inc()
 	}
 	o, ok := obj.(*Object)
@@ -283,18 +312,44 @@ func (rw *resourceWatch) OnDelete(obj any) {
 		rw.w.unexpected(rw.res, obj)
 		return
 	}
-	rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: o, Time: time.Now()})
+	objRV := o.resourceVersion
+	if bound == boundCache {
+		objRV = "" // not the deletion's
+	}
+	defer rw.observed(objRV, false)
+	rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: o, Time: time.Now()}, bound)
 }
 
+// observed tells the tracker a callback for an object of resourceVersion
+// objRV is over.
+func (rw *resourceWatch) observed(objRV string, initial bool) {
+	rw.track.observed(rw.storeRV(), objRV, initial)
+}
+
+// boundKind says what resourceVersion bounds a change from above, for a
+// standby to confirm it with the leader's watermark.
+type boundKind int
+
+const (
+	// boundObject: the object's own (New's, or Old's for a deletion the
+	// watch reported, which carries the deletion's).
+	boundObject boundKind = iota
+	// boundCache: the cache's, for a deletion learned from a list.
+	boundCache
+	// boundNever: none; the change is never confirmed (its resource is
+	// gone: no watermark covers it).
+	boundNever
+)
+
 // emit hands c to the internal observer and, when the resource is
-// selected, to the work queue.
-func (rw *resourceWatch) emit(c *Change) {
+// selected, to the work queue, with its mark in the tracker.
+func (rw *resourceWatch) emit(c *Change, bound boundKind) {
 	rw.events[c.Type].Inc()
 	if rw.observe != nil {
 		rw.observe(c)
 	}
 	if rw.deliver.Load() {
-		rw.w.enqueue(c)
+		rw.w.enqueue(c, rw, bound)
 	}
 }
 

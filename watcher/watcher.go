@@ -58,6 +58,12 @@ type Config struct {
 	// (see Store). The caller opens and closes it; close it after the
 	// handler's deferred changes are done.
 	Store *Store
+	// Standby starts the watcher as a leader election standby: it watches
+	// and keeps its changes, but hands none to the handler; the leader's
+	// watermarks (Confirm) say which ones the leader handled, and those
+	// are recorded in the Store and dropped. TakeOver hands the rest to
+	// the handler. See Watermarks.
+	Standby bool
 	// Logger receives the watcher's logs (default slog.Default()).
 	Logger *slog.Logger
 	// Registerer receives the watcher's metrics (nil: not registered).
@@ -82,16 +88,19 @@ var (
 // Watcher watches the selected resources and hands their changes to a
 // Handler. Build it with New, then call Run.
 type Watcher struct {
-	cfg     Config
-	dyn     dynamic.Interface
-	disc    discovery.DiscoveryInterface
-	log     *slog.Logger
-	metrics *metrics
-	queue   workqueue.TypedRateLimitingInterface[key]
-	pending *pending
-	trigger chan struct{}
-	started atomic.Bool // the initial sync is done and workers run
-	commits *commits    // nil without a Store
+	cfg      Config
+	dyn      dynamic.Interface
+	disc     discovery.DiscoveryInterface
+	log      *slog.Logger
+	metrics  *metrics
+	baseline *baselineMetrics
+	queue    workqueue.TypedRateLimitingInterface[key]
+	pending  *pending
+	trigger  chan struct{}
+	started  atomic.Bool // the initial sync is done
+	commits  *commits
+	standby  atomic.Bool // Config.Standby until the takeover
+	role     role        // standby, takeover and abandon
 
 	mu         sync.Mutex
 	selectors  []change.Selector
@@ -110,6 +119,9 @@ type Watcher struct {
 
 	forbiddenMu    sync.Mutex // not mu: informers report while reconcile holds mu
 	forbiddenSince map[schema.GroupVersionResource]time.Time
+
+	trackersMu sync.Mutex
+	trackers   map[watchKey]*tracker
 }
 
 // New returns a Watcher for the cluster config points to.
@@ -156,7 +168,7 @@ func newForClients(dyn dynamic.Interface, disc discovery.DiscoveryInterface, cfg
 		dyn:        dyn,
 		disc:       disc,
 		log:        cfg.Logger,
-		pending:    newPending(),
+		pending:    newPending(cfg.Standby),
 		trigger:    make(chan struct{}, 1),
 		selectors:  slices.Clone(cfg.Selectors),
 		projection: cfg.Projection,
@@ -168,12 +180,14 @@ func newForClients(dyn dynamic.Interface, disc discovery.DiscoveryInterface, cfg
 		gone:       map[schema.GroupResource]bool{},
 
 		forbiddenSince: map[schema.GroupVersionResource]time.Time{},
+		trackers:       map[watchKey]*tracker{},
 	}
-	if cfg.Store != nil {
-		w.commits = newCommits(cfg.Store)
-	}
+	w.commits = newCommits(cfg.Store)
+	w.standby.Store(cfg.Standby)
+	w.role = newRole()
 	w.metrics = newMetrics(cfg.Registerer, func() float64 { return float64(w.pending.len()) },
 		func() float64 { return float64(w.CachedObjects()) })
+	w.baseline = newBaselineMetrics(cfg.Registerer, cfg.Store, w.watermarkLag)
 	w.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[key](5*time.Millisecond, cfg.MaxRetryDelay),
 		workqueue.TypedRateLimitingQueueConfig[key]{Name: "changes", MetricsProvider: w.metrics.queue},
@@ -182,10 +196,11 @@ func newForClients(dyn dynamic.Interface, disc discovery.DiscoveryInterface, cfg
 }
 
 // Run watches until ctx ends. It discovers the resources, starts their
-// informers, waits until all have synced, then starts the workers and keeps
-// the set of informers in step with the cluster. When ctx ends it stops the
-// informers and lets the workers handle what is queued for up to
-// Config.DrainTimeout.
+// informers, waits until all have synced, then starts the workers (a
+// standby: once it takes over) and keeps the set of informers in step with
+// the cluster. When ctx ends it stops the informers and lets the workers
+// handle what is queued for up to Config.DrainTimeout, unless Abandon was
+// called.
 func (w *Watcher) Run(ctx context.Context) error {
 	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWork()
@@ -193,6 +208,14 @@ func (w *Watcher) Run(ctx context.Context) error {
 	defer func() {
 		w.stopAll()
 		w.drain(&workers, stopWork)
+	}()
+	go func() {
+		select {
+		case <-w.role.abandoned:
+			stopWork()
+			w.queue.ShutDown()
+		case <-workCtx.Done():
+		}
 	}()
 
 	w.startCRDWatch(ctx)
@@ -213,12 +236,20 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return nil
 	}
 	w.started.Store(true)
-	w.log.Info("watcher synced", "resources", len(w.resources()))
-	for range w.cfg.Workers {
-		workers.Go(func() {
-			for w.processNext(workCtx) {
-			}
-		})
+	w.log.Info("watcher synced", "resources", len(w.resources()), "standby", w.cfg.Standby)
+	startWorkers := func() {
+		for range w.cfg.Workers {
+			workers.Go(func() {
+				for workCtx.Err() == nil && w.processNext(workCtx) {
+				}
+			})
+		}
+	}
+	var lead <-chan struct{}
+	if w.cfg.Standby {
+		lead = w.role.lead
+	} else {
+		startWorkers()
 	}
 
 	ticker := time.NewTicker(w.cfg.RediscoveryInterval)
@@ -227,6 +258,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-lead:
+			lead = nil
+			w.takeOver()
+			startWorkers()
+			continue
 		case <-w.trigger:
 			// Let a burst of CRD events settle into one discovery.
 			select {
@@ -242,7 +278,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 }
 
-// drain lets the workers finish the queue, then stops them.
+// drain lets the workers finish the queue, then stops them. After Abandon
+// it stops them at once.
 func (w *Watcher) drain(workers *sync.WaitGroup, stopWork context.CancelFunc) {
 	done := make(chan struct{})
 	go func() {
@@ -251,6 +288,8 @@ func (w *Watcher) drain(workers *sync.WaitGroup, stopWork context.CancelFunc) {
 	}()
 	select {
 	case <-done:
+	case <-w.role.abandoned:
+		w.queue.ShutDown()
 	case <-time.After(w.cfg.DrainTimeout):
 		if n := w.pending.len(); n > 0 {
 			w.log.Warn("stopping with changes not handled", "objects", n)
@@ -388,15 +427,27 @@ func (w *Watcher) triggerDiscovery() {
 	}
 }
 
-// enqueue queues a change for the handler.
-func (w *Watcher) enqueue(c *Change) {
+// enqueue queues a change for the handler, with its mark in rw's tracker
+// (rw is nil for changes no informer made).
+func (w *Watcher) enqueue(c *Change, rw *resourceWatch, bound boundKind) {
 	o := c.Object()
 	if o.typ.foreign {
 		return // another shard's object
 	}
 	k := key{gr: groupResource(c.Resource), namespace: o.GetNamespace(), name: o.name}
-	w.pending.add(k, c)
-	w.queue.Add(k)
+	if rw != nil {
+		m := rw.track.add(rw.storeRV(), c.Time)
+		c.marks = []*mark{m}
+		switch bound {
+		case boundObject:
+			c.bound = o.resourceVersion
+		case boundCache:
+			c.bound = m.seq
+		}
+	}
+	if w.pending.add(k, c) {
+		w.queue.Add(k)
+	}
 }
 
 // processNext handles the changes of one key. It returns false when the
@@ -409,23 +460,23 @@ func (w *Watcher) processNext(ctx context.Context) bool {
 	defer w.queue.Done(k)
 	list := w.pending.take(k)
 	for i, c := range list {
-		var pc *commit
-		if w.commits != nil {
-			pc = w.commits.start(k, c)
-			c.deferred = func() { w.commits.finish(k, pc) }
-		}
+		pc := w.commits.start(k, c)
+		c.deferred = func() { w.commits.finish(k, pc) }
 		err := w.cfg.Handler.Handle(ctx, c)
-		if pc != nil {
-			switch {
-			case err != nil:
-				c.deferred = nil
-				w.commits.abandon(k, pc)
-			case c.deferred != nil: // not deferred: handled now
-				c.deferred = nil
-				w.commits.finish(k, pc)
-			}
+		switch {
+		case err != nil:
+			c.deferred = nil
+			w.commits.abandon(k, pc)
+		case c.deferred != nil: // not deferred: handled now
+			c.deferred = nil
+			w.commits.finish(k, pc)
 		}
 		if err != nil {
+			if ctx.Err() != nil {
+				// Abandoned: the changes stay for the next leader.
+				w.pending.putBack(k, list[i:])
+				return false
+			}
 			w.pending.putBack(k, list[i:])
 			w.metrics.handlerErrors.Inc()
 			w.log.Warn("handling change failed; will retry", "gvr", c.Resource.String(),

@@ -1,0 +1,282 @@
+package watcher
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
+)
+
+// write is one change a test made: its type, the object's UID and the
+// resourceVersion the write produced.
+type write struct {
+	typ  change.Type
+	name string
+	uid  types.UID
+	rv   string
+}
+
+// writer creates, updates and deletes ConfigMaps until stopped, and
+// records what it did.
+type writer struct {
+	mu     sync.Mutex
+	writes []write
+	live   map[string]types.UID // name -> uid
+	final  map[types.UID]string // uid -> last resourceVersion (deleted: "")
+}
+
+// run writes one change every interval until ctx ends: it creates an
+// object every third step, updates one the others, and deletes one every
+// seventh.
+func (wr *writer) run(t *testing.T, ctx context.Context, cms dynamic.ResourceInterface, ns, prefix string, interval time.Duration) {
+	t.Helper()
+	wr.live, wr.final = map[string]types.UID{}, map[types.UID]string{}
+	var names []string
+	for i := 0; ctx.Err() == nil; i++ {
+		switch {
+		case i%3 == 0 || len(names) < 3:
+			name := fmt.Sprintf("%s-%03d", prefix, i)
+			o, err := cms.Create(ctx, configMap(ns, name, map[string]any{"v": "0"}), metav1.CreateOptions{})
+			if err != nil {
+				continue
+			}
+			names = append(names, name)
+			wr.record(write{change.Created, name, o.GetUID(), o.GetResourceVersion()})
+		case i%7 == 0:
+			name := names[0]
+			names = names[1:]
+			uid := wr.uid(name)
+			var rv string
+			err := cms.Delete(ctx, name, metav1.DeleteOptions{})
+			if err != nil {
+				continue
+			}
+			wr.record(write{change.Deleted, name, uid, rv})
+		default:
+			name := names[i%len(names)]
+			patch := fmt.Appendf(nil, `{"data":{"v":%q}}`, strconv.Itoa(i))
+			o, err := cms.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+			if err != nil {
+				continue
+			}
+			wr.record(write{change.Updated, name, o.GetUID(), o.GetResourceVersion()})
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(interval):
+		}
+	}
+}
+
+func (wr *writer) uid(name string) types.UID {
+	wr.mu.Lock()
+	defer wr.mu.Unlock()
+	return wr.live[name]
+}
+
+func (wr *writer) record(w write) {
+	wr.mu.Lock()
+	defer wr.mu.Unlock()
+	wr.writes = append(wr.writes, w)
+	switch w.typ {
+	case change.Deleted:
+		delete(wr.live, w.name)
+		wr.final[w.uid] = ""
+	default:
+		wr.live[w.name] = w.uid
+		wr.final[w.uid] = w.rv
+	}
+}
+
+// handled is what a handler saw of one change.
+type handled struct {
+	typ  change.Type
+	uid  types.UID
+	rv   string // New's, "" for a deletion
+	from string // which watcher
+}
+
+// lost returns the writes no handled change covers: a creation or a
+// deletion must be reported as such; an update by a change of the object
+// to a resourceVersion at or above it, or by its deletion; and every
+// object's final state must be reported.
+func lost(t *testing.T, writes []write, final map[types.UID]string, seen []handled) []string {
+	t.Helper()
+	byUID := map[types.UID][]handled{}
+	for _, h := range seen {
+		byUID[h.uid] = append(byUID[h.uid], h)
+	}
+	above := func(uid types.UID, rv string) bool {
+		for _, h := range byUID[uid] {
+			if h.typ == change.Deleted {
+				return true
+			}
+			if a, _ := strconv.ParseUint(h.rv, 10, 64); a > 0 {
+				if b, _ := strconv.ParseUint(rv, 10, 64); a >= b {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	has := func(uid types.UID, typ change.Type, rv string) bool {
+		for _, h := range byUID[uid] {
+			if h.typ == typ && (rv == "" || h.rv == rv) {
+				return true
+			}
+		}
+		return false
+	}
+	var out []string
+	for _, w := range writes {
+		ok := true
+		switch w.typ {
+		case change.Created:
+			ok = has(w.uid, change.Created, "")
+		case change.Deleted:
+			ok = has(w.uid, change.Deleted, "")
+		case change.Updated:
+			ok = above(w.uid, w.rv)
+		}
+		if !ok {
+			out = append(out, fmt.Sprintf("%s %s %s", w.typ, w.name, w.rv))
+		}
+	}
+	for uid, rv := range final {
+		if rv != "" && !has(uid, change.Updated, rv) && !has(uid, change.Created, rv) {
+			out = append(out, fmt.Sprintf("final state %s of %s", rv, uid))
+		}
+	}
+	return out
+}
+
+// collector is a Handler that records what it handled, slowly when told.
+type collector struct {
+	name  string
+	delay time.Duration
+	mu    *sync.Mutex
+	seen  *[]handled
+}
+
+func (c collector) Handle(ctx context.Context, ch *Change) error {
+	if c.delay > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(c.delay):
+		}
+	}
+	h := handled{typ: ch.Type, uid: ch.Object().GetUID(), from: c.name}
+	if ch.New != nil {
+		h.rv = ch.New.GetResourceVersion()
+	}
+	c.mu.Lock()
+	*c.seen = append(*c.seen, h)
+	c.mu.Unlock()
+	return nil
+}
+
+// TestStandbyFollowsLeader runs a leader and a standby watcher, each with
+// its own baseline, the standby following the leader's watermarks, while
+// ConfigMaps are created, updated and deleted. The leader falls behind (a
+// slow handler), then stops abruptly without draining; the standby takes
+// over with the last watermarks it had. The leader stops within seconds
+// although its drain timeout is a minute. Together they handle every change
+// made, the standby only what the leader had not confirmed.
+func TestStandbyFollowsLeader(t *testing.T) {
+	env := testenv.Shared(t)
+	ns := namespace(t, env)
+	cms := env.Dynamic(t).Resource(configMaps).Namespace(ns)
+	sels := []change.Selector{{Resource: "configmaps"}}
+	inNS := func(change.Resource) []string { return []string{ns} }
+	var mu sync.Mutex
+	var seen []handled
+	open := func(name string) *Store {
+		s, err := OpenStore(filepath.Join(t.TempDir(), name+".db"), testLogger(t))
+		mustf(t, err, "open store")
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	leader, err := New(env.Config(), Config{Selectors: sels, Namespaces: inNS, Workers: 1, Store: open("leader"), DrainTimeout: time.Minute,
+		Handler: collector{name: "leader", delay: 25 * time.Millisecond, mu: &mu, seen: &seen}, Logger: testLogger(t)})
+	mustf(t, err, "leader")
+	leaderCtx, stopLeader := context.WithCancel(ctx)
+	leaderDone := make(chan error, 1)
+	go func() { leaderDone <- leader.Run(leaderCtx) }()
+	testenv.Eventually(t, time.Minute, "the leader to sync", leader.Synced)
+
+	wctx, stopWriter := context.WithCancel(ctx)
+	wr := &writer{}
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		wr.run(t, wctx, cms, ns, "cm", 5*time.Millisecond)
+	}()
+
+	standby, reg := startWatcher(t, env.Config(), Config{Selectors: sels, Namespaces: inNS, Standby: true, Store: open("standby"),
+		Handler: collector{name: "standby", mu: &mu, seen: &seen}})
+	var last Watermarks
+	follow := func() {
+		last = leader.Watermarks()
+		standby.Confirm(last)
+	}
+	testenv.Eventually(t, time.Minute, "the standby to confirm the leader's changes", func() bool {
+		follow()
+		return metricValue(t, reg, "fieldwatch_baseline_confirmed_total", nil) > 20
+	})
+	for range 10 {
+		follow()
+		time.Sleep(100 * time.Millisecond)
+	}
+	// The leader stops at once, as one that lost its Lease.
+	leader.Abandon()
+	stopLeader()
+	select {
+	case err := <-leaderDone:
+		mustf(t, err, "leader")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the abandoned leader still runs 5s later: it drains instead of stopping")
+	}
+	mu.Lock()
+	byLeader := len(seen)
+	mu.Unlock()
+	standby.TakeOver(last)
+
+	time.Sleep(time.Second) // writes go on after the takeover
+	stopWriter()
+	<-writerDone
+	testenv.Eventually(t, time.Minute, "the standby to handle everything", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(lost(t, wr.writes, wr.final, seen)) == 0
+	})
+	fired := metricValue(t, reg, "fieldwatch_baseline_takeover_changes_total", nil)
+	mu.Lock()
+	dupes := map[handled]int{}
+	for _, h := range seen {
+		dupes[handled{typ: h.typ, uid: h.uid, rv: h.rv}]++
+	}
+	repeated := 0
+	for _, n := range dupes {
+		repeated += n - 1
+	}
+	t.Logf("%d writes; %d handled by the leader, %d by the standby (%d at its takeover), %d repeated",
+		len(wr.writes), byLeader, len(seen)-byLeader, int(fired), repeated)
+	mu.Unlock()
+	if fired == 0 {
+		t.Error("the standby fired nothing at its takeover, although the leader had fallen behind")
+	}
+}
