@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -60,6 +61,10 @@ type Options struct {
 	// OutputLimit is how many bytes of a child's stdout and of its stderr
 	// are kept for the log. Default DefaultOutputLimit.
 	OutputLimit int
+	// HandOver is for a replica in a leader election: what Close's grace
+	// period leaves undelivered, and what Deliver cannot queue, is handed
+	// over to the next leader (as by Abort) instead of dead-lettered.
+	HandOver bool
 	// EventQPS and EventBurst rate-limit the Events of each rule (all its
 	// event actions together). A rule over its rate waits, which fills
 	// its queue and slows the watcher: Events are not dropped. Defaults
@@ -148,6 +153,7 @@ type Dispatcher struct {
 
 	stopped  chan struct{} // closed when the grace period of Close ends
 	stopOnce sync.Once
+	aborted  atomic.Bool    // Abort: undelivered firings are handed over
 	workers  sync.WaitGroup // every worker of every instance
 
 	mu       sync.RWMutex
@@ -190,7 +196,8 @@ func New(opts Options) (*Dispatcher, error) {
 // has finished with it: delivered, or failed for good and dead-lettered.
 // When Deliver returns an error, the actions that f could not be queued to
 // are dead-lettered at once with that error (ShutdownError after Close), so
-// done is still called: nothing is dropped. done may run on Deliver's
+// done is still called: nothing is dropped (after Abort they are handed
+// over instead, and done is not called). done may run on Deliver's
 // goroutine or on a worker's; it must not block for long.
 //
 // Only a firing without a rule is refused outright (an error, done not
@@ -240,6 +247,10 @@ func (d *Dispatcher) enqueue(ctx context.Context, it *item, i int) error {
 func (d *Dispatcher) notQueued(f rules.Firing, i int, cause error, tr *tracker) {
 	a := f.Rule.Actions[i]
 	s := d.metrics.series(f.Rule.Name, a.Kind(), i)
+	if d.handingOver() {
+		s.handedOver.Inc()
+		return
+	}
 	s.fired.Inc()
 	s.deadLettered.Inc()
 	msg := ShutdownError
@@ -391,7 +402,8 @@ func (d *Dispatcher) Retain(rs []*rules.Rule) {
 
 // Close stops taking firings (Deliver returns ErrClosed), lets every
 // action drain its queue until ctx ends, then dead-letters what is still
-// undelivered with the error ShutdownError, cancelling attempts in flight.
+// undelivered with the error ShutdownError (hands it over with
+// Options.HandOver), cancelling attempts in flight.
 // It returns when every worker has stopped, with an error when ctx ended
 // before the queues were drained. Nothing is silently dropped. A second
 // Close returns ErrClosed at once.
@@ -416,13 +428,35 @@ func (d *Dispatcher) Close(ctx context.Context) error {
 	d.stop()
 
 	var errs []error
-	if !drained {
+	switch {
+	case drained:
+	case d.handingOver():
+		errs = append(errs, fmt.Errorf("close: undelivered firings handed over: %w", ctx.Err()))
+	default:
 		errs = append(errs, fmt.Errorf("close: undelivered firings dead-lettered: %w", ctx.Err()))
 	}
 	errs = append(errs, d.sinks.close(), d.dead.close())
 	d.clients.closeIdle()
 	return errors.Join(errs...)
 }
+
+// Abort stops at once, for a replica that stopped leading: Deliver returns
+// ErrClosed, attempts in flight are cancelled, and every firing not
+// delivered yet is handed over: neither dead-lettered nor reported done
+// (its done callback is never called), so that the change behind it stays
+// unhandled for the next leader. It returns when every worker has
+// stopped. Abort may follow or interrupt Close.
+func (d *Dispatcher) Abort() {
+	d.aborted.Store(true)
+	d.stop()
+	if err := d.Close(context.Background()); errors.Is(err, ErrClosed) {
+		d.workers.Wait() // Close was called before: wait for its workers
+	}
+}
+
+// handingOver reports whether undelivered firings are handed over rather
+// than dead-lettered.
+func (d *Dispatcher) handingOver() bool { return d.opts.HandOver || d.aborted.Load() }
 
 func (d *Dispatcher) stop() {
 	d.stopOnce.Do(func() { close(d.stopped) })

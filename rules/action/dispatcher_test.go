@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -221,6 +222,77 @@ func TestCloseDeadLettersTheRest(t *testing.T) {
 	}
 	if got := h.metric(t, "dead_lettered_total", "stuck", "webhook", 0); got != n+1 {
 		t.Errorf("dead_lettered_total = %v, want %d", got, n+1)
+	}
+}
+
+// TestAbort: Abort, also in the middle of a Close, cancels the attempt in
+// flight and hands every undelivered firing over: no dead letter, done never
+// called, each counted in handed_over_total; a firing delivered before
+// stays delivered.
+func TestAbort(t *testing.T) {
+	for _, during := range []string{"running", "closing"} {
+		t.Run(during, func(t *testing.T) {
+			var cancelled atomic.Int64
+			release := make(chan struct{})
+			rc := newReceiver(t, func(i int, _ http.ResponseWriter, r *http.Request) int {
+				if i == 1 {
+					return http.StatusOK // the first is delivered
+				}
+				select {
+				case <-r.Context().Done():
+					cancelled.Add(1)
+				case <-release:
+				}
+				return http.StatusOK
+			})
+			defer close(release)
+			h := newHarness(t, func(o *Options) { o.WebhookWorkers = 1 })
+			r := webhookRule("handover", &rules.WebhookAction{URL: rc.URL, Timeout: time.Minute})
+			done := newDoneCounter(t)
+			first := newFiring(r)
+			h.deliver(t, first, done.fn(first.ID))
+			testenv.Eventually(t, 5*time.Second, "the first delivery", func() bool { return done.count(first.ID) == 1 })
+			const n = 5
+			for range n {
+				f := newFiring(r)
+				h.deliver(t, f, done.fn(f.ID))
+			}
+			testenv.Eventually(t, 5*time.Second, "the second request in flight", func() bool { return rc.count() == 2 })
+			closed := make(chan error, 1)
+			if during == "closing" {
+				go func() { closed <- h.Close(context.Background()) }()
+				time.Sleep(50 * time.Millisecond) // let Close start waiting
+			}
+			aborted := make(chan struct{})
+			go func() { h.Abort(); close(aborted) }()
+			select {
+			case <-aborted:
+			case <-time.After(5 * time.Second):
+				t.Fatal("Abort still waits 5s later")
+			}
+			if during == "closing" {
+				if err := <-closed; err != nil {
+					t.Errorf("Close interrupted by Abort: %v", err)
+				}
+			}
+			if got := done.total.Load(); got != 1 {
+				t.Errorf("done called %d times, want once (the delivered firing only)", got)
+			}
+			if dls := h.deadLetters(t); len(dls) != 0 {
+				t.Errorf("%d dead letters after Abort, want none: %+v", len(dls), dls)
+			}
+			if got := h.metric(t, "handed_over_total", "handover", "webhook", 0); got != n {
+				t.Errorf("handed_over_total = %v, want %d", got, n)
+			}
+			testenv.Eventually(t, 5*time.Second, "the receiver to see the attempt cancelled", func() bool { return cancelled.Load() == 1 })
+			late := newFiring(r)
+			if err := h.Deliver(context.Background(), late, done.fn(late.ID)); !errors.Is(err, ErrClosed) {
+				t.Errorf("Deliver after Abort = %v, want ErrClosed", err)
+			}
+			if done.count(late.ID) != 0 || len(h.deadLetters(t)) != 0 {
+				t.Error("a firing refused after Abort was reported done or dead-lettered")
+			}
+		})
 	}
 }
 

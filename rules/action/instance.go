@@ -258,8 +258,13 @@ func (in *instance) giveUp(it *item, attempts int, err error) {
 }
 
 // shutdown dead-letters it because Close's grace period ended; last is the
-// error of its last attempt, if any.
+// error of its last attempt, if any. After Abort, or with
+// Options.HandOver, it is handed over instead.
 func (in *instance) shutdown(it *item, attempts int, last error) {
+	if in.d.handingOver() {
+		in.m.handedOver.Inc()
+		return
+	}
 	lastMsg := ""
 	if last != nil {
 		lastMsg = last.Error()

@@ -17,6 +17,7 @@ type metrics struct {
 	failed       *prometheus.CounterVec
 	retried      *prometheus.CounterVec
 	deadLettered *prometheus.CounterVec
+	handedOver   *prometheus.CounterVec
 	depth        *prometheus.GaugeVec
 	latency      *prometheus.HistogramVec
 }
@@ -39,6 +40,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		failed:       counter("failed_total", "Delivery attempts that failed (each attempt counts)."),
 		retried:      counter("retried_total", "Delivery attempts retried after a failure."),
 		deadLettered: counter("dead_lettered_total", "Firings that failed for good and went to the dead-letter file."),
+		handedOver:   counter("handed_over_total", "Firings left undelivered because this replica stopped leading (Abort): the next leader delivers them."),
 		depth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "fieldwatch", Subsystem: "action", Name: "queue_depth",
 			Help: "Firings waiting in the action's queue.",
@@ -65,6 +67,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	if err == nil {
 		m.deadLettered, err = register(reg, m.deadLettered)
+	}
+	if err == nil {
+		m.handedOver, err = register(reg, m.handedOver)
 	}
 	if err == nil {
 		m.depth, err = register(reg, m.depth)
@@ -94,9 +99,9 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 // series are one action's metrics, curried once so that the hot path does
 // not hash label values.
 type series struct {
-	fired, delivered, failed, retried, deadLettered prometheus.Counter
-	depth                                           prometheus.Gauge
-	latency                                         prometheus.Observer
+	fired, delivered, failed, retried, deadLettered, handedOver prometheus.Counter
+	depth                                                       prometheus.Gauge
+	latency                                                     prometheus.Observer
 }
 
 func (m *metrics) series(rule, kind string, index int) series {
@@ -107,6 +112,7 @@ func (m *metrics) series(rule, kind string, index int) series {
 		failed:       m.failed.WithLabelValues(l...),
 		retried:      m.retried.WithLabelValues(l...),
 		deadLettered: m.deadLettered.WithLabelValues(l...),
+		handedOver:   m.handedOver.WithLabelValues(l...),
 		depth:        m.depth.WithLabelValues(l...),
 		latency:      m.latency.WithLabelValues(l...),
 	}
