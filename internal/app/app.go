@@ -48,11 +48,19 @@ type Config struct {
 	LeaseNamespace, LeaseName string
 	// Identity names this replica in the Lease (default: host name).
 	Identity string
+	// LeaseDuration, RenewDeadline and RetryPeriod time the leader
+	// election (defaults 15s, 10s, 2s): a standby takes over
+	// LeaseDuration after the leader's last renewal; a leader that could
+	// not renew for RenewDeadline stops delivering; renewals (and the
+	// watermarks published with them) come every RetryPeriod.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// Shard and TotalShards split the objects between replicas (0 and 0
 	// or 1: no sharding).
 	Shard, TotalShards int
 	// GracePeriod bounds the drain of queued changes and actions on
-	// shutdown.
+	// shutdown. Then what is left is dead-lettered; a leader (leader
+	// election) drains while still holding its Lease and hands what is
+	// left over to the next leader instead.
 	GracePeriod time.Duration
 	// Logger is the process logger; Stdout the log action's output.
 	Logger *slog.Logger
@@ -115,6 +123,15 @@ func newApp(cfg Config) (*App, error) {
 	if cfg.CRDImpactTimeout <= 0 {
 		cfg.CRDImpactTimeout = DefaultCRDImpactTimeout
 	}
+	if cfg.LeaseDuration <= 0 {
+		cfg.LeaseDuration = DefaultLeaseDuration
+	}
+	if cfg.RenewDeadline <= 0 {
+		cfg.RenewDeadline = DefaultRenewDeadline
+	}
+	if cfg.RetryPeriod <= 0 {
+		cfg.RetryPeriod = DefaultRetryPeriod
+	}
 	a := &App{cfg: cfg, log: cfg.Logger, reg: prometheus.NewRegistry()}
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.metrics = newMetrics(a.reg)
@@ -164,30 +181,66 @@ func (a *App) run(ctx context.Context) error {
 		a.metrics.leader.Set(1)
 		return a.serve(ctx)
 	}
-	return a.elect(ctx, a.serve)
+	return a.elect(ctx)
 }
 
-// serve watches and acts until ctx ends, then drains: the watcher hands
-// over its queued changes, the actions deliver or dead-letter their queued
-// firings, and only then is the baseline closed (the actions' completions
-// record changes in it).
-func (a *App) serve(ctx context.Context) error {
+// replica is what a running fieldwatch holds: its watcher and baseline.
+type replica struct {
+	w     *watcher.Watcher
+	store *watcher.Store // nil without --state-dir
+}
+
+// close closes the baseline; call it once the watcher and the actions are
+// done (the actions' completions record changes in it).
+func (r *replica) close(log *slog.Logger) {
+	if r.store == nil {
+		return
+	}
+	if err := r.store.Close(); err != nil {
+		log.Error("closing the baseline", "err", err)
+	}
+}
+
+// newReplica opens the baseline and builds the watcher, a standby one for
+// leader election.
+func (a *App) newReplica(ctx context.Context, standby bool) (*replica, error) {
 	shard, err := a.shard(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	store, err := a.openStore()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if store != nil {
-		defer func() {
-			if err := store.Close(); err != nil {
-				a.log.Error("closing the baseline", "err", err)
-			}
-		}()
+	r := &replica{store: store}
+	set := a.set.Load()
+	r.w, err = watcher.New(a.cfg.Rest, watcher.Config{
+		Selectors:    set.Selectors(),
+		Projection:   set.Projection,
+		Namespaces:   set.Namespaces,
+		Handler:      &pipeline{app: a, errLog: rate.Sometimes{Interval: time.Second}},
+		Workers:      a.cfg.Workers,
+		DrainTimeout: a.cfg.GracePeriod / 2,
+		Shard:        shard,
+		Store:        store,
+		Standby:      standby,
+		Logger:       a.log,
+		Registerer:   a.reg,
+	})
+	if err != nil {
+		r.close(a.log)
+		return nil, fmt.Errorf("watcher: %w", err)
 	}
+	a.watcher.Store(r.w)
+	a.log.Info("fieldwatch running", "rules", len(set.Rules()), "files", a.cfg.RulesFiles, "standby", standby)
+	return r, nil
+}
+
+// newDispatcher starts the actions; a leader's hand over what they cannot
+// deliver on shutdown.
+func (a *App) newDispatcher(handOver bool) (*action.Dispatcher, error) {
 	disp, err := action.New(action.Options{
+		HandOver:   handOver,
 		Logger:     a.log,
 		Registerer: a.reg,
 		Stdout:     a.cfg.Stdout,
@@ -197,9 +250,26 @@ func (a *App) serve(ctx context.Context) error {
 		DryRun:     a.cfg.DryRun,
 	})
 	if err != nil {
-		return fmt.Errorf("actions: %w", err)
+		return nil, fmt.Errorf("actions: %w", err)
 	}
 	a.disp.Store(disp)
+	return disp, nil
+}
+
+// serve watches and acts until ctx ends (no leader election), then
+// drains: the watcher hands over its queued changes, the actions deliver
+// or dead-letter their queued firings, and only then is the baseline
+// closed.
+func (a *App) serve(ctx context.Context) error {
+	r, err := a.newReplica(ctx, false)
+	if err != nil {
+		return err
+	}
+	defer r.close(a.log)
+	disp, err := a.newDispatcher(false)
+	if err != nil {
+		return err
+	}
 	defer func() {
 		closeCtx, done := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.GracePeriod/2)
 		defer done()
@@ -207,25 +277,7 @@ func (a *App) serve(ctx context.Context) error {
 			a.log.Error("closing actions", "err", err)
 		}
 	}()
-	set := a.set.Load()
-	w, err := watcher.New(a.cfg.Rest, watcher.Config{
-		Selectors:    set.Selectors(),
-		Projection:   set.Projection,
-		Namespaces:   set.Namespaces,
-		Handler:      &pipeline{app: a, errLog: rate.Sometimes{Interval: time.Second}},
-		Workers:      a.cfg.Workers,
-		DrainTimeout: a.cfg.GracePeriod / 2,
-		Shard:        shard,
-		Store:        store,
-		Logger:       a.log,
-		Registerer:   a.reg,
-	})
-	if err != nil {
-		return fmt.Errorf("watcher: %w", err)
-	}
-	a.watcher.Store(w)
-	a.log.Info("fieldwatch running", "rules", len(set.Rules()), "files", a.cfg.RulesFiles)
-	return w.Run(ctx)
+	return r.w.Run(ctx)
 }
 
 // openStore opens the restart baseline in the state directory, if any.
@@ -270,17 +322,19 @@ func (a *App) serveHTTP() (*http.Server, net.Listener, error) {
 	return &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, ln, nil
 }
 
-// ready says whether the process is ready, and why not.
+// ready says whether the process is ready, and why not. A standby is
+// ready once its informers have synced: it can take over then.
 func (a *App) ready() (bool, string) {
-	if a.standby.Load() {
-		return true, "standby: another replica leads"
-	}
 	w := a.watcher.Load()
-	if w == nil {
+	switch {
+	case w == nil:
 		return false, "starting"
-	}
-	if !w.Synced() {
+	case !w.Synced() && a.standby.Load():
+		return false, "standby: informers syncing"
+	case !w.Synced():
 		return false, "informers syncing"
+	case a.standby.Load():
+		return true, "standby: another replica leads"
 	}
 	return true, "ok"
 }

@@ -5,30 +5,38 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"github.com/fieldwatch/fieldwatch/rules/action"
+	"github.com/fieldwatch/fieldwatch/watcher"
 )
 
-// Lease timing: a new leader takes over about LeaseDuration after the old
-// one stopped renewing.
+// Lease timing defaults: a standby takes over about DefaultLeaseDuration
+// after the leader last renewed; a leader that could not renew for
+// DefaultRenewDeadline stops delivering, before its Lease can expire for
+// the others.
 const (
-	leaseDuration = 15 * time.Second
-	renewDeadline = 10 * time.Second
-	retryPeriod   = 2 * time.Second
+	DefaultLeaseDuration = 15 * time.Second
+	DefaultRenewDeadline = 10 * time.Second
+	DefaultRetryPeriod   = 2 * time.Second
 )
 
 // errLostLeadership ends the process of a replica that stopped leading, so
-// that it restarts as a candidate with a clean state.
+// that it restarts as a standby with a clean state.
 var errLostLeadership = errors.New("lost leadership")
 
-// elect runs serve while this replica holds the Lease. Two replicas never
-// both serve: a leader that cannot renew stops serving before its lease
-// can expire.
-func (a *App) elect(ctx context.Context, serve func(context.Context) error) error {
+// elect runs this replica in a leader election. Every replica watches from
+// the start: a standby keeps its changes and records in its baseline those
+// the leader's watermarks (read from the Lease) confirm. The one that
+// acquires the Lease takes over and delivers exactly what its predecessor
+// had not confirmed. It renews the Lease with its own watermarks. It stops
+// delivering at once when it cannot renew within the renew deadline, and on
+// SIGTERM drains while still holding the Lease, then releases it.
+func (a *App) elect(ctx context.Context) error {
 	id := a.cfg.Identity
 	if id == "" {
 		host, err := os.Hostname()
@@ -37,31 +45,63 @@ func (a *App) elect(ctx context.Context, serve func(context.Context) error) erro
 		}
 		id = host
 	}
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: a.cfg.LeaseNamespace, Name: a.cfg.LeaseName},
-		Client:     a.kube.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: id},
-	}
-	// OnStartedLeading runs in a goroutine that le.Run does not wait for:
-	// served carries serve's result so that elect returns only once the
-	// drain is over.
-	served := make(chan error, 1)
-	var led atomic.Bool
 	a.standby.Store(true)
+	r, err := a.newReplica(ctx, true)
+	if err != nil {
+		return err
+	}
+	defer r.close(a.log)
+	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWatch()
+	watched := &result{done: make(chan struct{})}
+	go func() {
+		watched.err = r.w.Run(watchCtx)
+		close(watched.done)
+	}()
+
+	var leading atomic.Bool
+	lock := &watermarkLease{
+		namespace: a.cfg.LeaseNamespace, name: a.cfg.LeaseName, identity: id,
+		client: a.kube.CoordinationV1(), log: a.log,
+		publish: func() watcher.Watermarks {
+			if !leading.Load() {
+				return nil // acquiring: keep the previous leader's
+			}
+			return r.w.Watermarks()
+		},
+		follow: func(wm watcher.Watermarks) {
+			if !leading.Load() {
+				r.w.Confirm(wm)
+			}
+		},
+	}
+	// The election runs until this replica has handed over (or stops
+	// standing by): its context is not the process's.
+	leCtx, stopElection := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopElection()
+	var (
+		mu       sync.Mutex
+		stopping bool
+	)
+	served := make(chan error, 1)
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
-		LeaseDuration:   leaseDuration,
-		RenewDeadline:   renewDeadline,
-		RetryPeriod:     retryPeriod,
+		LeaseDuration:   a.cfg.LeaseDuration,
+		RenewDeadline:   a.cfg.RenewDeadline,
+		RetryPeriod:     a.cfg.RetryPeriod,
 		ReleaseOnCancel: true,
 		Name:            a.cfg.LeaseName,
 		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) {
-				led.Store(true)
-				a.standby.Store(false)
-				a.metrics.leader.Set(1)
-				a.log.Info("leading", "lease", a.cfg.LeaseNamespace+"/"+a.cfg.LeaseName, "identity", id)
-				served <- serve(ctx)
+			OnStartedLeading: func(lctx context.Context) {
+				mu.Lock()
+				if stopping {
+					mu.Unlock()
+					return
+				}
+				leading.Store(true)
+				mu.Unlock()
+				served <- a.lead(ctx, lctx, r, lock, watched, stopWatch)
+				stopElection() // releases the Lease, with the final watermarks
 			},
 			OnStoppedLeading: func() {
 				a.metrics.leader.Set(0)
@@ -76,15 +116,92 @@ func (a *App) elect(ctx context.Context, serve func(context.Context) error) erro
 	if err != nil {
 		return fmt.Errorf("leader election: %w", err)
 	}
-	le.Run(ctx)
-	if !led.Load() {
-		return nil // stopped while standing by
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-leCtx.Done():
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		stopping = true
+		if !leading.Load() {
+			stopElection() // a standby just stops
+		}
+	}()
+	le.Run(leCtx)
+
+	var result error
+	if leading.Load() {
+		result = <-served
 	}
-	if err := <-served; err != nil {
+	r.w.Abandon() // a standby has nothing to hand on
+	stopWatch()
+	if err := watched.wait(); err != nil && result == nil {
+		result = err
+	}
+	return result
+}
+
+// result is the outcome of a goroutine, for several to wait for.
+type result struct {
+	done chan struct{}
+	err  error
+}
+
+func (r *result) wait() error {
+	<-r.done
+	return r.err
+}
+
+// lead takes over and acts until the Lease is lost (lctx ends, or a renewal
+// is overdue) or the process is told to stop (ctx ends). Losing the Lease
+// stops delivery at once: what was not done is left, unrecorded, to the
+// next leader. Stopping drains within the grace period while the Lease is
+// still held, and hands over what is left.
+func (a *App) lead(ctx, lctx context.Context, r *replica, lock *watermarkLease, watched *result, stopWatch context.CancelFunc) error {
+	lost := lock.guard(lctx, a.cfg.RenewDeadline)
+	disp, err := a.newDispatcher(true)
+	if err != nil {
 		return err
 	}
-	if ctx.Err() == nil {
+	a.standby.Store(false)
+	a.metrics.leader.Set(1)
+	a.log.Info("leading: taking over from the last watermarks of the previous leader",
+		"lease", a.cfg.LeaseNamespace+"/"+a.cfg.LeaseName, "identity", lock.identity, "informers", len(lock.seen()))
+	r.w.TakeOver(lock.seen())
+
+	select {
+	case <-lost:
+		a.abort(r, disp)
+		return errLostLeadership
+	case <-ctx.Done():
+	}
+	a.log.Info("stopping: handling what is queued while holding the Lease, then releasing it", "gracePeriod", a.cfg.GracePeriod)
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		stopWatch() // the watcher drains within half the grace period
+		_ = watched.wait()
+		closeCtx, done := context.WithTimeout(context.Background(), a.cfg.GracePeriod/2)
+		defer done()
+		if err := disp.Close(closeCtx); err != nil {
+			a.log.Warn("grace period over: what is not delivered is left to the next leader", "err", err)
+		}
+	}()
+	select {
+	case <-drained:
+		return nil
+	case <-lost:
+		a.abort(r, disp)
+		<-drained
 		return errLostLeadership
 	}
-	return nil
+}
+
+// abort stops delivering at once.
+func (a *App) abort(r *replica, disp *action.Dispatcher) {
+	a.log.Error("lost the Lease (or could not renew it in time): stopping delivery at once; the next leader delivers what was not done")
+	r.w.Abandon()
+	disp.Abort()
 }
