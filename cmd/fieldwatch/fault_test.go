@@ -30,6 +30,23 @@ func (p *proc) kill() {
 	<-p.done
 }
 
+// waitExit waits for the process to exit on its own and returns its exit
+// code (-1 if it had to be killed after timeout).
+func (p *proc) waitExit(timeout time.Duration) int {
+	p.t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		_ = p.cmd.Wait()
+		p.t.Errorf("fieldwatch still running %s later", timeout)
+		return -1
+	}
+	_ = p.cmd.Wait()
+	return p.cmd.ProcessState.ExitCode()
+}
+
 // byName groups payloads by object name.
 func byName(ps []map[string]any) map[string][]map[string]any {
 	out := map[string][]map[string]any{}

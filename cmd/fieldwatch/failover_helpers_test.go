@@ -1,0 +1,495 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
+)
+
+// The failover tests run replicas with short Lease timings, so that a
+// takeover takes seconds.
+var fastLease = []string{
+	"--leader-elect-lease-duration", "3s",
+	"--leader-elect-renew-deadline", "2s",
+	"--leader-elect-retry-period", "500ms",
+}
+
+// hook is one payload a replica posted to the receiver.
+type hook struct {
+	replica string
+	at      time.Time
+	id      string
+	typ     string
+	uid     types.UID
+	rv      string
+	kind    string
+	name    string
+}
+
+// hooks is a webhook receiver on 127.0.0.1 shared by replicas, each
+// posting to /<replica>. A replica can be made to fail (503): its attempts
+// are then recorded but nothing is delivered.
+type hooks struct {
+	t    *testing.T
+	addr string
+	mu   sync.Mutex
+	got  []hook
+	// failing replicas answer 503; their attempts are recorded here.
+	failing  map[string]bool
+	attempts map[string][]time.Time
+}
+
+func newHooks(t *testing.T) *hooks {
+	t.Helper()
+	h := &hooks{t: t, failing: map[string]bool{}, attempts: map[string][]time.Time{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.addr = ln.Addr().String()
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return h
+}
+
+// ServeHTTP records a payload.
+func (h *hooks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return
+	}
+	replica := strings.TrimPrefix(r.URL.Path, "/")
+	now := time.Now()
+	h.mu.Lock()
+	if h.failing[replica] {
+		h.attempts[replica] = append(h.attempts[replica], now)
+		h.mu.Unlock()
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	h.mu.Unlock()
+	var p struct {
+		ID, Type, UID, ResourceVersion, Name string
+		Resource                             struct{ Kind string }
+	}
+	if err := json.Unmarshal(body, &p); err != nil {
+		h.t.Errorf("payload is not JSON: %s", body)
+		return
+	}
+	h.mu.Lock()
+	h.got = append(h.got, hook{replica: replica, at: now, id: p.ID, typ: p.Type, uid: types.UID(p.UID),
+		rv: p.ResourceVersion, kind: p.Resource.Kind, name: p.Name})
+	h.mu.Unlock()
+}
+
+// fail makes replica's posts fail (or succeed again).
+func (h *hooks) fail(replica string, on bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.failing[replica] = on
+}
+
+// payloads returns what was delivered, by every replica.
+func (h *hooks) payloads() []hook {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.got)
+}
+
+// lastAttempt returns when replica last posted, failing or not.
+func (h *hooks) lastAttempt(replica string) time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var last time.Time
+	if a := h.attempts[replica]; len(a) > 0 {
+		last = a[len(a)-1]
+	}
+	for _, p := range h.got {
+		if p.replica == replica && p.at.After(last) {
+			last = p.at
+		}
+	}
+	return last
+}
+
+// rules returns a rules file with which replica posts every change of
+// ConfigMaps and Widgets in ns to the receiver.
+func (h *hooks) rules(t *testing.T, ns, replica string) string {
+	t.Helper()
+	action := fmt.Sprintf(`{webhook: {url: "http://%s/%s", timeout: 2s, retry: {attempts: 100000, initialBackoff: 20ms, maxBackoff: 200ms}}}`, h.addr, replica)
+	return writeFile(t, "rules.yaml", fmt.Sprintf(`rules:
+  - name: cm
+    match:
+      resources: [{group: "", kind: ConfigMap}]
+      namespaces: [%[1]s]
+    actions: [%[2]s]
+  - name: widget
+    match:
+      resources: [{group: example.com, kind: Widget}]
+      namespaces: [%[1]s]
+    actions: [%[2]s]
+`, ns, action))
+}
+
+// made is one write a test made.
+type made struct {
+	typ  string // created, updated, deleted
+	kind string
+	name string
+	uid  types.UID
+	rv   string // of the new state; "" for a deletion
+	at   time.Time
+}
+
+// writers create, update and delete ConfigMaps and Widgets in a namespace
+// until stopped, and record every write that succeeded.
+type writers struct {
+	t      *testing.T
+	ns     string
+	mu     sync.Mutex
+	writes []made
+	stop   context.CancelFunc
+	done   sync.WaitGroup
+}
+
+var widgetsGVR = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
+
+// startWriters installs the Widget CRD and starts one writer for
+// ConfigMaps and one for Widgets, each writing every interval. An object
+// is deleted only when it is at least minAge old.
+func startWriters(t *testing.T, env *testenv.Env, ns string, interval, minAge time.Duration) *writers {
+	t.Helper()
+	installWidgets(t, env)
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &writers{t: t, ns: ns, stop: cancel}
+	dyn := env.Dynamic(t)
+	for i, kind := range []string{"ConfigMap", "Widget"} {
+		client := dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}).Namespace(ns)
+		if kind == "Widget" {
+			client = dyn.Resource(widgetsGVR).Namespace(ns)
+		}
+		w.done.Go(func() { w.run(ctx, client, kind, interval, minAge, rand.New(rand.NewPCG(uint64(i), 7))) })
+	}
+	t.Cleanup(w.finish)
+	return w
+}
+
+// installWidgets installs the example Widget CRD.
+func installWidgets(t *testing.T, env *testenv.Env) {
+	t.Helper()
+	if _, err := env.ApplyFiles(context.Background(), testenv.ApplyOptions{}, repo(t, "examples/crds/widgets.yaml")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// finish stops the writers and waits for them.
+func (w *writers) finish() {
+	w.stop()
+	w.done.Wait()
+}
+
+func (w *writers) run(ctx context.Context, client dynamic.ResourceInterface, kind string, interval, minAge time.Duration, rnd *rand.Rand) {
+	type live struct {
+		name string
+		born time.Time
+	}
+	var objs []live
+	for i := 0; ctx.Err() == nil; i++ {
+		now := time.Now()
+		switch op := rnd.IntN(10); {
+		case len(objs) < 5 || op < 3:
+			name := fmt.Sprintf("%s-%04d", strings.ToLower(kind), i)
+			o, err := client.Create(ctx, w.object(kind, name, i), metav1.CreateOptions{})
+			if err == nil {
+				objs = append(objs, live{name, now})
+				w.record(made{"created", kind, name, o.GetUID(), o.GetResourceVersion(), now})
+			}
+		case op < 4 && now.Sub(objs[0].born) >= minAge:
+			name := objs[0].name
+			uid := w.uidOf(kind, name)
+			if err := client.Delete(ctx, name, metav1.DeleteOptions{}); err == nil {
+				objs = objs[1:]
+				w.record(made{"deleted", kind, name, uid, "", now})
+			}
+		default:
+			name := objs[rnd.IntN(len(objs))].name
+			patch := fmt.Appendf(nil, `{"data":{"v":"%d"}}`, i)
+			if kind == "Widget" {
+				patch = fmt.Appendf(nil, `{"spec":{"size":%d}}`, i)
+			}
+			if o, err := client.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err == nil {
+				w.record(made{"updated", kind, name, o.GetUID(), o.GetResourceVersion(), now})
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(interval):
+		}
+	}
+}
+
+func (w *writers) object(kind, name string, i int) *unstructured.Unstructured {
+	if kind == "Widget" {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "example.com/v1", "kind": "Widget",
+			"metadata": map[string]any{"name": name, "namespace": w.ns},
+			"spec":     map[string]any{"size": int64(i)},
+		}}
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": name, "namespace": w.ns},
+		"data":     map[string]any{"v": strconv.Itoa(i)},
+	}}
+}
+
+func (w *writers) record(m made) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.writes = append(w.writes, m)
+}
+
+func (w *writers) uidOf(kind, name string) types.UID {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := len(w.writes) - 1; i >= 0; i-- {
+		if m := w.writes[i]; m.kind == kind && m.name == name {
+			return m.uid
+		}
+	}
+	return ""
+}
+
+// made returns the writes so far.
+func (w *writers) made() []made {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.writes)
+}
+
+// outcome is how the payloads of a scenario compare with the writes.
+type outcome struct {
+	writes, delivered, ids, duplicates int
+	lost                               []string // writes no payload covers
+	conflicting                        []string // one change under several ids
+}
+
+func (o outcome) String() string {
+	return fmt.Sprintf("%d changes made, %d payloads delivered, %d distinct ids, %d duplicates (equal ids), %d lost, %d under different ids",
+		o.writes, o.delivered, o.ids, o.duplicates, len(o.lost), len(o.conflicting))
+}
+
+// compare checks the payloads against the writes. A creation and a
+// deletion must be reported as such; an update by a payload about the same
+// object at or after its resourceVersion, or by the object's deletion; and
+// every object's final state by a payload of exactly that
+// resourceVersion. Duplicates must carry equal ids: one change (object,
+// type, resourceVersion) under two ids is a conflict.
+func compare(writes []made, got []hook) outcome {
+	o := outcome{writes: len(writes), delivered: len(got)}
+	byUID := map[types.UID][]hook{}
+	ids := map[string]bool{}
+	idsOf := map[string]map[string]bool{}
+	for _, p := range got {
+		byUID[p.uid] = append(byUID[p.uid], p)
+		ids[p.id] = true
+		k := string(p.uid) + "/" + p.typ + "/" + p.rv
+		if idsOf[k] == nil {
+			idsOf[k] = map[string]bool{}
+		}
+		idsOf[k][p.id] = true
+	}
+	o.ids = len(ids)
+	o.duplicates = len(got) - len(ids)
+	for k, set := range idsOf {
+		if len(set) > 1 {
+			o.conflicting = append(o.conflicting, fmt.Sprintf("%s under %d ids", k, len(set)))
+		}
+	}
+	rvAtLeast := func(a, b string) bool {
+		x, _ := strconv.ParseUint(a, 10, 64)
+		y, _ := strconv.ParseUint(b, 10, 64)
+		return x >= y
+	}
+	covered := func(m made) bool {
+		for _, p := range byUID[m.uid] {
+			switch m.typ {
+			case "created", "deleted":
+				if p.typ == m.typ {
+					return true
+				}
+			case "updated":
+				if p.typ == "deleted" || rvAtLeast(p.rv, m.rv) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	final := map[types.UID]made{}
+	for _, m := range writes {
+		if !covered(m) {
+			o.lost = append(o.lost, fmt.Sprintf("%s %s %s rv %s at %s", m.typ, m.kind, m.name, m.rv, m.at.Format("15:04:05.000")))
+		}
+		final[m.uid] = m
+	}
+	for _, m := range final {
+		if m.typ == "deleted" {
+			continue
+		}
+		if !slices.ContainsFunc(byUID[m.uid], func(p hook) bool { return p.typ != "deleted" && p.rv == m.rv }) {
+			o.lost = append(o.lost, fmt.Sprintf("final state of %s %s rv %s", m.kind, m.name, m.rv))
+		}
+	}
+	slices.Sort(o.lost)
+	return o
+}
+
+// settle waits until every write so far is covered by the payloads.
+func settle(t *testing.T, h *hooks, w *writers, timeout time.Duration) outcome {
+	t.Helper()
+	var o outcome
+	deadline := time.Now().Add(timeout)
+	for {
+		o = compare(w.made(), h.payloads())
+		if len(o.lost) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if len(o.lost) > 0 {
+		n := min(len(o.lost), 20)
+		t.Errorf("%d changes never delivered by any replica, first %d:\n  %s", len(o.lost), n, strings.Join(o.lost[:n], "\n  "))
+	}
+	if len(o.conflicting) > 0 {
+		t.Errorf("changes delivered under different ids: %v", o.conflicting)
+	}
+	return o
+}
+
+// leaderOf returns the replica that leads, waiting for one.
+func leaderOf(t *testing.T, timeout time.Duration, ps ...*proc) *proc {
+	t.Helper()
+	var leader *proc
+	testenv.Eventually(t, timeout, "a leader", func() bool {
+		for _, p := range ps {
+			if p.cmd.ProcessState == nil && p.metric("fieldwatch_leader ") == 1 {
+				leader = p
+				return true
+			}
+		}
+		return false
+	})
+	return leader
+}
+
+// tcpProxy forwards connections to the apiserver until cut.
+type tcpProxy struct {
+	addr   string
+	target string
+	mu     sync.Mutex
+	ln     net.Listener
+	conns  map[net.Conn]bool
+}
+
+func newTCPProxy(t *testing.T, target string) *tcpProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &tcpProxy{addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]bool{}}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns[c], p.conns[up] = true, true
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
+			go func() { _, _ = io.Copy(c, up); _ = c.Close() }()
+		}
+	}()
+	t.Cleanup(p.cut)
+	return p
+}
+
+// cut drops every connection and refuses new ones.
+func (p *tcpProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_ = p.ln.Close()
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = map[net.Conn]bool{}
+}
+
+// kubeconfigVia writes a copy of kubeconfig whose server is reached
+// through addr.
+func kubeconfigVia(t *testing.T, kubeconfig, addr string) string {
+	t.Helper()
+	cfg, err := clientcmd.LoadFromFile(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cfg.Clusters {
+		u, err := url.Parse(c.Server)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.Host = addr
+		c.Server = u.String()
+	}
+	path := writeFile(t, "kubeconfig", "")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// apiserverAddr returns host:port of the apiserver of kubeconfig.
+func apiserverAddr(t *testing.T, kubeconfig string) string {
+	t.Helper()
+	cfg, err := clientcmd.LoadFromFile(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cfg.Clusters {
+		u, err := url.Parse(c.Server)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u.Host
+	}
+	t.Fatal("kubeconfig names no cluster")
+	return ""
+}

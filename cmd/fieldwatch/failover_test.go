@@ -1,0 +1,211 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
+)
+
+// replicaArgs are the flags of replica name in a leader election in ns,
+// with its own state directory.
+func replicaArgs(h *hooks, t *testing.T, ns, name, stateDir string) []string {
+	return append([]string{"--rules", h.rules(t, ns, name), "--state-dir", stateDir,
+		"--leader-elect", "--leader-elect-namespace", ns, "--leader-elect-name", "fw", "--leader-elect-identity", name}, fastLease...)
+}
+
+// TestFailoverSIGKILL runs two replicas with their own state directories
+// while ConfigMaps and Widgets are created, updated and deleted, and
+// SIGKILLs the leader mid-stream five times, restarting it each time as a
+// standby. Every change made is delivered by one replica or the other;
+// duplicates carry equal ids.
+func TestFailoverSIGKILL(t *testing.T) {
+	env := testenv.Shared(t)
+	ns := namespace(t, env, "failover-kill")
+	kc := env.WriteKubeconfig(t)
+	h := newHooks(t)
+	dirs := map[string]string{"a": t.TempDir(), "b": t.TempDir()}
+	reps := map[string]*proc{}
+	for _, name := range []string{"a", "b"} {
+		reps[name] = startFieldwatch(t, kc, replicaArgs(h, t, ns, name, dirs[name])...)
+	}
+	w := startWriters(t, env, ns, 20*time.Millisecond, 0)
+	var takeovers []time.Duration
+	for round := range 5 {
+		leader := leaderOf(t, 30*time.Second, reps["a"], reps["b"])
+		name, other := "a", "b"
+		if leader == reps["b"] {
+			name, other = "b", "a"
+		}
+		standby := reps[other]
+		testenv.Eventually(t, 30*time.Second, "the standby to follow the leader", func() bool {
+			return standby.metric("fieldwatch_baseline_confirmed_total") > 0
+		})
+		time.Sleep(time.Second) // mid-stream
+		killed := time.Now()
+		leader.kill()
+		testenv.Eventually(t, 30*time.Second, "the standby to take over", func() bool {
+			return standby.metric("fieldwatch_leader ") == 1
+		})
+		takeovers = append(takeovers, time.Since(killed))
+		t.Logf("round %d: killed %s; %s took over after %s, firing %v changes the killed leader had not confirmed",
+			round+1, name, other, takeovers[round].Round(10*time.Millisecond), standby.metric("fieldwatch_baseline_takeover_changes_total"))
+		restart := time.Now()
+		reps[name] = startFieldwatch(t, kc, replicaArgs(h, t, ns, name, dirs[name])...)
+		t.Logf("round %d: %s restarted and ready in %s", round+1, name, time.Since(restart).Round(10*time.Millisecond))
+	}
+	time.Sleep(time.Second)
+	w.finish()
+	o := settle(t, h, w, time.Minute)
+	t.Logf("SIGKILL x5: %s; takeovers %v", o, takeovers)
+}
+
+// TestFailoverPartition cuts the leader off the apiserver while its
+// receiver fails, so that it holds undelivered firings when it loses the
+// Lease: it stops delivering within the renew deadline, before the other
+// replica takes over, and exits; the other delivers everything the first
+// did not, and no change made after the handover comes from both.
+func TestFailoverPartition(t *testing.T) {
+	const renewDeadline = 2 * time.Second // fastLease
+	env := testenv.Shared(t)
+	ns := namespace(t, env, "failover-partition")
+	kc := env.WriteKubeconfig(t)
+	px := newTCPProxy(t, apiserverAddr(t, kc))
+	h := newHooks(t)
+	a := startFieldwatch(t, kubeconfigVia(t, kc, px.addr), replicaArgs(h, t, ns, "a", t.TempDir())...)
+	leaderOf(t, 30*time.Second, a)
+	w := startWriters(t, env, ns, 20*time.Millisecond, 0)
+	b := startFieldwatch(t, kc, replicaArgs(h, t, ns, "b", t.TempDir())...)
+	testenv.Eventually(t, 30*time.Second, "the standby to follow the leader", func() bool {
+		return b.metric("fieldwatch_baseline_confirmed_total") > 0
+	})
+
+	h.fail("a", true) // a keeps retrying what it holds
+	testenv.Eventually(t, 10*time.Second, "a to retry", func() bool { return !h.lastAttempt("a").IsZero() })
+	time.Sleep(500 * time.Millisecond)
+	cut := time.Now()
+	px.cut()
+	testenv.Eventually(t, 30*time.Second, "b to take over", func() bool { return b.metric("fieldwatch_leader ") == 1 })
+	tookOver := time.Now()
+	if code := a.waitExit(30 * time.Second); code != 1 {
+		t.Errorf("a exited with %d after losing its Lease, want 1 (restart as a candidate)", code)
+	}
+	time.Sleep(time.Second)
+	w.finish()
+	o := settle(t, h, w, time.Minute)
+
+	lastA := h.lastAttempt("a")
+	var firstB time.Time
+	for _, p := range h.payloads() {
+		if p.replica == "b" && (firstB.IsZero() || p.at.Before(firstB)) {
+			firstB = p.at
+		}
+	}
+	t.Logf("partition: %s; a's last attempt %s after the cut, b's first delivery %s after it (takeover seen %s after it)",
+		o, lastA.Sub(cut).Round(time.Millisecond), firstB.Sub(cut).Round(time.Millisecond), tookOver.Sub(cut).Round(time.Millisecond))
+	if stopped := lastA.Sub(cut); stopped > renewDeadline+time.Second {
+		t.Errorf("a still attempted deliveries %s after the cut, beyond the renew deadline %s", stopped, renewDeadline)
+	}
+	if !lastA.Before(firstB) {
+		t.Errorf("a attempted a delivery at %s, after b's first at %s: both acted at once", lastA.Format("15:04:05.000"), firstB.Format("15:04:05.000"))
+	}
+	after := map[string]bool{}
+	for _, m := range w.made() {
+		if m.at.After(tookOver) {
+			after[string(m.uid)+"/"+m.rv] = true
+		}
+	}
+	for _, p := range h.payloads() {
+		if p.replica == "a" && after[string(p.uid)+"/"+p.rv] {
+			t.Errorf("a delivered %s, a change made after the handover", p.id)
+		}
+	}
+}
+
+// TestFailoverRollout replaces the only replica by a new process on the
+// same state directory, as a rollout of a StatefulSet does, while changes
+// happen: SIGTERM (it drains holding its Lease, then releases it), then the
+// new one starts. Nothing is lost. Objects are deleted only once they are
+// 8s old, so that none is created and deleted in the gap between the two
+// (a gap no replica watches: only its net effect, nothing, is visible).
+func TestFailoverRollout(t *testing.T) {
+	env := testenv.Shared(t)
+	ns := namespace(t, env, "failover-rollout")
+	kc := env.WriteKubeconfig(t)
+	h := newHooks(t)
+	dir := t.TempDir()
+	old := startFieldwatch(t, kc, replicaArgs(h, t, ns, "pod", dir)...)
+	leaderOf(t, 30*time.Second, old)
+	w := startWriters(t, env, ns, 20*time.Millisecond, 8*time.Second)
+	time.Sleep(2 * time.Second)
+	old.stop()
+	started := time.Now()
+	next := startFieldwatch(t, kc, replicaArgs(h, t, ns, "pod", dir)...)
+	leaderOf(t, 30*time.Second, next)
+	t.Logf("the new replica leads %s after the old one exited, firing %v changes made meanwhile or left by the old one",
+		time.Since(started).Round(10*time.Millisecond), next.metric("fieldwatch_baseline_takeover_changes_total"))
+	time.Sleep(2 * time.Second)
+	w.finish()
+	o := settle(t, h, w, time.Minute)
+	t.Logf("rollout: %s", o)
+}
+
+// TestFailoverFreshStandby starts a standby with an empty state directory
+// while the leader runs and changes happen, and kills the leader once the
+// standby follows it: the standby, which never led, takes over without
+// losing anything and without reporting the objects that did not change
+// as created.
+func TestFailoverFreshStandby(t *testing.T) {
+	env := testenv.Shared(t)
+	ns := namespace(t, env, "failover-fresh")
+	kc := env.WriteKubeconfig(t)
+	h := newHooks(t)
+	ctx := context.Background()
+	const still = 40
+	for i := range still {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("still-%02d", i)}, Data: map[string]string{"v": "0"}}
+		if _, err := env.Clientset(t).CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	installWidgets(t, env)
+	for i := range still / 2 {
+		wd := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "example.com/v1", "kind": "Widget",
+			"metadata": map[string]any{"name": fmt.Sprintf("still-%02d", i), "namespace": ns}, "spec": map[string]any{"size": int64(1)}}}
+		if _, err := env.Dynamic(t).Resource(widgetsGVR).Namespace(ns).Create(ctx, wd, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := startFieldwatch(t, kc, replicaArgs(h, t, ns, "a", t.TempDir())...)
+	leaderOf(t, 30*time.Second, a)
+	w := startWriters(t, env, ns, 20*time.Millisecond, 0)
+	time.Sleep(time.Second)
+	b := startFieldwatch(t, kc, replicaArgs(h, t, ns, "b", t.TempDir())...)
+	testenv.Eventually(t, 30*time.Second, "the new standby to follow the leader", func() bool {
+		return b.metric("fieldwatch_baseline_confirmed_total") > still
+	})
+	time.Sleep(time.Second)
+	killed := time.Now()
+	a.kill()
+	testenv.Eventually(t, 30*time.Second, "b to take over", func() bool { return b.metric("fieldwatch_leader ") == 1 })
+	t.Logf("b took over %s after the kill, firing %v changes", time.Since(killed).Round(10*time.Millisecond),
+		b.metric("fieldwatch_baseline_takeover_changes_total"))
+	time.Sleep(time.Second)
+	w.finish()
+	o := settle(t, h, w, time.Minute)
+	flood := 0
+	for _, p := range h.payloads() {
+		if p.replica == "b" && strings.HasPrefix(p.name, "still-") {
+			flood++
+			t.Errorf("b reported %s %s %s, which did not change", p.typ, p.kind, p.name)
+		}
+	}
+	t.Logf("fresh standby: %s; %d payloads about unchanged objects", o, flood)
+}
