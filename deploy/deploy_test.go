@@ -9,10 +9,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/fieldwatch/fieldwatch/internal/app"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
@@ -59,7 +64,7 @@ func TestManifestsAccepted(t *testing.T) {
 	ctx := context.Background()
 	k := readKustomization(t)
 	if k.Namespace == "" || !k.GeneratorOptions.DisableNameSuffixHash {
-		t.Errorf("kustomization: namespace %q, disableNameSuffixHash %v: the Deployment mounts the ConfigMap by its fixed name", k.Namespace, k.GeneratorOptions.DisableNameSuffixHash)
+		t.Errorf("kustomization: namespace %q, disableNameSuffixHash %v: the StatefulSet mounts the ConfigMap by its fixed name", k.Namespace, k.GeneratorOptions.DisableNameSuffixHash)
 	}
 	_, err := env.Clientset(t).CoreV1().Namespaces().Create(ctx,
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: k.Namespace}}, metav1.CreateOptions{})
@@ -120,10 +125,12 @@ func TestDefaultRules(t *testing.T) {
 	}
 }
 
-// TestDeploymentHardening checks the pod's security settings the issue
-// asks for, so that an edit cannot quietly drop them.
-func TestDeploymentHardening(t *testing.T) {
-	data, err := os.ReadFile("deployment.yaml")
+// TestStatefulSet checks what the pods need to lose nothing and to be
+// safe: leader election, a state directory on a volume of each pod's own
+// that outlives it, time to drain before the kill, and the hardening, so
+// that an edit cannot quietly drop them.
+func TestStatefulSet(t *testing.T) {
+	data, err := os.ReadFile("statefulset.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,9 +139,73 @@ func TestDeploymentHardening(t *testing.T) {
 		"drop: [ALL]", "type: RuntimeDefault", "path: /healthz", "path: /readyz", "limits:", "requests:",
 	} {
 		if !strings.Contains(string(data), want) {
-			t.Errorf("deployment.yaml lacks %q", want)
+			t.Errorf("statefulset.yaml lacks %q", want)
 		}
 	}
+	var sts appsv1.StatefulSet
+	if err := sigsyaml.UnmarshalStrict(data, &sts); err != nil {
+		t.Fatalf("statefulset.yaml: %v", err)
+	}
+	if n := deref(sts.Spec.Replicas, 1); n < 2 {
+		t.Errorf("%d replicas: a standby is needed to take over", n)
+	}
+	c := sts.Spec.Template.Spec.Containers[0]
+	args := map[string]string{}
+	for _, a := range c.Args {
+		k, v, _ := strings.Cut(a, "=")
+		args[k] = v
+	}
+	if _, ok := args["--leader-elect"]; !ok {
+		t.Error("the pods do not run --leader-elect")
+	}
+	stateDir := args["--state-dir"]
+	claims := map[string]bool{}
+	for _, pvc := range sts.Spec.VolumeClaimTemplates {
+		claims[pvc.Name] = true
+	}
+	onClaim := false
+	for _, m := range c.VolumeMounts {
+		if m.MountPath == stateDir && claims[m.Name] {
+			onClaim = true
+		}
+	}
+	if stateDir == "" || !onClaim {
+		t.Errorf("--state-dir %q is not on a volume claim of each pod: the baseline would not outlive the pod", stateDir)
+	}
+	grace := deref(sts.Spec.Template.Spec.TerminationGracePeriodSeconds, 30)
+	if time.Duration(grace)*time.Second <= 20*time.Second {
+		t.Errorf("terminationGracePeriodSeconds %d is not above fieldwatch's --grace-period (20s)", grace)
+	}
+	if sts.Spec.ServiceName == "" {
+		t.Error("no serviceName")
+	}
+
+	data, err = os.ReadFile("pdb.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pdb policyv1.PodDisruptionBudget
+	if err := sigsyaml.UnmarshalStrict(data, &pdb); err != nil {
+		t.Fatalf("pdb.yaml: %v", err)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sel.Matches(labels.Set(sts.Spec.Template.Labels)) {
+		t.Error("the PodDisruptionBudget does not select the pods")
+	}
+	if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 {
+		t.Errorf("PodDisruptionBudget maxUnavailable %v, want 1: one replica at a time", pdb.Spec.MaxUnavailable)
+	}
+}
+
+// deref returns *p, or def when p is nil (the API's default).
+func deref[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
 }
 
 // TestDockerfile checks that the image builds a static binary (no cgo:
