@@ -12,6 +12,16 @@
 // that one key is handled by one worker at a time, in order, and a Handler
 // receives each Change with the old and new objects.
 //
+// A Store keeps the restart baseline: what was handled for each object, so
+// that the next run reports what changed meanwhile. In a leader election
+// the watcher starts as a standby (Config.Standby): it watches and keeps its
+// changes without handing them on; the leader publishes its Watermarks (per
+// informer, the resourceVersion up to which every change it received is
+// handled) and the standby applies them (Confirm), recording in its own
+// Store what they cover and dropping it; TakeOver hands the rest to the
+// handler. A leader that loses its election calls Abandon and stops at
+// once, leaving what it did not handle to the next one.
+//
 // watcher knows nothing of rules or actions: it must not import
 // fieldwatch's rules packages (package change is not one).
 package watcher

@@ -210,9 +210,11 @@ func TestStandbyFollowsLeader(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	leader, err := New(env.Config(), Config{Selectors: sels, Namespaces: inNS, Workers: 1, Store: open("leader"), DrainTimeout: time.Minute,
+	// Both watchers are in the election: the leader took over at once.
+	leader, err := New(env.Config(), Config{Selectors: sels, Namespaces: inNS, Workers: 1, Store: open("leader"), DrainTimeout: time.Minute, Standby: true,
 		Handler: collector{name: "leader", delay: 25 * time.Millisecond, mu: &mu, seen: &seen}, Logger: testLogger(t)})
 	mustf(t, err, "leader")
+	leader.TakeOver(nil)
 	leaderCtx, stopLeader := context.WithCancel(ctx)
 	leaderDone := make(chan error, 1)
 	go func() { leaderDone <- leader.Run(leaderCtx) }()

@@ -107,6 +107,7 @@ func (w *Watcher) reconcile(ctx context.Context) error {
 			continue
 		}
 		rw.stop()
+		rw.track.setActive(false)
 		delete(w.watches, key)
 		gr := key.gvr.GroupResource()
 		switch {
@@ -132,6 +133,7 @@ func (w *Watcher) reconcile(ctx context.Context) error {
 		rw := w.watches[key]
 		if rw != nil && rw.typ.projection.Equal(wt.proj) {
 			rw.deliver.Store(wt.deliver)
+			rw.track.setActive(wt.deliver)
 			continue
 		}
 		gr := key.gvr.GroupResource()
@@ -213,6 +215,7 @@ func (w *Watcher) wants(resources []change.Resource) map[watchKey]*want {
 func (w *Watcher) startWatch(ctx context.Context, res change.Resource, namespace string, proj change.Projection, deliver bool, st start) *resourceWatch {
 	rw := newResourceWatch(w, res, namespace, proj)
 	rw.deliver.Store(deliver)
+	rw.track.setActive(deliver)
 	rw.mode = st.mode
 	rw.baseline = st.base
 	rw.covered = st.covered

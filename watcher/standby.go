@@ -23,8 +23,12 @@ func newRole() role {
 	return role{lead: make(chan struct{}), abandoned: make(chan struct{})}
 }
 
-// tracker returns the watermark tracker of an informer key.
+// tracker returns the watermark tracker of an informer key; nil (no
+// tracking) when the watcher is not in a leader election.
 func (w *Watcher) tracker(k watchKey) *tracker {
+	if !w.cfg.Standby {
+		return nil
+	}
 	w.trackersMu.Lock()
 	defer w.trackersMu.Unlock()
 	t := w.trackers[k]
@@ -38,24 +42,29 @@ func (w *Watcher) tracker(k watchKey) *tracker {
 	return t
 }
 
-// Watermarks returns, for each informer delivering to the handler, the
-// resourceVersion up to which every change it received is done: handled
-// by this replica (delivered or dead-lettered, as for the Store) or, on a
-// standby, confirmed by the leader. Informers without one yet are absent.
+// Watermarks returns, for each informer delivering to the handler (also
+// after Run returned), the resourceVersion up to which every change it
+// received is done: handled by this replica (delivered or dead-lettered,
+// as for the Store) or, on a standby, confirmed by the leader. Informers
+// without one yet are absent.
 // A leader publishes them (fieldwatch writes them on its Lease at every
 // renewal) for its standbys' Confirm.
 func (w *Watcher) Watermarks() Watermarks {
 	w.mu.Lock()
-	watches := maps.Clone(w.watches)
+	for _, rw := range w.watches {
+		rw.track.progress(rw.storeRV())
+	}
 	w.mu.Unlock()
+	w.trackersMu.Lock()
+	trackers := slices.Collect(maps.Values(w.trackers))
+	w.trackersMu.Unlock()
 	out := Watermarks{}
-	for _, rw := range watches {
-		if !rw.deliver.Load() {
+	for _, t := range trackers {
+		if !t.active.Load() {
 			continue
 		}
-		rw.track.progress(rw.storeRV())
-		if wm := rw.track.watermark(); wm != "" {
-			out[rw.track.key] = wm
+		if wm := t.watermark(); wm != "" {
+			out[t.key] = wm
 		}
 	}
 	return out
@@ -164,6 +173,15 @@ func (w *Watcher) takeOver() {
 		return keep
 	})
 	w.standby.Store(false)
+	// What the previous leader handled is done: this replica's watermarks
+	// start from its.
+	w.trackersMu.Lock()
+	for _, t := range w.trackers {
+		if wm, ok := leader[t.key]; ok {
+			t.seed(wm)
+		}
+	}
+	w.trackersMu.Unlock()
 	for _, k := range keys {
 		w.queue.Add(k)
 	}

@@ -106,7 +106,7 @@ func newResourceWatch(w *Watcher, res change.Resource, namespace string, proj ch
 			w.cfg.Shard.apply(&opts)
 			wi, err := client.Watch(ctx, opts)
 			rw.observeError(err)
-			if err == nil && opts.SendInitialEvents != nil && *opts.SendInitialEvents {
+			if err == nil && rw.track != nil && opts.SendInitialEvents != nil && *opts.SendInitialEvents {
 				// A watch-list: its initial events end with a bookmark
 				// carrying the list's resourceVersion.
 				wi = rw.markInitialEvents(wi, time.Now())
@@ -323,7 +323,9 @@ func (rw *resourceWatch) OnDelete(obj any) {
 // observed tells the tracker a callback for an object of resourceVersion
 // objRV is over.
 func (rw *resourceWatch) observed(objRV string, initial bool) {
-	rw.track.observed(rw.storeRV(), objRV, initial)
+	if rw.track != nil {
+		rw.track.observed(rw.storeRV(), objRV, initial)
+	}
 }
 
 // boundKind says what resourceVersion bounds a change from above, for a

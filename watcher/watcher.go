@@ -62,7 +62,8 @@ type Config struct {
 	// and keeps its changes, but hands none to the handler; the leader's
 	// watermarks (Confirm) say which ones the leader handled, and those
 	// are recorded in the Store and dropped. TakeOver hands the rest to
-	// the handler. See Watermarks.
+	// the handler, and from then on it publishes its own Watermarks.
+	// Without Standby the watcher acts at once and keeps no watermarks.
 	Standby bool
 	// Logger receives the watcher's logs (default slog.Default()).
 	Logger *slog.Logger
@@ -435,7 +436,7 @@ func (w *Watcher) enqueue(c *Change, rw *resourceWatch, bound boundKind) {
 		return // another shard's object
 	}
 	k := key{gr: groupResource(c.Resource), namespace: o.GetNamespace(), name: o.name}
-	if rw != nil {
+	if rw != nil && rw.track != nil {
 		m := rw.track.add(rw.storeRV(), c.Time)
 		c.marks = []*mark{m}
 		switch bound {

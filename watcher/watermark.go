@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/resourceversion"
@@ -28,7 +29,8 @@ func (k watchKey) watermarkKey() string {
 }
 
 // tracker follows the changes of one informer key and computes its
-// watermark.
+// watermark. Only a watcher in a leader election has trackers; the
+// methods of a nil tracker do nothing.
 //
 // Each change gets a mark when the informer hands it on. Its seq is the
 // resourceVersion of the informer's cache when the change was made: the
@@ -45,6 +47,9 @@ func (k watchKey) watermarkKey() string {
 // registered at a seq is done before the watermark reaches that seq.
 type tracker struct {
 	key string
+	// active is set while a selected resource's informer uses the
+	// tracker (also once Run stopped it): its watermark is published.
+	active atomic.Bool
 
 	mu      sync.Mutex
 	marks   []*mark // in arrival order; seq never decreases
@@ -139,6 +144,9 @@ func (t *tracker) add(storeRV string, now time.Time) *mark {
 // registered its marks. initial says the callback is one of the initial
 // list's.
 func (t *tracker) observed(storeRV, objRV string, initial bool) {
+	if t == nil {
+		return
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	seq := t.at(storeRV)
@@ -175,7 +183,7 @@ func (t *tracker) at(storeRV string) string {
 // listed records the resourceVersion of a list (or of a watch-list's
 // end), before the informer applies it.
 func (t *tracker) listed(rv string) {
-	if rv == "" {
+	if t == nil || rv == "" {
 		return
 	}
 	t.mu.Lock()
@@ -187,6 +195,9 @@ func (t *tracker) listed(rv string) {
 // outside the callbacks: when it is above the last callback's, that seq is
 // complete.
 func (t *tracker) progress(storeRV string) {
+	if t == nil {
+		return
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if c, ok := t.cmp(storeRV, t.lastSeq); ok && c > 0 && t.lastSeq != "" {
@@ -197,13 +208,34 @@ func (t *tracker) progress(storeRV string) {
 // stopped tells the tracker that its informer stopped: no callback of the
 // last seq is left to run.
 func (t *tracker) stopped() {
+	if t == nil {
+		return
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.setComplete(t.lastSeq)
 }
 
+// setActive says whether a selected resource's informer uses the tracker.
+func (t *tracker) setActive(on bool) {
+	if t != nil {
+		t.active.Store(on)
+	}
+}
+
+// seed raises the watermark to rv, a watermark the previous leader
+// published for this informer: what it handled is done.
+func (t *tracker) seed(rv string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.wm = t.maxRV(t.wm, rv)
+}
+
 // restart makes the tracker wait for a new informer's initial list.
 func (t *tracker) restart() {
+	if t == nil {
+		return
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.ready = false
@@ -214,6 +246,9 @@ func (t *tracker) restart() {
 // with the deletions found at its end, is handed on: the initial list's
 // seq is complete then.
 func (t *tracker) initialDone() {
+	if t == nil {
+		return
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.ready = true
@@ -233,11 +268,13 @@ func (t *tracker) setComplete(seq string) {
 	}
 }
 
-// finish marks m done.
+// finish marks m done, and lets the tracker drop the marks it no longer
+// needs.
 func (m *mark) finish() {
 	m.t.mu.Lock()
 	defer m.t.mu.Unlock()
 	m.done = true
+	m.t.advance()
 }
 
 // watermark advances and returns the watermark ("" when there is none).

@@ -162,3 +162,26 @@ func TestWatermarkKey(t *testing.T) {
 		}
 	}
 }
+
+// TestTrackerForgetsDoneMarks: marks done at complete seqs are dropped as
+// they finish, so that a long-running standby or leader does not keep one
+// per change.
+func TestTrackerForgetsDoneMarks(t *testing.T) {
+	tr := newTracker("test", nil)
+	tr.initialDone()
+	for i := 1; i <= 1000; i++ {
+		rv := strconv.Itoa(i)
+		m := tr.add(rv, time.Now())
+		tr.observed(rv, rv, false)
+		m.finish()
+	}
+	tr.mu.Lock()
+	n := len(tr.marks)
+	tr.mu.Unlock()
+	if n > 1 {
+		t.Errorf("%d marks kept after 1000 changes were done", n)
+	}
+	if got := tr.watermark(); got != "1000" {
+		t.Errorf("watermark %q, want 1000", got)
+	}
+}
