@@ -4,7 +4,10 @@
 // evaluates every change (computing, for rules that ask for it, the custom
 // resources a CRD change hits: crdimpact.go), hands the firings to the actions, reloads the
 // rules when their file changes, serves /metrics, /healthz and /readyz, and
-// takes part in leader election and sharding.
+// takes part in leader election and sharding. In a leader election every
+// replica watches; the leader writes its watermarks on the Lease with each
+// renewal, and a standby follows them and takes over from them (leader.go,
+// lease.go).
 //
 // cmd/fieldwatch only parses flags and calls Run; the logic lives here so
 // that it can be tested in process against the real control plane.

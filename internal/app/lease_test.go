@@ -1,0 +1,158 @@
+package app
+
+import (
+	"context"
+	"log/slog"
+	"maps"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
+	"github.com/fieldwatch/fieldwatch/watcher"
+)
+
+// TestWatermarkLease: the leader's watermarks go on the Lease with every
+// write of its record; another replica reads them with the record and
+// hands them on; a replica acquiring the Lease keeps the previous leader's
+// until it publishes its own; only writes of its own record count as
+// renewals.
+func TestWatermarkLease(t *testing.T) {
+	env := testenv.Shared(t)
+	ctx := context.Background()
+	kube := env.Clientset(t)
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "lease-lock"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu        sync.Mutex
+		published = watcher.Watermarks{"configmaps.v1/ns": "5"}
+		followed  []watcher.Watermarks
+	)
+	newLock := func(id string, publish bool) *watermarkLease {
+		return &watermarkLease{namespace: "lease-lock", name: "fw", identity: id, client: kube.CoordinationV1(),
+			log: slog.New(slog.DiscardHandler),
+			publish: func() watcher.Watermarks {
+				if !publish {
+					return nil
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				return maps.Clone(published)
+			},
+			follow: func(wm watcher.Watermarks) {
+				mu.Lock()
+				defer mu.Unlock()
+				followed = append(followed, wm)
+			},
+		}
+	}
+	leader, standby := newLock("a", true), newLock("b", false)
+	record := func(holder string) resourcelock.LeaderElectionRecord {
+		now := metav1.Now()
+		return resourcelock.LeaderElectionRecord{HolderIdentity: holder, LeaseDurationSeconds: 15, AcquireTime: now, RenewTime: now}
+	}
+	if err := leader.Create(ctx, record("a")); err != nil {
+		t.Fatal(err)
+	}
+	if leader.renewed.Load() == 0 {
+		t.Error("creating the Lease as holder is not a renewal")
+	}
+	got, _, err := standby.Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.HolderIdentity != "a" || standby.seen()["configmaps.v1/ns"] != "5" {
+		t.Fatalf("standby read holder %q, watermarks %v", got.HolderIdentity, standby.seen())
+	}
+
+	mu.Lock()
+	published["configmaps.v1/ns"] = "7"
+	mu.Unlock()
+	before := leader.renewed.Load()
+	if err := leader.Update(ctx, record("a")); err != nil {
+		t.Fatal(err)
+	}
+	if leader.renewed.Load() <= before {
+		t.Error("a renewal was not recorded")
+	}
+	if _, _, err := standby.Get(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if standby.seen()["configmaps.v1/ns"] != "7" {
+		t.Errorf("after the renewal the standby reads %v, want 7", standby.seen())
+	}
+
+	// The standby acquires: it keeps the previous leader's watermarks.
+	if err := standby.Update(ctx, record("b")); err != nil {
+		t.Fatal(err)
+	}
+	lease, err := kube.CoordinationV1().Leases("lease-lock").Get(ctx, "fw", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := lease.Annotations[WatermarksAnnotation]; got != `{"configmaps.v1/ns":"7"}` {
+		t.Errorf("after the standby acquired, the annotation is %q", got)
+	}
+	if *lease.Spec.HolderIdentity != "b" {
+		t.Errorf("holder %q", *lease.Spec.HolderIdentity)
+	}
+	// The old leader's write of someone else's record is no renewal.
+	if _, _, err := leader.Get(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before = leader.renewed.Load()
+	if err := leader.Update(ctx, record("b")); err != nil {
+		t.Fatal(err)
+	}
+	if leader.renewed.Load() != before {
+		t.Error("writing another holder's record counted as a renewal")
+	}
+	mu.Lock()
+	n := len(followed)
+	mu.Unlock()
+	if n < 3 {
+		t.Errorf("follow called %d times, want one per read", n)
+	}
+}
+
+// TestLeaseGuard: the guard fires once the last renewal is older than the
+// renew deadline, or when the leadership context ends, and not before.
+func TestLeaseGuard(t *testing.T) {
+	l := &watermarkLease{}
+	l.renewed.Store(time.Now().UnixNano())
+	start := time.Now()
+	lost := l.guard(context.Background(), 300*time.Millisecond)
+	select {
+	case <-lost:
+		if took := time.Since(start); took < 300*time.Millisecond || took > 2*time.Second {
+			t.Errorf("the guard fired after %s, want just after 300ms", took)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the guard did not fire 5s after the last renewal")
+	}
+
+	// Renewals keep it quiet.
+	ctx, cancel := context.WithCancel(context.Background())
+	l.renewed.Store(time.Now().UnixNano())
+	lost = l.guard(ctx, 300*time.Millisecond)
+	for range 10 {
+		time.Sleep(100 * time.Millisecond)
+		l.renewed.Store(time.Now().UnixNano())
+		select {
+		case <-lost:
+			t.Fatal("the guard fired although renewals came every 100ms")
+		default:
+		}
+	}
+	cancel()
+	select {
+	case <-lost:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the guard did not fire when leadership ended")
+	}
+}
