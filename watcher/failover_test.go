@@ -10,6 +10,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
@@ -281,4 +283,154 @@ func TestStandbyFollowsLeader(t *testing.T) {
 	if fired == 0 {
 		t.Error("the standby fired nothing at its takeover, although the leader had fallen behind")
 	}
+}
+
+// TestStandbyCRDsAndReload: a CRD created while a replica stands by is
+// followed like any resource (its objects confirmed by the leader's
+// watermarks, not held), a rules reload on the standby restarts its
+// informers without losing its place, and when a CRD is deleted while it
+// stands by, the deletions of its objects are confirmed like any change,
+// or, those its informer did not see as events, reported again when it
+// takes over (the leader's watermark cannot vouch for them), and nothing
+// else.
+func TestStandbyCRDsAndReload(t *testing.T) {
+	env := testenv.Shared(t)
+	ns := namespace(t, env)
+	ctx := context.Background()
+	res := schema.GroupVersionResource{Group: "standby.example.org", Version: "v1", Resource: "doohickeys"}
+	sels := []change.Selector{{Group: "standby.example.org"}}
+	inNS := func(r change.Resource) []string { return []string{ns} }
+	var mu sync.Mutex
+	var seen []handled
+	open := func(name string) *Store {
+		s, err := OpenStore(filepath.Join(t.TempDir(), name+".db"), testLogger(t))
+		mustf(t, err, "open store")
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	leader, err := New(env.Config(), Config{Selectors: sels, Namespaces: inNS, Store: open("leader"), Standby: true,
+		RediscoveryInterval: time.Second, Handler: collector{name: "leader", mu: &mu, seen: &seen}, Logger: testLogger(t)})
+	mustf(t, err, "leader")
+	leader.TakeOver(nil)
+	leaderCtx, stopLeader := context.WithCancel(ctx)
+	leaderDone := make(chan error, 1)
+	go func() { leaderDone <- leader.Run(leaderCtx) }()
+	testenv.Eventually(t, time.Minute, "the leader to sync", leader.Synced)
+	standby, reg := startWatcher(t, env.Config(), Config{Selectors: sels, Namespaces: inNS, Standby: true, Store: open("standby"),
+		RediscoveryInterval: time.Second, Handler: collector{name: "standby", mu: &mu, seen: &seen}})
+
+	var lastMu sync.Mutex
+	var last Watermarks
+	followCtx, stopFollowing := context.WithCancel(ctx)
+	following := make(chan struct{})
+	go func() {
+		defer close(following)
+		for followCtx.Err() == nil {
+			wm := leader.Watermarks()
+			standby.Confirm(wm)
+			lastMu.Lock()
+			last = wm
+			lastMu.Unlock()
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	handledBy := func(who string, typ change.Type) int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, h := range seen {
+			if h.from == who && h.typ == typ {
+				n++
+			}
+		}
+		return n
+	}
+	caughtUp := func(what string) {
+		t.Helper()
+		testenv.Eventually(t, 30*time.Second, "the standby to confirm "+what, func() bool {
+			return metricValue(t, reg, "fieldwatch_watcher_pending_objects", nil) == 0
+		})
+	}
+
+	crd := simpleCRD(res, "Doohickey")
+	mustf(t, env.InstallCRD(crd), "install CRD")
+	client := env.Dynamic(t).Resource(res).Namespace(ns)
+	var writes []write
+	const n = 5
+	for i := range n {
+		o, err := client.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "standby.example.org/v1", "kind": "Doohickey",
+			"metadata": map[string]any{"name": fmt.Sprintf("d%d", i), "namespace": ns},
+			"spec":     map[string]any{"size": int64(0)},
+		}}, metav1.CreateOptions{})
+		mustf(t, err, "create")
+		writes = append(writes, write{change.Created, o.GetName(), o.GetUID(), o.GetResourceVersion()})
+	}
+	update := func(size int) {
+		t.Helper()
+		for i := range n {
+			o, err := client.Patch(ctx, fmt.Sprintf("d%d", i), types.MergePatchType, fmt.Appendf(nil, `{"spec":{"size":%d}}`, size), metav1.PatchOptions{})
+			mustf(t, err, "update")
+			writes = append(writes, write{change.Updated, o.GetName(), o.GetUID(), o.GetResourceVersion()})
+		}
+	}
+	update(1)
+	testenv.Eventually(t, 30*time.Second, "the leader to handle the new CRD's objects", func() bool {
+		return handledBy("leader", change.Created) == n
+	})
+	caughtUp("the new CRD's objects")
+
+	// A reload that changes what the standby keeps restarts its informer.
+	spec := change.Projection{Paths: [][]string{{"spec"}}}
+	standby.SetSelectors(sels, func(change.Resource) change.Projection { return spec }, inNS)
+	testenv.Eventually(t, 30*time.Second, "the standby's informer to restart with the new projection", func() bool {
+		standby.mu.Lock()
+		defer standby.mu.Unlock()
+		rw := standby.watches[watchKey{res, ns}]
+		return rw != nil && rw.typ.projection.Equal(spec) && rw.hasSynced()
+	})
+	update(2)
+	caughtUp("the changes after its reload")
+
+	mustf(t, env.Clientset(t).Discovery().RESTClient().Delete().
+		AbsPath("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd.Name).Do(ctx).Error(), "delete CRD")
+	uids := map[string]types.UID{}
+	for _, w := range writes {
+		uids[w.name] = w.uid
+	}
+	for name, uid := range uids {
+		writes = append(writes, write{change.Deleted, name, uid, ""})
+	}
+	testenv.Eventually(t, 30*time.Second, "the leader to report the objects deleted with their CRD", func() bool {
+		return handledBy("leader", change.Deleted) == n
+	})
+	testenv.Eventually(t, 30*time.Second, "the standby to drop the CRD", func() bool {
+		return metricValue(t, reg, "fieldwatch_watcher_resources", nil) == 0
+	})
+
+	stopFollowing()
+	<-following
+	leader.Abandon()
+	stopLeader()
+	mustf(t, <-leaderDone, "leader")
+	lastMu.Lock()
+	standby.TakeOver(last)
+	lastMu.Unlock()
+	testenv.Eventually(t, 30*time.Second, "the standby to take over", func() bool { return !standby.standby.Load() })
+	mu.Lock()
+	missing := lost(t, writes, nil, seen)
+	mu.Unlock()
+	if len(missing) > 0 {
+		t.Errorf("lost: %v", missing)
+	}
+	// The deletions came as watch events (the apiserver deletes a CRD's
+	// objects first), confirmed by the leader's watermark, or, when the
+	// informer stopped before, from the cache: then they fire again.
+	if got := metricValue(t, reg, "fieldwatch_baseline_takeover_changes_total", nil); got > n ||
+		got != metricValue(t, reg, "fieldwatch_baseline_takeover_changes_total", map[string]string{"type": "deleted"}) {
+		t.Errorf("the standby fired %v changes at its takeover, want at most the %d deletions", got, n)
+	}
+	testenv.Eventually(t, 30*time.Second, "what the standby fired to be handled", func() bool {
+		return float64(handledBy("standby", change.Deleted)) == metricValue(t, reg, "fieldwatch_baseline_takeover_changes_total", nil)
+	})
 }
