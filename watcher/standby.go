@@ -220,13 +220,18 @@ func (w *Watcher) Abandon() {
 }
 
 // watermarkLag returns how long the oldest change not yet done has been
-// waiting, over all informers (0 when none waits).
+// waiting, over the informers in use (0 when none waits): a standby keeps
+// the deletions of a resource that is gone until it takes over, which is
+// no lag of the leader's.
 func (w *Watcher) watermarkLag() float64 {
 	w.trackersMu.Lock()
 	trackers := slices.Collect(maps.Values(w.trackers))
 	w.trackersMu.Unlock()
 	var oldest time.Time
 	for _, t := range trackers {
+		if !t.active.Load() {
+			continue
+		}
 		if at := t.oldest(); !at.IsZero() && (oldest.IsZero() || at.Before(oldest)) {
 			oldest = at
 		}
