@@ -9,7 +9,8 @@ import (
 // change's state is written only once it and every earlier change of the
 // same object are done, so that a crash can never leave the baseline ahead
 // of what was delivered. The same moment marks the change done for the
-// watermark. Without a Store only the marks are kept.
+// watermark. Without a Store (in a leader election) only the marks are
+// kept.
 type commits struct {
 	store *Store // nil: no restart baseline
 	mu    sync.Mutex

@@ -99,7 +99,7 @@ type Watcher struct {
 	pending  *pending
 	trigger  chan struct{}
 	started  atomic.Bool // the initial sync is done
-	commits  *commits
+	commits  *commits    // nil without a Store or leader election
 	standby  atomic.Bool // Config.Standby until the takeover
 	role     role        // standby, takeover and abandon
 
@@ -183,7 +183,11 @@ func newForClients(dyn dynamic.Interface, disc discovery.DiscoveryInterface, cfg
 		forbiddenSince: map[schema.GroupVersionResource]time.Time{},
 		trackers:       map[watchKey]*tracker{},
 	}
-	w.commits = newCommits(cfg.Store)
+	if cfg.Store != nil || cfg.Standby {
+		// The baseline, or the watermarks of a leader election, need
+		// to know when each change is done.
+		w.commits = newCommits(cfg.Store)
+	}
 	w.standby.Store(cfg.Standby)
 	w.role = newRole()
 	w.metrics = newMetrics(cfg.Registerer, func() float64 { return float64(w.pending.len()) },
@@ -461,16 +465,21 @@ func (w *Watcher) processNext(ctx context.Context) bool {
 	defer w.queue.Done(k)
 	list := w.pending.take(k)
 	for i, c := range list {
-		pc := w.commits.start(k, c)
-		c.deferred = func() { w.commits.finish(k, pc) }
+		var pc *commit
+		if w.commits != nil {
+			pc = w.commits.start(k, c)
+			c.deferred = func() { w.commits.finish(k, pc) }
+		}
 		err := w.cfg.Handler.Handle(ctx, c)
-		switch {
-		case err != nil:
-			c.deferred = nil
-			w.commits.abandon(k, pc)
-		case c.deferred != nil: // not deferred: handled now
-			c.deferred = nil
-			w.commits.finish(k, pc)
+		if pc != nil {
+			switch {
+			case err != nil:
+				c.deferred = nil
+				w.commits.abandon(k, pc)
+			case c.deferred != nil: // not deferred: handled now
+				c.deferred = nil
+				w.commits.finish(k, pc)
+			}
 		}
 		if err != nil {
 			if ctx.Err() != nil {
