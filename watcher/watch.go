@@ -106,7 +106,7 @@ func newResourceWatch(w *Watcher, res change.Resource, namespace string, proj ch
 			w.cfg.Shard.apply(&opts)
 			wi, err := client.Watch(ctx, opts)
 			rw.observeError(err)
-			if err == nil && rw.track != nil && opts.SendInitialEvents != nil && *opts.SendInitialEvents {
+			if err == nil && opts.SendInitialEvents != nil && *opts.SendInitialEvents {
 				// A watch-list: its initial events end with a bookmark
 				// carrying the list's resourceVersion.
 				wi = rw.markInitialEvents(wi, time.Now())
