@@ -1,6 +1,10 @@
 package rules
 
-import "github.com/fieldwatch/fieldwatch/change"
+import (
+	"slices"
+
+	"github.com/fieldwatch/fieldwatch/change"
+)
 
 // changes returns the changes a firing of r on st.c carries:
 //
@@ -30,32 +34,27 @@ func (r *Rule) changes(st *evalState) []Op {
 	if len(r.fields) == 0 {
 		return st.updateDiff(r)
 	}
-	exclude := r.excluded(c)
-	var include [][]string
-	add := func(toks []string) { include = append(include, toks) }
+	pr := r.pruner(c)
 	for _, f := range r.fields {
-		f.path.locations(c.OldObject, add)
-		f.path.locations(c.Object, add)
+		f.path.locations(c.OldObject, pr.includeLoc)
+		f.path.locations(c.Object, pr.includeLoc)
 	}
-	if include == nil {
+	if pr.include == nil {
 		return nil
 	}
-	return diff(c.OldObject, c.Object, &pruner{include: include, exclude: exclude})
+	return diff(c.OldObject, c.Object, pr)
 }
 
-// excluded returns the locations r leaves out of an update's changes: its
-// noise paths and what its ignoreFields select in either object.
-func (r *Rule) excluded(c *Change) [][]string {
-	if len(r.ignore) == 0 {
-		return r.noise
-	}
-	ex := append([][]string(nil), r.noise...)
-	add := func(toks []string) { ex = append(ex, toks) }
+// pruner returns a pruner that leaves out of an update's changes what r
+// leaves out: its noise paths and what its ignoreFields select in either
+// object.
+func (r *Rule) pruner(c *Change) *pruner {
+	pr := newPruner(r.noise)
 	for _, p := range r.ignore {
-		p.locations(c.OldObject, add)
-		p.locations(c.Object, add)
+		p.locations(c.OldObject, pr.excludeLoc)
+		p.locations(c.Object, pr.excludeLoc)
 	}
-	return ex
+	return pr
 }
 
 // snapshotChanges returns the adds (create) or removes (delete) of the
@@ -65,12 +64,13 @@ func (r *Rule) snapshotChanges(c *Change) []Op {
 	if c.Type == change.Deleted {
 		obj, op = c.OldObject, "remove"
 	}
-	pr := &pruner{exclude: r.noise}
-	add := func(toks []string) { pr.exclude = append(pr.exclude, toks) }
+	pr := newPruner(r.noise)
 	for _, p := range r.ignore {
-		p.locations(obj, add)
+		p.locations(obj, pr.excludeLoc)
 	}
 	ops := []Op{}
+	var taken locTree // the locations of ops, each node's op its index
+	dropped := 0      // ops inside a later one, their Op emptied
 	for _, f := range r.fields {
 		f.path.locations(obj, func(toks []string) {
 			v, ok := valueAt(obj, toks)
@@ -81,21 +81,23 @@ func (r *Rule) snapshotChanges(c *Change) []Op {
 			if gone {
 				return // it holds only ignored parts
 			}
-			for i := 0; i < len(ops); i++ {
-				switch {
-				case hasPrefix(toks, ops[i].toks):
-					return // already inside an earlier change
-				case hasPrefix(ops[i].toks, toks):
-					ops = append(ops[:i], ops[i+1:]...) // inside this one
-					i--
-				}
+			covered, inside := taken.at(toks)
+			if covered {
+				return // already inside an earlier change
 			}
+			if inside != nil {
+				dropped += inside.drop(ops) // inside this one
+			}
+			taken.add(toks).op = len(ops)
 			if op == "add" {
 				ops = append(ops, Op{Op: op, toks: toks, Value: v})
 			} else {
 				ops = append(ops, Op{Op: op, toks: toks, OldValue: v})
 			}
 		})
+	}
+	if dropped > 0 {
+		ops = slices.DeleteFunc(ops, func(o Op) bool { return o.Op == "" })
 	}
 	return ops
 }

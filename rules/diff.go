@@ -52,10 +52,33 @@ func (o Op) appendJSON(b []byte) ([]byte, error) {
 
 // pruner limits a diff: nothing at or under an excluded location counts,
 // and when include is not nil only what is at, under or above one of its
-// locations does.
+// locations does. Both are trees of locations, so that what a place
+// counts for costs the depth of the place, however many locations an
+// ignoreFields or fields path with [*] gives.
 type pruner struct {
-	include [][]string
-	exclude [][]string
+	include *locTree
+	exclude *locTree
+}
+
+// newPruner returns a pruner that excludes the locations exclude (and
+// includes everything).
+func newPruner(exclude [][]string) *pruner {
+	p := &pruner{exclude: &locTree{}}
+	for _, ex := range exclude {
+		p.exclude.add(ex)
+	}
+	return p
+}
+
+// excludeLoc adds toks to the excluded locations.
+func (p *pruner) excludeLoc(toks []string) { p.exclude.add(toks) }
+
+// includeLoc adds toks to the included locations.
+func (p *pruner) includeLoc(toks []string) {
+	if p.include == nil {
+		p.include = &locTree{}
+	}
+	p.include.add(toks)
 }
 
 // skip reports whether nothing at or under toks counts.
@@ -74,32 +97,26 @@ func (p *pruner) visit(toks []string) visit {
 	if p == nil {
 		return whole
 	}
-	above := false // toks is above an excluded location
-	for _, ex := range p.exclude {
-		if hasPrefix(toks, ex) {
-			return skipped
-		}
-		above = above || hasPrefix(ex, toks)
+	covered, under := p.exclude.at(toks)
+	if covered {
+		return skipped
 	}
+	above := under != nil // toks is above an excluded location
 	if p.include == nil {
 		if above {
 			return partial
 		}
 		return whole
 	}
-	v := skipped
-	for _, in := range p.include {
-		if hasPrefix(toks, in) {
-			if above {
-				return partial
-			}
-			return whole
+	if covered, under := p.include.at(toks); covered {
+		if above {
+			return partial
 		}
-		if hasPrefix(in, toks) {
-			v = partial
-		}
+		return whole
+	} else if under != nil {
+		return partial
 	}
-	return v
+	return skipped
 }
 
 // strip removes the excluded locations below toks from v, a whole value
@@ -108,66 +125,18 @@ func (p *pruner) visit(toks []string) visit {
 // show). gone is true when v itself is such a map: once ignored parts are
 // left out it is as good as absent. A map that was empty to begin with is
 // not gone, and list items are never removed (that would shift the
-// others): a list item that held only ignored keys stays, as {}.
+// others): a list item that held only ignored keys stays, as {}. It is
+// one pass over v, however many locations are excluded.
 func (p *pruner) strip(toks []string, v any) (out any, gone bool) {
 	if p == nil {
 		return v, false
 	}
-	for _, ex := range p.exclude {
-		if len(ex) > len(toks) && hasPrefix(ex, toks) {
-			var emptied bool
-			v, _, emptied = removeAt(v, ex[len(toks):])
-			gone = gone || emptied
-		}
+	n := p.exclude.below(toks)
+	if n == nil {
+		return v, false
 	}
-	return v, gone
-}
-
-// removeAt returns v without the map key at toks, nor the maps on the way
-// to it that held nothing else; changed says whether anything was removed
-// and emptied whether v itself was such a map (out is then an empty map).
-// Maps and lists on the way are copied, never changed: v may be a shared
-// cache.
-func removeAt(v any, toks []string) (out any, changed, emptied bool) {
-	switch c := v.(type) {
-	case map[string]any:
-		old, ok := c[toks[0]]
-		if !ok {
-			return v, false, false
-		}
-		drop, child := len(toks) == 1, old
-		if !drop {
-			if child, changed, drop = removeAt(old, toks[1:]); !changed {
-				return v, false, false
-			}
-		}
-		if drop && len(c) == 1 {
-			return map[string]any{}, true, true
-		}
-		cp := make(map[string]any, len(c))
-		for k, x := range c {
-			cp[k] = x
-		}
-		if drop {
-			delete(cp, toks[0])
-		} else {
-			cp[toks[0]] = child
-		}
-		return cp, true, false
-	case []any:
-		i, ok := listIndex(toks[0], len(c))
-		if !ok || len(toks) == 1 {
-			return v, false, false
-		}
-		child, changed, _ := removeAt(c[i], toks[1:])
-		if !changed {
-			return v, false, false
-		}
-		cp := slices.Clone(c)
-		cp[i] = child
-		return cp, true, false
-	}
-	return v, false, false
+	out, _, gone = n.removeUnder(v)
+	return out, gone
 }
 
 // differ computes the operations that turn one object into another, in
@@ -340,15 +309,13 @@ func (d *differ) sameItem(i int, old, new any) bool {
 	if equal(old, new) {
 		return true
 	}
-	if d.pr == nil || len(d.pr.exclude) == 0 {
+	if d.pr == nil {
 		return false
 	}
 	d.toks = append(d.toks, strconv.Itoa(i))
 	defer d.pop()
-	for _, ex := range d.pr.exclude {
-		if hasPrefix(d.toks, ex) {
-			return true
-		}
+	if covered, _ := d.pr.exclude.at(d.toks); covered {
+		return true
 	}
 	o, _ := d.pr.strip(d.toks, old)
 	n, _ := d.pr.strip(d.toks, new)

@@ -108,16 +108,14 @@ func TestDiff(t *testing.T) {
 			old, new := obj(t, tt.old), obj(t, tt.new)
 			var pr *pruner
 			if tt.include != nil || tt.exclude != nil {
-				pr = &pruner{}
+				pr = newPruner(nil)
 				for _, p := range tt.include {
-					add := func(toks []string) { pr.include = append(pr.include, toks) }
-					mustCompilePath(p).locations(old, add)
-					mustCompilePath(p).locations(new, add)
+					mustCompilePath(p).locations(old, pr.includeLoc)
+					mustCompilePath(p).locations(new, pr.includeLoc)
 				}
 				for _, p := range tt.exclude {
-					add := func(toks []string) { pr.exclude = append(pr.exclude, toks) }
-					mustCompilePath(p).locations(old, add)
-					mustCompilePath(p).locations(new, add)
+					mustCompilePath(p).locations(old, pr.excludeLoc)
+					mustCompilePath(p).locations(new, pr.excludeLoc)
 				}
 			}
 			if got := opsJSON(t, diff(old, new, pr)); got != tt.want {
@@ -127,7 +125,7 @@ func TestDiff(t *testing.T) {
 	}
 }
 
-func TestRemoveAt(t *testing.T) {
+func TestRemoveUnder(t *testing.T) {
 	tests := []struct {
 		name, v string
 		toks    []string
@@ -147,12 +145,14 @@ func TestRemoveAt(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			v := obj(t, tt.v)
-			out, changed, emptied := removeAt(v, tt.toks)
+			var locs locTree
+			locs.add(tt.toks)
+			out, changed, emptied := locs.removeUnder(v)
 			if !equal(out, obj(t, tt.want)) || changed != tt.changed || emptied != tt.emptied {
-				t.Errorf("removeAt = %v, %v, %v; want %s, %v, %v", out, changed, emptied, tt.want, tt.changed, tt.emptied)
+				t.Errorf("removeUnder = %v, %v, %v; want %s, %v, %v", out, changed, emptied, tt.want, tt.changed, tt.emptied)
 			}
 			if !equal(v, obj(t, tt.v)) {
-				t.Errorf("removeAt changed its input: %v", v)
+				t.Errorf("removeUnder changed its input: %v", v)
 			}
 		})
 	}

@@ -51,7 +51,12 @@
 // ignore the same fields), then the when expression, and builds a payload
 // for each rule that fires, with a hand-written JSON encoder that
 // FuzzAppendJSON holds to encoding/json's bytes. Eval never changes its
-// input: redaction and ignored fields copy what they rewrite.
+// input: redaction and ignored fields copy what they rewrite. The
+// locations that fields, ignoreFields and redact select are kept as a
+// tree of their tokens (locTree), so that the diff asks about each place
+// at the cost of its depth and redaction rewrites a value in one pass:
+// evaluation cost grows linearly with the object, however many keys or
+// list items a [*] selects.
 //
 // # Projection
 //

@@ -117,7 +117,7 @@ type evalState struct {
 func (st *evalState) updateDiff(r *Rule) []Op {
 	if len(r.ignore) == 0 {
 		if !st.fullDone {
-			st.full = diff(st.c.OldObject, st.c.Object, &pruner{exclude: noisePaths})
+			st.full = diff(st.c.OldObject, st.c.Object, noisePruner)
 			st.fullDone = true
 		}
 		return st.full
@@ -125,7 +125,7 @@ func (st *evalState) updateDiff(r *Rule) []Op {
 	if ops, ok := st.ignored[r.ignoreKey]; ok {
 		return ops
 	}
-	ops := diff(st.c.OldObject, st.c.Object, &pruner{exclude: r.excluded(st.c)})
+	ops := diff(st.c.OldObject, st.c.Object, r.pruner(st.c))
 	if st.ignored == nil {
 		st.ignored = map[string][]Op{}
 	}

@@ -128,16 +128,16 @@ func (r *Rule) firing(st *evalState, ops []Op) (Firing, error) {
 	return Firing{ID: id, Rule: r, Payload: b, Object: ref}, nil
 }
 
-// redactLocations returns the locations paths select in obj.
-func redactLocations(paths []*fieldPath, obj map[string]any) [][]string {
+// redactLocations returns the locations paths select in obj, as a tree.
+func redactLocations(paths []*fieldPath, obj map[string]any) *locTree {
 	if obj == nil || len(paths) == 0 {
 		return nil
 	}
-	var locs [][]string
+	locs := &locTree{}
 	for _, p := range paths {
 		p.locations(obj, func(toks []string) {
 			if _, ok := valueAt(obj, toks); ok {
-				locs = append(locs, toks)
+				locs.add(toks)
 			}
 		})
 	}
@@ -145,15 +145,15 @@ func redactLocations(paths []*fieldPath, obj map[string]any) [][]string {
 }
 
 // redactValue returns v, the value at toks, with every location in locs at
-// or below toks replaced by Redacted (copying, never changing, v).
-func redactValue(toks []string, v any, locs [][]string) any {
-	for _, loc := range locs {
-		switch {
-		case hasPrefix(toks, loc):
-			return Redacted
-		case hasPrefix(loc, toks):
-			v = rewriteAt(v, loc[len(toks):], func(any) any { return Redacted })
-		}
+// or below toks replaced by Redacted (copying, never changing, v), in one
+// pass over v.
+func redactValue(toks []string, v any, locs *locTree) any {
+	covered, under := locs.at(toks)
+	switch {
+	case covered:
+		return Redacted
+	case under != nil:
+		v, _ = under.replaceUnder(v, Redacted)
 	}
 	return v
 }

@@ -78,3 +78,7 @@ var noisePaths = [][]string{
 	{"metadata", "managedFields"},
 	{"metadata", "generation"},
 }
+
+// noisePruner leaves noisePaths out of a diff. A pruner is only read
+// once made, so one serves every change.
+var noisePruner = newPruner(noisePaths)

@@ -120,47 +120,6 @@ func equal(a, b any) bool {
 	return reflect.DeepEqual(a, b)
 }
 
-// rewriteAt returns v with the value at toks replaced by f(old value), or
-// deleted when f is nil. Maps and lists on the way are copied, never
-// changed: v may be a shared cache. When toks does not exist in v, v is
-// returned as is. A list item is never deleted (that would shift the
-// items after it); only map keys are.
-func rewriteAt(v any, toks []string, f func(any) any) any {
-	if len(toks) == 0 {
-		if f == nil {
-			return v
-		}
-		return f(v)
-	}
-	switch c := v.(type) {
-	case map[string]any:
-		old, ok := c[toks[0]]
-		if !ok {
-			return v
-		}
-		cp := make(map[string]any, len(c))
-		for k, x := range c {
-			cp[k] = x
-		}
-		if len(toks) == 1 && f == nil {
-			delete(cp, toks[0])
-		} else {
-			cp[toks[0]] = rewriteAt(old, toks[1:], f)
-		}
-		return cp
-	case []any:
-		i, ok := listIndex(toks[0], len(c))
-		if !ok || (len(toks) == 1 && f == nil) {
-			return v
-		}
-		cp := make([]any, len(c))
-		copy(cp, c)
-		cp[i] = rewriteAt(c[i], toks[1:], f)
-		return cp
-	}
-	return v
-}
-
 // listIndex parses a JSON Pointer list token.
 func listIndex(tok string, n int) (int, bool) {
 	if tok == "" || len(tok) > 10 || (len(tok) > 1 && tok[0] == '0') {

@@ -49,26 +49,27 @@ func TestEqual(t *testing.T) {
 	}
 }
 
-func TestRewriteAtCopies(t *testing.T) {
+func TestReplaceUnderCopies(t *testing.T) {
 	orig := map[string]any{"a": map[string]any{"b": "secret", "c": "keep"}, "l": []any{"x", map[string]any{"k": "v"}}}
-	red := func(any) any { return Redacted }
-	got := rewriteAt(orig, []string{"a", "b"}, red).(map[string]any)
+	replace := func(locs ...[]string) any {
+		t.Helper()
+		var tree locTree
+		for _, l := range locs {
+			tree.add(l)
+		}
+		got, _ := tree.replaceUnder(orig, Redacted)
+		return got
+	}
+	got := replace([]string{"a", "b"}).(map[string]any)
 	if got["a"].(map[string]any)["b"] != Redacted || orig["a"].(map[string]any)["b"] != "secret" {
-		t.Errorf("rewrite did not copy: got %v, orig %v", got, orig)
+		t.Errorf("replace did not copy: got %v, orig %v", got, orig)
 	}
-	got = rewriteAt(orig, []string{"l", "1", "k"}, red).(map[string]any)
-	if got["l"].([]any)[1].(map[string]any)["k"] != Redacted || orig["l"].([]any)[1].(map[string]any)["k"] != "v" {
-		t.Errorf("list rewrite did not copy: got %v, orig %v", got, orig)
+	got = replace([]string{"l", "1", "k"}, []string{"l", "0"}).(map[string]any)
+	if l := got["l"].([]any); l[0] != Redacted || l[1].(map[string]any)["k"] != Redacted || orig["l"].([]any)[1].(map[string]any)["k"] != "v" || orig["l"].([]any)[0] != "x" {
+		t.Errorf("list replace did not copy: got %v, orig %v", got, orig)
 	}
-	got = rewriteAt(orig, []string{"a", "c"}, nil).(map[string]any)
-	if _, ok := got["a"].(map[string]any)["c"]; ok || orig["a"].(map[string]any)["c"] != "keep" {
-		t.Errorf("delete did not copy: got %v, orig %v", got, orig)
-	}
-	if got := rewriteAt(orig, []string{"l", "0"}, nil); !equal(got, orig) {
-		t.Errorf("deleting a list item changed the value: %v", got)
-	}
-	if got := rewriteAt(orig, []string{"missing", "x"}, red); !equal(got, orig) {
-		t.Errorf("rewriting a missing path changed the value: %v", got)
+	if got := replace([]string{"missing", "x"}, []string{"l", "7"}, []string{"a", "b", "deeper"}); !equal(got, orig) {
+		t.Errorf("replacing a missing path changed the value: %v", got)
 	}
 }
 
