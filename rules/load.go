@@ -3,6 +3,7 @@ package rules
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"strings"
@@ -23,7 +24,7 @@ func Load(paths ...string) (*Set, error) {
 	var all []*Rule
 	var errs ErrorList
 	for _, p := range paths {
-		data, err := os.ReadFile(p)
+		data, err := readFile(p)
 		if err != nil {
 			var pe *fs.PathError
 			if errors.As(err, &pe) {
@@ -41,6 +42,25 @@ func Load(paths ...string) (*Set, error) {
 		return nil, err
 	}
 	return newSet(all), nil
+}
+
+// readFile reads a rules file, or as much of it as tells that it is larger
+// than a file may be (yamlstrict.MaxBytes): a rules path pointed at a
+// device or a huge file is an error, not a memory exhausted.
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	data, err := io.ReadAll(io.LimitReader(f, yamlstrict.MaxBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > yamlstrict.MaxBytes {
+		return nil, fmt.Errorf("larger than the %d bytes a rules file may have", yamlstrict.MaxBytes)
+	}
+	return data, nil
 }
 
 // Parse compiles one rules file's content; name is the file name used in

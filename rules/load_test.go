@@ -425,3 +425,12 @@ func FuzzLoad(f *testing.F) {
 		}
 	})
 }
+
+// TestLoadRefusesLargeFiles: a rules path pointed at a device or a huge
+// file is read no further than the size limit.
+func TestLoadRefusesLargeFiles(t *testing.T) {
+	_, err := Load("/dev/zero")
+	if err == nil || !strings.Contains(err.Error(), "/dev/zero: read: larger than the 4194304 bytes a rules file may have") {
+		t.Errorf("Load(/dev/zero) = %v", err)
+	}
+}

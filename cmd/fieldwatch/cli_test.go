@@ -3,9 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
@@ -104,5 +109,56 @@ func TestAPIResources(t *testing.T) {
 	code, stdout, _ = runCLI(t, "api-resources", "--kubeconfig", kc, "--custom")
 	if code != 0 || strings.Contains(stdout, "configmaps") || !strings.Contains(stdout, "widgets") {
 		t.Errorf("--custom: exit %d\n%s", code, stdout)
+	}
+}
+
+// TestValidateStopsOnSIGTERM sends SIGTERM to `fieldwatch validate` (and
+// `fieldwatch test`) stuck reading a rules file that never ends (a FIFO
+// held open, never written): it exits at once with 1 and says so.
+func TestValidateStopsOnSIGTERM(t *testing.T) {
+	for _, cmdline := range []string{"validate FIFO", "test --rules FIFO FIFO"} {
+		t.Run(cmdline, func(t *testing.T) {
+			fifo := filepath.Join(t.TempDir(), "rules.yaml")
+			if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(binary, strings.Fields(strings.ReplaceAll(cmdline, "FIFO", fifo))...)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			// Opening the FIFO for writing returns once fieldwatch has
+			// opened it for reading: it is then reading the rules.
+			opened := make(chan *os.File, 1)
+			go func() {
+				w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+				if err != nil {
+					t.Error(err)
+				}
+				opened <- w
+			}()
+			select {
+			case w := <-opened:
+				defer func() { _ = w.Close() }()
+			case <-time.After(30 * time.Second):
+				_ = cmd.Process.Kill()
+				t.Fatal("fieldwatch did not open the rules file")
+			}
+			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan error, 1)
+			go func() { exited <- cmd.Wait() }()
+			select {
+			case err := <-exited:
+				if code := cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(stderr.String(), "interrupted") {
+					t.Errorf("exit %d (%v), want 1; stderr: %s", code, err, stderr.String())
+				}
+			case <-time.After(30 * time.Second):
+				_ = cmd.Process.Kill()
+				t.Fatalf("still running 30s after SIGTERM; stderr: %s", stderr.String())
+			}
+		})
 	}
 }

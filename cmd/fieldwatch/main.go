@@ -70,3 +70,17 @@ func usage(w io.Writer) {
 	}
 	_, _ = fmt.Fprintf(w, "\n`fieldwatch COMMAND -h` shows a command's flags.\n")
 }
+
+// untilDone runs f and returns what it returns, or done false as soon as
+// ctx ends (SIGINT, SIGTERM) while f still runs: a command busy loading a
+// file must still stop on a signal. f is left to the process's exit.
+func untilDone[T any](ctx context.Context, f func() T) (v T, done bool) {
+	ch := make(chan T, 1)
+	go func() { ch <- f() }()
+	select {
+	case v = <-ch:
+		return v, true
+	case <-ctx.Done():
+		return v, false
+	}
+}

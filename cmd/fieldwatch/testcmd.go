@@ -17,7 +17,7 @@ import (
 // payloads are reproducible.
 var caseTime = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func testCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
+func testCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fieldwatch test", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var ruleFiles files
@@ -34,13 +34,24 @@ func testCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
+	code, done := untilDone(ctx, func() int { return runCases(ruleFiles, fs.Args(), *quiet, stdout, stderr) })
+	if !done {
+		_, _ = fmt.Fprintln(stderr, "fieldwatch test: interrupted")
+		return 1
+	}
+	return code
+}
+
+// runCases loads the rules and runs every case of the cases files,
+// printing the results; it returns the exit code.
+func runCases(ruleFiles, caseFiles []string, quiet bool, stdout, stderr io.Writer) int {
 	set, err := rules.Load(ruleFiles...)
 	if err != nil {
 		_, _ = fmt.Fprintln(stderr, err)
 		return 1
 	}
 	failed, total := 0, 0
-	for _, path := range fs.Args() {
+	for _, path := range caseFiles {
 		cs, err := cases.Load(path, caseTime)
 		if err != nil {
 			_, _ = fmt.Fprintln(stderr, err)
@@ -51,7 +62,7 @@ func testCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 			if !r.Pass {
 				failed++
 			}
-			if *quiet && r.Pass {
+			if quiet && r.Pass {
 				continue
 			}
 			printResult(stdout, r)

@@ -37,9 +37,27 @@ func (e *Error) Error() string {
 }
 
 // MaxNodes bounds the number of YAML values one document decodes to,
-// aliases expanded, so that an alias bomb (anchors that expand
-// exponentially) is an error instead of running out of memory.
+// aliases expanded, and of the keys that merge keys (<<) bring in, so that
+// an alias or merge bomb (anchors that expand exponentially) is an error
+// instead of running out of time or memory.
 const MaxNodes = 200_000
+
+// MaxBytes bounds the size of a document.
+const MaxBytes = 4 << 20
+
+// MaxKeyBytes bounds the length of a mapping key.
+const MaxKeyBytes = 1024
+
+// Field paths cost memory and time in proportion to their length, and
+// aliases can give a small document many long ones (values nested under
+// long keys, repeated): the paths a document's values are decoded at may
+// add up to at most pathBytesPerByte times the document's size plus
+// minPathBytes, and never more than maxPathBytes.
+const (
+	minPathBytes     = 1 << 20
+	pathBytesPerByte = 32
+	maxPathBytes     = 64 << 20
+)
 
 // maxDepth bounds the nesting of free-form values (any).
 const maxDepth = 200
@@ -95,9 +113,20 @@ func (p *Positions) At(path string) (line, col int) {
 //   - *yaml.Node, kept as it is;
 //   - struct types implementing Shorthand also from a lone scalar.
 //
+// Positions are kept for the values written in the document and for each
+// place an alias or merge key is used, not for what the alias expands to
+// there (an error inside it points at the anchor's line). Documents larger
+// than MaxBytes, keys longer than MaxKeyBytes, and documents that expand to
+// more than MaxNodes values or too many bytes of field paths are errors.
+//
 // Other types make it panic: that is a programming error, not bad input.
 func Unmarshal(data []byte, v any) (*Positions, []*Error) {
 	d := &decoder{pos: &Positions{nodes: map[string]*yaml.Node{}}}
+	if len(data) > MaxBytes {
+		d.errs = append(d.errs, &Error{Line: 1, Col: 1, Msg: fmt.Sprintf("the file is %d bytes, more than the %d a file may have", len(data), MaxBytes)})
+		return d.pos, d.errs
+	}
+	d.size, d.pathBudget = len(data), min(maxPathBytes, minPathBytes+pathBytesPerByte*len(data))
 	root := d.parseDocument(data)
 	if root == nil {
 		return d.pos, d.errs
@@ -119,18 +148,41 @@ type Shorthand interface{ YAMLShorthand() string }
 type decoder struct {
 	errs []*Error
 	pos  *Positions
-	// work counts decoded nodes against MaxNodes.
+	// work counts decoded nodes and merged keys against MaxNodes.
 	work int
+	// pathBytes counts the bytes of the field paths of decoded values
+	// against pathBudget.
+	pathBytes, pathBudget int
+	size                  int // of the document
+	// aliased is above zero while decoding what an alias or merge key
+	// expands to: positions are not kept there.
+	aliased int
 }
 
 // tooMuch counts one node of work and reports (once, as an error at n)
-// when the document has exceeded MaxNodes.
+// when the document has exceeded MaxNodes or its path budget.
 func (d *decoder) tooMuch(n *yaml.Node, path string) bool {
+	over := d.work > MaxNodes || d.pathBytes > d.pathBudget
 	d.work++
-	if d.work == MaxNodes+1 {
-		d.errorf(n, path, "too many values: more than %d YAML nodes once aliases are expanded", MaxNodes)
+	d.pathBytes += len(path)
+	switch {
+	case over:
+	case d.work > MaxNodes:
+		d.errorf(n, path, "too many values: more than %d YAML nodes once aliases and merge keys are expanded", MaxNodes)
+	case d.pathBytes > d.pathBudget:
+		d.errorf(n, path, "too many values: aliases and merge keys expand to more than %d bytes of field paths, the limit for a file of %d bytes", d.pathBudget, d.size)
+	default:
+		return false
 	}
-	return d.work > MaxNodes
+	return true
+}
+
+// at records that the value at path is n, unless it is inside what an
+// alias expands to.
+func (d *decoder) at(path string, n *yaml.Node) {
+	if d.aliased == 0 {
+		d.pos.nodes[path] = n
+	}
 }
 
 // errorf records an error about the field at path, located at node n.
@@ -220,11 +272,16 @@ func IsNull(n *yaml.Node) bool {
 
 // decode decodes n into v, a settable value (see Unmarshal).
 func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
+	aliased := n.Kind == yaml.AliasNode
 	n = resolve(n)
 	if d.tooMuch(n, path) {
 		return
 	}
-	d.pos.nodes[path] = n
+	d.at(path, n)
+	if aliased {
+		d.aliased++
+		defer func() { d.aliased-- }()
+	}
 	t := v.Type()
 	switch {
 	case t == nodeType:
@@ -394,7 +451,10 @@ func (d *decoder) decodeMap(n *yaml.Node, v reflect.Value, path string) {
 			// Map values such as headers and env accept any scalar as
 			// text: X-Retries: 3 is the string "3".
 			val = resolve(val)
-			d.pos.nodes[p] = val
+			if d.tooMuch(val, p) {
+				return
+			}
+			d.at(p, val)
 			if val.Kind != yaml.ScalarNode || IsNull(val) {
 				d.errorf(val, p, "must be a string, not %s", Describe(val))
 				continue
@@ -409,16 +469,25 @@ func (d *decoder) decodeMap(n *yaml.Node, v reflect.Value, path string) {
 }
 
 // pairs returns the key/value pairs of a mapping node with YAML merge keys
-// (<<: *anchor) expanded; keys written in the mapping override merged ones.
-// Duplicate and non-scalar keys are errors.
+// (<<: *anchor) expanded; keys written in the mapping override merged ones,
+// and merged values come as aliases of what they merge (positions are not
+// kept inside them). Duplicate, non-scalar and too long keys are errors.
+// Every pair, merged ones included, counts towards MaxNodes.
 func (d *decoder) pairs(n *yaml.Node, path string) [][2]*yaml.Node {
 	var out [][2]*yaml.Node
 	seen := map[string]bool{}
 	var merged [][2]*yaml.Node
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, val := resolve(n.Content[i]), n.Content[i+1]
+		if d.tooMuch(k, path) {
+			return nil
+		}
 		if k.Kind != yaml.ScalarNode {
 			d.errorf(k, path, "keys must be strings, not %s", KindName(k))
+			continue
+		}
+		if len(k.Value) > MaxKeyBytes {
+			d.errorf(k, path, "key %q... is longer than %d bytes", k.Value[:32], MaxKeyBytes)
 			continue
 		}
 		if k.ShortTag() == "!!merge" {
@@ -435,6 +504,9 @@ func (d *decoder) pairs(n *yaml.Node, path string) [][2]*yaml.Node {
 	for _, kv := range merged {
 		if !seen[kv[0].Value] {
 			seen[kv[0].Value] = true
+			if kv[1].Kind != yaml.AliasNode {
+				kv[1] = &yaml.Node{Kind: yaml.AliasNode, Alias: kv[1], Line: kv[1].Line, Column: kv[1].Column}
+			}
 			out = append(out, kv)
 		}
 	}
@@ -464,11 +536,16 @@ func (d *decoder) mergePairs(n *yaml.Node, path string, depth int) [][2]*yaml.No
 // decoder makes them: map[string]any, []any, string, int64, float64, bool
 // and nil. Timestamps stay strings (Kubernetes stores them as strings).
 func (d *decoder) decodeAny(n *yaml.Node, path string, depth int) any {
+	aliased := n.Kind == yaml.AliasNode
 	n = resolve(n)
 	if d.tooMuch(n, path) {
 		return nil
 	}
-	d.pos.nodes[path] = n
+	d.at(path, n)
+	if aliased {
+		d.aliased++
+		defer func() { d.aliased-- }()
+	}
 	if depth > maxDepth {
 		d.errorf(n, path, "value nested too deeply")
 		return nil

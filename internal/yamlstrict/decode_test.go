@@ -143,7 +143,7 @@ func TestUnmarshalErrors(t *testing.T) {
 		{"big int", "any: 123456789012345678901234567890\n", []string{}},
 		{"too deep", "any: " + strings.Repeat("[", 250) + strings.Repeat("]", 250) + "\n", []string{"any" + strings.Repeat("[0]", 201) + ": value nested too deeply"}},
 		{"bad merge", "inner: {<<: 1}\n", []string{"1:13: inner: a merge key (<<) needs a mapping or a list of mappings, not a scalar"}},
-		{"alias bomb", bomb(), []string{"too many values: more than 200000 YAML nodes once aliases are expanded"}},
+		{"alias bomb", bomb(), []string{"too many values: aliases and merge keys expand to more than"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -8,8 +8,13 @@
 // was written (Positions), so that errors found after decoding, by code
 // that knows nothing of YAML, still point at the line.
 //
-// YAML anchors, aliases and merge keys (<<: *base) work; aliases that
-// expand to more than MaxNodes values are an error, not an out-of-memory.
+// YAML anchors, aliases and merge keys (<<: *base) work. What a document
+// costs is bounded by its size: a document larger than MaxBytes, a key
+// longer than MaxKeyBytes, aliases and merge keys that expand to more than
+// MaxNodes values or to field paths adding up to more than 32 times the
+// document's size (plus 1 MiB, at most 64 MiB) are errors, not an
+// out-of-memory; positions are kept for what is written, not for what
+// aliases expand to.
 //
 // yamlstrict knows nothing of fieldwatch: it must not import other
 // fieldwatch packages.
