@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"text/template"
+	"text/template/parse"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -25,21 +27,188 @@ type Template struct {
 	t    *template.Template
 }
 
-// templateFuncs are available in every template.
+// Bounds of one rendering: a template is written by whoever edits the
+// rules, and runs at delivery time on every firing, so a template that
+// loops (a {{range}} over a huge number, templates that call themselves)
+// or grows a value (a variable doubled in a loop) fails instead of
+// stalling the action's queue or exhausting memory.
+const (
+	// MaxTemplateOutput bounds the bytes one rendering writes, and the
+	// strings its functions build.
+	MaxTemplateOutput = 4 << 20
+	// MaxTemplateSteps bounds the {{range}} iterations and {{template}}
+	// calls of one rendering.
+	MaxTemplateSteps = 1_000_000
+	// MaxTemplateTime bounds the time of one rendering.
+	MaxTemplateTime = time.Second
+)
+
+// tickFunc is the function Render calls at each step (each iteration of a
+// range, each template called): ParseTemplate puts a call to it there.
+const tickFunc = "_fieldwatch_step"
+
+// templateFuncs are available in every template. The functions of
+// text/template that build strings are replaced by ones that refuse to
+// build more than MaxTemplateOutput bytes.
 var templateFuncs = template.FuncMap{
 	// json renders a value as compact JSON, for embedding values in a JSON
 	// body: {"text": {{json .name}}}.
 	"json": func(v any) (string, error) {
 		b, err := json.Marshal(v)
+		if err == nil && len(b) > MaxTemplateOutput {
+			return "", errTemplateTooLarge
+		}
 		return string(b), err
 	},
-	"join": func(sep string, v []any) string {
+	"join": func(sep string, v []any) (string, error) {
 		parts := make([]string, len(v))
+		n := 0
 		for i, x := range v {
 			parts[i] = fmt.Sprint(x)
+			if n += len(parts[i]) + len(sep); n > MaxTemplateOutput {
+				return "", errTemplateTooLarge
+			}
 		}
-		return strings.Join(parts, sep)
+		return strings.Join(parts, sep), nil
 	},
+	"printf": func(format string, args ...any) (string, error) {
+		if err := checkArgs(len(format), args); err != nil {
+			return "", err
+		}
+		return checkResult(fmt.Sprintf(format, args...))
+	},
+	"print": func(args ...any) (string, error) {
+		if err := checkArgs(0, args); err != nil {
+			return "", err
+		}
+		return checkResult(fmt.Sprint(args...))
+	},
+	"println": func(args ...any) (string, error) {
+		if err := checkArgs(0, args); err != nil {
+			return "", err
+		}
+		return checkResult(fmt.Sprintln(args...))
+	},
+	// html, js and urlquery escape: at most 6 bytes for one.
+	"html": func(args ...any) (string, error) {
+		if err := checkArgs(0, args, 6); err != nil {
+			return "", err
+		}
+		return checkResult(template.HTMLEscaper(args...))
+	},
+	"js": func(args ...any) (string, error) {
+		if err := checkArgs(0, args, 6); err != nil {
+			return "", err
+		}
+		return checkResult(template.JSEscaper(args...))
+	},
+	"urlquery": func(args ...any) (string, error) {
+		if err := checkArgs(0, args, 3); err != nil {
+			return "", err
+		}
+		return checkResult(template.URLQueryEscaper(args...))
+	},
+	tickFunc: func() string { return "" }, // replaced in each rendering
+}
+
+var (
+	errTemplateTooLarge = fmt.Errorf("output larger than %d bytes", MaxTemplateOutput)
+	errTemplateTooLong  = fmt.Errorf("more than %d loop iterations and template calls", MaxTemplateSteps)
+	errTemplateTooSlow  = fmt.Errorf("rendering took more than %s", MaxTemplateTime)
+)
+
+// checkArgs refuses to format args whose strings add up (times grow, the
+// most one byte may become) to more than MaxTemplateOutput: the check
+// comes before the string is built. Other values are the payload's, whose
+// size is already bounded.
+func checkArgs(n int, args []any, grow ...int) error {
+	g := 1
+	if len(grow) > 0 {
+		g = grow[0]
+	}
+	for _, a := range args {
+		switch x := a.(type) {
+		case string:
+			n += len(x) * g
+		case []byte:
+			n += len(x) * g
+		}
+		if n > MaxTemplateOutput {
+			return errTemplateTooLarge
+		}
+	}
+	return nil
+}
+
+func checkResult(s string) (string, error) {
+	if len(s) > MaxTemplateOutput {
+		return "", errTemplateTooLarge
+	}
+	return s, nil
+}
+
+// budget is what one rendering may still spend.
+type budget struct {
+	steps    int
+	deadline time.Time
+}
+
+// step counts one step; every 1,024 steps it also checks the time.
+func (b *budget) step() (string, error) {
+	b.steps++
+	switch {
+	case b.steps > MaxTemplateSteps:
+		return "", errTemplateTooLong
+	case b.steps%1024 == 0 && time.Now().After(b.deadline):
+		return "", errTemplateTooSlow
+	}
+	return "", nil
+}
+
+// limitedWriter is a bytes.Buffer that fails a write past
+// MaxTemplateOutput, which stops the rendering.
+type limitedWriter struct{ bytes.Buffer }
+
+func (w *limitedWriter) Write(p []byte) (int, error) {
+	if w.Len()+len(p) > MaxTemplateOutput {
+		return 0, errTemplateTooLarge
+	}
+	return w.Buffer.Write(p)
+}
+
+// stepNode is {{_fieldwatch_step}}, the call ParseTemplate puts at the
+// start of every range body and every template.
+var stepNode = func() parse.Node {
+	trees, err := parse.Parse("step", "{{"+tickFunc+"}}", "{{", "}}", templateFuncs)
+	if err != nil {
+		panic(err)
+	}
+	return trees["step"].Root.Nodes[0]
+}()
+
+// addSteps puts stepNode at the start of every range body under n.
+func addSteps(n parse.Node) {
+	switch x := n.(type) {
+	case *parse.ListNode:
+		if x == nil {
+			return
+		}
+		for _, c := range x.Nodes {
+			addSteps(c)
+		}
+	case *parse.RangeNode:
+		addSteps(x.List)
+		addSteps(x.ElseList)
+		if x.List != nil {
+			x.List.Nodes = append([]parse.Node{stepNode}, x.List.Nodes...)
+		}
+	case *parse.IfNode:
+		addSteps(x.List)
+		addSteps(x.ElseList)
+	case *parse.WithNode:
+		addSteps(x.List)
+		addSteps(x.ElseList)
+	}
 }
 
 // ParseTemplate compiles src. When isJSON is true, Render checks that the
@@ -48,6 +217,13 @@ func ParseTemplate(name, src string, isJSON bool) (*Template, error) {
 	t, err := template.New(name).Funcs(templateFuncs).Option("missingkey=zero").Parse(src)
 	if err != nil {
 		return nil, err
+	}
+	for _, tt := range t.Templates() {
+		if tt.Tree == nil || tt.Root == nil {
+			continue
+		}
+		addSteps(tt.Root)
+		tt.Root.Nodes = append([]parse.Node{stepNode}, tt.Root.Nodes...)
 	}
 	return &Template{src: src, json: isJSON, t: t}, nil
 }
@@ -73,7 +249,8 @@ func (t *Template) UnmarshalYAML(n *yaml.Node) error {
 // MarshalText implements encoding.TextMarshaler: the source text.
 func (t *Template) MarshalText() ([]byte, error) { return []byte(t.src), nil }
 
-// Render executes the template against payload (a JSON object).
+// Render executes the template against payload (a JSON object), within
+// MaxTemplateOutput bytes, MaxTemplateSteps steps and MaxTemplateTime.
 func (t *Template) Render(payload []byte) ([]byte, error) {
 	if t.t == nil {
 		return nil, errors.New("template is not compiled (Compile, Load and ParseTemplate compile templates)")
@@ -82,8 +259,19 @@ func (t *Template) Render(payload []byte) ([]byte, error) {
 	if err := json.Unmarshal(payload, &data); err != nil {
 		return nil, fmt.Errorf("template %s: decode payload: %w", t.t.Name(), err)
 	}
-	var buf bytes.Buffer
-	if err := t.t.Execute(&buf, data); err != nil {
+	b := &budget{deadline: time.Now().Add(MaxTemplateTime)}
+	tmpl, err := t.t.Clone()
+	if err != nil {
+		return nil, fmt.Errorf("template %s: %w", t.t.Name(), err)
+	}
+	tmpl.Funcs(template.FuncMap{tickFunc: b.step})
+	var buf limitedWriter
+	if err := tmpl.Execute(&buf, data); err != nil {
+		for _, limit := range []error{errTemplateTooLarge, errTemplateTooLong, errTemplateTooSlow} {
+			if errors.Is(err, limit) {
+				return nil, fmt.Errorf("template %s: stopped: %w", t.t.Name(), limit)
+			}
+		}
 		return nil, fmt.Errorf("template %s: %w", t.t.Name(), err)
 	}
 	out := buf.Bytes()

@@ -245,3 +245,28 @@ func TestRunCRD(t *testing.T) {
 		}
 	}
 }
+
+// TestRunRendersTemplates: a case fails when a template of a rule that
+// fired fails or is stopped at a limit, as delivery would.
+func TestRunRendersTemplates(t *testing.T) {
+	set, err := rules.Parse("rules.yaml", []byte(`rules:
+  - name: resized
+    match: {resources: [{group: example.com, kind: Widget}]}
+    fields: [spec.size]
+    actions:
+      - log: {}
+      - webhook: {url: "http://127.0.0.1:1/", template: '{"n": {{json .name}}}'}
+      - event: {reason: Looping, note: '{{range 1000000000}}x{{end}}'}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases, err := Parse("cases.yaml", []byte("cases:\n  - name: loops\n"+caseChange+"    expect: {fire: [resized]}\n"), caseTime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Run(set, cases)[0]
+	if r.Pass || !strings.HasPrefix(r.Diff, "rule resized: actions[2].event.note: template rules[0].actions[2].event.note: stopped: ") || strings.Contains(r.Diff, "webhook") {
+		t.Errorf("pass %v, diff:\n%s\nwant the event note stopped, the webhook template fine", r.Pass, r.Diff)
+	}
+}

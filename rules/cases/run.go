@@ -66,6 +66,7 @@ func run(set *rules.Set, c *Case) Result {
 		}
 		changes[f.Rule.Name] = p.Changes
 		crds[f.Rule.Name] = p.CRD
+		problems = append(problems, renderTemplates(f)...)
 	}
 	for _, e := range errs {
 		res.Errors = append(res.Errors, e.Error())
@@ -124,6 +125,29 @@ func run(set *rules.Set, c *Case) Result {
 	res.Pass = len(problems) == 0
 	res.Diff = strings.Join(problems, "\n")
 	return res
+}
+
+// renderTemplates renders the templates of f's actions (webhook bodies,
+// Event notes) as delivery would, so that a template that fails or is
+// stopped at a limit fails the case offline.
+func renderTemplates(f rules.Firing) []string {
+	var problems []string
+	for i, a := range f.Rule.Actions {
+		var t *rules.Template
+		key := ""
+		switch {
+		case a.Webhook != nil && a.Webhook.Template != nil:
+			t, key = a.Webhook.Template, "webhook.template"
+		case a.Event != nil && a.Event.Note != nil:
+			t, key = a.Event.Note, "event.note"
+		default:
+			continue
+		}
+		if _, err := t.Render(f.Payload); err != nil {
+			problems = append(problems, fmt.Sprintf("rule %s: actions[%d].%s: %v", f.Rule.Name, i, key, err))
+		}
+	}
+	return problems
 }
 
 // checkErrors matches evaluation errors against expected substrings.

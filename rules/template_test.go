@@ -1,0 +1,84 @@
+package rules
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// hostileTemplates loop or grow without bound; Render stops each.
+var hostileTemplates = []struct{ name, src string }{
+	{"range over a huge number, writing", `{{range 1000000000}}x{{end}}`},
+	{"range over a huge number, silent", `{{range 1000000000}}{{end}}`},
+	{"nested ranges over the changes", `{{range 1000}}{{range 1000}}{{range 1000}}{{end}}{{end}}{{end}}`},
+	{"recursive template, exponential", `{{define "r"}}{{if .}}{{template "r" (slice . 1)}}{{template "r" (slice . 1)}}{{end}}{{end}}{{template "r" "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}}`},
+	{"doubling a variable", `{{$x := "xx"}}{{range 64}}{{$x = printf "%s%s" $x $x}}{{end}}{{len $x}}`},
+	{"escaping a growing variable", `{{$x := "&&&&"}}{{range 64}}{{$x = html $x $x}}{{end}}{{len $x}}`},
+	{"joining with a growing separator", `{{$x := "&&&&"}}{{range 64}}{{$x = join $x $.l}}{{end}}`},
+}
+
+func TestRenderStopsHostileTemplates(t *testing.T) {
+	payload := []byte(`{"rule":"r","l":[1,2,3],"changes":[{"op":"replace","path":"/a","value":1,"oldValue":0}]}`)
+	for _, tt := range hostileTemplates {
+		t.Run(tt.name, func(t *testing.T) {
+			tmpl, err := ParseTemplate("t", tt.src, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			out, err := tmpl.Render(payload)
+			if !errors.Is(err, errTemplateTooLarge) && !errors.Is(err, errTemplateTooLong) && !errors.Is(err, errTemplateTooSlow) {
+				t.Errorf("Render = %d bytes, %v; want it stopped at a limit", len(out), err)
+			} else if !strings.HasPrefix(err.Error(), "template t: stopped: ") {
+				t.Errorf("error %q does not say the template was stopped", err)
+			}
+			// Limits: 1,000,000 steps, 1 s, 4 MiB; generous for -race.
+			if d := time.Since(start); d > 10*time.Second {
+				t.Errorf("Render took %v", d)
+			}
+		})
+	}
+}
+
+// TestRenderOrdinaryTemplates: the limits leave ordinary templates alone,
+// the replaced functions included.
+func TestRenderOrdinaryTemplates(t *testing.T) {
+	payload := []byte(`{"rule":"r","name":"a&b","changes":[{"op":"replace","path":"/a","value":1},{"op":"add","path":"/b","value":"x"}]}`)
+	for src, want := range map[string]string{
+		`{{range .changes}}{{.path}} {{end}}`:                                         "/a /b ",
+		`{{printf "%s=%v" .rule 1}} {{print .rule 2}} {{println .rule}}`:              "r=1 r2 r\n",
+		`{{html .name}} {{js .name}} {{urlquery .name}}`:                              `a&amp;b a\u0026b a%26b`,
+		`{{define "p"}}<{{.path}}>{{end}}{{range .changes}}{{template "p" .}}{{end}}`: "</a></b>",
+		`{{json .changes}}`:                   `[{"op":"replace","path":"/a","value":1},{"op":"add","path":"/b","value":"x"}]`,
+		`{{range 3}}{{.}}{{else}}none{{end}}`: "012",
+	} {
+		tmpl, err := ParseTemplate("t", src, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := tmpl.Render(payload)
+		if err != nil || string(out) != want {
+			t.Errorf("Render(%s) = %q, %v; want %q", src, out, err, want)
+		}
+	}
+}
+
+// BenchmarkTemplateRange renders a range over n, writing a byte each
+// iteration: the cost is capped at MaxTemplateOutput.
+func BenchmarkTemplateRange(b *testing.B) {
+	payload := []byte(`{"rule":"r"}`)
+	for _, n := range []int{1_000_000, 10_000_000, 1_000_000_000} {
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			tmpl, err := ParseTemplate("t", fmt.Sprintf("{{range %d}}x{{end}}", n), false)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				_, _ = tmpl.Render(payload)
+			}
+		})
+	}
+}
