@@ -3,6 +3,7 @@ package rules
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 
@@ -29,6 +30,15 @@ import (
 // linearFunctions, and few of them (maxUnmeteredCalls). Everything else is
 // metered.
 const CostLimit = 1_000_000
+
+// The cost limit also bounds memory: whatever builds a string, bytes or a
+// list costs in proportion to what it builds (a tenth of a unit per byte,
+// as cel-go prices string concatenation, and a unit per list item), so
+// that the strings and lists one evaluation builds add up to about
+// 10 MB at most. A single call that would build more than
+// MaxCELStringBytes at once (replace can grow a string quadratically) is
+// refused before it builds it.
+const MaxCELStringBytes = 10 << 20
 
 // linearFunctions are the CEL functions whose cost is at most linear in
 // the size of their arguments: an expression calling only these (and
@@ -78,7 +88,9 @@ func celEnv(withCRD bool) (*cel.Env, error) {
 			ext.Sets(),
 			ext.Lists(ext.ListsMaxRangeSize(10_000)),
 		}
-		if celEnvs[0], celEnvErr = cel.NewEnv(append(opts, listNumberFunctions()...)...); celEnvErr != nil {
+		opts = append(opts, listNumberFunctions()...)
+		opts = append(opts, boundedReplace(), boundedJoin())
+		if celEnvs[0], celEnvErr = cel.NewEnv(opts...); celEnvErr != nil {
 			return
 		}
 		celEnvs[1], celEnvErr = celEnvs[0].Extend(cel.Variable("crd", cel.DynType))
@@ -87,6 +99,69 @@ func celEnv(withCRD bool) (*cel.Env, error) {
 		return celEnvs[1], celEnvErr
 	}
 	return celEnvs[0], celEnvErr
+}
+
+// boundedReplace redefines the strings extension's replace (same
+// overloads, same results) to refuse, before building it, a result longer
+// than MaxCELStringBytes: s.replace("", s) on a 1 MiB value would build a
+// terabyte.
+func boundedReplace() cel.EnvOption {
+	str := cel.StringType
+	replace := func(args []ref.Val, n int) ref.Val {
+		s, old, new := string(args[0].(types.String)), string(args[1].(types.String)), string(args[2].(types.String))
+		count := strings.Count(s, old)
+		if n >= 0 && n < count {
+			count = n
+		}
+		if size := len(s) + count*(len(new)-len(old)); count > 0 && len(new) > len(old) && (size > MaxCELStringBytes || count > MaxCELStringBytes/(len(new)-len(old))) {
+			return types.NewErr("replace would build a string of more than %d bytes", MaxCELStringBytes)
+		}
+		return types.String(strings.Replace(s, old, new, n))
+	}
+	return cel.Function("replace",
+		cel.MemberOverload("string_replace_string_string", []*cel.Type{str, str, str}, str,
+			cel.FunctionBinding(func(args ...ref.Val) ref.Val { return replace(args, -1) })),
+		cel.MemberOverload("string_replace_string_string_int", []*cel.Type{str, str, str, cel.IntType}, str,
+			cel.FunctionBinding(func(args ...ref.Val) ref.Val {
+				n := int64(args[3].(types.Int))
+				if n < 0 {
+					n = -1
+				}
+				return replace(args, int(min(n, math.MaxInt32)))
+			})),
+	)
+}
+
+// boundedJoin redefines the strings extension's join (same overloads,
+// same results) to refuse, before building it, a result longer than
+// MaxCELStringBytes: a list of a thousand copies of a 1 MiB value costs
+// little to make and a gigabyte to join.
+func boundedJoin() cel.EnvOption {
+	join := func(list ref.Val, sep string) ref.Val {
+		l := list.(traits.Lister)
+		n := int(l.Size().(types.Int))
+		strs := make([]string, n)
+		size := 0
+		for i := range n {
+			item := l.Get(types.Int(i))
+			str, ok := item.(types.String)
+			if !ok {
+				return types.NewErr("join: invalid input: %v", item)
+			}
+			strs[i] = string(str)
+			if size += len(str) + len(sep); size > MaxCELStringBytes {
+				return types.NewErr("join would build a string of more than %d bytes", MaxCELStringBytes)
+			}
+		}
+		return types.String(strings.Join(strs, sep))
+	}
+	strList := cel.ListType(cel.StringType)
+	return cel.Function("join",
+		cel.MemberOverload("list_join", []*cel.Type{strList}, cel.StringType,
+			cel.UnaryBinding(func(list ref.Val) ref.Val { return join(list, "") })),
+		cel.MemberOverload("list_join_string", []*cel.Type{strList, cel.StringType}, cel.StringType,
+			cel.BinaryBinding(func(list, sep ref.Val) ref.Val { return join(list, string(sep.(types.String))) })),
+	)
 }
 
 // listNumberKinds are the element types of the lists sum, min and max
@@ -196,11 +271,40 @@ func checkListItem(fn string, zero, item ref.Val, i int) ref.Val {
 
 // celCosts prices, for metered expressions, the functions whose cost
 // cel-go's default (one unit per call) would understate: sum, min and max
-// cost one unit per item, as in Kubernetes.
+// cost one unit per item, as in Kubernetes, and the functions that build
+// strings, bytes or lists (builders) by what they build. cel-go prices
+// those itself only where the checker resolved one overload, which an
+// object's dyn values rarely allow.
 type celCosts struct{}
 
+// builders are the functions whose result may be a string, bytes or list
+// they built (not one of their arguments, nor a part of one).
+var builders = map[string]bool{
+	operators.Add: true, "format": true, "string": true, "bytes": true, "join": true, "split": true,
+	"replace": true, "lowerAscii": true, "upperAscii": true, "trim": true, "substring": true,
+	"reverse": true, "strings.quote": true, "charAt": true, "sort": true, "sortBy": true,
+	"distinct": true, "flatten": true, "slice": true, "lists.range": true,
+}
+
 // CallCost implements interpreter.ActualCostEstimator.
-func (celCosts) CallCost(function, _ string, args []ref.Val, _ ref.Val) *uint64 {
+func (celCosts) CallCost(function, _ string, args []ref.Val, result ref.Val) *uint64 {
+	if builders[function] {
+		var cost uint64
+		switch r := result.(type) {
+		case types.String:
+			cost = 1 + uint64(len(r))/10
+		case types.Bytes:
+			cost = 1 + uint64(len(r))/10
+		case traits.Lister:
+			if n, ok := r.Size().(types.Int); ok {
+				cost = 1 + uint64(n)
+			}
+		}
+		if cost > 0 {
+			return &cost
+		}
+		return nil
+	}
 	switch function {
 	case "sum", "min", "max":
 		if len(args) != 1 {
@@ -291,7 +395,9 @@ func compileCEL(src string, withCRD bool) (*celExpr, []celIssue) {
 const maxUnmeteredCalls = 32
 
 // needsMetering reports whether an expression loops, calls a function not
-// in linearFunctions or makes more than maxUnmeteredCalls calls.
+// in linearFunctions, adds anything but numbers (a chain of string
+// concatenations costs quadratic memory) or makes more than
+// maxUnmeteredCalls calls.
 func needsMetering(a *ast.AST) bool {
 	root := ast.NavigateAST(a)
 	if len(ast.MatchDescendants(root, ast.KindMatcher(ast.ComprehensionKind))) > 0 {
@@ -302,8 +408,16 @@ func needsMetering(a *ast.AST) bool {
 		return true
 	}
 	for _, call := range calls {
-		if !linearFunctions[call.AsCall().FunctionName()] {
+		name := call.AsCall().FunctionName()
+		if !linearFunctions[name] {
 			return true
+		}
+		if name == operators.Add {
+			switch a.GetType(call.ID()).Kind() {
+			case types.IntKind, types.UintKind, types.DoubleKind, types.DurationKind, types.TimestampKind:
+			default:
+				return true
+			}
 		}
 	}
 	return false

@@ -115,6 +115,11 @@ func TestCELMetering(t *testing.T) {
 		{"object.spec.l.sum() > 0 && object.spec.l.min() < object.spec.l.max()", false},
 		{"object.spec.l.map(x, x * 2).sum() > 0", true},
 		{strings.Repeat("object.a == oldObject.a && ", 40) + "true", true},
+		{"object.spec.size > oldObject.spec.size + 1", false},
+		{"object.spec.size + 1.5 > 2.0", false},
+		{"object.spec.s + 'x' == oldObject.spec.s", true},
+		{"object.spec.a + object.spec.b == oldObject.spec.s", true},
+		{"size(object.spec.l + [1]) > 2", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.expr, func(t *testing.T) {
