@@ -42,6 +42,11 @@ type Options struct {
 	DryRun bool
 	// QueueSize bounds each action's queue. Default DefaultQueueSize.
 	QueueSize int
+	// QueueBytes bounds the payload bytes each action's queue holds: a
+	// firing waits for room as it waits for a free slot, except that a
+	// firing larger than QueueBytes is taken when the queue holds no
+	// bytes. Default DefaultQueueBytes.
+	QueueBytes int64
 	// ReportingController and ReportingInstance fill the fields of the
 	// same names of the event action's Events. Defaults
 	// DefaultReportingController and the host name.
@@ -77,6 +82,9 @@ type Options struct {
 const (
 	// DefaultQueueSize bounds each action's queue.
 	DefaultQueueSize = 1024
+	// DefaultQueueBytes bounds the payload bytes of each action's queue:
+	// 1,024 firings that include 1.5 MB objects would otherwise hold 3 GB.
+	DefaultQueueBytes = 16 << 20
 	// DefaultWebhookWorkers is sized for a local receiver: it drains a
 	// backlog at about 30,000 POSTs/s on 2 cores, receiver included. A
 	// remote receiver with a high round-trip time needs more.
@@ -113,6 +121,9 @@ func (o Options) withDefaults() Options {
 		}
 	}
 	set(&o.QueueSize, DefaultQueueSize)
+	if o.QueueBytes <= 0 {
+		o.QueueBytes = DefaultQueueBytes
+	}
 	set(&o.WebhookWorkers, DefaultWebhookWorkers)
 	set(&o.ExecWorkers, DefaultExecWorkers)
 	set(&o.EventWorkers, DefaultEventWorkers)

@@ -513,3 +513,67 @@ func TestMetricsRegistered(t *testing.T) {
 		}
 	}
 }
+
+// bigFiring returns a firing of r whose payload (an includeObject payload
+// of a large object, say) is size bytes.
+func bigFiring(r *rules.Rule, size int) rules.Firing {
+	f := newFiring(r)
+	pad := size - len(f.Payload) - len(`,"object":{"data":""}`)
+	f.Payload = append(f.Payload[:len(f.Payload)-1], `,"object":{"data":"`+strings.Repeat("x", pad)+`"}}`...)
+	return f
+}
+
+// queueUntilFull delivers firings of size bytes to r's action, whose one
+// worker is stuck on the first, until one cannot be queued within 50ms,
+// and returns how many were queued behind the first.
+func queueUntilFull(t *testing.T, h *harness, r *rules.Rule, rc *receiver, size, limit int) int {
+	t.Helper()
+	done := newDoneCounter(t)
+	first := bigFiring(r, size)
+	h.deliver(t, first, done.fn(first.ID))
+	testenv.Eventually(t, 5*time.Second, "the first request", func() bool { return rc.count() == 1 })
+	for n := 0; n < limit; n++ {
+		f := bigFiring(r, size)
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		err := h.Deliver(ctx, f, done.fn(f.ID))
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) {
+			return n
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return limit
+}
+
+// TestQueueBoundedByBytes: with includeObject on 1.5 MB objects a queue
+// holds DefaultQueueBytes (16 MiB: 11 firings), not DefaultQueueSize
+// firings (1,024: 1.5 GB).
+func TestQueueBoundedByBytes(t *testing.T) {
+	rc, release := blockingReceiver(t)
+	defer close(release)
+	h := newHarness(t, func(o *Options) { o.WebhookWorkers = 1 })
+	r := webhookRule("bytes", &rules.WebhookAction{URL: rc.URL, Timeout: time.Minute})
+	const size = 1_500_000
+	n := queueUntilFull(t, h, r, rc, size, DefaultQueueSize+1)
+	t.Logf("queued %d firings of %d bytes: %d bytes", n, size, n*size)
+	if want := DefaultQueueBytes / size; n != want {
+		t.Errorf("queued %d firings of %d bytes, want %d (%d bytes)", n, size, want, DefaultQueueBytes)
+	}
+}
+
+// TestQueueTakesAFiringLargerThanItsBytes: a firing larger than
+// QueueBytes waits for an empty queue, then is queued (alone).
+func TestQueueTakesAFiringLargerThanItsBytes(t *testing.T) {
+	rc, release := blockingReceiver(t)
+	defer close(release)
+	h := newHarness(t, func(o *Options) {
+		o.WebhookWorkers = 1
+		o.QueueBytes = 1000
+	})
+	r := webhookRule("huge", &rules.WebhookAction{URL: rc.URL, Timeout: time.Minute})
+	if n := queueUntilFull(t, h, r, rc, 5000, 10); n != 1 {
+		t.Errorf("queued %d firings larger than the queue's bytes, want 1", n)
+	}
+}

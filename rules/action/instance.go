@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/semaphore"
+
 	"github.com/fieldwatch/fieldwatch/change"
 	"github.com/fieldwatch/fieldwatch/rules"
 )
@@ -25,6 +27,9 @@ type item struct {
 	f      rules.Firing
 	tr     *tracker
 	queued time.Time
+	// weight is what it holds of its queue's byte budget, set by
+	// enqueue.
+	weight int64
 }
 
 // tracker calls a firing's done callback when its last action finishes.
@@ -54,6 +59,8 @@ type instance struct {
 	h       handler
 	lw      *logWriter // set for the log action, which batches instead
 	queue   chan *item
+	bytes   *semaphore.Weighted // QueueBytes, less the payloads queued
+	max     int64               // QueueBytes
 	m       series
 	log     *slog.Logger
 
@@ -92,6 +99,8 @@ func (d *Dispatcher) newInstance(rule string, i int, a rules.Action) *instance {
 		index: i,
 		kind:  kind,
 		queue: make(chan *item, d.opts.QueueSize),
+		bytes: semaphore.NewWeighted(d.opts.QueueBytes),
+		max:   d.opts.QueueBytes,
 		m:     d.metrics.series(rule, kind, i),
 		log:   d.log.With("rule", rule, "action", kind, "index", i),
 	}
@@ -132,7 +141,9 @@ type handlerFunc func(ctx context.Context, it *item) error
 
 func (f handlerFunc) attempt(ctx context.Context, it *item) error { return f(ctx, it) }
 
-// enqueue queues it, blocking while the queue is full until ctx ends.
+// enqueue queues it, blocking while the queue is full (in firings or in
+// payload bytes) until ctx ends. it must be this action's own item: its
+// weight is set here.
 func (in *instance) enqueue(ctx context.Context, it *item) error {
 	in.mu.Lock()
 	if in.closed {
@@ -148,6 +159,14 @@ func (in *instance) enqueue(ctx context.Context, it *item) error {
 		}
 		in.mu.Unlock()
 	}()
+	// A firing larger than the whole budget takes all of it: it waits
+	// for an empty queue, then holds the rest back until it is taken.
+	it.weight = min(int64(len(it.f.Payload)), in.max)
+	if !in.bytes.TryAcquire(it.weight) {
+		if err := in.bytes.Acquire(ctx, it.weight); err != nil {
+			return err
+		}
+	}
 	// depth goes up before the send so that a worker never takes it
 	// below zero.
 	in.m.depth.Inc()
@@ -163,8 +182,15 @@ func (in *instance) enqueue(ctx context.Context, it *item) error {
 		return nil
 	case <-ctx.Done():
 		in.m.depth.Dec()
+		in.bytes.Release(it.weight)
 		return ctx.Err()
 	}
+}
+
+// took accounts for it leaving the queue: a worker has taken it.
+func (in *instance) took(it *item) {
+	in.m.depth.Dec()
+	in.bytes.Release(it.weight)
 }
 
 // closeInput refuses new firings at once, waits for the Delivers already
@@ -192,7 +218,7 @@ func (in *instance) work(ctx context.Context) {
 		return
 	}
 	for it := range in.queue {
-		in.m.depth.Dec()
+		in.took(it)
 		in.process(ctx, it)
 	}
 }

@@ -35,7 +35,7 @@ func (in *instance) logLoop(ctx context.Context) {
 		if !ok {
 			return
 		}
-		in.m.depth.Dec()
+		in.took(it)
 		batch = append(batch[:0], it)
 		buf := in.lw.line(in.lw.buf[:0], it.f.Payload)
 	fill:
@@ -45,7 +45,7 @@ func (in *instance) logLoop(ctx context.Context) {
 				if !ok {
 					break fill // the next receive returns
 				}
-				in.m.depth.Dec()
+				in.took(it)
 				batch = append(batch, it)
 				buf = in.lw.line(buf, it.f.Payload)
 			default:
