@@ -1,6 +1,7 @@
 package change
 
 import (
+	"encoding/json"
 	"reflect"
 	"testing"
 )
@@ -112,5 +113,24 @@ func TestFieldsHash(t *testing.T) {
 	}
 	if got := FieldsHash(func() {}); got != "" {
 		t.Errorf("FieldsHash of something that is not JSON = %q", got)
+	}
+}
+
+func TestProjectionHashed(t *testing.T) {
+	data, env := []string{"data", AnyKey}, []string{"spec", "env", AnyKey, "value"}
+	p := Projection{Paths: [][]string{{"spec"}}, Hashed: [][]string{env, data, data}}
+	if p.Equal(Projection{Paths: [][]string{{"spec"}}}) || !p.Equal(Projection{Paths: [][]string{{"spec"}}, Hashed: [][]string{data, env}}) {
+		t.Error("Equal does not compare Hashed as a set")
+	}
+	got := p.Union(Projection{Full: true, Hashed: [][]string{{"spec", "env"}}}).Minimal()
+	if !got.Full || got.Paths != nil || !reflect.DeepEqual(got.Hashed, [][]string{data, {"spec", "env"}}) {
+		t.Errorf("Union then Minimal = %+v", got)
+	}
+	if s := p.Minimal().String(); s != "spec hashed data.*,spec.env.*.value" {
+		t.Errorf("String = %q", s)
+	}
+	raw, _ := json.Marshal(Projection{Paths: [][]string{{"a"}}})
+	if string(raw) != `{"Full":false,"Paths":[["a"]]}` {
+		t.Errorf("a projection without Hashed encodes as %s, not as before", raw)
 	}
 }

@@ -20,6 +20,10 @@ var secretRedact = []*fieldPath{
 	mustCompilePath(`metadata.annotations["` + lastAppliedAnnotation + `"]`),
 }
 
+// isSecret reports whether a resource is the core group's Secrets, whose
+// values are always redacted.
+func isSecret(group, resource string) bool { return group == "" && resource == "secrets" }
+
 // lastAppliedAnnotation is where client-side `kubectl apply` keeps a copy
 // of the object it applied.
 const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
@@ -49,7 +53,7 @@ func (r *Rule) firing(st *evalState, ops []Op) (Firing, error) {
 	}
 	actor, hasActor := actorOf(c, ops)
 	redact := r.redact
-	if c.Resource.Group == "" && c.Resource.Resource == "secrets" {
+	if isSecret(c.Resource.Group, c.Resource.Resource) {
 		redact = append(append([]*fieldPath(nil), secretRedact...), redact...)
 	}
 	oldLocs, newLocs := redactLocations(redact, c.OldObject), redactLocations(redact, c.Object)

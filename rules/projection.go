@@ -16,6 +16,10 @@ import "github.com/fieldwatch/fieldwatch/change"
 // comparison of a CRD change (crd) needs the CRD's spec and
 // status.storedVersions. Redact and ignoreFields paths
 // need nothing: what is not kept cannot leak nor change.
+//
+// What payloads redact (a Secret's data, stringData and last-applied
+// annotation, a rule's redact paths) is Hashed: the restart baseline
+// stores a hash of those values, never the values.
 
 // Projection returns the union of the projections of the rules that match
 // res (Paths sorted, none below another). With no rule matching, it is
@@ -23,20 +27,46 @@ import "github.com/fieldwatch/fieldwatch/change"
 // rule with crd: {impact: true} matches: the impact of a CRD change is
 // computed from those objects as they were before it.
 func (s *Set) Projection(res change.Resource) change.Projection {
-	if s.impactCovers(res) {
-		return change.Projection{Full: true}
-	}
 	var p change.Projection
-	for _, r := range s.RulesFor(res) {
+	rules := s.RulesFor(res)
+	for _, r := range rules {
 		p = p.Union(r.projection)
+	}
+	if len(rules) > 0 && isSecret(res.Group, res.Resource) {
+		p = p.Union(change.Projection{Hashed: secretHashed})
+	}
+	if s.impactCovers(res) {
+		p = p.Union(change.Projection{Full: true})
 	}
 	return p.Minimal()
 }
 
+// secretHashed are the Hashed paths of Secrets: what secretRedact
+// redacts.
+var secretHashed = hashedPaths(secretRedact)
+
+// hashedPaths turns redact paths into Hashed paths: field names kept,
+// every list selector ([n], [*], [key=value]) a change.AnyKey.
+func hashedPaths(paths []*fieldPath) [][]string {
+	var out [][]string
+	for _, p := range paths {
+		h := make([]string, len(p.segs))
+		for i, s := range p.segs {
+			h[i] = change.AnyKey
+			if s.kind == segField {
+				h[i] = s.name
+			}
+		}
+		out = append(out, h)
+	}
+	return out
+}
+
 // compileProjection computes r.projection from its compiled parts.
 func (r *Rule) compileProjection() {
+	hashed := hashedPaths(r.redact)
 	if len(r.fields) == 0 || r.IncludeObject || (r.when != nil && r.when.full) {
-		r.projection = change.Projection{Full: true}
+		r.projection = change.Projection{Full: true, Hashed: hashed}.Minimal()
 		return
 	}
 	var paths [][]string
@@ -49,5 +79,5 @@ func (r *Rule) compileProjection() {
 	if r.crd != crdNone {
 		paths = append(paths, crdProjection...)
 	}
-	r.projection = change.Projection{Paths: paths}.Minimal()
+	r.projection = change.Projection{Paths: paths, Hashed: hashed}.Minimal()
 }

@@ -24,8 +24,10 @@ func TestProjection(t *testing.T) {
 		{"CEL selections", logAction + "    fields: [spec.size]\n    when: has(object.status.phase) && object.status.phase != oldObject.metadata.labels.x\n",
 			change.Projection{Paths: [][]string{{"metadata", "labels", "x"}, {"spec", "size"}, {"status", "phase"}}}},
 		{"CEL whole object: full", logAction + "    fields: [spec.size]\n    when: size(object) > 1\n", change.Projection{Full: true}},
-		{"redact and ignore add nothing", logAction + "    fields: [spec.size]\n    redact: [spec.password]\n    ignoreFields: [status]\n",
-			change.Projection{Paths: [][]string{{"spec", "size"}}}},
+		{"redact and ignore keep nothing; redact hashes", logAction + "    fields: [spec.size]\n    redact: [spec.password, 'spec.env[name=TOKEN].value', 'spec.env[*].valueFrom']\n    ignoreFields: [status]\n",
+			change.Projection{Paths: [][]string{{"spec", "size"}}, Hashed: [][]string{{"spec", "env", "*", "value"}, {"spec", "env", "*", "valueFrom"}, {"spec", "password"}}}},
+		{"redact with a whole object", logAction + "    redact: [spec.password]\n",
+			change.Projection{Full: true, Hashed: [][]string{{"spec", "password"}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -71,5 +73,29 @@ func TestSetProjectionUnion(t *testing.T) {
 	}
 	if s := set.Projection(widgetsV1).String(); s != "spec.size,status.phase" {
 		t.Errorf("String = %q", s)
+	}
+}
+
+// TestSecretProjectionHashes: the values of Secrets that payloads redact
+// are Hashed, whatever the rules keep; a Secret no rule matches keeps and
+// hashes nothing.
+func TestSecretProjectionHashes(t *testing.T) {
+	set, err := Parse("f.yaml", []byte(`rules:
+  - name: s
+    match: {resources: [{group: "", kind: Secret}], namespaces: [a]}
+    fields: [data]
+    actions: [{log: {}}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := change.Resource{Version: "v1", Resource: "secrets", Kind: "Secret", Namespaced: true, Preferred: true}
+	want := change.Projection{Paths: [][]string{{"data"}}, Hashed: [][]string{
+		{"data", "*"}, {"metadata", "annotations", lastAppliedAnnotation}, {"stringData", "*"}}}
+	if got := set.Projection(secrets); !reflect.DeepEqual(got, want) {
+		t.Errorf("secrets: %+v, want %+v", got, want)
+	}
+	if got := set.Projection(pods); got.Full || got.Paths != nil || got.Hashed != nil {
+		t.Errorf("pods (no rule): %+v, want empty", got)
 	}
 }

@@ -1,6 +1,8 @@
 package watcher
 
 import (
+	"bytes"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,6 +50,8 @@ type Store struct {
 	known map[schema.GroupResource]bool
 	// objects counts the objects recorded in the file.
 	objects atomic.Int64
+	// salt is the file's random salt of hashed values (hashed.go).
+	salt []byte
 }
 
 // storeOp is one queued write: a put of obj, or a delete of uid.
@@ -82,6 +86,7 @@ const (
 	metaBucket    = "meta"
 	formatKey     = "format"
 	knownKey      = "known"
+	saltKey       = "salt"
 	resMetaKey    = "\x00resource" // in each resource bucket; UIDs never start with NUL
 	storeBatch    = 1000
 	storeInterval = 100 * time.Millisecond
@@ -116,6 +121,10 @@ func OpenStore(path string, log *slog.Logger) (*Store, error) {
 		return nil, err
 	}
 	if err := s.countObjects(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	if s.salt, err = s.readSalt(); err != nil {
 		_ = db.Close()
 		return nil, err
 	}
@@ -161,6 +170,23 @@ func openChecked(path string) (db *bolt.DB, err error) {
 		return nil
 	})
 	return db, err
+}
+
+// readSalt returns the file's salt of hashed values, made on first use.
+func (s *Store) readSalt() ([]byte, error) {
+	var salt []byte
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		meta := tx.Bucket([]byte(metaBucket))
+		if salt = bytes.Clone(meta.Get([]byte(saltKey))); salt != nil {
+			return nil
+		}
+		salt = make([]byte, 16)
+		if _, err := rand.Read(salt); err != nil {
+			return err
+		}
+		return meta.Put([]byte(saltKey), salt)
+	})
+	return salt, err
 }
 
 func (s *Store) readKnown() (map[schema.GroupResource]bool, error) {
@@ -447,8 +473,15 @@ func (s *Store) flush() {
 				}
 				projections[op.obj.typ] = p
 			}
+			rest := op.obj.rest
+			if hashed := op.obj.typ.projection.Hashed; len(hashed) > 0 {
+				// Values payloads redact are stored as hashes.
+				if rest, err = hashRest(s.salt, rest, hashed); err != nil {
+					return err
+				}
+			}
 			v, err := json.Marshal(record{Namespace: op.obj.GetNamespace(), Name: op.obj.name,
-				ResourceVersion: op.obj.resourceVersion, Projection: string(p), Rest: op.obj.rest})
+				ResourceVersion: op.obj.resourceVersion, Projection: string(p), Rest: rest})
 			if err != nil {
 				return err
 			}

@@ -1,7 +1,10 @@
 package watcher
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -359,4 +362,100 @@ func runWithStore(t *testing.T, env *testenv.Env, path string, sel []change.Sele
 	t.Cleanup(r.stop)
 	testenv.Eventually(t, time.Minute, "watcher to sync", w.Synced)
 	return r
+}
+
+// TestRestartBaselineHashesSecrets: the values a projection hashes (a
+// Secret's data and last-applied annotation) are never in the baseline
+// file, and a restart still reports exactly what changed while down:
+// unchanged values compare equal, a changed one comes with its hash as
+// the old value.
+func TestRestartBaselineHashesSecrets(t *testing.T) {
+	env := testenv.Shared(t)
+	ns := namespace(t, env)
+	ctx := context.Background()
+	secretsGVR := schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+	secrets := env.Dynamic(t).Resource(secretsGVR).Namespace(ns)
+	const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
+	b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+	for _, name := range []string{"s", "same"} {
+		sec := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "v1", "kind": "Secret",
+			"metadata": map[string]any{"name": name, "namespace": ns,
+				"annotations": map[string]any{lastApplied: `{"stringData":{"c":"plain-text-C"}}`, "team": "blue"}},
+			"data": map[string]any{"a": b64("password-A"), "b": b64("password-B")},
+		}}
+		_, err := secrets.Create(ctx, sec, metav1.CreateOptions{})
+		mustf(t, err, "create secret %s", name)
+	}
+	path := filepath.Join(t.TempDir(), "baseline.db")
+	sel := []change.Selector{{Resource: "secrets"}}
+	proj := func(change.Resource) change.Projection {
+		return change.Projection{Full: true, Hashed: [][]string{{"data", change.AnyKey}, {"metadata", "annotations", lastApplied}}}
+	}
+	first := &recorder{}
+	runWithStore(t, env, path, sel, proj, first).stop()
+
+	raw := baselineText(t, path)
+	for _, secret := range []string{b64("password-A"), b64("password-B"), "password-A", "plain-text-C"} {
+		if bytes.Contains(raw, []byte(secret)) {
+			t.Errorf("the baseline file holds %q", secret)
+		}
+	}
+	if !bytes.Contains(raw, []byte(hashPrefix)) || !bytes.Contains(raw, []byte("blue")) {
+		t.Errorf("the baseline file holds no hashes, or lost the values it need not hash")
+	}
+
+	sec, err := secrets.Get(ctx, "s", metav1.GetOptions{})
+	mustf(t, err, "get")
+	mustf(t, unstructured.SetNestedField(sec.Object, b64("password-B2"), "data", "b"), "set")
+	_, err = secrets.Update(ctx, sec, metav1.UpdateOptions{})
+	mustf(t, err, "update while down")
+
+	second := &recorder{}
+	runWithStore(t, env, path, sel, proj, second)
+	testenv.Eventually(t, 30*time.Second, "the change made while down", func() bool { return len(second.of(secretsGVR, ns, "s")) == 1 })
+	c := second.of(secretsGVR, ns, "s")[0]
+	if c.Type != change.Updated {
+		t.Fatalf("s: %s, want updated", c.Type)
+	}
+	if a := field(c.Old, "data", "a"); a != b64("password-A") {
+		t.Errorf("unchanged data.a, old value %v: want it restored", a)
+	}
+	if la := field(c.Old, "metadata", "annotations", lastApplied); la != field(c.New, "metadata", "annotations", lastApplied) {
+		t.Errorf("unchanged last-applied, old value %v: want it restored", la)
+	}
+	if b, _ := field(c.Old, "data", "b").(string); !strings.HasPrefix(b, hashPrefix) || field(c.New, "data", "b") != b64("password-B2") {
+		t.Errorf("changed data.b: %v -> %v, want its hash -> the new value", b, field(c.New, "data", "b"))
+	}
+	_, err = secrets.Create(ctx, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Secret",
+		"metadata": map[string]any{"name": "marker", "namespace": ns}}}, metav1.CreateOptions{})
+	mustf(t, err, "create marker")
+	testenv.Eventually(t, 30*time.Second, "marker", func() bool { return len(second.of(secretsGVR, ns, "marker")) == 1 })
+	if cs := second.of(secretsGVR, ns, "same"); len(cs) != 0 {
+		t.Errorf("same did not change while down but was reported: %s", kinds(cs))
+	}
+}
+
+// baselineText returns the baseline file's bytes followed by every
+// record's object JSON (which the file holds base64-encoded).
+func baselineText(t *testing.T, path string) []byte {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	mustf(t, err, "read the baseline")
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+	mustf(t, err, "open the baseline")
+	defer func() { _ = db.Close() }()
+	err = db.View(func(tx *bolt.Tx) error {
+		return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+			return b.ForEach(func(k, v []byte) error {
+				var r record
+				if json.Unmarshal(v, &r) == nil {
+					raw = append(raw, r.Rest...)
+				}
+				return nil
+			})
+		})
+	})
+	mustf(t, err, "read the records")
+	return raw
 }

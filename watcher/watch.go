@@ -255,8 +255,13 @@ func (rw *resourceWatch) OnAdd(obj any, isInInitialList bool) {
 			rw.notNews(o)
 		case !found:
 			rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Time: time.Now()}, boundObject)
-		case old.resourceVersion != o.resourceVersion && !sameUnder(old, o):
-			rw.emit(&Change{Type: change.Updated, Resource: rw.res, Old: old, New: o, Time: time.Now()}, boundObject)
+		case old.resourceVersion != o.resourceVersion:
+			if st := rw.w.cfg.Store; st != nil {
+				old = unhash(st.salt, old, o) // a baseline's hashed values
+			}
+			if !sameUnder(old, o) {
+				rw.emit(&Change{Type: change.Updated, Resource: rw.res, Old: old, New: o, Time: time.Now()}, boundObject)
+			}
 		}
 	}
 }
