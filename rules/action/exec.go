@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -22,10 +23,16 @@ import (
 // open forever.
 const waitDelay = 2 * time.Second
 
+// inheritedEnv are the only variables of fieldwatch's environment a child
+// gets (besides the action's env): fieldwatch's environment holds secrets
+// (a webhook signing secret named by secretEnv, say) that are not the
+// child's to read.
+var inheritedEnv = []string{"PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR"}
+
 // execAction runs a command with the payload on stdin.
 type execAction struct {
 	argv    []string
-	env     []string // the process's environment plus the action's
+	env     []string // inheritedEnv of the process's environment plus the action's
 	timeout time.Duration
 	procs   chan struct{} // shared cap on running children
 	limit   int           // bytes of stdout and of stderr kept
@@ -45,7 +52,11 @@ func newExec(spec *rules.ExecAction, procs chan struct{}, limit int, log *slog.L
 	if e.timeout <= 0 {
 		e.timeout = rules.DefaultExecTimeout
 	}
-	e.env = os.Environ()
+	for _, k := range inheritedEnv {
+		if v, ok := os.LookupEnv(k); ok {
+			e.env = append(e.env, k+"="+v)
+		}
+	}
 	keys := make([]string, 0, len(spec.Env))
 	for k := range spec.Env {
 		keys = append(keys, k)
@@ -74,7 +85,6 @@ func (e *execAction) attempt(ctx context.Context, it *item) error {
 	cmd.Env = e.env
 	cmd.Stdin = bytes.NewReader(it.f.Payload)
 	stdout, stderr := &capped{max: e.limit}, &capped{max: e.limit}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
 	// The child leads a process group of its own, so that the timeout
 	// kills what it started too, not just the child.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -84,11 +94,8 @@ func (e *execAction) attempt(ctx context.Context, it *item) error {
 	cmd.WaitDelay = waitDelay
 
 	start := time.Now()
-	err := cmd.Run()
+	err := run(cmd, stdout, stderr)
 	elapsed := time.Since(start)
-	if errors.Is(err, exec.ErrWaitDelay) && cmd.ProcessState != nil && cmd.ProcessState.Success() {
-		err = nil // it succeeded; something it left behind held the pipes
-	}
 	attrs := []any{"pid", pidOf(cmd), "elapsed", elapsed.Round(time.Millisecond).String()}
 	if stdout.Len() > 0 {
 		attrs = append(attrs, "stdout", stdout.String())
@@ -113,6 +120,60 @@ func (e *execAction) attempt(ctx context.Context, it *item) error {
 	if tail := lastLine(stderr.Bytes()); tail != "" {
 		err = fmt.Errorf("%w: %s", err, tail)
 	}
+	return err
+}
+
+// run runs cmd with its stdout and stderr copied to the given writers
+// through pipes of its own, so that Wait returns when the child exits.
+// Then it kills the child's process group: whatever the child left
+// running in the background dies with it, also after a success. The
+// output is read until its last writer is gone, or for waitDelay more
+// when a process that escaped the group holds it.
+func run(cmd *exec.Cmd, stdout, stderr io.Writer) error {
+	var copies sync.WaitGroup
+	var readers []*os.File
+	for _, out := range []struct {
+		set *io.Writer
+		w   io.Writer
+	}{{&cmd.Stdout, stdout}, {&cmd.Stderr, stderr}} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return err
+		}
+		defer func() { _ = w.Close() }() // after Start, closed at once below
+		readers = append(readers, r)
+		*out.set = w
+		copies.Go(func() { _, _ = io.Copy(out.w, r) })
+	}
+	closeAll := func() {
+		for _, r := range readers {
+			_ = r.Close()
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		_ = cmd.Stdout.(*os.File).Close()
+		_ = cmd.Stderr.(*os.File).Close()
+		copies.Wait()
+		closeAll()
+		return err
+	}
+	// The child holds the write ends now.
+	_ = cmd.Stdout.(*os.File).Close()
+	_ = cmd.Stderr.(*os.File).Close()
+	err := cmd.Wait()
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	read := make(chan struct{})
+	go func() {
+		copies.Wait()
+		close(read)
+	}()
+	select {
+	case <-read:
+	case <-time.After(waitDelay):
+		closeAll() // an escaped process holds the pipes: stop reading
+		<-read
+	}
+	closeAll()
 	return err
 }
 

@@ -221,3 +221,65 @@ func TestExecOutputBounded(t *testing.T) {
 		t.Errorf("output not cut at 100 bytes:\n%.2000s", h.logs.String())
 	}
 }
+
+// TestExecMinimalEnvironment: a child gets PATH and the like, and the
+// action's env, but none of fieldwatch's other variables (a webhook
+// signing secret given by secretEnv, say).
+func TestExecMinimalEnvironment(t *testing.T) {
+	t.Setenv("FW_HOOK_SECRET", "s3cr3t")
+	dir := t.TempDir()
+	out := filepath.Join(dir, "env")
+	bin := script(t, dir, "env", `env > "$OUT"`)
+	h := newHarness(t, nil)
+	r := execRule("env", &rules.ExecAction{Command: []string{bin}, Env: map[string]string{"OUT": out, "MODE": "audit"}})
+	f := newFiring(r)
+	done := newDoneCounter(t)
+	h.deliver(t, f, done.fn(f.ID))
+	testenv.Eventually(t, 10*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		env[k] = v
+	}
+	if env["MODE"] != "audit" || env["PATH"] != os.Getenv("PATH") {
+		t.Errorf("child environment %v lacks MODE=audit or fieldwatch's PATH", env)
+	}
+	for k := range env {
+		switch k {
+		case "OUT", "MODE", "PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "PWD", "SHLVL", "_":
+			// the action's, the inherited few, and what sh sets itself
+		default:
+			t.Errorf("child got %s from fieldwatch's environment", k)
+		}
+	}
+}
+
+// TestExecKillsWhatASuccessLeftRunning: a child that exits 0 leaving a
+// background process (holding its stdout) succeeds, and what it left is
+// killed with its process group.
+func TestExecKillsWhatASuccessLeftRunning(t *testing.T) {
+	dir := t.TempDir()
+	pids := filepath.Join(dir, "pids")
+	bin := script(t, dir, "fork", `cat >/dev/null; sleep 600 & echo $! >> "$PIDS"; echo started`)
+	h := newHarness(t, nil)
+	r := execRule("fork", &rules.ExecAction{Command: []string{bin}, Env: map[string]string{"PIDS": pids}, Retry: rules.Retry{Attempts: 1}})
+	f := newFiring(r)
+	done := newDoneCounter(t)
+	h.deliver(t, f, done.fn(f.ID))
+	testenv.Eventually(t, 10*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
+	if dls := h.deadLetters(t); len(dls) != 0 {
+		t.Fatalf("dead letters %+v, want a success", dls)
+	}
+	ids := readPids(t, pids)
+	if len(ids) != 1 {
+		t.Fatalf("pids %v, want the background sleep's", ids)
+	}
+	testenv.Eventually(t, 5*time.Second, "the background sleep gone", func() bool { return !alive(ids[0]) })
+	if !strings.Contains(h.logs.String(), `"stdout":"started\n"`) {
+		t.Errorf("stdout not in the log:\n%s", h.logs.String())
+	}
+}
