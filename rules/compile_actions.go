@@ -72,8 +72,12 @@ func (c *compiler) template(t *Template, p string, isJSON bool) *Template {
 func (c *compiler) webhook(w *WebhookAction, p string) {
 	if w.URL == "" {
 		c.errorf(p+".url", "required")
-	} else if u, err := url.Parse(w.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		c.errorf(p+".url", "%q is not an absolute http or https URL", w.URL)
+	} else if u, err := url.Parse(w.URL); err != nil {
+		// Not quoted: a URL's path or query may hold a token, and this
+		// error reaches the log of a failed reload.
+		c.errorf(p+".url", "is not a valid URL")
+	} else if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		c.errorf(p+".url", "must be an absolute http or https URL, not scheme %q with host %q", u.Scheme, u.Host)
 	}
 	for k := range w.Headers {
 		if !httpguts.ValidHeaderFieldName(k) {

@@ -50,7 +50,7 @@ func TestCompile(t *testing.T) {
 		"rules[1].when: CEL: Syntax error",
 		"(at line 1, column 11 of the expression)",
 		"rules[1].actions[0].webhook.template: invalid template",
-		`rules[1].actions[0].webhook.url: "ftp://x" is not an absolute http or https URL`,
+		`rules[1].actions[0].webhook.url: must be an absolute http or https URL, not scheme "ftp" with host "x"`,
 		`rules[1].name: duplicate rule name "resized" (first defined at rules[0])`,
 	}
 	for _, w := range want {

@@ -23,7 +23,7 @@ type webhook struct {
 	clients   *httpClients
 	tls       tlsFiles
 	client    atomic.Pointer[http.Client] // set on first use
-	url       string                      // redacted, for errors
+	url       string                      // scheme and host only, for errors and logs
 	timeout   time.Duration
 	header    http.Header // the rule's headers, canonical
 	host      string      // a Host header of the rule
@@ -39,12 +39,9 @@ func newWebhook(spec *rules.WebhookAction, clients *httpClients) *webhook {
 		spec:    spec,
 		clients: clients,
 		tls:     tlsFiles{ca: spec.CAFile, cert: spec.CertFile, key: spec.KeyFile},
-		url:     spec.URL,
+		url:     safeURL(spec.URL),
 		timeout: spec.Timeout,
 		header:  http.Header{},
-	}
-	if u, err := url.Parse(spec.URL); err == nil {
-		w.url = u.Redacted()
 	}
 	if w.timeout <= 0 {
 		w.timeout = rules.DefaultWebhookTimeout
@@ -67,6 +64,17 @@ func newWebhook(spec *rules.WebhookAction, clients *httpClients) *webhook {
 		w.secret = secretSource(s)
 	}
 	return w
+}
+
+// safeURL returns the scheme and host of a webhook URL, what errors, logs
+// and dead letters may show of it: its user info, path and query may hold
+// a token.
+func safeURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "(unparsable URL)"
+	}
+	return u.Scheme + "://" + u.Host
 }
 
 // secretSource returns how to read the signing secret: from the file (re-
@@ -108,7 +116,13 @@ func (w *webhook) attempt(ctx context.Context, it *item) error {
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return fmt.Errorf("post: %w", err)
+		// A *url.Error quotes the whole URL, whose path or query may hold
+		// a token: say the scheme and host only.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("post %s: %w", w.url, err)
 	}
 	// Read the body to its end and close it, always: that puts the
 	// connection back in the pool for the next request.

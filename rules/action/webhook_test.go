@@ -507,3 +507,42 @@ func TestBackoff(t *testing.T) {
 		t.Errorf("Retry-After 300ms: waited %s", got)
 	}
 }
+
+// TestWebhookURLNotInErrors: a URL with credentials, a token in its path
+// and one in its query never reaches an error, a log line or a dead
+// letter: they show its scheme and host only.
+func TestWebhookURLNotInErrors(t *testing.T) {
+	failing := newReceiver(t, func(int, http.ResponseWriter, *http.Request) int { return http.StatusInternalServerError })
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	_ = l.Close() // nothing listens there: connection refused
+	for name, host := range map[string]string{"500": strings.TrimPrefix(failing.URL, "http://"), "refused": closed} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, nil)
+			r := webhookRule("secret-url", &rules.WebhookAction{
+				URL:   "http://user:PASSWORD@" + host + "/hooks/PATHTOKEN?token=QUERYTOKEN",
+				Retry: fastRetry,
+			})
+			f := newFiring(r)
+			done := newDoneCounter(t)
+			h.deliver(t, f, done.fn(f.ID))
+			testenv.Eventually(t, 10*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
+			dls := h.deadLetters(t)
+			if len(dls) != 1 || !strings.Contains(dls[0].Error, "http://"+host) {
+				t.Fatalf("dead letters %+v, want one naming http://%s", dls, host)
+			}
+			raw, err := os.ReadFile(filepath.Join(h.stateDir, DeadLetterFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, secret := range []string{"PASSWORD", "PATHTOKEN", "QUERYTOKEN"} {
+				if strings.Contains(string(raw), secret) || strings.Contains(h.logs.String(), secret) {
+					t.Errorf("%s is in the dead letter or the log:\n%s\n%s", secret, raw, h.logs.String())
+				}
+			}
+		})
+	}
+}
