@@ -526,6 +526,29 @@ var _ interpreter.Activation = (*celVars)(nil)
 
 var errNotBool = errors.New("result is not a bool")
 
+// celErrorClasses are the kinds of runtime errors CEL evaluation gives,
+// without the values some of them quote.
+var celErrorClasses = []string{
+	"no such key", "no such attribute", "no such overload", "no matching overload",
+	"type conversion error", "division by zero", "modulus by zero",
+	"index out of bounds", "index out of range", "overflow", "cost limit exceeded",
+	"error parsing regexp", "would build a string of more than", "called on empty list",
+	"list item", errNotBool.Error(), "panic",
+}
+
+// celErrorClass returns the class of a when expression's runtime error,
+// quoting nothing of the values evaluated: "no such key", "type conversion
+// error", ... or "evaluation error" for any other.
+func celErrorClass(err error) string {
+	msg := err.Error()
+	for _, c := range celErrorClasses {
+		if strings.Contains(msg, c) {
+			return c + " (details withheld: the object's values are redacted)"
+		}
+	}
+	return "evaluation error (details withheld: the object's values are redacted)"
+}
+
 // eval evaluates the expression. A runtime error (no such key, cost limit
 // exceeded, a non-bool result) is returned, never panicked.
 func (x *celExpr) eval(vars *celVars) (ok bool, err error) {

@@ -204,3 +204,39 @@ func TestCELListCost(t *testing.T) {
 		t.Errorf("sum of %d items = %v, %v; want the cost limit exceeded", CostLimit+1, ok, err)
 	}
 }
+
+// TestCELErrorsOfRedactedObjects: an evaluation error on a Secret, or of a
+// rule with redact paths, names the rule and the class of error, never a
+// value; on other objects it is the whole error.
+func TestCELErrorsOfRedactedObjects(t *testing.T) {
+	secret := map[string]any{"apiVersion": "v1", "kind": "Secret", "metadata": map[string]any{"name": "s", "namespace": "ns"},
+		"data": map[string]any{"p": "SECRETVALUE"}}
+	tests := []struct {
+		name, rules string
+		res         change.Resource
+		want        string
+	}{
+		{"secret, key from a value", "    when: object.data[object.data.p] == 'x'\n", secretsResource,
+			"rule r: when: no such key (details withheld: the object's values are redacted)"},
+		{"secret, conversion", "    when: int(object.data.p) > 0\n", secretsResource,
+			"rule r: when: type conversion error (details withheld: the object's values are redacted)"},
+		{"secret, regexp from a value", "    when: \"'a'.matches(object.data.p + '[')\"\n", secretsResource,
+			"rule r: when: error parsing regexp (details withheld: the object's values are redacted)"},
+		{"redact paths", "    redact: [data.p]\n    when: object.data[object.data.p] == 'x'\n", widgetsV1,
+			"rule r: when: no such key (details withheld: the object's values are redacted)"},
+		{"nothing redacted", "    when: object.data[object.data.p] == 'x'\n", widgetsV1,
+			"rule r: when: no such key: SECRETVALUE"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			set, err := Parse("f.yaml", []byte("rules:\n  - name: r\n    match: {resources: [{group: '*', kind: '*'}]}\n"+tt.rules+"    actions: [{log: {}}]\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, errs := set.Eval(&Change{Type: change.Created, Resource: tt.res, Object: secret})
+			if len(errs) != 1 || errs[0].Error() != tt.want {
+				t.Errorf("errors %v, want %q", errs, tt.want)
+			}
+		})
+	}
+}

@@ -243,6 +243,12 @@ func (r *Rule) eval(st *evalState) (ops []Op, fired bool, err error) {
 		}
 		ok, err := r.when.eval(st.vars)
 		if err != nil {
+			if len(r.redact) > 0 || isSecret(c.Resource.Group, c.Resource.Resource) {
+				// CEL quotes values in its errors (no such key: <a
+				// value used as a key>): for objects whose values are
+				// redacted, say the class of error only.
+				return nil, false, fmt.Errorf("rule %s: when: %s", r.Name, celErrorClass(err))
+			}
 			return nil, false, fmt.Errorf("rule %s: when: %w", r.Name, err)
 		}
 		if !ok {
