@@ -296,14 +296,14 @@ func (p *fieldPath) value(obj map[string]any) (v any, ok bool) {
 	}
 	if p.multi {
 		var vals []any
-		walk(obj, true, p.segs, nil, func(x any, present bool, _ []string) {
+		walk(obj, true, p.segs, nil, false, func(x any, present bool, _ []string) {
 			if present {
 				vals = append(vals, x)
 			}
 		})
 		return vals, len(vals) > 0
 	}
-	walk(obj, true, p.segs, nil, func(x any, present bool, _ []string) { v, ok = x, present })
+	walk(obj, true, p.segs, nil, false, func(x any, present bool, _ []string) { v, ok = x, present })
 	return v, ok
 }
 
@@ -313,7 +313,14 @@ func (p *fieldPath) value(obj map[string]any) (v any, ok bool) {
 // indexes (so an added or removed field has a location); a [*] or
 // [key=value] that selects nothing ends the path there.
 func (p *fieldPath) locations(obj map[string]any, fn func(toks []string)) {
-	walk(obj, obj != nil, p.segs, make([]string, 0, len(p.segs)), func(_ any, _ bool, toks []string) { fn(toks) })
+	walk(obj, obj != nil, p.segs, make([]string, 0, len(p.segs)), false, func(_ any, _ bool, toks []string) { fn(toks) })
+}
+
+// everyLocation is locations with every list item a [key=value] selects,
+// not only the first: what redact paths select (a value redacted in one
+// item must not show in another with the same key).
+func (p *fieldPath) everyLocation(obj map[string]any, fn func(toks []string)) {
+	walk(obj, obj != nil, p.segs, make([]string, 0, len(p.segs)), true, func(_ any, _ bool, toks []string) { fn(toks) })
 }
 
 // walk is the one walker over a path's segments: it visits the places
@@ -325,8 +332,10 @@ func (p *fieldPath) locations(obj map[string]any, fn func(toks []string)) {
 // goes on with present false, so that the place still has tokens; a [*]
 // or [key=value] selects nothing in what is not there, and a value of the
 // wrong kind for a segment (a string where a map key is named) ends the
-// walk there. [*] visits list items in order and map values in key order.
-func walk(cur any, present bool, segs []segment, toks []string, visit func(v any, present bool, toks []string)) {
+// walk there. [*] visits list items in order and map values in key order;
+// [key=value] visits the first item it selects, or every one when
+// allMatches is set.
+func walk(cur any, present bool, segs []segment, toks []string, allMatches bool, visit func(v any, present bool, toks []string)) {
 	for i := range segs {
 		s := &segs[i]
 		switch s.kind {
@@ -363,8 +372,18 @@ func walk(cur any, present bool, segs []segment, toks []string, visit func(v any
 			if !present || !isList {
 				return
 			}
-			j := s.find(l)
+			j := s.find(l, 0)
 			if j < 0 {
+				return
+			}
+			if allMatches {
+				for ; j >= 0; j = s.find(l, j+1) {
+					var next []string
+					if toks != nil {
+						next = append(toks, strconv.Itoa(j))
+					}
+					walk(l[j], true, segs[i+1:], next, true, visit)
+				}
 				return
 			}
 			if toks != nil {
@@ -382,11 +401,11 @@ func walk(cur any, present bool, segs []segment, toks []string, visit func(v any
 					if toks != nil {
 						next = append(toks, strconv.Itoa(j))
 					}
-					walk(item, true, segs[i+1:], next, visit)
+					walk(item, true, segs[i+1:], next, allMatches, visit)
 				}
 			case map[string]any:
 				for _, k := range slices.Sorted(maps.Keys(c)) {
-					walk(c[k], true, segs[i+1:], appendTok(toks, k), visit)
+					walk(c[k], true, segs[i+1:], appendTok(toks, k), allMatches, visit)
 				}
 			}
 			return
@@ -405,10 +424,11 @@ func appendTok(toks []string, tok string) []string {
 	return append(toks, tok)
 }
 
-// find returns the index of the first item of l that [key=value] selects,
-// or -1.
-func (s *segment) find(l []any) int {
-	for i, item := range l {
+// find returns the index of the first item of l from index from on that
+// [key=value] selects, or -1.
+func (s *segment) find(l []any, from int) int {
+	for i := from; i < len(l); i++ {
+		item := l[i]
 		m, ok := item.(map[string]any)
 		if !ok {
 			continue

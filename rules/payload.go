@@ -139,7 +139,7 @@ func redactLocations(paths []*fieldPath, obj map[string]any) *locTree {
 	}
 	locs := &locTree{}
 	for _, p := range paths {
-		p.locations(obj, func(toks []string) {
+		p.everyLocation(obj, func(toks []string) {
 			if _, ok := valueAt(obj, toks); ok {
 				locs.add(toks)
 			}
