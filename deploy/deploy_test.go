@@ -7,6 +7,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -219,5 +221,42 @@ func TestDockerfile(t *testing.T) {
 		if !strings.Contains(string(dockerfile), want) {
 			t.Errorf("Dockerfile lacks %q", want)
 		}
+	}
+}
+
+// TestNetworkPolicy: the NetworkPolicy selects the pod's labels and lets
+// in nothing but the http port (the Service's target), from selected
+// peers only.
+func TestNetworkPolicy(t *testing.T) {
+	var np networkingv1.NetworkPolicy
+	decodeFile(t, "networkpolicy.yaml", &np)
+	var sts appsv1.StatefulSet
+	decodeFile(t, "statefulset.yaml", &sts)
+	sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+	if err != nil || sel.Empty() || !sel.Matches(labels.Set(sts.Spec.Template.Labels)) {
+		t.Errorf("podSelector %v does not select the pod's labels %v", np.Spec.PodSelector, sts.Spec.Template.Labels)
+	}
+	if !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) {
+		t.Errorf("policyTypes %v lack Ingress", np.Spec.PolicyTypes)
+	}
+	if len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].From) == 0 || len(np.Spec.Ingress[0].Ports) != 1 ||
+		np.Spec.Ingress[0].Ports[0].Port.String() != "http" {
+		t.Fatalf("ingress %+v, want one rule: the http port from selected peers", np.Spec.Ingress)
+	}
+	ports := sts.Spec.Template.Spec.Containers[0].Ports
+	if len(ports) != 1 || ports[0].Name != "http" {
+		t.Errorf("the container's ports %v are not the one named http the policy lets in", ports)
+	}
+}
+
+// decodeFile decodes a manifest strictly into obj.
+func decodeFile(t *testing.T, path string, obj any) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sigsyaml.UnmarshalStrict(data, obj); err != nil {
+		t.Fatalf("%s: %v", path, err)
 	}
 }

@@ -48,13 +48,17 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.TotalShards, "total-shards", 1, "number of shards the objects are split into (by the FNV-1a hash of their UID)")
 	fs.DurationVar(&cfg.GracePeriod, "grace-period", 20*time.Second, "on SIGTERM, how long queued changes and actions may drain; then what is left is dead-lettered (with --leader-elect: left to the next leader)")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on --http-addr")
+	pprof := fs.Bool("pprof", false, "serve Go profiles under /debug/pprof/ on --pprof-addr")
+	fs.StringVar(&cfg.PprofAddr, "pprof-addr", "127.0.0.1:6060", "loopback address for --pprof (other addresses are refused; use kubectl port-forward)")
 	fs.IntVar(&cfg.CRDImpactMaxObjects, "crd-impact-max-objects", app.DefaultCRDImpactMaxObjects,
 		"most custom resources one CRD change's impact scan reads (rules with crd: {impact: true}); beyond, the payload says the counts are lower bounds")
 	fs.DurationVar(&cfg.CRDImpactTimeout, "crd-impact-timeout", app.DefaultCRDImpactTimeout,
 		"longest one CRD change's impact scan runs, list included; beyond, the payload says the counts are lower bounds")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if !*pprof {
+		cfg.PprofAddr = ""
 	}
 	if len(ruleFiles) == 0 || fs.NArg() > 0 {
 		_, _ = fmt.Fprintln(stderr, "fieldwatch run: --rules FILE is required and no arguments are taken")

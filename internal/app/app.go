@@ -68,8 +68,6 @@ type Config struct {
 	// Ready, if set, is called with the HTTP server's address once it
 	// listens (tests use it with HTTPAddr "127.0.0.1:0").
 	Ready func(addr string)
-	// Pprof serves Go's profiles under /debug/pprof/ on HTTPAddr.
-	Pprof bool
 	// CRDImpactMaxObjects and CRDImpactTimeout bound the scan of the
 	// custom resources a CRD change hits, for rules with crd: {impact:
 	// true} (defaults DefaultCRDImpactMaxObjects and
@@ -77,6 +75,26 @@ type Config struct {
 	// payload says so.
 	CRDImpactMaxObjects int
 	CRDImpactTimeout    time.Duration
+	// PprofAddr, when set, serves Go's profiles under /debug/pprof/ on a
+	// listener of their own at this address, which must be a loopback
+	// one (127.0.0.1:6060, localhost:6060, [::1]:6060): profiles show
+	// memory contents and cost CPU, and take no authentication, so they
+	// are never served on HTTPAddr nor on another interface. Reach them
+	// with kubectl port-forward.
+	PprofAddr string
+}
+
+// checkLoopback returns an error unless addr (host:port) names a
+// loopback host.
+func checkLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("pprof address %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("pprof address %q is not a loopback address (127.0.0.1, ::1 or localhost): profiles are served on this host only", addr)
+	}
+	return nil
 }
 
 // App is one running `fieldwatch run`.
@@ -132,6 +150,11 @@ func newApp(cfg Config) (*App, error) {
 	if cfg.RetryPeriod <= 0 {
 		cfg.RetryPeriod = DefaultRetryPeriod
 	}
+	if cfg.PprofAddr != "" {
+		if err := checkLoopback(cfg.PprofAddr); err != nil {
+			return nil, err
+		}
+	}
 	a := &App{cfg: cfg, log: cfg.Logger, reg: prometheus.NewRegistry()}
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.metrics = newMetrics(a.reg)
@@ -159,21 +182,33 @@ func (a *App) run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
+	serve := func(srv *http.Server, ln net.Listener) {
+		bg.Go(func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				a.log.Error("http server", "addr", ln.Addr().String(), "err", err)
+			}
+		})
+	}
+	shutdown := func(srv *http.Server) {
+		shutdownCtx, done := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer done()
+		_ = srv.Shutdown(shutdownCtx)
+	}
 	if a.cfg.HTTPAddr != "" {
 		srv, ln, err := a.serveHTTP()
 		if err != nil {
 			return err
 		}
-		bg.Go(func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				a.log.Error("http server", "err", err)
-			}
-		})
-		defer func() {
-			shutdownCtx, done := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer done()
-			_ = srv.Shutdown(shutdownCtx)
-		}()
+		serve(srv, ln)
+		defer shutdown(srv)
+	}
+	if a.cfg.PprofAddr != "" {
+		srv, ln, err := a.servePprof()
+		if err != nil {
+			return err
+		}
+		serve(srv, ln)
+		defer shutdown(srv)
 	}
 	bg.Go(func() { a.watchRules(ctx) })
 
@@ -309,16 +344,29 @@ func (a *App) serveHTTP() (*http.Server, net.Listener, error) {
 		}
 		_, _ = io.WriteString(w, why+"\n")
 	})
-	if a.cfg.Pprof {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	}
 	if a.cfg.Ready != nil {
 		a.cfg.Ready(ln.Addr().String())
 	}
+	return &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, ln, nil
+}
+
+// servePprof listens on PprofAddr, a loopback address, for /debug/pprof/.
+func (a *App) servePprof() (*http.Server, net.Listener, error) {
+	ln, err := net.Listen("tcp", a.cfg.PprofAddr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listen on %s: %w", a.cfg.PprofAddr, err)
+	}
+	if tcp, ok := ln.Addr().(*net.TCPAddr); !ok || !tcp.IP.IsLoopback() {
+		_ = ln.Close()
+		return nil, nil, fmt.Errorf("pprof address %q resolved to %s, not a loopback address", a.cfg.PprofAddr, ln.Addr())
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	a.log.Info("serving Go profiles on a loopback address", "addr", ln.Addr().String())
 	return &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, ln, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -15,7 +16,8 @@ import (
 
 // TestHTTPEndpoints: /healthz answers at once, /readyz once every watched
 // resource has synced, /metrics exposes the process's metrics, and
-// /debug/pprof/ only with Pprof.
+// /debug/pprof/ never on HTTPAddr, and on PprofAddr (a loopback
+// address) when it is set.
 func TestHTTPEndpoints(t *testing.T) {
 	env := testenv.Shared(t)
 	rulesFile := filepath.Join(t.TempDir(), "rules.yaml")
@@ -23,13 +25,22 @@ func TestHTTPEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, pprof := range []bool{false, true} {
+		pprofAddr := ""
+		if pprof {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			pprofAddr = l.Addr().String()
+			_ = l.Close()
+		}
 		ctx, cancel := context.WithCancel(context.Background())
 		addr := make(chan string, 1)
 		done := make(chan error, 1)
 		go func() {
 			done <- Run(ctx, Config{
 				RulesFiles: []string{rulesFile}, Rest: env.Config(), HTTPAddr: "127.0.0.1:0",
-				Stdout: io.Discard, Logger: slog.New(slog.DiscardHandler), Pprof: pprof,
+				Stdout: io.Discard, Logger: slog.New(slog.DiscardHandler), PprofAddr: pprofAddr,
 				Ready: func(a string) { addr <- a },
 			})
 		}()
@@ -55,16 +66,34 @@ func TestHTTPEndpoints(t *testing.T) {
 				t.Errorf("/metrics lacks the sample %q", want)
 			}
 		}
-		want := http.StatusNotFound
-		if pprof {
-			want = http.StatusOK
+		if code := get(base + "/debug/pprof/"); code != http.StatusNotFound {
+			t.Errorf("pprof %v: /debug/pprof/ on the HTTP address = %d, want 404", pprof, code)
 		}
-		if code := get(base + "/debug/pprof/"); code != want {
-			t.Errorf("pprof %v: /debug/pprof/ = %d, want %d", pprof, code, want)
+		if pprof {
+			if code := get("http://" + pprofAddr + "/debug/pprof/"); code != http.StatusOK {
+				t.Errorf("/debug/pprof/ on %s = %d, want 200", pprofAddr, code)
+			}
 		}
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Run: %v", err)
 		}
+	}
+}
+
+// TestPprofLoopbackOnly: profiles are served on loopback addresses only.
+func TestPprofLoopbackOnly(t *testing.T) {
+	for addr, ok := range map[string]bool{
+		"127.0.0.1:6060": true, "localhost:6060": true, "[::1]:6060": true, "127.0.0.2:0": true,
+		":6060": false, "0.0.0.0:6060": false, "[::]:6060": false, "10.0.0.1:6060": false, "example.com:6060": false, "6060": false,
+	} {
+		if err := checkLoopback(addr); (err == nil) != ok {
+			t.Errorf("checkLoopback(%q) = %v, want ok %v", addr, err, ok)
+		}
+	}
+	err := Run(context.Background(), Config{RulesFiles: []string{"unused.yaml"}, Rest: testenv.Shared(t).Config(),
+		PprofAddr: ":0", Stdout: io.Discard, Logger: slog.New(slog.DiscardHandler)})
+	if err == nil || !strings.Contains(err.Error(), "not a loopback address") {
+		t.Errorf("Run with PprofAddr :0 = %v, want it refused", err)
 	}
 }
