@@ -72,9 +72,12 @@ fuzz: ## run every fuzz target longer (2,000,000 executions each)
 	$(MAKE) fuzz-short FUZZ_TIME=2000000x
 
 .PHONY: deploy/rbac.yaml
-deploy/rbac.yaml: build ## regenerate the deploy RBAC from deploy/rules.yaml
-	(echo "# Regenerate with: make deploy/rbac.yaml (fieldwatch rbac --offline --rules deploy/rules.yaml --leader-elect)"; \
-	  $(BIN)/fieldwatch rbac --offline --rules deploy/rules.yaml --leader-elect) > deploy/rbac.yaml
+deploy/rbac.yaml: build ## regenerate the deploy RBAC from deploy/rules.yaml (for the example CRDs)
+	(echo "# Regenerate with: make deploy/rbac.yaml (fieldwatch rbac --offline --rules deploy/rules.yaml --leader-elect --crds examples/crds)."; \
+	  echo "# It grants the custom resources of examples/crds only: for your cluster run"; \
+	  echo "#   fieldwatch rbac --rules deploy/rules.yaml --leader-elect > deploy/rbac.yaml"; \
+	  echo "# against it (or --offline --crds with your CRDs). Resources it may not read are skipped and logged."; \
+	  $(BIN)/fieldwatch rbac --offline --rules deploy/rules.yaml --leader-elect --crds examples/crds) > deploy/rbac.yaml
 
 .PHONY: image
 image: ## build the container image (needs a Docker engine)

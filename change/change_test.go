@@ -14,6 +14,9 @@ func TestSelectorMatches(t *testing.T) {
 		widgetV1 = Resource{Group: "example.com", Version: "v1", Resource: "widgets", Kind: "Widget", Namespaced: true, Custom: true, Preferred: true}
 		widgetV2 = Resource{Group: "example.com", Version: "v2", Resource: "widgets", Kind: "Widget", Namespaced: true, Custom: true}
 		gadgets  = Resource{Group: "example.com", Version: "v1", Resource: "gadgets", Kind: "Gadget", Namespaced: true, Preferred: true}
+		secrets  = Resource{Version: "v1", Resource: "secrets", Kind: "Secret", Namespaced: true, Preferred: true}
+		// A custom resource may be called secrets: it is not a core Secret.
+		otherSecrets = Resource{Group: "vault.example.com", Version: "v1", Resource: "secrets", Kind: "Secret", Namespaced: true, Custom: true, Preferred: true}
 	)
 	tests := []struct {
 		name string
@@ -46,6 +49,11 @@ func TestSelectorMatches(t *testing.T) {
 		{"kind is case-sensitive", Selector{Kind: "configmap"}, cm, false},
 		{"no globs", Selector{Group: "*.com", Kind: "*"}, widgetV1, false},
 		{"no globs in kinds", Selector{Group: "apps", Kind: "Deploy*"}, deploy, false},
+		{"a wildcard never covers Secrets", Selector{Group: "*", Kind: "*"}, secrets, false},
+		{"nor does the core group's", Selector{Group: ""}, secrets, false},
+		{"Secrets named by kind", Selector{Group: "", Kind: "Secret"}, secrets, true},
+		{"Secrets named by resource, any group", Selector{Group: "*", Resource: "secrets"}, secrets, true},
+		{"another group's secrets are not core Secrets", Selector{Group: "*", Kind: "*"}, otherSecrets, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

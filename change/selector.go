@@ -10,6 +10,9 @@ package change
 //   - Any other value matches itself only (case-sensitive).
 //   - Custom limits the selector to resources a CustomResourceDefinition
 //     serves.
+//   - Core Secrets are matched only by a selector that names them (Kind
+//     "Secret" or Resource "secrets"): a wildcard never covers them, so
+//     that no rule (nor the RBAC granted for it) reads Secrets by accident.
 type Selector struct {
 	Group, Version, Kind, Resource string
 	Custom                         bool
@@ -21,7 +24,14 @@ func (s Selector) Matches(r Resource) bool {
 		(s.Version == "*" || s.Version == r.Version || (s.Version == "" && r.Preferred)) &&
 		anyOr(s.Kind, r.Kind) &&
 		anyOr(s.Resource, r.Resource) &&
-		(!s.Custom || r.Custom)
+		(!s.Custom || r.Custom) &&
+		(r.Group != "" || r.Resource != "secrets" || s.NamesSecrets())
+}
+
+// NamesSecrets reports whether s names Secrets (Kind "Secret" or Resource
+// "secrets") rather than reaching them through a wildcard.
+func (s Selector) NamesSecrets() bool {
+	return (s.Group == "" || s.Group == "*") && (s.Kind == "Secret" || s.Resource == "secrets")
 }
 
 // anyOr matches a kind or resource field: "" and "*" match anything.

@@ -114,7 +114,11 @@ func TestDefaultRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := app.RBAC(set, app.RBACOptions{LeaderElection: true})
+	crds, err := app.CRDResources("../examples/crds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := app.RBAC(set, app.RBACOptions{LeaderElection: true, CRDs: crds})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +127,7 @@ func TestDefaultRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !bytes.HasSuffix(got, want) {
-		t.Errorf("rbac.yaml is not what `fieldwatch rbac --offline --rules deploy/rules.yaml --leader-elect` prints; run `make deploy/rbac.yaml`")
+		t.Errorf("rbac.yaml is not what `fieldwatch rbac --offline --rules deploy/rules.yaml --leader-elect --crds examples/crds` prints; run `make deploy/rbac.yaml`")
 	}
 }
 

@@ -229,7 +229,7 @@ func TestCELErrorsOfRedactedObjects(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			set, err := Parse("f.yaml", []byte("rules:\n  - name: r\n    match: {resources: [{group: '*', kind: '*'}]}\n"+tt.rules+"    actions: [{log: {}}]\n"))
+			set, err := Parse("f.yaml", []byte("rules:\n  - name: r\n    match: {resources: [{group: '*', kind: '*'}, {group: '', kind: Secret}]}\n"+tt.rules+"    actions: [{log: {}}]\n"))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -54,38 +54,39 @@ func TestRedactEveryMatch(t *testing.T) {
 // fuzzRules cover the shapes of redaction and ignoring: [key=value], [*]
 // over lists and maps, [n], quoted keys, whole subtrees, with and without
 // fields, with and without includeObject, ignoreFields over and beside
-// redacted parts. Every rule matches every resource; on Secrets the
-// Secret redaction comes on top.
+// redacted parts. Every rule matches every resource, Secrets named (a
+// wildcard does not cover them); on Secrets the Secret redaction comes on
+// top.
 const fuzzRules = `rules:
   - name: match-and-data
-    match: {resources: [{group: '*', kind: '*'}]}
+    match: {resources: [{group: '*', kind: '*'}, {group: '', kind: Secret}]}
     fields: [spec]
     includeObject: true
     redact: ['spec.items[name=a].value', data]
     actions: [{log: {}}]
   - name: every-item
-    match: {resources: [{group: '*', kind: '*'}]}
+    match: {resources: [{group: '*', kind: '*'}, {group: '', kind: Secret}]}
     redact: ['spec.items[*].value']
     actions: [{log: {}}]
   - name: map-values-ignored-beside
-    match: {resources: [{group: '*', kind: '*'}]}
+    match: {resources: [{group: '*', kind: '*'}, {group: '', kind: Secret}]}
     includeObject: true
     redact: ['spec.m[*]']
     ignoreFields: ['spec.items[*].seen']
     actions: [{log: {}}]
   - name: index-with-fields-under
-    match: {resources: [{group: '*', kind: '*'}]}
+    match: {resources: [{group: '*', kind: '*'}, {group: '', kind: Secret}]}
     fields: ['spec.items[*].value', 'spec.items[*].secret.deep']
     redact: ['spec.items[0]', 'spec.items[*].secret']
     actions: [{log: {}}]
   - name: quoted-and-subtree-ignored-over
-    match: {resources: [{group: '*', kind: '*'}]}
+    match: {resources: [{group: '*', kind: '*'}, {group: '', kind: Secret}]}
     includeObject: true
     redact: ['spec["x.y"]', spec.m, 'spec.items[name=b].secret']
     ignoreFields: ['spec.items[name=b]', 'spec.m.a']
     actions: [{log: {}}]
   - name: secret-only
-    match: {resources: [{group: '*', kind: '*'}]}
+    match: {resources: [{group: '*', kind: '*'}, {group: '', kind: Secret}]}
     fields: [data, stringData, metadata.annotations]
     includeObject: true
     actions: [{log: {}}]
@@ -234,6 +235,9 @@ func FuzzRedaction(f *testing.F) {
 			c.Type, c.OldObject = change.Deleted, g.object("1")
 		}
 		firings, _ := set.Eval(c)
+		if c.Type != change.Updated && len(firings) == 0 {
+			t.Fatalf("nothing fired on the %s %s", c.Resource.Resource, c.Type)
+		}
 		for _, fi := range firings {
 			if !json.Valid(fi.Payload) {
 				t.Fatalf("rule %s: payload is not JSON: %s", fi.Rule.Name, fi.Payload)

@@ -26,6 +26,9 @@ func rbacCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&opts.ServiceAccount, "service-account", "fieldwatch", "service account to bind")
 	fs.BoolVar(&opts.LeaderElection, "leader-elect", false, "add a Role for the leader election Lease in --namespace")
 	offline := fs.Bool("offline", false, "do not ask the cluster how kinds map to resources; guess plurals")
+	var crds files
+	fs.Var(&crds, "crds", "with --offline: CRD manifests (file or directory; repeat for several) whose custom resources rules that select every custom resource are granted")
+	fs.BoolVar(&opts.AllowWildcardPatch, "allow-wildcard-patch", false, "grant patch to rules whose selector is a wildcard (every resource they match, Secrets excepted)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -37,6 +40,16 @@ func rbacCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		_, _ = fmt.Fprintln(stderr, err)
 		return 1
+	}
+	if len(crds) > 0 {
+		if !*offline {
+			_, _ = fmt.Fprintln(stderr, "fieldwatch rbac: --crds goes with --offline (online, the cluster says which CRDs it serves)")
+			return 2
+		}
+		if opts.CRDs, err = app.CRDResources(crds...); err != nil {
+			_, _ = fmt.Fprintf(stderr, "fieldwatch rbac: --crds: %v\n", err)
+			return 1
+		}
 	}
 	if !*offline {
 		cfg, err := kube.config()

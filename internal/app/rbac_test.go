@@ -83,7 +83,10 @@ func TestRBAC(t *testing.T) {
 		name       string
 		rules      string
 		discovered []change.Resource
+		crds       []change.Resource
+		wildPatch  bool
 		want       []string
+		err        string // the error, instead of grants
 	}{{
 		name: "kinds resolve through discovery; event and patch actions add their verbs",
 		rules: `rules:
@@ -176,14 +179,94 @@ func TestRBAC(t *testing.T) {
 			"other.io/things:get,list,watch",
 		},
 	}, {
-		name: "offline, a wildcard stays a wildcard",
+		name: "offline, every custom resource is refused without CRDs",
 		rules: `rules:
   - name: audit
     match: {resources: [{group: "*", kind: "*"}], custom: true}
     actions: [{log: {}}]
 `,
+		err: `rule audit (rules.yaml:2:5): selects every custom resource of every group: offline, fieldwatch does not know them, and "*" would grant every resource, Secrets included; run ` + "`fieldwatch rbac`" + ` against the cluster, or give the CRDs with --crds FILE`,
+	}, {
+		name: "offline, every custom resource: those of the CRDs given",
+		rules: `rules:
+  - name: audit
+    match: {resources: [{group: "*", kind: "*"}], custom: true}
+    actions: [{log: {}}]
+`,
+		crds: []change.Resource{res("example.com", "v1", "widgets", "Widget", true), clusterWide(res("other.io", "v2", "things", "Thing", true))},
 		want: []string{
-			"*/*:get,list,watch",
+			"apiextensions.k8s.io/customresourcedefinitions:get,list,watch",
+			"apiregistration.k8s.io/apiservices:get,list,watch",
+			"example.com/widgets:get,list,watch",
+			"other.io/things:get,list,watch",
+		},
+	}, {
+		name: "every resource: what is served, Secrets only where a rule names them",
+		rules: `rules:
+  - name: all
+    match: {resources: [{group: "*", kind: "*"}]}
+    actions: [{log: {}}]
+  - name: core
+    match: {resources: [{group: "", kind: "*"}], namespaces: [a]}
+    actions: [{log: {}}]
+  - name: named
+    match: {resources: [{group: "", kind: Secret}], namespaces: [b]}
+    actions: [{log: {}}]
+`,
+		discovered: discovered,
+		want: []string{
+			"/configmaps:get,list,watch",
+			"/nodes:get,list,watch",
+			"apiextensions.k8s.io/customresourcedefinitions:get,list,watch",
+			"apiregistration.k8s.io/apiservices:get,list,watch",
+			"apps/deployments:get,list,watch",
+			"example.com/gadgets:get,list,watch",
+			"example.com/widgets:get,list,watch",
+			"other.io/things:get,list,watch",
+			"a: /configmaps:get,list,watch",
+			"b: /secrets:get,list,watch",
+		},
+	}, {
+		name: "offline, every resource of the core group is refused",
+		rules: `rules:
+  - name: core
+    match: {resources: [{group: "", kind: "*"}]}
+    actions: [{log: {}}]
+`,
+		err: `rule core (rules.yaml:2:5): selects every resource of the core group: offline, "*" would grant Secrets too; run ` + "`fieldwatch rbac`" + ` against the cluster`,
+	}, {
+		name: "offline, every kind of another group stays a wildcard",
+		rules: `rules:
+  - name: apps
+    match: {resources: [{group: apps, kind: "*"}]}
+    actions: [{log: {}}]
+`,
+		want: []string{
+			"apiextensions.k8s.io/customresourcedefinitions:get,list,watch",
+			"apiregistration.k8s.io/apiservices:get,list,watch",
+			"apps/*:get,list,watch",
+		},
+	}, {
+		name: "a patch action with a wildcard selector is refused",
+		rules: `rules:
+  - name: stamp
+    match: {resources: [{group: "*", kind: "*"}]}
+    actions: [{patch: {merge: {metadata: {labels: {seen: "yes"}}}}}]
+`,
+		discovered: discovered,
+		err:        "rule stamp (rules.yaml:2:5) has a patch action and a wildcard selector: it would be granted patch on every resource it matches (kube-system Deployments, webhook configurations, ...); name its resources, or pass --allow-wildcard-patch to grant that",
+	}, {
+		name: "a patch action with a wildcard selector, allowed: every resource matched, not Secrets",
+		rules: `rules:
+  - name: stamp
+    match: {resources: [{group: "", kind: "*"}]}
+    actions: [{patch: {merge: {metadata: {labels: {seen: "yes"}}}}}]
+`,
+		discovered: discovered,
+		wildPatch:  true,
+		want: []string{
+			"/configmaps:get,list,patch,watch",
+			"/nodes:get,list,patch,watch",
 			"apiextensions.k8s.io/customresourcedefinitions:get,list,watch",
 			"apiregistration.k8s.io/apiservices:get,list,watch",
 		},
@@ -207,7 +290,13 @@ func TestRBAC(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			out, err := RBAC(set, RBACOptions{Resources: tt.discovered})
+			out, err := RBAC(set, RBACOptions{Resources: tt.discovered, CRDs: tt.crds, AllowWildcardPatch: tt.wildPatch})
+			if tt.err != "" {
+				if err == nil || err.Error() != tt.err {
+					t.Errorf("error %v, want %q", err, tt.err)
+				}
+				return
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
