@@ -3,6 +3,7 @@ package rules
 import (
 	"encoding/json"
 	"net/url"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -56,6 +57,44 @@ func (c *compiler) action(a Action, p string) Action {
 	return a
 }
 
+// CredentialDirs are where Kubernetes mounts a pod's service-account
+// credentials (its token) and projected tokens. A rule may not make an
+// action read them: a bearerTokenFile there would send fieldwatch's token
+// to whatever URL the rule names, an exec could print it to the log.
+// (caFile may name the cluster's CA there: it is public.)
+var CredentialDirs = []string{"/var/run/secrets/kubernetes.io", "/run/secrets/kubernetes.io", "/var/run/secrets/tokens", "/run/secrets/tokens"}
+
+// IsCredentialPath reports whether path (an absolute path, cleaned) is in
+// one of CredentialDirs.
+func IsCredentialPath(path string) bool {
+	path = filepath.Clean(path)
+	for _, d := range CredentialDirs {
+		if path == d || strings.HasPrefix(path, d+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// mentionsCredentials reports whether s (an exec argument or environment
+// value) names a path in CredentialDirs, anywhere in it (sh -c 'cat ...').
+func mentionsCredentials(s string) bool {
+	for _, d := range CredentialDirs {
+		if strings.Contains(s, d) || strings.Contains(s, strings.TrimPrefix(d, "/var")) {
+			return true
+		}
+	}
+	return false
+}
+
+// notCredentials records an error when the file at field path p is in
+// CredentialDirs.
+func (c *compiler) notCredentials(path, p string) {
+	if path != "" && (IsCredentialPath(path) || mentionsCredentials(path)) {
+		c.errorf(p, "is in the service account's credentials (%s): a rule may not read them", strings.Join(CredentialDirs, ", "))
+	}
+}
+
 // template compiles a template at field path p; nil stays nil.
 func (c *compiler) template(t *Template, p string, isJSON bool) *Template {
 	if t == nil {
@@ -87,10 +126,14 @@ func (c *compiler) webhook(w *WebhookAction, p string) {
 	if (w.CertFile == "") != (w.KeyFile == "") {
 		c.errorf(p+".certFile", "certFile and keyFile go together: set both or neither")
 	}
+	c.notCredentials(w.BearerTokenFile, p+".bearerTokenFile")
+	c.notCredentials(w.CertFile, p+".certFile")
+	c.notCredentials(w.KeyFile, p+".keyFile")
 	if s := w.Signing; s != nil {
 		if (s.SecretFile == "") == (s.SecretEnv == "") {
 			c.errorf(p+".signing", "exactly one of secretFile and secretEnv is required")
 		}
+		c.notCredentials(s.SecretFile, p+".signing.secretFile")
 		if s.Header != "" && !httpguts.ValidHeaderFieldName(s.Header) {
 			c.errorf(p+".signing.header", "%q is not a valid header name", s.Header)
 		}
@@ -102,9 +145,17 @@ func (c *compiler) exec(e *ExecAction, p string) {
 	if len(e.Command) == 0 || e.Command[0] == "" {
 		c.errorf(p+".command", "required: the program and its arguments, e.g. [/usr/local/bin/notify, --json]")
 	}
-	for k := range e.Env {
+	for i, arg := range e.Command {
+		if mentionsCredentials(arg) {
+			c.errorf(yamlstrict.IndexPath(p+".command", i), "names the service account's credentials (%s): a rule may not read them", strings.Join(CredentialDirs, ", "))
+		}
+	}
+	for k, v := range e.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
 			c.errorf(yamlstrict.JoinPath(p+".env", k), "%q is not a valid environment variable name", k)
+		}
+		if mentionsCredentials(v) {
+			c.errorf(yamlstrict.JoinPath(p+".env", k), "names the service account's credentials (%s): a rule may not read them", strings.Join(CredentialDirs, ", "))
 		}
 	}
 	c.retry(e.Retry, p+".retry")

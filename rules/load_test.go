@@ -194,6 +194,16 @@ func TestParseErrors(t *testing.T) {
 		{"action with two kinds", rule(match + "    actions: [{log: {}, exec: {command: [a]}}]\n"), []string{"rules[0].actions[0]: an action has exactly one kind; this one has log and exec"}},
 		{"unknown action", rule(match + "    actions: [{email: {}}]\n"), []string{`rules[0].actions[0].email: unknown key "email" (known keys: event, exec, log, patch, webhook)`}},
 		{"webhook no url", rule(match + "    actions: [{webhook: {timeout: 1s}}]\n"), []string{"rules[0].actions[0].webhook.url: required"}},
+		{"bearer token of the service account", rule(match + "    actions: [{webhook: {url: 'http://x', bearerTokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token}}]\n"),
+			[]string{"rules[0].actions[0].webhook.bearerTokenFile: is in the service account's credentials"}},
+		{"signing secret in a projected token", rule(match + "    actions: [{webhook: {url: 'http://x', signing: {secretFile: /run/secrets/tokens/vault}}}]\n"),
+			[]string{"rules[0].actions[0].webhook.signing.secretFile: is in the service account's credentials"}},
+		{"client key of the service account, dotted", rule(match + "    actions: [{webhook: {url: 'http://x', certFile: /tmp/c, keyFile: /var/run/secrets/kubernetes.io/../kubernetes.io/serviceaccount/token}}]\n"),
+			[]string{"rules[0].actions[0].webhook.keyFile: is in the service account's credentials"}},
+		{"exec reading the token", rule(match + "    actions: [{exec: {command: [sh, -c, 'cat /var/run/secrets/kubernetes.io/serviceaccount/token']}}]\n"),
+			[]string{"rules[0].actions[0].exec.command[2]: names the service account's credentials"}},
+		{"exec given the token's path", rule(match + "    actions: [{exec: {command: [/bin/notify], env: {TOKEN: ../run/secrets/kubernetes.io/serviceaccount/token}}}]\n"),
+			[]string{"rules[0].actions[0].exec.env.TOKEN: names the service account's credentials"}},
 		{"webhook relative url", rule(match + "    actions: [{webhook: {url: /hook}}]\n"), []string{`rules[0].actions[0].webhook.url: must be an absolute http or https URL, not scheme "" with host ""`}},
 		{"webhook ftp url", rule(match + "    actions: [{webhook: {url: 'ftp://x/y'}}]\n"), []string{`must be an absolute http or https URL, not scheme "ftp" with host "x"`}},
 		{"webhook bad duration", rule(match + "    actions: [{webhook: {url: 'http://x', timeout: 5}}]\n"), []string{`rules[0].actions[0].webhook.timeout: must be a duration such as 5s or 1m30s, not "5"`}},
@@ -432,5 +442,14 @@ func TestLoadRefusesLargeFiles(t *testing.T) {
 	_, err := Load("/dev/zero")
 	if err == nil || !strings.Contains(err.Error(), "/dev/zero: read: larger than the 4194304 bytes a rules file may have") {
 		t.Errorf("Load(/dev/zero) = %v", err)
+	}
+}
+
+// TestParseClusterCAAllowed: the cluster's CA, beside the token, is
+// public: a webhook may trust it.
+func TestParseClusterCAAllowed(t *testing.T) {
+	_, err := Parse("f.yaml", []byte(rule(match+"    actions: [{webhook: {url: 'https://x', caFile: /var/run/secrets/kubernetes.io/serviceaccount/ca.crt}}]\n")))
+	if err != nil {
+		t.Errorf("caFile of the cluster's CA: %v", err)
 	}
 }

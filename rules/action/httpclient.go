@@ -8,9 +8,12 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/fieldwatch/fieldwatch/rules"
 )
 
 // tlsFiles is a webhook's TLS configuration: the files of a CA bundle and
@@ -253,6 +256,9 @@ type fileCache struct {
 }
 
 func (c *fileCache) get() ([]byte, error) {
+	if readsCredentials(c.path) {
+		return nil, permanent(fmt.Errorf("%s leads to the service account's credentials: refused", c.path))
+	}
 	st, err := stampOf(c.path)
 	if err != nil {
 		return nil, err
@@ -272,4 +278,18 @@ func (c *fileCache) get() ([]byte, error) {
 	}
 	c.data, c.stamp, c.readAt = b, st, time.Now()
 	return c.data, nil
+}
+
+// readsCredentials reports whether path, symbolic links followed, is in
+// rules.CredentialDirs: the loader refuses such paths as written, and a
+// link (or a relative path) must not lead there either.
+func readsCredentials(path string) bool {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return false
+	}
+	if resolved, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = resolved
+	}
+	return rules.IsCredentialPath(abs)
 }

@@ -2,6 +2,7 @@ package action
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -544,5 +545,46 @@ func TestWebhookURLNotInErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestWebhookTokenFileLinkedToCredentials: a bearerTokenFile (or signing
+// secretFile) that is a link into the service account's credentials is
+// refused when read: nothing is sent.
+func TestWebhookTokenFileLinkedToCredentials(t *testing.T) {
+	creds := t.TempDir()
+	if err := os.WriteFile(filepath.Join(creds, "token"), []byte("the-pods-token"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	saved := rules.CredentialDirs
+	rules.CredentialDirs = []string{creds}
+	t.Cleanup(func() { rules.CredentialDirs = saved })
+	link := filepath.Join(t.TempDir(), "innocent")
+	if err := os.Symlink(filepath.Join(creds, "token"), link); err != nil {
+		t.Fatal(err)
+	}
+	rc := newReceiver(t, nil)
+	h := newHarness(t, nil)
+	for i, spec := range []*rules.WebhookAction{
+		{URL: rc.URL, BearerTokenFile: link, Retry: fastRetry},
+		{URL: rc.URL, Signing: &rules.Signing{SecretFile: link}, Retry: fastRetry},
+	} {
+		r := webhookRule(fmt.Sprintf("linked-%d", i), spec)
+		f := newFiring(r)
+		done := newDoneCounter(t)
+		h.deliver(t, f, done.fn(f.ID))
+		testenv.Eventually(t, 10*time.Second, "done", func() bool { return done.count(f.ID) == 1 })
+	}
+	dls := h.deadLetters(t)
+	if len(dls) != 2 {
+		t.Fatalf("dead letters %+v, want both firings", dls)
+	}
+	for _, dl := range dls {
+		if dl.Attempts != 1 || !strings.Contains(dl.Error, "leads to the service account's credentials: refused") {
+			t.Errorf("dead letter %+v, want refused at the first attempt", dl)
+		}
+	}
+	if n := rc.count(); n != 0 {
+		t.Errorf("the receiver got %d requests", n)
 	}
 }
