@@ -1,7 +1,9 @@
 // Package change is the vocabulary the watcher and the rules share: what
 // happened to an object (Type), which resource it belongs to (Resource),
-// which resources a rule or the watcher selects (Selector), which parts of
-// their objects are read and therefore cached (Projection), and the digest
+// which resources a rule or the watcher selects (Selector; a wildcard never
+// covers core Secrets), which parts of their objects are read and
+// therefore cached, and which are stored only as hashes (Projection), and
+// the digest
 // of a managedFields field set that the watcher's cache keeps in place of
 // the field set (FieldsHash).
 //

@@ -22,6 +22,11 @@
 // handler. A leader that loses its election calls Abandon and stops at
 // once, leaving what it did not handle to the next one.
 //
+// The values a projection's Hashed paths select (what payloads redact: a
+// Secret's data, say) are stored in the Store as salted hashes, never as
+// values; at the next start a hash that still matches the object's value
+// is put back as that value before comparing.
+//
 // watcher knows nothing of rules or actions: it must not import
 // fieldwatch's rules packages (package change is not one).
 package watcher
