@@ -64,7 +64,10 @@ func TestCLI(t *testing.T) {
 		{name: "run without rules", args: []string{"run"}, code: 2, stderr: `--rules FILE is required`},
 		{name: "run with broken rules", args: []string{"run", "--rules", bad, "--kubeconfig", writeFile(t, "kc", "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {}}]\ncurrent-context: c\n"), "--http-addr", ""},
 			code: 1, stderr: `bad\.yaml:4`},
-		{name: "rbac offline", args: []string{"rbac", "--offline", "--rules", audit}, code: 0, stdout: `(?s)kind: ClusterRole.*kind: ClusterRoleBinding`},
+		{name: "rbac offline", args: []string{"rbac", "--offline", "--rules", audit, "--crds", repo(t, "examples/crds")}, code: 0,
+			stdout: `(?s)kind: ClusterRole.*- example\.com\n  resources:\n  - gadgets\n  - widgets.*kind: ClusterRoleBinding`},
+		{name: "rbac offline refuses every custom resource without CRDs", args: []string{"rbac", "--offline", "--rules", audit}, code: 1,
+			stderr: `rule crd-audit \(.*rules\.yaml:\d+:\d+\): selects every custom resource of every group: offline, .*--crds FILE`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
