@@ -49,6 +49,9 @@ func (r *Rule) changes(st *evalState) []Op {
 // leaves out: its noise paths and what its ignoreFields select in either
 // object.
 func (r *Rule) pruner(c *Change) *pruner {
+	if len(r.ignore) == 0 {
+		return &pruner{exclude: r.noiseTree}
+	}
 	pr := newPruner(r.noise)
 	for _, p := range r.ignore {
 		p.locations(c.OldObject, pr.excludeLoc)

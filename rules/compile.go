@@ -98,6 +98,7 @@ func (c *compiler) rule(rs *RuleSpec, p string) *Rule {
 	}
 	r.redact = c.paths(rs.Redact, p+".redact")
 	r.noise = ruleNoise(r.fields)
+	r.noiseTree = newPruner(r.noise).exclude
 	crdOnly := matchesCRDsOnly(r.Selectors)
 	r.when = c.when(string(rs.When), p+".when", crdOnly)
 	switch {

@@ -29,6 +29,7 @@ type Rule struct {
 	ignoreKey  string // the ignore paths, canonical: rules with the same share diffs
 	redact     []*fieldPath
 	noise      [][]string // noise locations this rule leaves out
+	noiseTree  *locTree   // noise as a tree, shared (read only) by the changes without ignoreFields
 	when       *celExpr
 	crd        crdMode
 	projection change.Projection
