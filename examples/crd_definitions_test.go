@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -346,8 +347,12 @@ func TestCRDBreaking(t *testing.T) {
 	if cache, list := fw.metric(t, `fieldwatch_crd_impact_scans_total{source="cache"}`), fw.metric(t, `fieldwatch_crd_impact_scans_total{source="list"}`); cache != 4 || list != 0 {
 		t.Errorf("impact scans from the cache %d, from a list %d; want 4 and 0", cache, list)
 	}
-	ev := waitEvent(t, metav1.NamespaceDefault, uid, "CRDBreakingChange")
-	if ev.Type != corev1.EventTypeWarning || !strings.HasPrefix(ev.Note, name+": 2 breaking change(s):") || !strings.Contains(ev.Note, "6 object(s) checked") {
+	// One Event per breaking step; the one of "require spec.size" (two
+	// checks, six objects scanned) shows the note's shape.
+	ev := waitEventWhere(t, metav1.NamespaceDefault, uid, "CRDBreakingChange", func(ev eventsv1.Event) bool {
+		return strings.HasPrefix(ev.Note, name+": 2 breaking change(s):") && strings.Contains(ev.Note, "6 object(s) checked")
+	})
+	if ev.Type != corev1.EventTypeWarning {
 		b, _ := json.Marshal(ev)
 		t.Errorf("CRDBreakingChange Event: %s", b)
 	}

@@ -317,6 +317,13 @@ func ensureNamespace(t *testing.T, name string) {
 // the object uid with the reason, and returns it.
 func waitEvent(t *testing.T, namespace string, uid types.UID, reason string) eventsv1.Event {
 	t.Helper()
+	return waitEventWhere(t, namespace, uid, reason, func(eventsv1.Event) bool { return true })
+}
+
+// waitEventWhere waits for an Event with reason regarding uid for which
+// match is true (an object may have several Events with one reason).
+func waitEventWhere(t *testing.T, namespace string, uid types.UID, reason string, match func(eventsv1.Event) bool) eventsv1.Event {
+	t.Helper()
 	cs := testenv.Shared(t).Clientset(t)
 	var found eventsv1.Event
 	waitFor(t, fmt.Sprintf("a %s Event regarding %s in %s", reason, uid, namespace), func() (bool, string) {
@@ -326,11 +333,11 @@ func waitEvent(t *testing.T, namespace string, uid types.UID, reason string) eve
 		}
 		var seen []string
 		for _, ev := range list.Items {
-			if ev.Regarding.UID == uid && ev.Reason == reason {
+			if ev.Regarding.UID == uid && ev.Reason == reason && match(ev) {
 				found = ev
 				return true, ""
 			}
-			seen = append(seen, ev.Reason+" "+ev.Regarding.Name)
+			seen = append(seen, ev.Reason+" "+ev.Regarding.Name+": "+ev.Note)
 		}
 		return false, fmt.Sprintf("events: %v", seen)
 	})
