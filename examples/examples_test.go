@@ -274,6 +274,12 @@ func TestRBACApplies(t *testing.T) {
 			}
 			// Offline, the example CRDs given (crd-audit selects every
 			// custom resource).
+			// The Roles of rules that name namespaces go there.
+			for _, r := range set.Rules() {
+				for _, ns := range r.Namespaces() {
+					ensureNamespace(t, ns)
+				}
+			}
 			out, err := app.RBAC(set, app.RBACOptions{Name: "fieldwatch-example-" + dir, CRDs: crds})
 			if err != nil {
 				t.Fatal(err)
