@@ -13,10 +13,12 @@ type Action struct {
 	Exec    *ExecAction    `yaml:"exec,omitempty" json:"exec,omitempty"`
 	Event   *EventAction   `yaml:"event,omitempty" json:"event,omitempty"`
 	Patch   *PatchAction   `yaml:"patch,omitempty" json:"patch,omitempty"`
+	NATS    *NATSAction    `yaml:"nats,omitempty" json:"nats,omitempty"`
+	Kafka   *KafkaAction   `yaml:"kafka,omitempty" json:"kafka,omitempty"`
 }
 
-// Kind returns the name of the action's kind: log, webhook, exec, event or
-// patch ("" for an empty Action).
+// Kind returns the name of the action's kind: log, webhook, exec, event,
+// patch, nats or kafka ("" for an empty Action).
 func (a Action) Kind() string {
 	switch {
 	case a.Log != nil:
@@ -29,6 +31,10 @@ func (a Action) Kind() string {
 		return "event"
 	case a.Patch != nil:
 		return "patch"
+	case a.NATS != nil:
+		return "nats"
+	case a.Kafka != nil:
+		return "kafka"
 	}
 	return ""
 }
@@ -99,6 +105,11 @@ type WebhookAction struct {
 	// text/template over the payload decoded as JSON); the result must be
 	// valid JSON. Compiled at load time.
 	Template *Template `yaml:"template,omitempty" json:"-"`
+	// CloudEvents, when set, sends the payload as a CloudEvent (HTTP
+	// protocol binding): in structured mode as the data of an
+	// application/cloudevents+json envelope, in binary mode as the body
+	// with the attributes in ce-* headers.
+	CloudEvents *CloudEvents `yaml:"cloudEvents,omitempty" json:"cloudEvents,omitempty"`
 }
 
 // DefaultWebhookTimeout is used when WebhookAction.Timeout is zero.

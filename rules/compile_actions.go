@@ -26,18 +26,28 @@ func (c *compiler) action(a Action, p string) Action {
 		e.Note = c.template(e.Note, p+".event.note", false)
 		a.Event = &e
 	}
+	if a.NATS != nil {
+		n := *a.NATS
+		n.Subject = c.template(n.Subject, p+".nats.subject", false)
+		a.NATS = &n
+	}
+	if a.Kafka != nil {
+		k := *a.Kafka
+		k.Topic = c.template(k.Topic, p+".kafka.topic", false)
+		a.Kafka = &k
+	}
 	var kinds []string
 	for _, k := range []struct {
 		name string
 		set  bool
-	}{{"log", a.Log != nil}, {"webhook", a.Webhook != nil}, {"exec", a.Exec != nil}, {"event", a.Event != nil}, {"patch", a.Patch != nil}} {
+	}{{"log", a.Log != nil}, {"webhook", a.Webhook != nil}, {"exec", a.Exec != nil}, {"event", a.Event != nil}, {"patch", a.Patch != nil}, {"nats", a.NATS != nil}, {"kafka", a.Kafka != nil}} {
 		if k.set {
 			kinds = append(kinds, k.name)
 		}
 	}
 	switch len(kinds) {
 	case 0:
-		c.errorf(p, "an action has exactly one of log, webhook, exec, event, patch")
+		c.errorf(p, "an action has exactly one of log, webhook, exec, event, patch, nats, kafka")
 		return a
 	case 1:
 	default:
@@ -53,6 +63,10 @@ func (c *compiler) action(a Action, p string) Action {
 		c.event(a.Event, p+".event")
 	case a.Patch != nil:
 		c.patch(a.Patch, p+".patch")
+	case a.NATS != nil:
+		c.nats(a.NATS, p+".nats")
+	case a.Kafka != nil:
+		c.kafka(a.Kafka, p+".kafka")
 	}
 	return a
 }
@@ -138,6 +152,7 @@ func (c *compiler) webhook(w *WebhookAction, p string) {
 			c.errorf(p+".signing.header", "%q is not a valid header name", s.Header)
 		}
 	}
+	c.cloudEvents(w.CloudEvents, p+".cloudEvents")
 	c.retry(w.Retry, p+".retry")
 }
 

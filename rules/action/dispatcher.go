@@ -53,13 +53,15 @@ type Options struct {
 	ReportingController string
 	ReportingInstance   string
 
-	// WebhookWorkers, ExecWorkers, EventWorkers and PatchWorkers are the
-	// workers of each action of that kind (a log action has one, so that
-	// its lines keep their order).
+	// WebhookWorkers, ExecWorkers, EventWorkers, PatchWorkers and
+	// NATSWorkers are the workers of each action of that kind (a log
+	// action has one, so that its lines keep their order; so has a kafka
+	// action, whose producer pipelines the records in queue order).
 	WebhookWorkers int
 	ExecWorkers    int
 	EventWorkers   int
 	PatchWorkers   int
+	NATSWorkers    int
 	// MaxProcesses caps the exec action's child processes running at once,
 	// all exec actions together. Default DefaultMaxProcesses.
 	MaxProcesses int
@@ -95,6 +97,9 @@ const (
 	DefaultEventWorkers = 2
 	// DefaultPatchWorkers is the number of workers of each patch action.
 	DefaultPatchWorkers = 4
+	// DefaultNATSWorkers is the number of workers of each nats action:
+	// each waits for the stream's acknowledgement of its publish.
+	DefaultNATSWorkers = 32
 	// DefaultMaxProcesses caps the exec children running at once.
 	DefaultMaxProcesses = 16
 	// DefaultOutputLimit is the bytes of a child's stdout (and of its
@@ -128,6 +133,7 @@ func (o Options) withDefaults() Options {
 	set(&o.ExecWorkers, DefaultExecWorkers)
 	set(&o.EventWorkers, DefaultEventWorkers)
 	set(&o.PatchWorkers, DefaultPatchWorkers)
+	set(&o.NATSWorkers, DefaultNATSWorkers)
 	set(&o.MaxProcesses, DefaultMaxProcesses)
 	set(&o.OutputLimit, DefaultOutputLimit)
 	set(&o.EventBurst, DefaultEventBurst)
@@ -353,6 +359,9 @@ func (d *Dispatcher) start(in *instance) {
 	go func() {
 		in.wg.Wait()
 		cancel()
+		if c, ok := in.h.(closer); ok {
+			c.close()
+		}
 		d.mu.Lock()
 		delete(d.live, in)
 		d.mu.Unlock()

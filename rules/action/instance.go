@@ -22,6 +22,23 @@ type handler interface {
 	attempt(ctx context.Context, it *item) error
 }
 
+// closer is a handler that holds connections: the instance closes it once
+// its workers have stopped (after a reload retired it, or on Close).
+type closer interface {
+	close()
+}
+
+// asyncHandler is a handler that takes firings in queue order without
+// waiting for each (a producer that batches and keeps order): its
+// instance runs one worker that starts every firing, and retries a failed
+// one with attempt.
+type asyncHandler interface {
+	handler
+	// start begins delivering it; done is called exactly once with the
+	// outcome, possibly on another goroutine, and must not block.
+	start(ctx context.Context, it *item, done func(error))
+}
+
 // item is one firing queued to one action.
 type item struct {
 	f      rules.Firing
@@ -87,6 +104,12 @@ func actionKey(rule string, i int, a rules.Action) string {
 	if a.Event != nil && a.Event.Note != nil {
 		key += "\x00" + a.Event.Note.Source()
 	}
+	if a.NATS != nil && a.NATS.Subject != nil {
+		key += "\x00" + a.NATS.Subject.Source()
+	}
+	if a.Kafka != nil && a.Kafka.Topic != nil {
+		key += "\x00" + a.Kafka.Topic.Source()
+	}
 	return key
 }
 
@@ -126,6 +149,14 @@ func (d *Dispatcher) newInstance(rule string, i int, a rules.Action) *instance {
 		in.retry = a.Patch.Retry.WithDefaults()
 		in.workers = d.opts.PatchWorkers
 		in.h = newPatch(a.Patch, d.opts.Dynamic, d.opts.DryRun, in.log)
+	case a.NATS != nil:
+		in.retry = a.NATS.Retry.WithDefaults()
+		in.workers = d.opts.NATSWorkers
+		in.h = newNATS(a.NATS, in.log)
+	case a.Kafka != nil:
+		in.retry = a.Kafka.Retry.WithDefaults()
+		in.workers = 1 // it starts records in queue order; the producer pipelines them
+		in.h = newKafka(a.Kafka, d.opts.QueueSize, in.log)
 	default:
 		in.retry = rules.Retry{Attempts: 1}.WithDefaults()
 		in.workers = 1
@@ -217,6 +248,10 @@ func (in *instance) work(ctx context.Context) {
 		in.logLoop(ctx)
 		return
 	}
+	if ah, ok := in.h.(asyncHandler); ok {
+		in.asyncLoop(ctx, ah)
+		return
+	}
 	for it := range in.queue {
 		in.took(it)
 		in.process(ctx, it)
@@ -235,10 +270,28 @@ func (in *instance) process(ctx context.Context, it *item) {
 // none, retrying within the action's budget; when that fails every item
 // is dead-lettered.
 func (in *instance) deliverBatch(ctx context.Context, batch []*item, try func(context.Context) error) {
-	attempts := 0
-	var err error
-	for attempts < in.retry.Attempts {
-		if ctx.Err() != nil {
+	in.retryBatch(ctx, batch, try, 0, nil)
+}
+
+// retryBatch goes on delivering batch after attempts tries, the last of
+// which failed with err (none: attempts is 0), as deliverBatch does.
+func (in *instance) retryBatch(ctx context.Context, batch []*item, try func(context.Context) error, attempts int, err error) {
+	for {
+		if attempts > 0 {
+			in.m.failed.Inc()
+			if ctx.Err() != nil || isPermanent(err) || attempts >= in.retry.Attempts {
+				break
+			}
+			wait := backoff(in.retry, attempts, err)
+			in.m.retried.Inc()
+			if in.log.Enabled(ctx, slog.LevelDebug) {
+				in.firingLog(batch[0]).Debug("delivery failed, retrying", "attempt", attempts, "wait", wait, "error", err, "firings", len(batch))
+			}
+			if !sleep(ctx, wait) {
+				break
+			}
+		}
+		if ctx.Err() != nil || attempts >= in.retry.Attempts {
 			break
 		}
 		attempts++
@@ -248,18 +301,6 @@ func (in *instance) deliverBatch(ctx context.Context, batch []*item, try func(co
 				in.delivered(it)
 			}
 			return
-		}
-		in.m.failed.Inc()
-		if ctx.Err() != nil || isPermanent(err) || attempts == in.retry.Attempts {
-			break
-		}
-		wait := backoff(in.retry, attempts, err)
-		in.m.retried.Inc()
-		if in.log.Enabled(ctx, slog.LevelDebug) {
-			in.firingLog(batch[0]).Debug("delivery failed, retrying", "attempt", attempts, "wait", wait, "error", err, "firings", len(batch))
-		}
-		if !sleep(ctx, wait) {
-			break
 		}
 	}
 	for _, it := range batch {

@@ -30,6 +30,7 @@ type webhook struct {
 	token     *fileCache  // nil without BearerTokenFile
 	secret    func() ([]byte, error)
 	sigHeader string
+	ce        *cloudEvents // nil: the plain payload
 }
 
 var _ handler = &webhook{}
@@ -42,6 +43,7 @@ func newWebhook(spec *rules.WebhookAction, clients *httpClients) *webhook {
 		url:     safeURL(spec.URL),
 		timeout: spec.Timeout,
 		header:  http.Header{},
+		ce:      newCloudEvents(spec.CloudEvents),
 	}
 	if w.timeout <= 0 {
 		w.timeout = rules.DefaultWebhookTimeout
@@ -105,6 +107,11 @@ func (w *webhook) attempt(ctx context.Context, it *item) error {
 			return permanent(fmt.Errorf("render body: %w", err))
 		}
 	}
+	if w.ce != nil && !w.ce.binary() {
+		if body, err = w.ce.structured(&it.f, body); err != nil {
+			return permanent(err)
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.spec.URL, bytes.NewReader(body))
@@ -154,6 +161,13 @@ func (w *webhook) setHeaders(req *http.Request, it *item, body []byte) error {
 		req.Host = w.host
 	}
 	h.Set("Content-Type", "application/json")
+	if w.ce != nil {
+		if w.ce.binary() {
+			w.ce.headers(&it.f, "Ce-", h.Set)
+		} else {
+			h.Set("Content-Type", CloudEventsContentType)
+		}
+	}
 	h.Set("User-Agent", "fieldwatch")
 	h.Set("Idempotency-Key", it.f.ID)
 	if w.token != nil {
