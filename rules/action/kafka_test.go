@@ -40,11 +40,11 @@ type kafkaCluster struct {
 	dir  string
 	port int
 
-	requests  atomic.Int64 // produce requests
+	requests  atomic.Int64  // produce requests
 	onProduce func(n int64) // if set, called with the count on each produce request
 	acks      atomic.Int64  // produce requests with acks=-1
-	otherAcks atomic.Int64 // produce requests with other acks
-	noPID     atomic.Int64 // produce requests whose batches have no producer id
+	otherAcks atomic.Int64  // produce requests with other acks
+	noPID     atomic.Int64  // produce requests whose batches have no producer id
 
 	mu sync.Mutex
 	c  *kfake.Cluster
