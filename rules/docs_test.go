@@ -26,15 +26,15 @@ func TestDocsRulesExample(t *testing.T) {
 		t.Fatalf("the complete example does not load:\n%v", err)
 	}
 	r := set.Rule("widget-resized")
-	if r == nil || len(r.Actions) != 7 {
+	if r == nil || len(r.Actions) != 10 {
 		t.Fatalf("the complete example has rules %v", set.Rules())
 	}
 	kinds := map[string]bool{}
 	for _, a := range r.Actions {
 		kinds[a.Kind()] = true
 	}
-	if len(kinds) != 5 {
-		t.Errorf("the complete example shows actions %v, want all five kinds", kinds)
+	if len(kinds) != 7 {
+		t.Errorf("the complete example shows actions %v, want all seven kinds", kinds)
 	}
 }
 
