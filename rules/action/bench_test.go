@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -176,4 +177,68 @@ func BenchmarkWebhookLatency(b *testing.B) {
 	b.ReportMetric(rate, "paced-firings/s")
 	b.ReportMetric(pct(0.50), "p50-ms")
 	b.ReportMetric(pct(0.99), "p99-ms")
+}
+
+// cpuTime is the CPU time (user and system) this process has used.
+func cpuTime(b *testing.B) time.Duration {
+	b.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkSinks puts the event-bus actions beside the webhook in one
+// run: each drains b.N payloads (a backlog) into its receiver in the same
+// process (a webhook receiver, an embedded JetStream server on file
+// storage, a kfake cluster), reporting payloads/s and the CPU per payload
+// of the whole process, receiver included. backlog-5000 is the drain of
+// 5,000 payloads queued at once into JetStream (b.N backlogs, one after
+// the other: run it with -benchtime Nx).
+func BenchmarkSinks(b *testing.B) {
+	run := func(b *testing.B, r *rules.Rule) {
+		d := benchDispatcher(b)
+		drain(b, d, r, 500) // connect, warm up
+		b.ResetTimer()
+		cpu := cpuTime(b)
+		rate := drain(b, d, r, b.N)
+		used := cpuTime(b) - cpu
+		b.ReportMetric(rate, "payloads/s")
+		b.ReportMetric(float64(used.Microseconds())/float64(b.N), "cpu-µs/payload")
+	}
+	b.Run("webhook", func(b *testing.B) {
+		run(b, webhookRule("bench-sink-webhook", &rules.WebhookAction{URL: benchReceiver(b, nil)}))
+	})
+	b.Run("nats-jetstream", func(b *testing.B) {
+		srv := startJetStream(b)
+		srv.stream(b)
+		b.Setenv("FW_NATS_TOKEN", natsTestToken)
+		run(b, natsRule("bench-sink-nats", &rules.NATSAction{URL: srv.url(), Subject: mustTemplate(b, "fw.widgets"), Stream: "FW", TokenEnv: "FW_NATS_TOKEN"}))
+	})
+	b.Run("kafka-kfake", func(b *testing.B) {
+		k := startKafka(b, "fw.widgets")
+		b.Setenv("FW_KAFKA_PASSWORD", kafkaTestPassword)
+		run(b, kafkaRule("bench-sink-kafka", &rules.KafkaAction{
+			Brokers: []string{k.addr()}, Topic: mustTemplate(b, "fw.widgets"),
+			SASL: &rules.KafkaSASL{Mechanism: "PLAIN", Username: "fieldwatch", PasswordEnv: "FW_KAFKA_PASSWORD"},
+		}))
+	})
+	b.Run("nats-jetstream-backlog-5000", func(b *testing.B) {
+		srv := startJetStream(b)
+		srv.stream(b)
+		b.Setenv("FW_NATS_TOKEN", natsTestToken)
+		d := benchDispatcher(b)
+		r := natsRule("bench-sink-backlog", &rules.NATSAction{URL: srv.url(), Subject: mustTemplate(b, "fw.widgets"), Stream: "FW", TokenEnv: "FW_NATS_TOKEN"})
+		drain(b, d, r, 100)
+		b.ResetTimer()
+		cpu := cpuTime(b)
+		start := time.Now()
+		for range b.N {
+			drain(b, d, r, 5000)
+		}
+		b.ReportMetric(float64(5000*b.N)/time.Since(start).Seconds(), "payloads/s")
+		used := cpuTime(b) - cpu
+		b.ReportMetric(float64(used.Microseconds())/float64(5000*b.N), "cpu-µs/payload")
+	})
 }
