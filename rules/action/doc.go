@@ -1,5 +1,6 @@
 // Package action delivers the JSON payloads of rule firings: it runs the
-// log, webhook, exec, event and patch actions of fieldwatch rules
+// log, webhook, exec, event, patch, nats and kafka actions of fieldwatch
+// rules
 // (docs/rules.md, "Actions", documents their options for users) and
 // guarantees that no firing is silently lost (docs/guarantees.md).
 //
@@ -14,8 +15,19 @@
 // done callback tells the caller when a firing is handled, so that it can
 // persist its progress. Delivery is at least once: a receiver drops
 // duplicates by the payload's id (the webhook's Idempotency-Key header).
-// Order is kept by the log action (one writer) only; the other actions
+// Order is kept by the log action (one writer) and the kafka action (one
+// worker hands records to the producer in queue order; a record the
+// producer gives up on is retried later, out of order); the other actions
 // run several workers each.
+//
+// The nats action publishes to JetStream with the payload's id as the
+// Nats-Msg-Id (the stream's duplicate window drops repeats); the kafka
+// action produces through an idempotent franz-go producer with acks=all,
+// keyed by the object's uid. Each holds one connection, opened on first
+// use, reconnecting on its own, closed when its workers stop (reload or
+// Close). The webhook, nats and kafka actions can send CloudEvents 1.0,
+// structured or binary (cloudevents.go writes the spec out; the tests
+// decode it with the CloudEvents SDK).
 //
 // Metrics (registered on Options.Registerer), each with the labels rule,
 // action (the action's kind) and index (its position in the rule):
