@@ -438,6 +438,8 @@ func FuzzLoad(f *testing.F) {
 	f.Add([]byte("rules:\n  - &a {name: a}\n  - *a\n  - <<: [*a, *a]\n"))
 	f.Add([]byte("rules: [{name: x, actions: [{patch: {json: [{op: add}]}}, {webhook: {url: 'http://x', template: '{{.x}}'}}]}]"))
 	f.Add([]byte(rule(match + "    crd: {impact: true}\n    when: crd.breaking > 0\n" + logAction)))
+	f.Add([]byte(rule(match + "    actions: [{nats: {url: 'nats://a:1,tls://b:2', subject: 'fw.{{.type}}', stream: S, tokenEnv: T, cloudEvents: {mode: binary, type: rule, source: //c}}}]\n")))
+	f.Add([]byte(rule(match + "    actions: [{kafka: {brokers: ['k:9092'], topic: 'fw.{{.name}}', sasl: {mechanism: PLAIN, username: u, passwordFile: p}, tls: true}}]\n")))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		set, err := Parse("fuzz.yaml", data)
 		if (set == nil) == (err == nil) {

@@ -244,9 +244,18 @@ func validTopic(s string) error {
 		return fmt.Errorf("topic %q is not a valid name", s)
 	}
 	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+		if !topicRune(r) {
 			return fmt.Errorf("topic %q: only letters, digits, '.', '_' and '-' are allowed", s)
 		}
 	}
 	return nil
+}
+
+// topicRune reports whether r may appear in a topic name.
+func topicRune(r rune) bool {
+	switch {
+	case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+		return true
+	}
+	return r == '.' || r == '_' || r == '-'
 }

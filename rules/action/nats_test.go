@@ -375,3 +375,27 @@ func TestNATSDeadLetter(t *testing.T) {
 		t.Error("the logs hold the token")
 	}
 }
+
+// TestNATSConnectionClosed: an action's connection lives as long as the
+// action: a reload that drops it (Retain) closes it, after its firings.
+func TestNATSConnectionClosed(t *testing.T) {
+	srv := startJetStream(t)
+	srv.stream(t) // one client of the test's own
+	t.Setenv("FW_NATS_TOKEN", natsTestToken)
+	h := newHarness(t, nil)
+	r := natsRule("nats-reload", &rules.NATSAction{URL: srv.url(), Subject: mustTemplate(t, "fw.x"), TokenEnv: "FW_NATS_TOKEN", Retry: fastRetry})
+	clients := func() int {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		return srv.srv.NumClients()
+	}
+	dc := newDoneCounter(t)
+	f := newFiring(r)
+	h.deliver(t, f, dc.fn(f.ID))
+	testenv.Eventually(t, 10*time.Second, "delivered", func() bool { return dc.total.Load() == 1 })
+	if n := clients(); n != 2 {
+		t.Fatalf("%d clients, want the test's and the action's", n)
+	}
+	h.Retain(nil)
+	testenv.Eventually(t, 10*time.Second, "the action's connection closed", func() bool { return clients() == 1 })
+}
