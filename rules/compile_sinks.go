@@ -30,17 +30,21 @@ func (c *compiler) nats(n *NATSAction, p string) {
 	if n.URL == "" {
 		c.errorf(p+".url", "required: nats://host:4222, or several separated by commas")
 	}
-	for _, s := range strings.Split(n.URL, ",") {
+	for i, s := range strings.Split(n.URL, ",") {
 		if n.URL == "" {
 			break
 		}
+		// Neither the URL nor its user part is quoted: nats://TOKEN@host
+		// is how a token is written into one, and this error reaches the
+		// log of a failed reload.
 		u, err := url.Parse(strings.TrimSpace(s))
-		if err != nil || u.Host == "" || (u.Scheme != "nats" && u.Scheme != "tls") {
-			c.errorf(p+".url", "%q is not a nats:// or tls:// URL", strings.TrimSpace(s))
-			continue
-		}
-		if u.User != nil {
-			c.errorf(p+".url", "%s carries credentials: put them in credentialsFile, nkeySeedFile, tokenFile or tokenEnv", u.Redacted())
+		switch {
+		case err != nil:
+			c.errorf(p+".url", "server %d is not a valid URL", i+1)
+		case (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "":
+			c.errorf(p+".url", "server %d must be a nats:// or tls:// URL with a host, not scheme %q with host %q", i+1, u.Scheme, u.Host)
+		case u.User != nil:
+			c.errorf(p+".url", "server %d (%s://%s) carries credentials: put them in credentialsFile, nkeySeedFile, tokenFile or tokenEnv", i+1, u.Scheme, u.Host)
 		}
 	}
 	if n.Subject == nil && !c.hasError(p+".subject") {
@@ -61,6 +65,11 @@ func (c *compiler) nats(n *NATSAction, p string) {
 	if (n.CertFile == "") != (n.KeyFile == "") {
 		c.errorf(p+".certFile", "certFile and keyFile go together: set both or neither")
 	}
+	c.notCredentials(n.CredentialsFile, p+".credentialsFile")
+	c.notCredentials(n.NKeySeedFile, p+".nkeySeedFile")
+	c.notCredentials(n.TokenFile, p+".tokenFile")
+	c.notCredentials(n.CertFile, p+".certFile")
+	c.notCredentials(n.KeyFile, p+".keyFile")
 	c.cloudEvents(n.CloudEvents, p+".cloudEvents")
 	c.retry(n.Retry, p+".retry")
 }
@@ -94,10 +103,13 @@ func (c *compiler) kafka(k *KafkaAction, p string) {
 		if (s.PasswordFile == "") == (s.PasswordEnv == "") {
 			c.errorf(p+".sasl", "exactly one of passwordFile and passwordEnv is required")
 		}
+		c.notCredentials(s.PasswordFile, p+".sasl.passwordFile")
 	}
 	if (k.CertFile == "") != (k.KeyFile == "") {
 		c.errorf(p+".certFile", "certFile and keyFile go together: set both or neither")
 	}
+	c.notCredentials(k.CertFile, p+".certFile")
+	c.notCredentials(k.KeyFile, p+".keyFile")
 	c.cloudEvents(k.CloudEvents, p+".cloudEvents")
 	c.retry(k.Retry, p+".retry")
 }

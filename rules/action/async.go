@@ -15,7 +15,7 @@ import (
 func (in *instance) asyncLoop(ctx context.Context, h asyncHandler) {
 	var pending sync.WaitGroup
 	for it := range in.queue {
-		in.m.depth.Dec()
+		in.took(it)
 		if ctx.Err() != nil {
 			in.shutdown(it, 0, nil)
 			continue

@@ -156,7 +156,7 @@ func (d *Dispatcher) newInstance(rule string, i int, a rules.Action) *instance {
 	case a.Kafka != nil:
 		in.retry = a.Kafka.Retry.WithDefaults()
 		in.workers = 1 // it starts records in queue order; the producer pipelines them
-		in.h = newKafka(a.Kafka, d.opts.QueueSize, in.log)
+		in.h = newKafka(a.Kafka, d.opts.QueueSize, d.opts.QueueBytes, in.log)
 	default:
 		in.retry = rules.Retry{Attempts: 1}.WithDefaults()
 		in.workers = 1

@@ -34,8 +34,10 @@ type kafkaSink struct {
 	ce       *cloudEvents
 	timeout  time.Duration
 	buffered int
-	log      *slog.Logger
-	brokers  string // for errors
+	// bufferedBytes bounds the payload bytes the producer holds.
+	bufferedBytes int64
+	log           *slog.Logger
+	brokers       string // for errors
 
 	mu     sync.Mutex
 	cl     *kgo.Client
@@ -48,15 +50,16 @@ var (
 	_ asyncHandler = &kafkaSink{}
 )
 
-func newKafka(spec *rules.KafkaAction, buffered int, log *slog.Logger) *kafkaSink {
+func newKafka(spec *rules.KafkaAction, buffered int, bufferedBytes int64, log *slog.Logger) *kafkaSink {
 	k := &kafkaSink{
-		spec:     spec,
-		topic:    newSubjectTemplate(spec.Topic, validTopic),
-		ce:       newCloudEvents(spec.CloudEvents),
-		timeout:  spec.Timeout,
-		buffered: buffered,
-		log:      log,
-		brokers:  strings.Join(spec.Brokers, ","),
+		spec:          spec,
+		topic:         newSubjectTemplate(spec.Topic, validTopic),
+		ce:            newCloudEvents(spec.CloudEvents),
+		timeout:       spec.Timeout,
+		buffered:      buffered,
+		bufferedBytes: bufferedBytes,
+		log:           log,
+		brokers:       strings.Join(spec.Brokers, ","),
 	}
 	if k.timeout <= 0 {
 		k.timeout = rules.DefaultKafkaTimeout
@@ -159,7 +162,10 @@ func (k *kafkaSink) client() (*kgo.Client, error) {
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordDeliveryTimeout(k.timeout),
 		kgo.ProduceRequestTimeout(k.timeout),
+		// The producer holds at most what the action's queue holds: the
+		// records the worker has started and not yet seen acknowledged.
 		kgo.MaxBufferedRecords(k.buffered),
+		kgo.MaxBufferedBytes(int(k.bufferedBytes)),
 	}
 	tlsConf, err := k.tlsConfig()
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -54,14 +53,12 @@ func newNATS(spec *rules.NATSAction, log *slog.Logger) *natsSink {
 	return n
 }
 
-// redactURLs redacts the user information of a comma-separated list of
-// URLs (the loader refuses it, but a log line never shows one).
+// redactURLs returns the scheme and host of each URL of a comma-separated
+// list (safeURL), what logs, errors and dead letters may show of them.
 func redactURLs(list string) string {
 	parts := strings.Split(list, ",")
 	for i, p := range parts {
-		if u, err := url.Parse(strings.TrimSpace(p)); err == nil {
-			parts[i] = u.Redacted()
-		}
+		parts[i] = safeURL(strings.TrimSpace(p))
 	}
 	return strings.Join(parts, ",")
 }
@@ -166,6 +163,11 @@ func (n *natsSink) options() ([]nats.Option, error) {
 		}),
 	}
 	s := n.spec
+	for _, f := range []string{s.CredentialsFile, s.NKeySeedFile} {
+		if f != "" && readsCredentials(f) {
+			return nil, permanent(fmt.Errorf("%s leads to the service account's credentials: refused", f))
+		}
+	}
 	switch {
 	case s.CredentialsFile != "":
 		opts = append(opts, nats.UserCredentials(s.CredentialsFile))
