@@ -41,11 +41,11 @@ type kafkaCluster struct {
 	dir  string
 	port int
 
-	requests  atomic.Int64  // produce requests
+	requests  atomic.Int64       // produce requests
 	onProduce func(n int64) bool // if set, called with the count on each produce request; true fails it
-	acks      atomic.Int64  // produce requests with acks=-1
-	otherAcks atomic.Int64  // produce requests with other acks
-	noPID     atomic.Int64  // produce requests whose batches have no producer id
+	acks      atomic.Int64       // produce requests with acks=-1
+	otherAcks atomic.Int64       // produce requests with other acks
+	noPID     atomic.Int64       // produce requests whose batches have no producer id
 
 	mu sync.Mutex
 	c  *kfake.Cluster
