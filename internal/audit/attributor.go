@@ -62,7 +62,9 @@ func (o *AttributorOptions) defaults() {
 //   - changes of different objects never wait for each other, and their
 //     callbacks run concurrently;
 //   - at most MaxWaiting changes wait; Submit blocks beyond that
-//     (back-pressure, nothing is dropped).
+//     (back-pressure, nothing is dropped);
+//   - a NoWait change (learned from a list) waits only for the earlier
+//     changes of its object, then is matched with what the Index holds.
 //
 // When the event is already held and nothing of the object is pending,
 // Submit runs the callback on the caller's goroutine before it returns,
@@ -149,7 +151,7 @@ func (a *Attributor) Submit(ctx context.Context, c Change, cb func(Attribution))
 	q := a.objects[key]
 	if q == nil {
 		// The fast path: nothing of this object is pending.
-		if res, ok := a.ix.match(&c, false); ok {
+		if res, ok := a.matchNow(&c); ok {
 			// q marks the object busy while cb runs: a Submit for it from
 			// another goroutine meanwhile queues behind, and runs here.
 			q = &objectQueue{key: key, running: true}
@@ -163,7 +165,7 @@ func (a *Attributor) Submit(ctx context.Context, c Change, cb func(Attribution))
 			return nil
 		}
 	} else if len(q.waiting) == 0 {
-		if res, ok := a.ix.match(&c, false); ok {
+		if res, ok := a.matchNow(&c); ok {
 			a.count(res, 0)
 			a.readyLocked(q, cb, res)
 			a.mu.Unlock()
@@ -189,7 +191,7 @@ func (a *Attributor) Submit(ctx context.Context, c Change, cb func(Attribution))
 	q = a.objects[key]
 	if q == nil || len(q.waiting) == 0 {
 		// An event may have arrived while Submit waited for a slot.
-		if res, ok := a.ix.match(&c, false); ok {
+		if res, ok := a.matchNow(&c); ok {
 			<-a.slots
 			a.count(res, 0)
 			if q == nil {
@@ -214,6 +216,17 @@ func (a *Attributor) Submit(ctx context.Context, c Change, cb func(Attribution))
 	a.m.waiting.Inc()
 	a.armLocked(now)
 	return nil
+}
+
+// matchNow matches c against the events held now, when nothing of its
+// object waits: ok is false when c must wait. A NoWait change never waits:
+// it is MatchNone when nothing fits.
+func (a *Attributor) matchNow(c *Change) (Attribution, bool) {
+	res, ok := a.ix.match(c, c.NoWait)
+	if !ok && c.NoWait {
+		return Attribution{Match: MatchNone}, true
+	}
+	return res, ok
 }
 
 // eventsArrived re-examines the objects that got new events.
@@ -242,7 +255,8 @@ func (a *Attributor) resolveLocked(q *objectQueue, expired bool) {
 	now := a.opts.Clock.Now()
 	for len(q.waiting) > 0 {
 		w := q.waiting[0]
-		due := expired && !now.Before(w.deadline)
+		// A NoWait change waits only for the changes before it.
+		due := w.c.NoWait || expired && !now.Before(w.deadline)
 		res, ok := a.ix.match(&w.c, due)
 		if !ok {
 			if !due {

@@ -308,3 +308,48 @@ func mustSubmit(t *testing.T, a *Attributor, ctx context.Context, c Change, cb f
 		t.Fatal(err)
 	}
 }
+
+// TestAttributorNoWait: a change learned from a list never waits for its
+// event: alone it is matched with what is held (or none) at once; behind
+// a waiting change of its object it resolves as soon as that one does, in
+// order.
+func TestAttributorNoWait(t *testing.T) {
+	ix, a, clk := newTestAttributor(AttributorOptions{Wait: 2 * time.Second})
+	defer a.Close()
+	ctx := context.Background()
+	var r results
+
+	listed := func(kind change.Type, name string) Change {
+		c := chg(kind, name)
+		c.NoWait = true
+		return c
+	}
+	// Nothing held: none, before Submit returns, and no timer.
+	mustSubmit(t, a, ctx, listed(change.Deleted, "gone"), r.cb("gone"))
+	if got := r.list(); len(got) != 1 || got[0] != "gone:none:" {
+		t.Fatalf("got %v", got)
+	}
+	// Held: matched (a delete's Status names the uid: exact).
+	del := rec("e1", "alice", "delete", "held", 0)
+	del.ResponseUID = "uid-held"
+	ix.Add(SourceWebhook, []Record{del}, 0)
+	mustSubmit(t, a, ctx, listed(change.Deleted, "held"), r.cb("held"))
+	if got := r.list(); len(got) != 2 || got[1] != "held:exact:alice" {
+		t.Fatalf("got %v", got)
+	}
+	if clk.pending() != 0 {
+		t.Errorf("NoWait changes armed %d timers", clk.pending())
+	}
+
+	// Behind a waiting update of the same object: resolves right after it.
+	mustSubmit(t, a, ctx, chg(change.Updated, "busy"), r.cb("busy-update"))
+	mustSubmit(t, a, ctx, listed(change.Deleted, "busy"), r.cb("busy-delete"))
+	if got := r.list(); len(got) != 2 {
+		t.Fatalf("the listed deletion overtook the waiting update: %v", got)
+	}
+	ix.Add(SourceWebhook, []Record{rec("e2", "bob", "patch", "busy", 0)}, 0)
+	got := r.waitFor(t, 4)
+	if got[2] != "busy-update:window:bob" || got[3] != "busy-delete:none:" {
+		t.Fatalf("got %v", got)
+	}
+}

@@ -39,63 +39,32 @@ type Change struct {
 	SubresourceKnown bool
 	// Observed is when the watch delivered the change.
 	Observed time.Time
+	// NoWait is set for a change learned from a list rather than from a
+	// watch event (a relist after the watch broke off, the initial list
+	// compared with a restart baseline): it may be long past, so its audit
+	// event is not waited for. It is matched against the events held when
+	// its turn comes (after the earlier changes of its object), and is
+	// MatchNone when none fits.
+	NoWait bool
 }
 
 func (c *Change) key() objectKey {
 	return objectKey{group: c.Group, resource: c.Resource, namespace: c.Namespace, name: c.Name}
 }
 
-// Match says how a change was attributed.
-type Match string
+// Match says how a change was attributed (package change's, the
+// vocabulary audit shares with the rules).
+type Match = change.Match
 
 // The match kinds.
 const (
-	// MatchExact: the audit event's responseObject has the object's uid and
-	// the change's resourceVersion.
-	MatchExact Match = "exact"
-	// MatchWindow: one identity made every write that fits the change in
-	// the match window.
-	MatchWindow Match = "window"
-	// MatchAmbiguous: writes by different identities fit; Candidates lists
-	// them and no user is named.
-	MatchAmbiguous Match = "ambiguous"
-	// MatchNone: no audit event fitted within the wait bound.
-	MatchNone Match = "none"
+	MatchExact     = change.MatchExact
+	MatchWindow    = change.MatchWindow
+	MatchAmbiguous = change.MatchAmbiguous
+	MatchNone      = change.MatchNone
 )
 
-// Attribution is who made a change, as the audit stream tells. Its slices
-// are shared with the index: callers must not modify them.
-type Attribution struct {
-	// Match says how the change was attributed.
-	Match Match `json:"match"`
-	// User is the authenticated user (exact and window matches only).
-	User *UserInfo `json:"user,omitempty"`
-	// ImpersonatedUser is the user the request acted as, when User
-	// impersonated one.
-	ImpersonatedUser *UserInfo `json:"impersonatedUser,omitempty"`
-	// Verb is the request's verb.
-	Verb string `json:"verb,omitempty"`
-	// UserAgent and SourceIPs describe the client.
-	UserAgent string   `json:"userAgent,omitempty"`
-	SourceIPs []string `json:"sourceIPs,omitempty"`
-	// AuditID is the request's audit ID; it is left out of a window match
-	// that had several candidate requests of the same identity (the user is
-	// certain, the request is not).
-	AuditID string `json:"auditID,omitempty"`
-	// Candidates are the usernames (impersonated ones where a request
-	// impersonated) of an ambiguous match, sorted.
-	Candidates []string `json:"candidates,omitempty"`
-}
-
-// Username returns the identity the change was made as: the impersonated
-// user's name when there is one, otherwise the user's; "" unless the match
-// is exact or window.
-func (a *Attribution) Username() string {
-	if a.ImpersonatedUser != nil {
-		return a.ImpersonatedUser.Username
-	}
-	if a.User != nil {
-		return a.User.Username
-	}
-	return ""
-}
+// Attribution is who made a change, as the audit stream tells (package
+// change's). Its slices are shared with the index: callers must not modify
+// them.
+type Attribution = change.Attribution

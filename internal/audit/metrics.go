@@ -66,7 +66,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"match"}),
 		unmatched: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "unmatched_total",
-			Help: "Watched changes for which no audit event arrived within the wait bound.",
+			Help: "Watched changes for which no audit event arrived within the wait bound (or, for changes learned from a list, none was held).",
 		}),
 		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "waiting_changes",

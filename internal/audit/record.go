@@ -1,14 +1,14 @@
 package audit
 
-import "time"
+import (
+	"time"
 
-// UserInfo is an authenticated identity as the apiserver records it. Extra
-// is never kept.
-type UserInfo struct {
-	Username string   `json:"username"`
-	UID      string   `json:"uid,omitempty"`
-	Groups   []string `json:"groups,omitempty"`
-}
+	"github.com/fieldwatch/fieldwatch/change"
+)
+
+// UserInfo is an authenticated identity as the apiserver records it
+// (package change's). Extra is never kept.
+type UserInfo = change.UserInfo
 
 // Record is what attribution keeps of one audit event: no request or
 // response body, only who, what, on which object and when.
