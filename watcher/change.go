@@ -25,6 +25,13 @@ type Change struct {
 	Initial bool
 	// Time is when the watcher received the event.
 	Time time.Time
+	// Listed is set when the change was learned from a list rather than
+	// from a watch event: the initial list (Initial changes, and those
+	// found against the restart baseline), or a relist after the watch
+	// broke off (an object created, changed or replaced meanwhile, a
+	// deletion seen as a missing object). It may have happened long
+	// before Time, and an update may span several writes.
+	Listed bool
 
 	// deferred is set by Defer.
 	deferred func()
@@ -38,6 +45,20 @@ type Change struct {
 	// uncertain marks a standby's Created change for an object found in
 	// its initial list with no baseline: its previous state is unknown.
 	uncertain bool
+	// merged is set when consecutive updates were merged into this one.
+	merged bool
+}
+
+// PreviousResourceVersion returns the object's resourceVersion just before
+// an update, when one watch event delivered it: then Old is the version
+// the write applied to. It is "" for other changes, for an update learned
+// from a list (which may skip versions) and for updates merged while they
+// waited.
+func (c *Change) PreviousResourceVersion() string {
+	if c.Type != change.Updated || c.Listed || c.merged || c.Old == nil {
+		return ""
+	}
+	return c.Old.resourceVersion
 }
 
 // finish marks the change done in its tracker.

@@ -68,6 +68,10 @@ type objectType struct {
 	projection change.Projection
 	// foreign marks objects of other shards: cached for keying only.
 	foreign bool
+	// listed marks objects decoded from a list (the initial list, a
+	// relist, a watch-list's initial events) rather than from a watch
+	// event: the changes they make may be long past.
+	listed bool
 }
 
 var (

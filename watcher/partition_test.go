@@ -161,6 +161,16 @@ func TestPartitionAndCompaction(t *testing.T) {
 		} else if last.Type != change.Deleted {
 			t.Errorf("%s: deleted, but the last change is %s", name, kinds(cs))
 		}
+		// The creates came from watch events; what the relist found is
+		// marked listed, and no update from it names a previous version
+		// (it may skip several).
+		if cs[0].Type != change.Created || cs[0].Listed {
+			t.Errorf("%s: first change %s listed=%v, want a create from a watch event", name, cs[0].Type, cs[0].Listed)
+		}
+		if !last.Listed || last.PreviousResourceVersion() != "" {
+			t.Errorf("%s: the relist's %s: listed=%v, previous resourceVersion %q; want listed, none",
+				name, last.Type, last.Listed, last.PreviousResourceVersion())
+		}
 		seen := map[string]bool{}
 		for _, c := range cs {
 			rv := c.Object().GetResourceVersion()
@@ -168,6 +178,11 @@ func TestPartitionAndCompaction(t *testing.T) {
 				t.Errorf("%s: the change to resourceVersion %s was delivered twice: %s", name, rv, kinds(cs))
 			}
 			seen[rv] = true
+		}
+	}
+	for i := range 5 {
+		if cs := rec.of(configMaps, ns, fmt.Sprintf("new-%02d", i)); len(cs) != 1 || !cs[0].Listed {
+			t.Errorf("new-%02d, created while cut off: %s, want one listed create", i, kinds(cs))
 		}
 	}
 }

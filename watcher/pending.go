@@ -57,6 +57,8 @@ func appendChange(list []*Change, c *Change) []*Change {
 			merged.Resource = c.Resource
 			merged.marks = append(slices.Clip(last.marks), c.marks...)
 			merged.bound = c.bound
+			merged.Listed = last.Listed || c.Listed
+			merged.merged = true
 			list[n-1] = &merged
 			return list
 		}

@@ -42,15 +42,16 @@ const (
 // synchronously in the informer's processing goroutine, after the cache is
 // updated, so the cache and the changes handed on never disagree.
 type resourceWatch struct {
-	res     change.Resource
-	typ     *objectType
-	foreign *objectType // for other shards' objects
-	w       *Watcher
-	events  map[change.Type]prometheus.Counter // resolved once: emit is on the hot path
-	store   cache.Store
-	ctrl    cache.Controller
-	deliver atomic.Bool     // hand changes to the watcher's handler
-	observe func(c *Change) // internal observer (CRD tracking), may be nil
+	res      change.Resource
+	typ      *objectType
+	fromList *objectType // typ, for objects decoded from a list
+	foreign  *objectType // for other shards' objects
+	w        *Watcher
+	events   map[change.Type]prometheus.Counter // resolved once: emit is on the hot path
+	store    cache.Store
+	ctrl     cache.Controller
+	deliver  atomic.Bool     // hand changes to the watcher's handler
+	observe  func(c *Change) // internal observer (CRD tracking), may be nil
 	// listed is the last list that filled the cache (nil before the
 	// first one completes).
 	listed atomic.Pointer[listMark]
@@ -74,14 +75,17 @@ func newResourceWatch(w *Watcher, res change.Resource, namespace string, proj ch
 	}
 	foreign := *typ
 	foreign.foreign = true
+	listed := *typ
+	listed.listed = true
 	rw := &resourceWatch{
-		res:     res,
-		w:       w,
-		typ:     typ,
-		foreign: &foreign,
-		done:    make(chan struct{}),
-		events:  map[change.Type]prometheus.Counter{},
-		track:   w.tracker(watchKey{gvr(res), namespace}),
+		res:      res,
+		w:        w,
+		typ:      typ,
+		fromList: &listed,
+		foreign:  &foreign,
+		done:     make(chan struct{}),
+		events:   map[change.Type]prometheus.Counter{},
+		track:    w.tracker(watchKey{gvr(res), namespace}),
 	}
 	for _, t := range []change.Type{change.Created, change.Updated, change.Deleted} {
 		rw.events[t] = w.metrics.events.WithLabelValues(res.Group, res.Version, res.Resource, string(t))
@@ -99,6 +103,9 @@ func newResourceWatch(w *Watcher, res change.Resource, namespace string, proj ch
 			if err == nil {
 				rw.listed.Store(&listMark{at: started, resourceVersion: list.GetResourceVersion()})
 				rw.track.listed(list.GetResourceVersion())
+				for i := range list.Items {
+					markListed(list.Items[i].Object)
+				}
 			}
 			return list, err
 		},
@@ -131,20 +138,41 @@ type listMark struct {
 	resourceVersion string
 }
 
-// markInitialEvents records, as the list that fills the cache and as the
-// watermark tracker's list, the bookmark that ends the initial events of a
-// watch-list.
+// markInitialEvents filters a watch-list: it marks the objects of its
+// initial events as listed, and records the bookmark that ends them as the
+// list that fills the cache and as the watermark tracker's list.
 func (rw *resourceWatch) markInitialEvents(wi watch.Interface, started time.Time) watch.Interface {
+	initial := true
 	return watch.Filter(wi, func(e watch.Event) (watch.Event, bool) {
-		if e.Type != watch.Bookmark {
+		if !initial {
 			return e, true
 		}
-		if m, err := meta.Accessor(e.Object); err == nil && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
-			rw.listed.Store(&listMark{at: started, resourceVersion: m.GetResourceVersion()})
-			rw.track.listed(m.GetResourceVersion())
+		switch e.Type {
+		case watch.Bookmark:
+			if m, err := meta.Accessor(e.Object); err == nil && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
+				rw.listed.Store(&listMark{at: started, resourceVersion: m.GetResourceVersion()})
+				rw.track.listed(m.GetResourceVersion())
+				initial = false
+			}
+		case watch.Added, watch.Modified:
+			if u, ok := e.Object.(*unstructured.Unstructured); ok {
+				markListed(u.Object)
+			}
 		}
 		return e, true
 	})
+}
+
+// listedKey marks, in a decoded object's map, an object that came from a
+// list; transform removes it. No Kubernetes object has a NUL in a
+// top-level key.
+const listedKey = "\x00fieldwatch/listed"
+
+// markListed marks obj (a decoded object's map) as read from a list.
+func markListed(obj map[string]any) {
+	if obj != nil {
+		obj[listedKey] = true
+	}
 }
 
 // storeRV returns the resourceVersion the informer's cache is at.
@@ -196,7 +224,7 @@ func (rw *resourceWatch) finishInitial(ctx context.Context) {
 	rw.initialMu.Lock()
 	defer rw.initialMu.Unlock()
 	for _, old := range rw.baseline {
-		rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: old, Time: time.Now()}, boundCache)
+		rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: old, Listed: true, Time: time.Now()}, boundCache)
 	}
 	rw.baseline = nil
 	rw.track.initialDone()
@@ -210,13 +238,18 @@ func (rw *resourceWatch) transform(obj any) (any, error) {
 	case *Object:
 		return o, nil
 	case *unstructured.Unstructured:
+		typ := rw.typ
+		if _, listed := o.Object[listedKey]; listed {
+			delete(o.Object, listedKey)
+			typ = rw.fromList
+		}
 		if shard := rw.w.cfg.Shard; shard.enabled() && !shard.ServerSide && !shard.owns(o.GetUID()) {
 			// Another replica's object: keep only what the cache
 			// needs to key it.
 			return &Object{ns: intern(o.GetNamespace()), name: o.GetName(), uid: o.GetUID(),
 				resourceVersion: o.GetResourceVersion(), typ: rw.foreign}, nil
 		}
-		return newObject(o.Object, rw.typ)
+		return newObject(o.Object, typ)
 	case cache.DeletedFinalStateUnknown:
 		return o, nil
 	default:
@@ -233,14 +266,14 @@ func (rw *resourceWatch) OnAdd(obj any, isInInitialList bool) {
 	}
 	defer rw.observed(o.resourceVersion, isInInitialList)
 	if !isInInitialList {
-		rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Time: time.Now()}, boundObject)
+		rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Listed: o.typ.listed, Time: time.Now()}, boundObject)
 		return
 	}
 	switch rw.mode {
 	case quietStart:
 		switch {
 		case rw.w.cfg.InitialSync:
-			rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Initial: true, Time: time.Now()}, boundObject)
+			rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Initial: true, Listed: true, Time: time.Now()}, boundObject)
 		default:
 			rw.notNews(o)
 		}
@@ -254,13 +287,13 @@ func (rw *resourceWatch) OnAdd(obj any, isInInitialList bool) {
 			// Not watched by the previous run: not news.
 			rw.notNews(o)
 		case !found:
-			rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Time: time.Now()}, boundObject)
+			rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Listed: true, Time: time.Now()}, boundObject)
 		case old.resourceVersion != o.resourceVersion:
 			if st := rw.w.cfg.Store; st != nil {
 				old = unhash(st.salt, old, o) // a baseline's hashed values
 			}
 			if !sameUnder(old, o) {
-				rw.emit(&Change{Type: change.Updated, Resource: rw.res, Old: old, New: o, Time: time.Now()}, boundObject)
+				rw.emit(&Change{Type: change.Updated, Resource: rw.res, Old: old, New: o, Listed: true, Time: time.Now()}, boundObject)
 			}
 		}
 	}
@@ -274,7 +307,7 @@ func (rw *resourceWatch) notNews(o *Object) {
 	switch {
 	case o.typ.foreign:
 	case rw.w.standby.Load() && rw.deliver.Load():
-		rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Time: time.Now(), uncertain: true}, boundObject)
+		rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Listed: true, Time: time.Now(), uncertain: true}, boundObject)
 	case rw.record:
 		rw.w.cfg.Store.put(rw.res, o)
 	}
@@ -295,11 +328,11 @@ func (rw *resourceWatch) OnUpdate(oldObj, newObj any) {
 	if old.uid != o.uid {
 		// A relist after a disconnection found another object under the
 		// same name: the first was deleted, the second created.
-		rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: old, Time: time.Now()}, boundCache)
-		rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Time: time.Now()}, boundObject)
+		rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: old, Listed: true, Time: time.Now()}, boundCache)
+		rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Listed: true, Time: time.Now()}, boundObject)
 		return
 	}
-	rw.emit(&Change{Type: change.Updated, Resource: rw.res, Old: old, New: o, Time: time.Now()}, boundObject)
+	rw.emit(&Change{Type: change.Updated, Resource: rw.res, Old: old, New: o, Listed: o.typ.listed, Time: time.Now()}, boundObject)
 }
 
 // OnDelete implements cache.ResourceEventHandler.
@@ -322,7 +355,8 @@ func (rw *resourceWatch) OnDelete(obj any) {
 		objRV = "" // not the deletion's
 	}
 	defer rw.observed(objRV, false)
-	rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: o, Time: time.Now()}, bound)
+	// A tombstone: the deletion was seen only as a missing object.
+	rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: o, Listed: bound == boundCache, Time: time.Now()}, bound)
 }
 
 // observed tells the tracker a callback for an object of resourceVersion

@@ -257,6 +257,22 @@ func TestCoalescedUpdatesDiff(t *testing.T) {
 	if a, b := field(cs[2].Old, "data", "n"), field(cs[2].New, "data", "n"); a != "1" || b != "5" {
 		t.Errorf("merged update %v -> %v, want 1 -> 5", a, b)
 	}
+	// One watch event: the previous version is the one the write applied
+	// to. Merged: none (the writes in between applied to others).
+	for i, c := range cs {
+		if c.Listed {
+			t.Errorf("change %d (%s) from a watch event marked listed", i, c.Type)
+		}
+	}
+	if got, want := cs[1].PreviousResourceVersion(), cs[1].Old.GetResourceVersion(); got != want || got == "" {
+		t.Errorf("single update: previous resourceVersion %q, want %q", got, want)
+	}
+	if got := cs[2].PreviousResourceVersion(); got != "" {
+		t.Errorf("merged update: previous resourceVersion %q, want none", got)
+	}
+	if got := cs[0].PreviousResourceVersion(); got != "" {
+		t.Errorf("create: previous resourceVersion %q, want none", got)
+	}
 }
 
 // TestInitialObjects: starting against 1,000 existing objects yields no
@@ -292,6 +308,12 @@ func TestInitialObjects(t *testing.T) {
 	}
 	if got := initial.count(func(c *Change) bool { return inNS(c) && c.Initial && c.Object().GetName() == "marker" }); got != 0 {
 		t.Errorf("the marker was marked initial")
+	}
+	if got := initial.count(func(c *Change) bool { return inNS(c) && c.Initial && !c.Listed }); got != 0 {
+		t.Errorf("%d initial-sync changes not marked listed", got)
+	}
+	if got := initial.count(func(c *Change) bool { return inNS(c) && c.Listed && c.Object().GetName() == "marker" }); got != 0 {
+		t.Errorf("the marker, from a watch event, was marked listed")
 	}
 }
 
