@@ -70,7 +70,8 @@ var (
 )
 
 // celEnv returns the environment when expressions compile in: object and
-// oldObject (dyn, null when absent), and with withCRD crd (dyn: the CRD
+// oldObject (dyn, null when absent), actor (dyn, every key present), and
+// with withCRD crd (dyn: the CRD
 // comparison, declared only for rules that match CustomResourceDefinitions
 // only); numbers compared across int and double (JSON numbers come as
 // either), optional types (object.?spec.size), the strings, sets and
@@ -81,6 +82,7 @@ func celEnv(withCRD bool) (*cel.Env, error) {
 		opts := []cel.EnvOption{
 			cel.Variable("object", cel.DynType),
 			cel.Variable("oldObject", cel.DynType),
+			cel.Variable("actor", cel.DynType),
 			cel.CrossTypeNumericComparisons(true),
 			cel.OptionalTypes(),
 			cel.DefaultUTCTimeZone(true),
@@ -335,6 +337,9 @@ type celExpr struct {
 	full  bool
 	// usesCRD is true when the expression reads the crd variable.
 	usesCRD bool
+	// actorAudit is true when it reads actor's audit fields (or actor
+	// whole).
+	actorAudit bool
 }
 
 // celIssue is a compile error of an expression, at a 1-based line and
@@ -387,6 +392,7 @@ func compileCEL(src string, withCRD bool) (*celExpr, []celIssue) {
 		return nil, []celIssue{{1, 1, err.Error()}}
 	}
 	x.paths, x.full = celPaths(checked.NativeRep())
+	x.actorAudit = celActorAudit(checked.NativeRep())
 	return x, nil
 }
 
@@ -456,6 +462,27 @@ func celPaths(a *ast.AST) (paths [][]string, full bool) {
 	return paths, false
 }
 
+// celActorAudit reports whether an expression reads actor other than
+// through actor.manager and actor.operation: those come from
+// managedFields, everything else from the audit stream.
+func celActorAudit(a *ast.AST) bool {
+	root := ast.NavigateAST(a)
+	for _, id := range ast.MatchDescendants(root, ast.KindMatcher(ast.IdentKind)) {
+		if id.AsIdent() != "actor" {
+			continue
+		}
+		parent, ok := id.Parent()
+		if !ok {
+			return true
+		}
+		field, ok := selectedField(parent, id.ID())
+		if !ok || !actorManagedFieldsKeys[field] {
+			return true
+		}
+	}
+	return false
+}
+
 // selectedField returns the constant field e selects on its operand
 // (which must be the expression with id operand).
 func selectedField(e ast.NavigableExpr, operand int64) (string, bool) {
@@ -480,17 +507,19 @@ func selectedField(e ast.NavigableExpr, operand int64) (string, bool) {
 	return "", false
 }
 
-// celVars binds object, oldObject and crd for one evaluation. The values
-// are converted to CEL values once per change and shared by every rule;
-// crd is set before each evaluation that declares it (rules with and
-// without the impact see different values).
+// celVars binds object, oldObject, crd and actor for one evaluation. The
+// values are converted to CEL values once per change (actor when first
+// read) and shared by every rule; crd is set before each evaluation that
+// declares it (rules with and without the impact see different values).
 type celVars struct {
 	object, oldObject ref.Val
 	crd               ref.Val
+	c                 *Change
+	actor             ref.Val
 }
 
 func newCELVars(c *Change) *celVars {
-	v := &celVars{object: types.NullValue, oldObject: types.NullValue, crd: types.NullValue}
+	v := &celVars{object: types.NullValue, oldObject: types.NullValue, crd: types.NullValue, c: c}
 	if c.Object != nil {
 		v.object = celValue(c.Object)
 	}
@@ -515,6 +544,11 @@ func (v *celVars) ResolveName(name string) (any, bool) {
 		return v.oldObject, true
 	case "crd":
 		return v.crd, true
+	case "actor":
+		if v.actor == nil {
+			v.actor = celValue(actorValue(v.c))
+		}
+		return v.actor, true
 	}
 	return nil, false
 }

@@ -27,6 +27,12 @@ type Change struct {
 	// that ask for the impact get the comparison with an impactError
 	// saying it was not computed.
 	CRD *crddiff.Result
+	// Attribution is who made the change, as the Kubernetes audit stream
+	// tells: nil when attribution is off (no audit source). With it, the
+	// payload's actor names the user (or says why it cannot: match none or
+	// ambiguous), match.users and match.excludeUsers can decide, and the
+	// CEL actor has the audit fields.
+	Attribution *change.Attribution
 }
 
 // meta returns the object a change is about: the new state, or the final

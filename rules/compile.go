@@ -166,6 +166,8 @@ func (c *compiler) match(r *Rule, m *MatchSpec, p string) {
 		}
 	}
 	r.filter.names = m.Names
+	r.users.users = c.userGlobs(m.Users, p+".users")
+	r.users.exclude = c.userGlobs(m.ExcludeUsers, p+".excludeUsers")
 	if m.LabelSelector != "" {
 		sel, err := labels.Parse(m.LabelSelector)
 		if err != nil {

@@ -70,6 +70,18 @@ func (s *Set) Selectors() []change.Selector {
 	return out
 }
 
+// UsesAttribution returns the names of the rules that need the audit
+// stream to know who made a change (Rule.UsesAttribution), in rule order.
+func (s *Set) UsesAttribution() []string {
+	var names []string
+	for _, r := range s.rules {
+		if r.UsesAttribution() {
+			names = append(names, r.Name)
+		}
+	}
+	return names
+}
+
 // RulesFor returns the rules whose selectors match res, in rule order.
 // The result is cached per Resource; the slice must not be changed.
 func (s *Set) RulesFor(res change.Resource) []*Rule {
@@ -154,7 +166,7 @@ func (s *Set) Eval(c *Change) ([]Firing, []error) {
 	var firings []Firing
 	var errs []error
 	for _, r := range rules {
-		if r.on&bit == 0 || !r.filter.matches(c, st.ns, st.name) {
+		if r.on&bit == 0 || !r.filter.matches(c, st.ns, st.name) || !r.users.allows(c.Attribution) {
 			continue
 		}
 		ops, fired, err := r.eval(&st)

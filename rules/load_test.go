@@ -36,6 +36,8 @@ rules:
       excludeNamespaces: [kube-system]
       labelSelector: "app=shop,tier in (web, api),!legacy"
       names: ["web-*", "api-?"]
+      users: [alice, "group:dev"]
+      excludeUsers: ["system:serviceaccount:*"]
     on: [update, create]
     fields:
       - path: spec.size

@@ -99,13 +99,7 @@ func (r *Rule) firing(st *evalState, ops []Op) (Firing, error) {
 		}
 	}
 	b = append(b, ']')
-	if hasActor {
-		b = append(b, `,"actor":{"manager":`...)
-		b = appendJSONString(b, actor.Manager)
-		b = append(b, `,"operation":`...)
-		b = appendJSONString(b, actor.Operation)
-		b = append(b, '}')
-	}
+	b, _ = appendActor(b, actor, hasActor, c.Attribution)
 	if r.crd != crdNone {
 		v, err := st.crdView(r.crd == crdImpact)
 		if err != nil {

@@ -24,6 +24,7 @@ type Rule struct {
 
 	on         uint8 // bit set of changeBit
 	filter     objectFilter
+	users      userFilter
 	fields     []*fieldTrigger
 	ignore     []*fieldPath
 	ignoreKey  string // the ignore paths, canonical: rules with the same share diffs
@@ -34,6 +35,15 @@ type Rule struct {
 	crd        crdMode
 	projection change.Projection
 	nameErr    Error // where the name is, for duplicate-name errors
+}
+
+// UsesAttribution reports whether r needs to know who made a change from
+// the audit stream: its match has users or excludeUsers, or its when
+// expression reads the actor's audit fields (anything of actor but
+// manager and operation). fieldwatch run refuses such rules without an
+// audit source.
+func (r *Rule) UsesAttribution() bool {
+	return r.users.set() || (r.when != nil && r.when.actorAudit)
 }
 
 // Matches reports whether r watches res: one of its selectors matches.

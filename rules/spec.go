@@ -50,6 +50,11 @@ type MatchSpec struct {
 	ExcludeNamespaces []string       `yaml:"excludeNamespaces,omitempty" json:"excludeNamespaces,omitempty"`
 	LabelSelector     string         `yaml:"labelSelector,omitempty" json:"labelSelector,omitempty"`
 	Names             []string       `yaml:"names,omitempty" json:"names,omitempty"`
+	// Users and ExcludeUsers select changes by who made them, as the
+	// Kubernetes audit stream tells (fieldwatch run with an audit source):
+	// globs on the username, "group:GLOB" on the groups.
+	Users        []string `yaml:"users,omitempty" json:"users,omitempty"`
+	ExcludeUsers []string `yaml:"excludeUsers,omitempty" json:"excludeUsers,omitempty"`
 }
 
 // CRDSpec is a rule's crd key: what a rule on CustomResourceDefinitions

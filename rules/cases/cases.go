@@ -61,7 +61,27 @@ type caseSpec struct {
 	OldObject *any          `yaml:"oldObject"`
 	Object    *any          `yaml:"object"`
 	Objects   *any          `yaml:"objects"`
+	Actor     *actorSpec    `yaml:"actor"`
 	Expect    *expectSpec   `yaml:"expect"`
+}
+
+// actorSpec is who made a case's change, as the audit stream would tell
+// (rules.Change.Attribution).
+type actorSpec struct {
+	User             *userSpec `yaml:"user"`
+	ImpersonatedUser *userSpec `yaml:"impersonatedUser"`
+	Verb             string    `yaml:"verb"`
+	UserAgent        string    `yaml:"userAgent"`
+	SourceIPs        []string  `yaml:"sourceIPs"`
+	AuditID          string    `yaml:"auditID"`
+	Match            string    `yaml:"match"`
+	Candidates       []string  `yaml:"candidates"`
+}
+
+type userSpec struct {
+	Username string   `yaml:"username"`
+	UID      string   `yaml:"uid"`
+	Groups   []string `yaml:"groups"`
 }
 
 type resourceSpec struct {
@@ -165,6 +185,9 @@ func (l *loader) compile(cs *caseSpec, p string) Case {
 	}
 	c.Change.Resource = l.resource(cs.Resource, obj, p+".resource")
 	c.Objects = l.objects(cs.Objects, c.Change, p+".objects")
+	if cs.Actor != nil {
+		c.Change.Attribution = l.actor(cs.Actor, p+".actor")
+	}
 	if cs.Expect == nil {
 		l.errorf(p+".expect", "required: at least expect.fire (an empty list when nothing fires)")
 		return c
@@ -289,4 +312,61 @@ func (l *loader) resource(rs *resourceSpec, obj map[string]any, p string) change
 		l.errorf(p, "version and kind are required (here or as the object's apiVersion and kind)")
 	}
 	return res
+}
+
+// actor reads a case's actor: who made the change, as attribution from the
+// audit stream would say. match defaults to exact when a user is given and
+// to none otherwise; exact and window need a user, ambiguous needs
+// candidates and no user.
+func (l *loader) actor(as *actorSpec, p string) *change.Attribution {
+	a := &change.Attribution{
+		Verb: as.Verb, UserAgent: as.UserAgent, SourceIPs: as.SourceIPs,
+		AuditID: as.AuditID, Candidates: as.Candidates,
+	}
+	for _, u := range []struct {
+		spec *userSpec
+		dst  **change.UserInfo
+		key  string
+	}{{as.User, &a.User, "user"}, {as.ImpersonatedUser, &a.ImpersonatedUser, "impersonatedUser"}} {
+		if u.spec == nil {
+			continue
+		}
+		if u.spec.Username == "" {
+			l.errorf(p+"."+u.key+".username", "required")
+		}
+		*u.dst = &change.UserInfo{Username: u.spec.Username, UID: u.spec.UID, Groups: u.spec.Groups}
+	}
+	a.Match = change.Match(as.Match)
+	if as.Match == "" {
+		a.Match = change.MatchNone
+		if a.User != nil {
+			a.Match = change.MatchExact
+		}
+	}
+	switch a.Match {
+	case change.MatchExact, change.MatchWindow:
+		if a.User == nil {
+			l.errorf(p+".user", "required when match is %s", a.Match)
+		}
+		if len(a.Candidates) > 0 {
+			l.errorf(p+".candidates", "only for match ambiguous")
+		}
+	case change.MatchAmbiguous:
+		if a.User != nil || a.ImpersonatedUser != nil {
+			l.errorf(p+".user", "an ambiguous match names no user: list the candidates' usernames instead")
+		}
+		if len(a.Candidates) < 2 {
+			l.errorf(p+".candidates", "an ambiguous match has at least two candidates")
+		}
+	case change.MatchNone:
+		if a.User != nil || a.ImpersonatedUser != nil || len(a.Candidates) > 0 {
+			l.errorf(p+".match", "none names no user and no candidates")
+		}
+	default:
+		l.errorf(p+".match", "%q is not a match: use exact, window, ambiguous or none", as.Match)
+	}
+	if a.ImpersonatedUser != nil && a.User == nil {
+		l.errorf(p+".impersonatedUser", "needs the user who impersonated (user)")
+	}
+	return a
 }

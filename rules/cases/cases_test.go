@@ -137,6 +137,13 @@ func TestParseErrors(t *testing.T) {
 			[]string{`cases[0].expect.crd.r: crd of rule "r", which is not in expect.fire`}},
 		{"crd not a mapping", "cases:\n  - name: a\n" + crdCase + "    expect: {fire: [r], crd: {r: [1]}}\n",
 			[]string{"cases[0].expect.crd.r: must be a mapping"}},
+		{"actor: bad match", actorCase("{user: {username: a}, match: maybe}"), []string{`cases[0].actor.match: "maybe" is not a match`}},
+		{"actor: window without user", actorCase("{match: window}"), []string{"cases[0].actor.user: required when match is window"}},
+		{"actor: ambiguous with a user", actorCase("{user: {username: a}, match: ambiguous, candidates: [a, b]}"), []string{"cases[0].actor.user: an ambiguous match names no user"}},
+		{"actor: ambiguous alone", actorCase("{match: ambiguous, candidates: [a]}"), []string{"cases[0].actor.candidates: an ambiguous match has at least two candidates"}},
+		{"actor: user without name", actorCase("{user: {groups: [g]}}"), []string{"cases[0].actor.user.username: required"}},
+		{"actor: impersonated alone", actorCase("{impersonatedUser: {username: a}, match: none}"), []string{"cases[0].actor.match: none names no user"}},
+		{"actor: unknown key", actorCase("{user: {username: a}, who: b}"), []string{`cases[0].actor.who: unknown key "who"`}},
 		{"duplicate names", "cases:\n  - {name: a, type: created, resource: {resource: x}, object: {apiVersion: v1, kind: X}, expect: {fire: []}}\n  - {name: a, type: created, resource: {resource: x}, object: {apiVersion: v1, kind: X}, expect: {fire: []}}\n",
 			[]string{`c.yaml:3:12: cases[1].name: duplicate case name "a"`}},
 	}
@@ -269,4 +276,9 @@ func TestRunRendersTemplates(t *testing.T) {
 	if r.Pass || !strings.HasPrefix(r.Diff, "rule resized: actions[2].event.note: template rules[0].actions[2].event.note: stopped: ") || strings.Contains(r.Diff, "webhook") {
 		t.Errorf("pass %v, diff:\n%s\nwant the event note stopped, the webhook template fine", r.Pass, r.Diff)
 	}
+}
+
+// actorCase is a valid case but for its actor, given as YAML flow.
+func actorCase(actor string) string {
+	return "cases:\n  - name: a\n    type: created\n    resource: {resource: x}\n    object: {apiVersion: v1, kind: X}\n    actor: " + actor + "\n    expect: {fire: []}\n"
 }

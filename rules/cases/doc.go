@@ -17,6 +17,11 @@
 //	      # kind, namespaced to whether it has a namespace
 //	    oldObject: {...}                    # inline YAML objects; anchors help
 //	    object: {...}
+//	    actor:                              # optional: who made it, as the audit stream tells
+//	      user: {username: alice, groups: [dev]}
+//	      verb: patch                       # and impersonatedUser, userAgent, sourceIPs, auditID
+//	      match: exact                      # default exact with a user, none without;
+//	                                        # ambiguous with candidates: [alice, bob]
 //	    expect:
 //	      fire: [widget-resized]            # required; [] when nothing fires
 //	      changes:                          # optional, exact, per rule
