@@ -92,6 +92,7 @@ type Attributor struct {
 	timerAt   time.Time
 	done      bool
 	drainers  sync.WaitGroup
+	nwaiting  int // unresolved changes
 }
 
 // objectQueue is the pending work of one object.
@@ -213,6 +214,7 @@ func (a *Attributor) Submit(ctx context.Context, c Change, cb func(Attribution))
 	}
 	q.waiting = append(q.waiting, w)
 	a.deadlines = append(a.deadlines, w)
+	a.nwaiting++
 	a.m.waiting.Inc()
 	a.armLocked(now)
 	return nil
@@ -268,6 +270,7 @@ func (a *Attributor) resolveLocked(q *objectQueue, expired bool) {
 		q.waiting = q.waiting[1:]
 		w.resolved = true
 		<-a.slots
+		a.nwaiting--
 		a.m.waiting.Dec()
 		a.count(res, sinceOrZero(now, w.submitted))
 		a.readyLocked(q, w.cb, res)
@@ -400,6 +403,28 @@ func (a *Attributor) count(res Attribution, waited time.Duration) {
 		a.m.unmatched.Inc()
 	}
 	a.m.wait.Observe(waited.Seconds())
+}
+
+// Drain waits until no change waits any more (each has had its event or
+// its bound), polling every interval, or until ctx ends; callbacks may
+// still be running. Call it on shutdown, after the last Submit and before
+// Close, so that the last changes keep their chance of an attribution.
+func (a *Attributor) Drain(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		a.mu.Lock()
+		n := a.nwaiting
+		a.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // Close stops waiting: every waiting change is resolved at once with what

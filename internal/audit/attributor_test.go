@@ -353,3 +353,41 @@ func TestAttributorNoWait(t *testing.T) {
 		t.Fatalf("got %v", got)
 	}
 }
+
+// TestAttributorDrain: Drain returns once the waiting changes have had
+// their events or their bounds, and at once when nothing waits.
+func TestAttributorDrain(t *testing.T) {
+	ix, a, clk := newTestAttributor(AttributorOptions{Wait: 2 * time.Second})
+	defer a.Close()
+	ctx := context.Background()
+	a.Drain(ctx, time.Millisecond) // nothing waits
+	var r results
+	mustSubmit(t, a, ctx, chg(change.Updated, "a"), r.cb("a"))
+	mustSubmit(t, a, ctx, chg(change.Updated, "b"), r.cb("b"))
+	drained := make(chan struct{})
+	go func() {
+		a.Drain(ctx, time.Millisecond)
+		close(drained)
+	}()
+	ix.Add(SourceWebhook, []Record{rec("e1", "alice", "patch", "a", 0)}, 0)
+	r.waitFor(t, 1)
+	select {
+	case <-drained:
+		t.Fatal("Drain returned while b waits")
+	default:
+	}
+	clk.Step(2 * time.Second)
+	select {
+	case <-drained:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Drain did not return after the bound")
+	}
+	if got := r.waitFor(t, 2); got[1] != "b:none:" {
+		t.Errorf("got %v", got)
+	}
+	// A context that ends stops it.
+	mustSubmit(t, a, ctx, chg(change.Updated, "c"), r.cb("c"))
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	a.Drain(cctx, time.Millisecond)
+}

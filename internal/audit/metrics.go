@@ -50,7 +50,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"source"}),
 		webhookRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "webhook_requests_total",
-			Help: "Requests to the audit webhook, by response code (401: no credentials, 403: wrong credentials, 413: body too large).",
+			Help: "Requests to the audit webhook, by response code (401: no credentials, 403: wrong credentials, 413: body too large, 503: standing by).",
 		}, []string{"code"}),
 		held: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "index_events",

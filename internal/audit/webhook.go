@@ -42,6 +42,12 @@ type WebhookOptions struct {
 	Logger *slog.Logger
 	// Metrics receive the request counts (default unregistered ones).
 	Metrics *Metrics
+	// Accepting, when set, says whether events are wanted now. When it
+	// returns false (a replica standing by for leadership), authenticated
+	// requests get 503 with Retry-After: 1 and the connection is closed:
+	// the apiserver's client retries on a new connection, which a Service
+	// may route to the replica that accepts.
+	Accepting func() bool
 }
 
 // Webhook receives audit.k8s.io/v1 EventList POSTs from the apiserver's
@@ -188,6 +194,13 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			rw.Header().Set("WWW-Authenticate", `Bearer realm="fieldwatch-audit"`)
 		}
 		w.refuse(rw, r, code, why)
+		return
+	}
+	if w.opts.Accepting != nil && !w.opts.Accepting() {
+		rw.Header().Set("Retry-After", "1")
+		rw.Header().Set("Connection", "close")
+		w.m.webhookCode(http.StatusServiceUnavailable)
+		http.Error(rw, "not accepting audit events: standing by", http.StatusServiceUnavailable)
 		return
 	}
 	body := http.MaxBytesReader(rw, r.Body, w.opts.MaxBodyBytes)

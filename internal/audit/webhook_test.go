@@ -265,3 +265,58 @@ func TestWebhookReloadsCertificate(t *testing.T) {
 		t.Errorf("the old certificate is still served: %v", err)
 	}
 }
+
+// TestWebhookStandingBy: while Accepting says no, authenticated posts get
+// 503 with Retry-After and a closed connection, and nothing reaches the
+// sink; unauthenticated ones are still refused as such.
+func TestWebhookStandingBy(t *testing.T) {
+	p := newWebhookPKI(t, t.TempDir())
+	sink := &recordingSink{}
+	var accepting sync.Mutex
+	leading := false
+	w, err := NewWebhook(WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, TokenFile: p.tokenFile,
+		Logger: slog.New(slog.DiscardHandler), Accepting: func() bool {
+			accepting.Lock()
+			defer accepting.Unlock()
+			return leading
+		}}, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := serveWebhook(t, w)
+	body := eventList(readLines(t, apiserverLog)[:10])
+	client := httpsClient(t, p.ca.CertPEM, nil, nil)
+	post := func(token string) *http.Response {
+		t.Helper()
+		req, err := http.NewRequest("POST", url, bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp
+	}
+	if resp := post(""); resp.StatusCode != 401 {
+		t.Errorf("standing by, no credentials: %d, want 401", resp.StatusCode)
+	}
+	resp := post(p.token)
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "1" || !resp.Close {
+		t.Errorf("standing by: %d Retry-After %q close %v, want 503, 1, closed", resp.StatusCode, resp.Header.Get("Retry-After"), resp.Close)
+	}
+	if n := len(sink.ids()); n != 0 {
+		t.Errorf("standing by: %d records reached the sink", n)
+	}
+	accepting.Lock()
+	leading = true
+	accepting.Unlock()
+	if resp := post(p.token); resp.StatusCode != 200 || len(sink.ids()) == 0 {
+		t.Errorf("leading: %d, %d records", resp.StatusCode, len(sink.ids()))
+	}
+}
