@@ -8,12 +8,15 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2"
 
 	"github.com/fieldwatch/fieldwatch/internal/app"
+	"github.com/fieldwatch/fieldwatch/internal/audit"
 )
 
 // files is a repeatable flag.
@@ -54,11 +57,31 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"most custom resources one CRD change's impact scan reads (rules with crd: {impact: true}); beyond, the payload says the counts are lower bounds")
 	fs.DurationVar(&cfg.CRDImpactTimeout, "crd-impact-timeout", app.DefaultCRDImpactTimeout,
 		"longest one CRD change's impact scan runs, list included; beyond, the payload says the counts are lower bounds")
+	au := &cfg.Audit
+	maxBody := byteSize(audit.DefaultMaxBodyBytes)
+	fs.StringVar(&au.WebhookAddr, "audit-webhook-addr", "", "attribution: address of the HTTPS receiver for the apiserver's audit webhook backend, such as :8443 (empty: none)")
+	fs.StringVar(&au.WebhookCertFile, "audit-webhook-cert-file", "", "attribution: the receiver's serving certificate (PEM; reloaded when it changes)")
+	fs.StringVar(&au.WebhookKeyFile, "audit-webhook-key-file", "", "attribution: the receiver's serving key (PEM)")
+	fs.StringVar(&au.WebhookClientCAFile, "audit-webhook-client-ca-file", "", "attribution: accept posts with a client certificate signed by these CAs")
+	fs.StringVar(&au.WebhookTokenFile, "audit-webhook-token-file", "", "attribution: accept posts with this bearer token")
+	fs.Var(&maxBody, "audit-webhook-max-body", "attribution: largest audit event list accepted (bytes, or a quantity such as 32Mi)")
+	fs.StringVar(&au.LogPath, "audit-log", "", "attribution: the apiserver's JSON audit log to follow (--audit-log-path), across rotation and truncation")
+	fs.StringVar(&au.LogStateFile, "audit-log-state", "", "attribution: where to record how far the audit log was read (default <state-dir>/audit-log.state with --state-dir)")
+	fs.DurationVar(&au.Wait, "audit-wait", audit.DefaultWait, "attribution: how long a change waits at most for its audit event")
+	fs.DurationVar(&au.MatchWindow, "audit-match-window", audit.DefaultWindow, "attribution: how far apart an audit event and a change may be to match without a resourceVersion")
+	fs.DurationVar(&au.ClockSkew, "audit-clock-skew", audit.DefaultClockSkew, "attribution: how far the apiserver's clock may run ahead of fieldwatch's")
+	fs.IntVar(&au.IndexMaxEvents, "audit-index-max-events", audit.DefaultMaxEvents, "attribution: audit events held for matching at most")
+	fs.DurationVar(&au.IndexMaxAge, "audit-index-max-age", audit.DefaultMaxAge, "attribution: how long an audit event is held for matching")
+	fs.IntVar(&au.MaxWaiting, "audit-max-waiting", audit.DefaultMaxWaiting, "attribution: changes waiting for their audit event or actions at most; beyond it the watcher slows down")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if !*pprof {
 		cfg.PprofAddr = ""
+	}
+	au.WebhookMaxBodyBytes = int64(maxBody)
+	if au.LogPath != "" && au.LogStateFile == "" && cfg.StateDir != "" {
+		au.LogStateFile = filepath.Join(cfg.StateDir, "audit-log.state")
 	}
 	if len(ruleFiles) == 0 || fs.NArg() > 0 {
 		_, _ = fmt.Fprintln(stderr, "fieldwatch run: --rules FILE is required and no arguments are taken")
@@ -100,6 +123,27 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	logger := slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
 	klog.SetSlogLogger(logger)
 	return logger, nil
+}
+
+// byteSize is a flag of a size in bytes, written as a number or a
+// Kubernetes quantity (32Mi).
+type byteSize int64
+
+func (b *byteSize) String() string {
+	return resource.NewQuantity(int64(*b), resource.BinarySI).String()
+}
+
+func (b *byteSize) Set(v string) error {
+	q, err := resource.ParseQuantity(v)
+	if err != nil {
+		return fmt.Errorf("not a size: %w", err)
+	}
+	n, ok := q.AsInt64()
+	if !ok || n <= 0 {
+		return fmt.Errorf("%q is not a positive number of bytes", v)
+	}
+	*b = byteSize(n)
+	return nil
 }
 
 // podNamespace is the namespace of the pod's service account, "default"

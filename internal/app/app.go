@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/fieldwatch/fieldwatch/internal/audit"
 	"github.com/fieldwatch/fieldwatch/rules"
 	"github.com/fieldwatch/fieldwatch/rules/action"
 	"github.com/fieldwatch/fieldwatch/watcher"
@@ -82,6 +83,9 @@ type Config struct {
 	// are never served on HTTPAddr nor on another interface. Reach them
 	// with kubectl port-forward.
 	PprofAddr string
+	// Audit turns on attribution from the Kubernetes audit stream; its
+	// zero value leaves it off.
+	Audit AuditConfig
 }
 
 // checkLoopback returns an error unless addr (host:port) names a
@@ -111,6 +115,11 @@ type App struct {
 	disp    atomic.Pointer[action.Dispatcher]
 	reload  sync.Mutex
 	digest  string // of the loaded rules files' content
+
+	// auditMetrics, auditSink and auditScope serve attribution (Config.Audit).
+	auditMetrics *audit.Metrics
+	auditSink    auditSwitch
+	auditScope   atomic.Pointer[auditScope]
 }
 
 // Run runs fieldwatch until ctx ends (SIGTERM): it stops watching, lets the
@@ -159,10 +168,20 @@ func newApp(cfg Config) (*App, error) {
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.metrics = newMetrics(a.reg)
 
+	if err := cfg.Audit.check(cfg.TotalShards); err != nil {
+		return nil, err
+	}
 	set, digest, err := loadRules(cfg.RulesFiles)
 	if err != nil {
 		return nil, err
 	}
+	if err := a.checkRules(set); err != nil {
+		return nil, err
+	}
+	if cfg.Audit.Enabled() {
+		a.auditMetrics = audit.NewMetrics(a.reg)
+	}
+	a.auditScope.Store(newAuditScope(set.Selectors()))
 	a.set.Store(set)
 	a.digest = digest
 	a.metrics.rules.Set(float64(len(set.Rules())))
@@ -211,6 +230,13 @@ func (a *App) run(ctx context.Context) error {
 		defer shutdown(srv)
 	}
 	bg.Go(func() { a.watchRules(ctx) })
+	// The audit webhook outlives serve's drain: the last changes' events
+	// still come in while it waits for them.
+	auditCtx, stopAudit := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopAudit()
+	if err := a.startAuditWebhook(auditCtx, &bg); err != nil {
+		return err
+	}
 
 	if !a.cfg.LeaderElect {
 		a.metrics.leader.Set(1)
@@ -219,15 +245,21 @@ func (a *App) run(ctx context.Context) error {
 	return a.elect(ctx)
 }
 
-// replica is what a running fieldwatch holds: its watcher and baseline.
+// replica is what a running fieldwatch holds: its watcher and baseline,
+// and its attribution (nil without an audit source).
 type replica struct {
 	w     *watcher.Watcher
 	store *watcher.Store // nil without --state-dir
+	att   *attribution
 }
 
-// close closes the baseline; call it once the watcher and the actions are
-// done (the actions' completions record changes in it).
-func (r *replica) close(log *slog.Logger) {
+// close stops attribution (if not stopped yet) and closes the baseline;
+// call it once the watcher and the actions are done (the actions'
+// completions record changes in it).
+func (r *replica) close(log *slog.Logger, sink *auditSwitch) {
+	if r.att != nil {
+		r.att.abort(sink)
+	}
 	if r.store == nil {
 		return
 	}
@@ -248,12 +280,16 @@ func (a *App) newReplica(ctx context.Context, standby bool) (*replica, error) {
 		return nil, err
 	}
 	r := &replica{store: store}
+	if r.att, err = a.startAttribution(ctx); err != nil {
+		r.close(a.log, &a.auditSink)
+		return nil, fmt.Errorf("audit: %w", err)
+	}
 	set := a.set.Load()
 	r.w, err = watcher.New(a.cfg.Rest, watcher.Config{
 		Selectors:    set.Selectors(),
 		Projection:   set.Projection,
 		Namespaces:   set.Namespaces,
-		Handler:      &pipeline{app: a, errLog: rate.Sometimes{Interval: time.Second}},
+		Handler:      &pipeline{app: a, errLog: rate.Sometimes{Interval: time.Second}, att: r.att},
 		Workers:      a.cfg.Workers,
 		DrainTimeout: a.cfg.GracePeriod / 2,
 		Shard:        shard,
@@ -263,11 +299,11 @@ func (a *App) newReplica(ctx context.Context, standby bool) (*replica, error) {
 		Registerer:   a.reg,
 	})
 	if err != nil {
-		r.close(a.log)
+		r.close(a.log, &a.auditSink)
 		return nil, fmt.Errorf("watcher: %w", err)
 	}
 	a.watcher.Store(r.w)
-	a.log.Info("fieldwatch running", "rules", len(set.Rules()), "files", a.cfg.RulesFiles, "standby", standby)
+	a.log.Info("fieldwatch running", "rules", len(set.Rules()), "files", a.cfg.RulesFiles, "standby", standby, "attribution", r.att != nil)
 	return r, nil
 }
 
@@ -300,7 +336,7 @@ func (a *App) serve(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer r.close(a.log)
+	defer r.close(a.log, &a.auditSink)
 	disp, err := a.newDispatcher(false)
 	if err != nil {
 		return err
@@ -312,6 +348,13 @@ func (a *App) serve(ctx context.Context) error {
 			a.log.Error("closing actions", "err", err)
 		}
 	}()
+	if r.att != nil {
+		// Once the watcher has handed over its last changes, they get
+		// their audit events, then their actions, before the actions
+		// close.
+		defer r.att.stop(a.attributionDrain(), &a.auditSink)
+		a.auditSink.ix.Store(r.att.ix)
+	}
 	return r.w.Run(ctx)
 }
 

@@ -50,7 +50,7 @@ func (a *App) elect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer r.close(a.log)
+	defer r.close(a.log, &a.auditSink)
 	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWatch()
 	watched := &result{done: make(chan struct{})}
@@ -165,6 +165,11 @@ func (a *App) lead(ctx, lctx context.Context, r *replica, lock *watermarkLease, 
 	if err != nil {
 		return err
 	}
+	if r.att != nil {
+		// The audit webhook takes events from now on (a standby's turns
+		// the apiserver away).
+		a.auditSink.ix.Store(r.att.ix)
+	}
 	a.standby.Store(false)
 	a.metrics.leader.Set(1)
 	a.log.Info("leading: taking over from the last watermarks of the previous leader",
@@ -183,6 +188,10 @@ func (a *App) lead(ctx, lctx context.Context, r *replica, lock *watermarkLease, 
 		defer close(drained)
 		stopWatch() // the watcher drains within half the grace period
 		_ = watched.wait()
+		if r.att != nil {
+			// The last changes get their audit events, then their actions.
+			r.att.stop(a.attributionDrain(), &a.auditSink)
+		}
 		closeCtx, done := context.WithTimeout(context.Background(), a.cfg.GracePeriod/2)
 		defer done()
 		if err := disp.Close(closeCtx); err != nil {
@@ -202,6 +211,9 @@ func (a *App) lead(ctx, lctx context.Context, r *replica, lock *watermarkLease, 
 // abort stops delivering at once.
 func (a *App) abort(r *replica, disp *action.Dispatcher) {
 	a.log.Error("lost the Lease (or could not renew it in time): stopping delivery at once; the next leader delivers what was not done")
+	if r.att != nil {
+		r.att.abort(&a.auditSink) // the changes waiting for their events are left undone
+	}
 	r.w.Abandon()
 	disp.Abort()
 }

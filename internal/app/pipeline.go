@@ -4,19 +4,34 @@ import (
 	"context"
 	"sync/atomic"
 
+	"golang.org/x/time/rate"
+
+	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/internal/audit"
 	"github.com/fieldwatch/fieldwatch/rules"
 	"github.com/fieldwatch/fieldwatch/watcher"
-	"golang.org/x/time/rate"
 )
 
 // pipeline is the watcher's handler: it evaluates a change against the
 // current rules and hands each firing to the actions. Deliver blocks while
 // an action's queue is full, which is how a slow receiver slows the watcher
 // instead of losing firings.
+//
+// With attribution (an audit source), who made the change must be known
+// before the rules are evaluated (match.users, the CEL actor): Handle
+// submits the change to the Attributor and returns; evaluation and
+// delivery happen in its callback, once the change's audit event is in or
+// its wait is over, in order per object. The change stays deferred until
+// its actions are done, as without attribution. inflight bounds the
+// changes between Submit and the end of their callback (waiting for their
+// event or for room in an action's queue): when it is full, Handle blocks
+// and the watcher slows down.
 type pipeline struct {
 	app *App
 	// errLog lets one evaluation error a second through to the log.
 	errLog rate.Sometimes
+	// att is nil without an audit source.
+	att *attribution
 }
 
 var _ watcher.Handler = &pipeline{}
@@ -27,11 +42,59 @@ func (p *pipeline) Handle(ctx context.Context, c *watcher.Change) error {
 	if len(set.RulesFor(c.Resource)) == 0 {
 		return nil // no rule watches this resource (any more)
 	}
-	p.app.metrics.changeCounter(string(c.Type)).Inc()
 	rc := rulesChange(c)
 	if set.WantsCRDImpact(rc) {
+		// From the cache as it is now, before any wait.
 		p.app.crdImpact(ctx, c, rc)
 	}
+	if p.att == nil {
+		firings := p.evaluate(set, c, rc)
+		if len(firings) == 0 {
+			return nil
+		}
+		return p.deliver(ctx, firings, c.Defer())
+	}
+
+	ac := auditChange(c, rc)
+	select {
+	case p.att.inflight <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err() // shutting down: the watcher keeps the change queued
+	}
+	done := c.Defer()
+	err := p.att.at.Submit(ctx, ac, func(a audit.Attribution) {
+		defer func() { <-p.att.inflight }()
+		if p.att.aborted.Load() {
+			return // the Lease is lost: the change stays undone
+		}
+		rc.Attribution = &a
+		// The rules may have been reloaded while the change waited.
+		set := p.app.set.Load()
+		firings := p.evaluate(set, c, rc)
+		if len(firings) == 0 {
+			done()
+			return
+		}
+		if err := p.deliver(p.att.deliverCtx, firings, done); err != nil {
+			o := c.Object()
+			p.app.log.Warn("actions closed while delivering; the firings went to the dead letters", "gvr", c.Resource.String(),
+				"namespace", o.GetNamespace(), "name", o.GetName(), "err", err)
+		}
+	})
+	if err != nil {
+		<-p.att.inflight
+		return err // shutting down: the watcher keeps the change queued
+	}
+	return nil
+}
+
+// evaluate runs the rules on rc (the change c) and returns the firings,
+// counting and logging evaluation errors.
+func (p *pipeline) evaluate(set *rules.Set, c *watcher.Change, rc *rules.Change) []rules.Firing {
+	if len(set.RulesFor(c.Resource)) == 0 {
+		return nil
+	}
+	p.app.metrics.changeCounter(string(c.Type)).Inc()
 	firings, errs := set.Eval(rc)
 	for _, err := range errs {
 		p.app.metrics.evalErrors.Inc()
@@ -43,12 +106,14 @@ func (p *pipeline) Handle(ctx context.Context, c *watcher.Change) error {
 				"namespace", o.GetNamespace(), "name", o.GetName(), "err", err)
 		})
 	}
-	if len(firings) == 0 {
-		return nil
-	}
-	// The change counts as handled (for the restart baseline) once every
-	// action of every firing is done: delivered, or dead-lettered.
-	done := c.Defer()
+	return firings
+}
+
+// deliver hands the firings to the actions. done (the change's Defer) is
+// called once every action of every firing is done: delivered, or
+// dead-lettered. An error means the actions are closing; what was not
+// queued is dead-lettered.
+func (p *pipeline) deliver(ctx context.Context, firings []rules.Firing, done func()) error {
 	var remaining atomic.Int64
 	remaining.Store(int64(len(firings)))
 	each := func() {
@@ -58,7 +123,7 @@ func (p *pipeline) Handle(ctx context.Context, c *watcher.Change) error {
 	}
 	for _, f := range firings {
 		if err := p.app.disp.Load().Deliver(ctx, f, each); err != nil {
-			return err // shutting down: the watcher keeps the change queued
+			return err
 		}
 	}
 	return nil
@@ -75,4 +140,35 @@ func rulesChange(c *watcher.Change) *rules.Change {
 		rc.OldObject = c.Old.Map()
 	}
 	return rc
+}
+
+// auditChange describes c (whose objects rc holds) for attribution. A
+// change learned from a list does not wait for its audit event: it may be
+// long past.
+func auditChange(c *watcher.Change, rc *rules.Change) audit.Change {
+	o := c.Object()
+	ac := audit.Change{
+		Group: c.Resource.Group, Resource: c.Resource.Resource,
+		Namespace: o.GetNamespace(), Name: o.GetName(),
+		UID: string(o.GetUID()), ResourceVersion: o.GetResourceVersion(),
+		OldResourceVersion: c.PreviousResourceVersion(),
+		Type:               c.Type,
+		Observed:           c.Time,
+		NoWait:             c.Listed,
+	}
+	switch c.Type {
+	case change.Updated:
+		ac.DeletionStarted = deleting(rc.Object) && !deleting(rc.OldObject)
+		ac.Subresource, ac.SubresourceKnown = rules.WriteSubresource(rc)
+	case change.Deleted:
+		ac.WasTerminating = deleting(rc.OldObject)
+	}
+	return ac
+}
+
+// deleting reports whether obj has metadata.deletionTimestamp.
+func deleting(obj map[string]any) bool {
+	meta, _ := obj["metadata"].(map[string]any)
+	ts, _ := meta["deletionTimestamp"].(string)
+	return ts != ""
 }

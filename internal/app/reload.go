@@ -97,6 +97,9 @@ func (a *App) Reload() {
 	a.reload.Lock()
 	defer a.reload.Unlock()
 	set, digest, err := loadRules(a.cfg.RulesFiles)
+	if err == nil {
+		err = a.checkRules(set)
+	}
 	if err != nil {
 		a.metrics.reloadFails.Inc()
 		a.log.Error("rules reload failed; the previous rules keep running", "err", err)
@@ -106,6 +109,7 @@ func (a *App) Reload() {
 		return
 	}
 	a.digest = digest
+	a.auditScope.Store(newAuditScope(set.Selectors()))
 	a.set.Store(set)
 	a.metrics.reloads.Inc()
 	a.metrics.rules.Set(float64(len(set.Rules())))

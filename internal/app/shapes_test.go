@@ -22,7 +22,7 @@ import (
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{}) }
+func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{}, stopAuditPlane) }
 
 // lines keeps what the app writes.
 type lines struct{ testenv.SyncBuffer }

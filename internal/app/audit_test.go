@@ -1,0 +1,633 @@
+package app
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
+)
+
+// allChanges fires on every change of ConfigMaps and Widgets.
+const allChanges = `rules:
+  - name: all
+    match:
+      resources: [{group: "", resource: configmaps}, {group: example.com, kind: Widget}]
+    actions: [{log: {}}]
+`
+
+// TestAttributionPayloads: two impersonated users and a service account
+// create, update, patch and delete ConfigMaps and Widgets, one write at a
+// time; every payload names the right user, verb and user agent (exact
+// for deletions, whose response names the uid even at Metadata level;
+// window otherwise), and keeps the managedFields manager.
+func TestAttributionPayloads(t *testing.T) {
+	plane := sharedAuditPlane(t)
+	env := plane.env
+	const ns = "three"
+	ensureNS(t, env, ns)
+	writers := []writer{impersonating(t, env, "alice"), impersonating(t, env, "bob"), serviceAccountWriter(t, env, ns, "deployer")}
+	fw := runFieldwatch(t, plane, allChanges, nil)
+	fw.warmUp(t, plane)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+
+	type step struct {
+		verb, manager string
+		do            func(w writer, name string) error
+	}
+	steps := map[string][]step{
+		"configmaps": {
+			{"create", "writer-", func(w writer, name string) error {
+				_, err := w.dyn.Resource(cmGVR).Namespace(ns).Create(ctx, testConfigMap(name, map[string]any{"k": "1"}), metav1.CreateOptions{})
+				return err
+			}},
+			{"update", "writer-", func(w writer, name string) error {
+				cm, err := w.dyn.Resource(cmGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+				if err == nil {
+					_ = unstructured.SetNestedField(cm.Object, "2", "data", "k")
+					_, err = w.dyn.Resource(cmGVR).Namespace(ns).Update(ctx, cm, metav1.UpdateOptions{})
+				}
+				return err
+			}},
+			{"patch", "writer-", func(w writer, name string) error {
+				_, err := w.dyn.Resource(cmGVR).Namespace(ns).Patch(ctx, name, types.MergePatchType, []byte(`{"data":{"k":"3"}}`), metav1.PatchOptions{})
+				return err
+			}},
+			{"delete", "", func(w writer, name string) error {
+				return w.dyn.Resource(cmGVR).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{})
+			}},
+		},
+		"widgets": {
+			{"create", "writer-", func(w writer, name string) error {
+				_, err := w.dyn.Resource(widgetGVR).Namespace(ns).Create(ctx, testWidget(name, 1), metav1.CreateOptions{})
+				return err
+			}},
+			{"patch", "sizer", func(w writer, name string) error {
+				force := true
+				_, err := w.dyn.Resource(widgetGVR).Namespace(ns).Patch(ctx, name, types.ApplyPatchType,
+					[]byte(`{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"`+name+`"},"spec":{"size":2}}`),
+					metav1.PatchOptions{FieldManager: "sizer", Force: &force})
+				return err
+			}},
+			{"delete", "", func(w writer, name string) error {
+				return w.dyn.Resource(widgetGVR).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{})
+			}},
+		},
+	}
+	n := 0
+	for _, resource := range []string{"configmaps", "widgets"} {
+		for _, w := range writers {
+			name := strings.ReplaceAll(strings.TrimPrefix(w.username, "system:serviceaccount:"+ns+":"), ":", "-")
+			for _, s := range steps[resource] {
+				if err := s.do(w, name); err != nil {
+					t.Fatalf("%s %s %s as %s: %v", s.verb, resource, name, w.username, err)
+				}
+				n++
+				got := fw.out.waitFor(t, 30*time.Second, n, inNamespace(ns, ""))
+				p := got[n-1].p
+				a := actorOf(p)
+				what := fmt.Sprintf("%s %s %s by %s", resource, p["type"], p["name"], w.username)
+				want := "window"
+				if s.verb == "delete" {
+					want = "exact"
+				}
+				if effectiveUser(p) != w.username || a["verb"] != s.verb || a["userAgent"] != w.userAgent || a["match"] != want || a["auditID"] == nil {
+					t.Errorf("%s: actor %v, want %s, verb %s, agent %s, match %s, an auditID", what, a, w.username, s.verb, w.userAgent, want)
+				}
+				// managedFields tell the creator and the applier; an update
+				// in the same second as the create may stamp no entry.
+				if m, _ := a["manager"].(string); s.verb != "update" && (!strings.HasPrefix(m, s.manager) || (s.manager == "") != (m == "")) {
+					t.Errorf("%s: manager %q, want %q...", what, m, s.manager)
+				}
+				user, _ := a["user"].(map[string]any)
+				if strings.HasPrefix(w.username, "system:serviceaccount:") {
+					if a["impersonatedUser"] != nil || user["username"] != w.username {
+						t.Errorf("%s: a service account's write names %v", what, a)
+					}
+				} else {
+					imp, _ := a["impersonatedUser"].(map[string]any)
+					if user["username"] != "admin" || !strings.Contains(fmt.Sprint(imp["groups"]), "fieldwatch:writers") {
+						t.Errorf("%s: impersonated write names user %v impersonating %v, want admin as %s in fieldwatch:writers", what, user, imp, w.username)
+					}
+				}
+			}
+		}
+	}
+	if v := fw.metric(t, "fieldwatch_audit_unmatched_total"); v != 0 {
+		t.Errorf("fieldwatch_audit_unmatched_total = %v", v)
+	}
+}
+
+// TestAttributionConcurrentWriters: eight writers (seven impersonated
+// users and a service account), each on objects of its own, make over 500
+// changes at once: every payload names the writer of its object.
+func TestAttributionConcurrentWriters(t *testing.T) {
+	plane := sharedAuditPlane(t)
+	env := plane.env
+	const ns, objects, patches = "concurrent", 2, 32
+	ensureNS(t, env, ns)
+	var writers []writer
+	for i := range 7 {
+		writers = append(writers, impersonating(t, env, fmt.Sprintf("user-%d", i)))
+	}
+	writers = append(writers, serviceAccountWriter(t, env, ns, "bulk"))
+	// The wait is generous: this test is about who, not when (the machine
+	// may be busy).
+	fw := runFieldwatch(t, plane, allChanges, func(c *Config) { c.Audit.Wait = 10 * time.Second })
+	fw.warmUp(t, plane)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+
+	owner := map[string]string{}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(writers))
+	for i, w := range writers {
+		for j := range objects {
+			owner[fmt.Sprintf("w%d-o%d", i, j)] = w.username
+		}
+		wg.Go(func() {
+			cms := w.dyn.Resource(cmGVR).Namespace(ns)
+			for j := range objects {
+				name := fmt.Sprintf("w%d-o%d", i, j)
+				if _, err := cms.Create(ctx, testConfigMap(name, map[string]any{"n": "0"}), metav1.CreateOptions{}); err != nil {
+					errs <- err
+					return
+				}
+				for p := range patches {
+					if _, err := cms.Patch(ctx, name, types.MergePatchType, fmt.Appendf(nil, `{"data":{"n":"%d"}}`, p+1), metav1.PatchOptions{}); err != nil {
+						errs <- err
+						return
+					}
+				}
+				if err := cms.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	total := len(writers) * objects * (patches + 2)
+	// Every object's deletion is its last payload.
+	testenv.Eventually(t, 90*time.Second, "every deletion", func() bool {
+		return len(fw.out.where(func(p map[string]any) bool { return p["namespace"] == ns && p["type"] == "deleted" })) == len(owner)
+	})
+	got := fw.out.where(inNamespace(ns, ""))
+	counts := map[string]int{}
+	wrong := 0
+	for _, l := range got {
+		a := actorOf(l.p)
+		counts[fmt.Sprint(a["match"])]++
+		name, _ := l.p["name"].(string)
+		if u := effectiveUser(l.p); u != owner[name] {
+			wrong++
+			t.Errorf("%s %s rv %s attributed to %q (%v), written by %s", l.p["type"], name, l.p["resourceVersion"], u, a["match"], owner[name])
+		}
+	}
+	t.Logf("%d changes made, %d payloads from %d writers: %v", total, len(got), len(writers), counts)
+	if len(got) < 500 || wrong != 0 || counts["none"] != 0 || counts["ambiguous"] != 0 {
+		t.Errorf("%d payloads (want 500 or more), %d not naming their writer: %v", len(got), wrong, counts)
+	}
+}
+
+// TestAttributionTwoUsersOneObject: alice and bob patch one ConfigMap
+// within the match window. At Metadata level neither change can be told
+// apart: both payloads are ambiguous, naming both; at RequestResponse level
+// (namespace exact) each names its writer exactly.
+func TestAttributionTwoUsersOneObject(t *testing.T) {
+	plane := sharedAuditPlane(t)
+	env := plane.env
+	alice, bob := impersonating(t, env, "alice"), impersonating(t, env, "bob")
+	fw := runFieldwatch(t, plane, allChanges, nil)
+	fw.warmUp(t, plane)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		ns, want string
+	}{{"shared", "ambiguous"}, {"exact", "exact"}} {
+		t.Run(tc.ns, func(t *testing.T) {
+			ensureNS(t, env, tc.ns)
+			if _, err := alice.dyn.Resource(cmGVR).Namespace(tc.ns).Create(ctx, testConfigMap("both", map[string]any{"k": "0"}), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			fw.out.waitFor(t, 30*time.Second, 1, inNamespace(tc.ns, ""))
+			for i, w := range []writer{alice, bob} {
+				if _, err := w.dyn.Resource(cmGVR).Namespace(tc.ns).Patch(ctx, "both", types.MergePatchType, fmt.Appendf(nil, `{"data":{"k":"%d"}}`, i+1), metav1.PatchOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := fw.out.waitFor(t, 30*time.Second, 3, inNamespace(tc.ns, ""))
+			for i, l := range got[1:3] {
+				a := actorOf(l.p)
+				switch tc.want {
+				case "ambiguous":
+					if a["match"] != "ambiguous" || fmt.Sprint(a["candidates"]) != "[alice bob]" || a["user"] != nil {
+						t.Errorf("patch %d: actor %v, want ambiguous between alice and bob", i+1, a)
+					}
+				case "exact":
+					if want := []string{"alice", "bob"}[i]; a["match"] != "exact" || effectiveUser(l.p) != want {
+						t.Errorf("patch %d: actor %v, want exact %s", i+1, a, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestAttributionTiming: audit events that come late (the proxy holds the
+// apiserver's POSTs), early (the watch events are held instead) or never
+// (the policy leaves the namespace out): payloads still go out within the
+// wait bound (2s, the default), in order per object, and the unmatched
+// ones are counted.
+func TestAttributionTiming(t *testing.T) {
+	plane := sharedAuditPlane(t)
+	env := plane.env
+	alice := impersonating(t, env, "alice")
+	// fieldwatch reaches the apiserver through a proxy that can hold the
+	// watch events.
+	apiserver, err := newGatedProxy(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer apiserver.close()
+	host, err := url.Parse(env.Config().Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiserver.setTarget(host.Host)
+	rest := env.Config()
+	rest.Host = "https://" + apiserver.addr
+	fw := runFieldwatch(t, plane, allChanges, func(c *Config) { c.Rest = rest })
+	fw.warmUp(t, plane)
+	ctx := context.Background()
+	const wait = 2 * time.Second
+	// lifecycle creates, patches three times and deletes one ConfigMap.
+	lifecycle := func(t *testing.T, ns, name string) time.Time {
+		t.Helper()
+		ensureNS(t, env, ns)
+		cms := alice.dyn.Resource(cmGVR).Namespace(ns)
+		if _, err := cms.Create(ctx, testConfigMap(name, map[string]any{"k": "0"}), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			if _, err := cms.Patch(ctx, name, types.MergePatchType, fmt.Appendf(nil, `{"data":{"k":"%d"}}`, i+1), metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := cms.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return time.Now()
+	}
+	// check waits for the payloads of namespace ns up to the deletion, and
+	// checks them: in order (created, updates with growing
+	// resourceVersions, deleted; updates watched in a burst may have merged
+	// into fewer), each out within [minDelay, maxDelay] of when the change
+	// was watched (its time).
+	check := func(t *testing.T, ns, match string, minDelay, maxDelay time.Duration) {
+		t.Helper()
+		testenv.Eventually(t, 30*time.Second, "the deletion's payload", func() bool {
+			return len(fw.out.where(func(p map[string]any) bool { return p["namespace"] == ns && p["type"] == "deleted" })) == 1
+		})
+		got := fw.out.where(inNamespace(ns, ""))
+		if len(got) < 3 || len(got) > 5 {
+			t.Fatalf("%d payloads, want the create, one to three updates, the deletion", len(got))
+		}
+		last := int64(0)
+		for i, l := range got {
+			wantType := "updated"
+			switch i {
+			case 0:
+				wantType = "created"
+			case len(got) - 1:
+				wantType = "deleted"
+			}
+			rv, _ := strconv.ParseInt(fmt.Sprint(l.p["resourceVersion"]), 10, 64)
+			if l.p["type"] != wantType || (wantType != "deleted" && rv <= last) {
+				t.Errorf("payload %d: %s rv %d after rv %d: out of order", i, l.p["type"], rv, last)
+			}
+			last = rv
+			a := actorOf(l.p)
+			want := match
+			if match == "window" && wantType == "deleted" {
+				want = "exact"
+			}
+			if a["match"] != want || (want != "none" && effectiveUser(l.p) != "alice") {
+				t.Errorf("payload %d (%s): actor %v, want %s alice", i, wantType, a, want)
+			}
+			watched, err := time.Parse(time.RFC3339Nano, fmt.Sprint(l.p["time"]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := l.at.Sub(watched); d < minDelay || d > maxDelay {
+				t.Errorf("payload %d (%s) went out %s after the change was watched, want within [%s, %s]", i, wantType, d, minDelay, maxDelay)
+			}
+		}
+	}
+
+	t.Run("late", func(t *testing.T) {
+		release := plane.hook.hold()
+		defer release()
+		lifecycle(t, "late", "l")
+		testenv.Eventually(t, 10*time.Second, "the changes to be watched", func() bool {
+			return fw.metric(t, "fieldwatch_audit_waiting_changes") >= 1
+		})
+		time.Sleep(time.Second) // the audit events are late by this: it is what the test is about
+		if got := fw.out.where(inNamespace("late", "")); len(got) != 0 {
+			t.Fatalf("%d payloads out while the audit events were held a second (wait %s)", len(got), wait)
+		}
+		release()
+		// The last change was watched a little before the hold began.
+		check(t, "late", "window", 900*time.Millisecond, wait+time.Second)
+	})
+
+	t.Run("early", func(t *testing.T) {
+		before := fw.auditEvents(t, "webhook")
+		release := apiserver.hold()
+		defer release()
+		lifecycle(t, "early", "e")
+		testenv.Eventually(t, 30*time.Second, "the audit events to arrive", func() bool {
+			return fw.auditEvents(t, "webhook") >= before+5
+		})
+		release()
+		// Their events are held: each goes out as soon as it is watched.
+		check(t, "early", "window", 0, 500*time.Millisecond)
+	})
+
+	t.Run("never", func(t *testing.T) {
+		unmatched := fw.metric(t, "fieldwatch_audit_unmatched_total")
+		lifecycle(t, "unaudited", "n")
+		// Each waits the bound behind the one before: the bounds overlap,
+		// so the last is out about wait after it was watched too.
+		check(t, "unaudited", "none", wait, wait+time.Second)
+		if got, want := fw.metric(t, "fieldwatch_audit_unmatched_total")-unmatched, len(fw.out.where(inNamespace("unaudited", ""))); got != float64(want) {
+			t.Errorf("fieldwatch_audit_unmatched_total grew by %v, want %d", got, want)
+		}
+	})
+}
+
+// TestAttributionLogFile: fieldwatch follows the apiserver's audit log
+// (no webhook) across a rotation; the changes after it are attributed
+// exactly (RequestResponse level in namespace exact).
+func TestAttributionLogFile(t *testing.T) {
+	plane := sharedAuditPlane(t)
+	env := plane.env
+	carol := impersonating(t, env, "carol")
+	state := filepath.Join(t.TempDir(), "audit-log.state")
+	fw := runFieldwatch(t, plane, allChanges, func(c *Config) {
+		c.Audit = AuditConfig{LogPath: plane.logPath, LogStateFile: state}
+	})
+	testenv.Eventually(t, 10*time.Second, "the follower to open the log", func() bool {
+		return strings.Contains(fw.logs.String(), "audit log: following")
+	})
+	ctx := context.Background()
+	const ns = "exact"
+	ensureNS(t, env, ns)
+	cms := carol.dyn.Resource(cmGVR).Namespace(ns)
+	// About 17 kB of log per write (8 kB in the request and in the
+	// response): the 1 MB rotation comes within some 60 writes.
+	big := strings.Repeat("x", 8<<10)
+	final := map[string]string{} // object -> its last resourceVersion
+	writeSome := func(prefix string, objects, patches int) {
+		t.Helper()
+		for i := range objects {
+			name := fmt.Sprintf("%s-%d", prefix, i)
+			o, err := cms.Create(ctx, testConfigMap(name, map[string]any{"v": big}), metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for p := range patches {
+				if o, err = cms.Patch(ctx, name, types.MergePatchType, fmt.Appendf(nil, `{"data":{"v":"%d%s"}}`, p, big), metav1.PatchOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			final[name] = o.GetResourceVersion()
+		}
+	}
+	// Updates that pile up behind a busy worker merge into one payload:
+	// wait for each object's last version.
+	waitFinal := func() []stampedPayload {
+		t.Helper()
+		testenv.Eventually(t, time.Minute, "every object's last change", func() bool {
+			seen := map[string]bool{}
+			for _, l := range fw.out.where(inNamespace(ns, "")) {
+				name, _ := l.p["name"].(string)
+				if final[name] == l.p["resourceVersion"] {
+					seen[name] = true
+				}
+			}
+			return len(seen) == len(final)
+		})
+		return fw.out.where(inNamespace(ns, ""))
+	}
+	// 70 writes: over 1 MB, so the log rotates at least once.
+	writeSome("before", 7, 9)
+	testenv.Eventually(t, 30*time.Second, "the follower to follow a rotation", func() bool {
+		return fw.metric(t, "fieldwatch_audit_log_reopens_total") >= 1
+	})
+	writeSome("after", 2, 4)
+	got := waitFinal()
+	for _, l := range got {
+		if a := actorOf(l.p); a["match"] != "exact" || effectiveUser(l.p) != "carol" {
+			t.Errorf("%s %s: actor %v, want exact carol", l.p["type"], l.p["name"], a)
+		}
+	}
+	if v := fw.metric(t, "fieldwatch_audit_decode_errors_total"); v != 0 {
+		t.Errorf("%v audit log lines failed to decode", v)
+	}
+}
+
+// TestAttributionWebhookRefuses: the receiver accepts only the apiserver's
+// credentials: no credentials get 401, a wrong token or a certificate of
+// another CA 403, and the refusals are counted.
+func TestAttributionWebhookRefuses(t *testing.T) {
+	plane := sharedAuditPlane(t)
+	fw := runFieldwatch(t, plane, allChanges, nil)
+	other, err := testenv.NewCA("impostor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	impostorCert, impostorKey, err := other.ClientCert("kube-apiserver")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(plane.caPEM)
+	client := func(cert []byte, key []byte) *http.Client {
+		cfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		if cert != nil {
+			c, err := tls.X509KeyPair(cert, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Certificates = []tls.Certificate{c}
+		}
+		return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}, Timeout: 10 * time.Second}
+	}
+	body := `{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[]}`
+	for _, tc := range []struct {
+		name   string
+		client *http.Client
+		token  string
+		want   int
+	}{
+		{"no credentials", client(nil, nil), "", http.StatusUnauthorized},
+		{"wrong token", client(nil, nil), "not-the-token", http.StatusForbidden},
+		{"certificate of another CA", client(impostorCert, impostorKey), "", http.StatusForbidden},
+		{"the token", client(nil, nil), plane.token, http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := http.NewRequest(http.MethodPost, "https://"+fw.webhookAddr+"/", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.token != "" {
+				req.Header.Set("Authorization", "Bearer "+tc.token)
+			}
+			resp, err := tc.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode != tc.want {
+				t.Errorf("status %d, want %d", resp.StatusCode, tc.want)
+			}
+		})
+	}
+	if v := fw.metric(t, "fieldwatch_audit_webhook_requests_total"); v < 4 {
+		t.Errorf("fieldwatch_audit_webhook_requests_total = %v, want the 4 requests counted", v)
+	}
+}
+
+// TestAttributionExcludeUsers: a rule that leaves out a controller's
+// service account drops its writes and keeps a person's; a rule for that
+// person only keeps hers; a CEL actor test on the username agrees.
+func TestAttributionExcludeUsers(t *testing.T) {
+	plane := sharedAuditPlane(t)
+	env := plane.env
+	const ns = "humans"
+	controller := serviceAccountWriter(t, env, ns, "controller")
+	dana := impersonating(t, env, "dana")
+	fw := runFieldwatch(t, plane, `rules:
+  - name: humans
+    match:
+      resources: [{group: "", resource: configmaps}]
+      namespaces: [humans]
+      excludeUsers: ["system:serviceaccount:humans:*"]
+    actions: [{log: {}}]
+  - name: dana
+    match:
+      resources: [{group: "", resource: configmaps}]
+      namespaces: [humans]
+      users: [dana]
+    actions: [{log: {}}]
+  - name: not-system
+    match:
+      resources: [{group: "", resource: configmaps}]
+      namespaces: [humans]
+    when: '!actor.user.username.startsWith("system:") && actor.match != "none"'
+    actions: [{log: {}}]
+  - name: everyone
+    match:
+      resources: [{group: "", resource: configmaps}]
+      namespaces: [humans]
+    actions: [{log: {}}]
+`, nil)
+	fw.warmUp(t, plane)
+	ctx := context.Background()
+	for i, w := range []writer{controller, dana, controller, dana} {
+		name := fmt.Sprintf("cm-%d", i)
+		if _, err := w.dyn.Resource(cmGVR).Namespace(ns).Create(ctx, testConfigMap(name, map[string]any{"k": "v"}), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// One at a time: a rule that does not fire has no payload to wait
+		// for, the everyone rule has.
+		fw.out.waitFor(t, 30*time.Second, i+1, inNamespace(ns, "everyone"))
+	}
+	for _, rule := range []string{"humans", "dana", "not-system"} {
+		// Each rule's actions have a queue of their own.
+		got := fw.out.waitFor(t, 30*time.Second, 2, inNamespace(ns, rule))
+		var names []string
+		for _, l := range got {
+			names = append(names, fmt.Sprint(l.p["name"]))
+			if u := effectiveUser(l.p); u != "dana" {
+				t.Errorf("rule %s fired on %s's change", rule, u)
+			}
+		}
+		if fmt.Sprint(names) != "[cm-1 cm-3]" {
+			t.Errorf("rule %s fired on %v, want dana's cm-1 and cm-3", rule, names)
+		}
+	}
+}
+
+// TestAttributionNeedsASource: rules that select by user cannot run
+// without an audit source: fieldwatch run says so at start, and a reload
+// to such rules is refused while the running rules stay.
+func TestAttributionNeedsASource(t *testing.T) {
+	env := testenv.Shared(t)
+	dir := t.TempDir()
+	needs := "rules:\n  - name: humans\n    match: {resources: [{group: '', kind: ConfigMap}], excludeUsers: ['system:*']}\n    actions: [{log: {}}]\n" +
+		"  - name: cel\n    match: {resources: [{group: '', kind: ConfigMap}]}\n    when: 'actor.user.username != \"\"'\n    actions: [{log: {}}]\n"
+	plain := "rules:\n  - name: plain\n    match: {resources: [{group: '', kind: ConfigMap}]}\n    when: 'actor.manager != \"\"'\n    actions: [{log: {}}]\n"
+	file := filepath.Join(dir, "rules.yaml")
+	if err := writeTestFile(file, needs); err != nil {
+		t.Fatal(err)
+	}
+	_, err := newApp(Config{RulesFiles: []string{file}, Rest: env.Config(), Logger: slog.New(slog.DiscardHandler)})
+	if err == nil || !strings.Contains(err.Error(), "rules humans, cel use match.users, match.excludeUsers or the audit fields of the CEL actor") ||
+		!strings.Contains(err.Error(), "set --audit-webhook-addr or --audit-log") {
+		t.Fatalf("start without an audit source: %v", err)
+	}
+
+	if err := writeTestFile(file, plain); err != nil {
+		t.Fatal(err)
+	}
+	a, err := newApp(Config{RulesFiles: []string{file}, Rest: env.Config(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatalf("actor.manager needs no audit source: %v", err)
+	}
+	if err := writeTestFile(file, needs); err != nil {
+		t.Fatal(err)
+	}
+	a.Reload()
+	if got := a.set.Load().Rules(); len(got) != 1 || got[0].Name != "plain" {
+		t.Errorf("after a refused reload the rules are %v", got)
+	}
+	var m dto.Metric
+	if err := a.metrics.reloadFails.Write(&m); err != nil || m.GetCounter().GetValue() != 1 {
+		v := m.GetCounter().GetValue()
+		t.Errorf("fieldwatch_rules_reload_failures_total = %v, want 1", v)
+	}
+
+	for _, c := range []AuditConfig{
+		{WebhookAddr: ":0", WebhookCertFile: "x"},
+		{WebhookCertFile: "x"},
+		{LogStateFile: "x"},
+	} {
+		_, err := newApp(Config{RulesFiles: []string{file}, Rest: env.Config(), Audit: c, TotalShards: 2})
+		if err == nil {
+			t.Errorf("%+v with 2 shards: no error", c)
+		}
+	}
+}
