@@ -35,6 +35,9 @@ func TestCLI(t *testing.T) {
 `)
 	crdKeys := writeFile(t, "crd.yaml", "rules:\n  - name: x\n    match: {resources: [{group: '', kind: ConfigMap}]}\n    when: crd.breaking > 0\n"+
 		"    crd: {impact: yes}\n    actions: [{log: {}}]\n")
+	users := writeFile(t, "users.yaml", "rules:\n  - name: humans\n    match: {resources: [{group: '', kind: ConfigMap}], excludeUsers: ['system:serviceaccount:*']}\n    actions: [{log: {}}]\n")
+	badUsers := writeFile(t, "badusers.yaml", "rules:\n  - name: x\n    match: {resources: [{group: '', kind: ConfigMap}], users: ['group:', 'a\\']}\n    actions: [{log: {}}]\n")
+	kubeconfig := writeFile(t, "kc", "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {}}]\ncurrent-context: c\n")
 	audit := repo(t, "examples/crd-audit/rules.yaml")
 	tests := []struct {
 		name     string
@@ -64,6 +67,12 @@ func TestCLI(t *testing.T) {
 		{name: "run without rules", args: []string{"run"}, code: 2, stderr: `--rules FILE is required`},
 		{name: "run with broken rules", args: []string{"run", "--rules", bad, "--kubeconfig", writeFile(t, "kc", "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {}}]\ncurrent-context: c\n"), "--http-addr", ""},
 			code: 1, stderr: `bad\.yaml:4`},
+		{name: "validate checks users", args: []string{"validate", badUsers}, code: 1,
+			stderr: `(?s)badusers\.yaml:3:\d+: rules\[0\]\.match\.users\[0\]: "group:" names no group.*rules\[0\]\.match\.users\[1\]: .* is not a valid glob`},
+		{name: "run with user rules and no audit source", args: []string{"run", "--rules", users, "--kubeconfig", kubeconfig, "--http-addr", ""},
+			code: 1, stderr: `rules humans use match\.users, match\.excludeUsers or the audit fields of the CEL actor.*set --audit-webhook-addr or --audit-log`},
+		{name: "run with a bad --audit-webhook-max-body", args: []string{"run", "--rules", users, "--audit-webhook-max-body", "lots"},
+			code: 2, stderr: `invalid value "lots" for flag -audit-webhook-max-body`},
 		{name: "rbac offline", args: []string{"rbac", "--offline", "--rules", audit, "--crds", repo(t, "examples/crds")}, code: 0,
 			stdout: `(?s)kind: ClusterRole.*- example\.com\n  resources:\n  - gadgets\n  - widgets.*kind: ClusterRoleBinding`},
 		{name: "rbac offline refuses every custom resource without CRDs", args: []string{"rbac", "--offline", "--rules", audit}, code: 1,
