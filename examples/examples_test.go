@@ -19,6 +19,7 @@ import (
 	"time"
 
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/apiserver/pkg/audit/policy"
 
 	"github.com/fieldwatch/fieldwatch/internal/app"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
@@ -144,6 +145,15 @@ func TestEveryFileIsLoaded(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(filepath.Dir(path), "rules.yaml")); err != nil {
 				t.Errorf("%s: cases without a rules.yaml beside them", path)
 			}
+		case base == "audit-policy.yaml":
+			// For kube-apiserver, not the cluster: loaded as it loads it.
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			if _, err := policy.LoadPolicyFromBytes(data); err != nil {
+				t.Errorf("%s: kube-apiserver would not load it: %v", path, err)
+			}
 		case isManifest(path):
 		default:
 			t.Errorf("%s: no test loads this file (add it to examples_test.go)", path)
@@ -168,11 +178,11 @@ func TestEveryFileIsLoaded(t *testing.T) {
 }
 
 // isManifest reports whether path is a YAML file of Kubernetes objects
-// (anything YAML but rules and cases).
+// (anything YAML but rules, cases and audit policies).
 func isManifest(path string) bool {
 	base := filepath.Base(path)
 	ext := filepath.Ext(base)
-	return (ext == ".yaml" || ext == ".yml") && base != "rules.yaml" && base != "cases.yaml"
+	return (ext == ".yaml" || ext == ".yml") && base != "rules.yaml" && base != "cases.yaml" && base != "audit-policy.yaml"
 }
 
 // TestManifestsApply applies every manifest under examples/ to the real

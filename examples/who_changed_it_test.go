@@ -1,0 +1,259 @@
+package examples_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apiserver/pkg/audit/policy"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+
+	"github.com/fieldwatch/fieldwatch/internal/app"
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
+)
+
+// TestWhoChangedIt runs examples/who-changed-it on a control plane of its
+// own that audits with the example's audit-policy.yaml and sends the
+// events to fieldwatch's audit webhook: a person's edit of a ConfigMap in
+// production is reported with her name, Flux's is not, and a person's
+// kubectl scale (impersonated by the admin) both fires and leaves a
+// Warning Event naming him.
+func TestWhoChangedIt(t *testing.T) {
+	policyYAML, err := os.ReadFile("who-changed-it/audit-policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := policy.LoadPolicyFromBytes(policyYAML); err != nil {
+		t.Fatalf("audit-policy.yaml: %v", err)
+	}
+	dir := t.TempDir()
+	ca, err := testenv.NewCA("who-changed-it")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverCert, serverKey, err := ca.ServerCert("fieldwatch-audit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientCert, clientKey, err := ca.ClientCert("kube-apiserver")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := testenv.WriteFiles(dir,
+		testenv.NamedData{Name: "tls.crt", Data: serverCert},
+		testenv.NamedData{Name: "tls.key", Data: serverKey},
+		testenv.NamedData{Name: "client-ca.crt", Data: ca.CertPEM})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close() // fieldwatch listens here; the apiserver must know it first
+	env := testenv.Start(t, testenv.Options{Audit: &testenv.Audit{Policy: string(policyYAML),
+		Webhook: &testenv.AuditWebhook{URL: "https://" + addr + "/", CAPEM: ca.CertPEM,
+			ClientCertPEM: clientCert, ClientKeyPEM: clientKey, BatchMaxWait: time.Second}}})
+	ctx := context.Background()
+	cs := env.Clientset(t)
+	for _, ns := range []string{"production", "flux-system"} {
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	fw := &fieldwatch{}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	addrc := make(chan string, 1)
+	go func() {
+		done <- app.Run(runCtx, app.Config{
+			RulesFiles: []string{"who-changed-it/rules.yaml"}, Rest: env.Config(), GracePeriod: 10 * time.Second,
+			HTTPAddr: "127.0.0.1:0", Ready: func(a string) { addrc <- a },
+			Logger: slog.New(slog.NewJSONHandler(&fw.logs, nil)), Stdout: &fw.stdout,
+			Audit: app.AuditConfig{WebhookAddr: addr, WebhookCertFile: files[0], WebhookKeyFile: files[1], WebhookClientCAFile: files[2]},
+		})
+	}()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("app.Run: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("fieldwatch stdout:\n%s\nlogs:\n%s", fw.stdout.String(), fw.logs.String())
+		}
+	})
+	select {
+	case fw.addr = <-addrc:
+	case err := <-done:
+		t.Fatalf("app.Run: %v", err)
+	}
+	waitFor(t, "fieldwatch ready", func() (bool, string) {
+		code, body := fw.get(t, "/readyz")
+		return code == 200, body
+	})
+	// The apiserver retried its batches until fieldwatch listened: wait
+	// for one to come through.
+	cms := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	deployments := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+	admin := env.Dynamic(t)
+	warm := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "warm-up"}}}
+	if _, err := admin.Resource(cms).Namespace("default").Create(ctx, warm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first audit batch", func() (bool, string) {
+		n := fw.metric(t, `fieldwatch_audit_events_total{result="indexed",source="webhook"}`)
+		return n > 0, fmt.Sprintf("%d events", n)
+	})
+	payloads := func() []map[string]any {
+		var out []map[string]any
+		sc := bufio.NewScanner(strings.NewReader(fw.stdout.String()))
+		for sc.Scan() {
+			var m map[string]any
+			if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+				t.Fatalf("stdout line %q: %v", sc.Text(), err)
+			}
+			out = append(out, m)
+		}
+		return out
+	}
+	payloadAt := func(rv string) map[string]any {
+		for _, p := range payloads() {
+			if p["resourceVersion"] == rv {
+				return p
+			}
+		}
+		return nil
+	}
+	cm := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "settings"}, "data": map[string]any{"log.level": "info"}}}
+	if _, err := admin.Resource(cms).Namespace("production").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	alice := impersonate(t, env, "alice@example.com")
+	flux := serviceAccount(t, env, "flux-system", "kustomize-controller")
+	patch := func(d dynamic.Interface, gvr schema.GroupVersionResource, name, body string, sub ...string) string {
+		t.Helper()
+		o, err := d.Resource(gvr).Namespace("production").Patch(ctx, name, types.MergePatchType, []byte(body), metav1.PatchOptions{}, sub...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o.GetResourceVersion()
+	}
+	// One writer after the other: two writers of one object within the
+	// match window would be ambiguous at Metadata level (and then kept).
+	matched := fw.metric(t, `fieldwatch_audit_matches_total{match="window"}`)
+	byFlux := patch(flux, cms, "settings", `{"data":{"log.level":"warn"}}`)
+	waitFor(t, "flux's edit attributed", func() (bool, string) {
+		n := fw.metric(t, `fieldwatch_audit_matches_total{match="window"}`)
+		return n > matched, fmt.Sprintf("%d window matches", n)
+	})
+	byAlice := patch(alice, cms, "settings", `{"data":{"log.level":"debug"}}`)
+	waitFor(t, "alice's edit", func() (bool, string) { return payloadAt(byAlice) != nil, fmt.Sprint(payloads()) })
+	if p := payloadAt(byAlice); p["rule"] != "human-changes" || actorUser(p) != "alice@example.com" {
+		t.Errorf("alice's edit: %v", p)
+	}
+	if p := payloadAt(byFlux); p != nil {
+		t.Errorf("flux's edit fired: %v", p)
+	}
+
+	web, err := admin.Resource(deployments).Namespace("production").Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apps/v1", "kind": "Deployment", "metadata": map[string]any{"name": "web"},
+		"spec": map[string]any{"replicas": int64(2), "selector": map[string]any{"matchLabels": map[string]any{"app": "web"}},
+			"template": map[string]any{"metadata": map[string]any{"labels": map[string]any{"app": "web"}},
+				"spec": map[string]any{"containers": []any{map[string]any{"name": "web", "image": "nginx"}}}}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bob := impersonate(t, env, "bob@example.com")
+	scaled := patch(bob, deployments, "web", `{"spec":{"replicas":10}}`, "scale")
+	waitFor(t, "bob's kubectl scale", func() (bool, string) { return payloadAt(scaled) != nil, fmt.Sprint(payloads()) })
+	if p := payloadAt(scaled); actorUser(p) != "bob@example.com" {
+		t.Errorf("the scale: %v", p)
+	}
+	waitFor(t, "the ScaledByHand Event", func() (bool, string) {
+		events, err := cs.EventsV1().Events("production").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, e := range events.Items {
+			if e.Reason == "ScaledByHand" && e.Regarding.UID == web.GetUID() {
+				if !strings.HasPrefix(e.Note, "bob@example.com scaled it to 10 (patch by ") {
+					t.Errorf("note %q", e.Note)
+				}
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d events", len(events.Items))
+	})
+}
+
+// actorUser is the identity a payload's actor names: the impersonated user,
+// else the user.
+func actorUser(p map[string]any) string {
+	a, _ := p["actor"].(map[string]any)
+	for _, k := range []string{"impersonatedUser", "user"} {
+		if u, ok := a[k].(map[string]any); ok {
+			s, _ := u["username"].(string)
+			return s
+		}
+	}
+	return ""
+}
+
+// impersonate returns a client of the admin acting as username.
+func impersonate(t *testing.T, env *testenv.Env, username string) dynamic.Interface {
+	t.Helper()
+	cfg := env.Config()
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: username}
+	clusterAdmin(t, env, rbacv1.Subject{Kind: rbacv1.UserKind, Name: username, APIGroup: rbacv1.GroupName})
+	return dynamic.NewForConfigOrDie(cfg)
+}
+
+// serviceAccount returns a client authenticated as service account ns/name.
+func serviceAccount(t *testing.T, env *testenv.Env, ns, name string) dynamic.Interface {
+	t.Helper()
+	ctx := context.Background()
+	cs := env.Clientset(t)
+	if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expiry := int64(3600)
+	tok, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clusterAdmin(t, env, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns})
+	admin := env.Config()
+	return dynamic.NewForConfigOrDie(&rest.Config{Host: admin.Host, BearerToken: tok.Status.Token, TLSClientConfig: rest.TLSClientConfig{CAData: admin.CAData}})
+}
+
+func clusterAdmin(t *testing.T, env *testenv.Env, s rbacv1.Subject) {
+	t.Helper()
+	name := strings.NewReplacer("@", "-", ":", "-").Replace("who-changed-it-" + strings.ToLower(s.Kind) + "-" + s.Name)
+	_, err := env.Clientset(t).RbacV1().ClusterRoleBindings().Create(context.Background(), &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects:   []rbacv1.Subject{s},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
