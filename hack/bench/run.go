@@ -108,7 +108,7 @@ func run(ctx context.Context, o options) error {
 	all := []struct {
 		name string
 		run  func(context.Context) error
-	}{{"memory", b.memory}, {"events", b.events}, {"startup", b.startup}, {"cbor", b.cborSection}}
+	}{{"memory", b.memory}, {"events", b.events}, {"audit", b.auditSection}, {"startup", b.startup}, {"cbor", b.cborSection}}
 	want := strings.Split(o.sections, ",")
 	for _, s := range all {
 		if s.name == "events" && !slices.Contains(want, "memory") {
