@@ -7,7 +7,10 @@
 // takes part in leader election and sharding. In a leader election every
 // replica watches; the leader writes its watermarks on the Lease with each
 // renewal, and a standby follows them and takes over from them (leader.go,
-// lease.go).
+// lease.go). With an audit source (AuditConfig) it says who made each
+// change: it runs the audit webhook receiver or log follower of package
+// internal/audit, and each change waits, bounded, for its audit event
+// before the rules see it (pipeline.go, audit.go; docs/attribution.md).
 //
 // cmd/fieldwatch only parses flags and calls Run; the logic lives here so
 // that it can be tested in process against the real control plane.
