@@ -151,10 +151,11 @@ type gatedProxy struct {
 	ln         net.Listener
 	fromTarget bool
 
-	mu     sync.Mutex
-	target string
-	held   chan struct{} // non-nil: client bytes wait until it is closed
-	conns  map[net.Conn]bool
+	mu      sync.Mutex
+	targets []string // new connections go to each in turn
+	next    int
+	held    chan struct{} // non-nil: client bytes wait until it is closed
+	conns   map[net.Conn]bool
 }
 
 func newGatedProxy(fromTarget bool) (*gatedProxy, error) {
@@ -167,10 +168,12 @@ func newGatedProxy(fromTarget bool) (*gatedProxy, error) {
 	return p, nil
 }
 
-func (p *gatedProxy) setTarget(addr string) {
+// setTarget sends new connections to addrs, in turn (a Service in front
+// of replicas), and drops the connections to the previous targets.
+func (p *gatedProxy) setTarget(addrs ...string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.target = addr
+	p.targets, p.next = addrs, 0
 	// Connections to the previous target are of no use any more.
 	for c := range p.conns {
 		_ = c.Close()
@@ -185,7 +188,11 @@ func (p *gatedProxy) serve() {
 			return
 		}
 		p.mu.Lock()
-		target := p.target
+		target := ""
+		if len(p.targets) > 0 {
+			target = p.targets[p.next%len(p.targets)]
+			p.next++
+		}
 		p.mu.Unlock()
 		up, err := net.Dial("tcp", target)
 		if err != nil {
@@ -335,14 +342,17 @@ func runFieldwatch(t *testing.T, plane *auditPlane, src string, edit func(*Confi
 		Audit: AuditConfig{
 			WebhookAddr: "127.0.0.1:0", WebhookCertFile: plane.certFile, WebhookKeyFile: plane.keyFile,
 			WebhookClientCAFile: plane.clientCAFile, WebhookTokenFile: plane.tokenFile,
-			WebhookReady: func(addr string) {
-				plane.hook.setTarget(addr)
-				webhook <- addr
-			},
+			WebhookReady: func(addr string) { plane.hook.setTarget(addr) },
 		},
 	}
 	if edit != nil {
 		edit(&cfg)
+	}
+	if ready := cfg.Audit.WebhookReady; ready != nil {
+		cfg.Audit.WebhookReady = func(addr string) {
+			ready(addr)
+			webhook <- addr
+		}
 	}
 	a, err := newApp(cfg)
 	if err != nil {
@@ -364,6 +374,7 @@ func runFieldwatch(t *testing.T, plane *auditPlane, src string, edit func(*Confi
 		}
 		if t.Failed() {
 			t.Logf("fieldwatch logs (last 4 KiB):\n%s", lastBytes(r.logs.String(), 4096))
+			t.Logf("its payloads: %d; metrics: %s", len(r.out.where(func(map[string]any) bool { return true })), r.metricsSummary())
 		}
 	})
 	if cfg.Audit.WebhookAddr != "" {
@@ -409,6 +420,30 @@ func (r *fieldwatchRun) auditEvents(t *testing.T, source string) float64 {
 		}
 	}
 	return sum
+}
+
+// metricsSummary lists the samples of the audit, change and watcher
+// event metrics, for failure messages.
+func (r *fieldwatchRun) metricsSummary() string {
+	families, err := r.app.reg.Gather()
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, f := range families {
+		name := f.GetName()
+		if !strings.HasPrefix(name, "fieldwatch_audit_") && name != "fieldwatch_changes_evaluated_total" && name != "fieldwatch_watcher_events_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			out = append(out, fmt.Sprintf("%s{%s} %v", name, strings.Join(labels, ","), m.GetCounter().GetValue()+m.GetGauge().GetValue()+float64(m.GetHistogram().GetSampleCount())))
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 // metric returns the sum of the samples of a counter or gauge.

@@ -631,3 +631,56 @@ func TestAttributionNeedsASource(t *testing.T) {
 		}
 	}
 }
+
+// TestAttributionStandbyReplica: two replicas with leader election behind
+// one address (the proxy sends each new connection to the next, as a
+// Service does), the first connection to the standby. The standby turns
+// the apiserver's posts away (503, connection closed) and its retry
+// reaches the leader, which attributes every change.
+func TestAttributionStandbyReplica(t *testing.T) {
+	plane := sharedAuditPlane(t)
+	env := plane.env
+	alice := impersonating(t, env, "alice")
+	ensureNS(t, env, "replicas")
+	addrs := make(chan string, 2)
+	replica := func(id string) *fieldwatchRun {
+		return runFieldwatch(t, plane, allChanges, func(c *Config) {
+			c.LeaderElect, c.LeaseNamespace, c.LeaseName, c.Identity = true, "replicas", "fieldwatch-audit-test", id
+			c.Audit.WebhookReady = func(addr string) { addrs <- addr }
+		})
+	}
+	leader := replica("leader")
+	// A replica is ready while it stands by: wait until this one leads
+	// and its watcher has synced.
+	testenv.Eventually(t, time.Minute, "the first replica to lead", func() bool {
+		w := leader.app.watcher.Load()
+		return !leader.app.standby.Load() && w != nil && w.Synced()
+	})
+	standby := replica("standby")
+	leaderAddr, standbyAddr := <-addrs, <-addrs
+	plane.hook.setTarget(standbyAddr, leaderAddr)
+	if !standby.app.standby.Load() {
+		t.Fatal("the second replica leads too")
+	}
+	leader.warmUp(t, plane)
+	if v := standby.metric(t, "fieldwatch_audit_webhook_requests_total"); v < 1 {
+		t.Errorf("the standby was posted %v times, want the apiserver's first post", v)
+	}
+	ctx := context.Background()
+	for i := range 5 {
+		name := fmt.Sprintf("cm-%d", i)
+		if _, err := alice.dyn.Resource(cmGVR).Namespace("replicas").Create(ctx, testConfigMap(name, map[string]any{"k": "v"}), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		got := leader.out.waitFor(t, 30*time.Second, i+1, inNamespace("replicas", ""))
+		if a := actorOf(got[i].p); a["match"] != "window" || effectiveUser(got[i].p) != "alice" {
+			t.Errorf("%s: actor %v, want alice", name, a)
+		}
+	}
+	if n := len(standby.out.where(func(map[string]any) bool { return true })); n != 0 {
+		t.Errorf("the standby printed %d payloads", n)
+	}
+	if v := standby.auditEvents(t, "webhook"); v != 0 {
+		t.Errorf("the standby took %v audit events", v)
+	}
+}

@@ -44,9 +44,10 @@ type WebhookOptions struct {
 	Metrics *Metrics
 	// Accepting, when set, says whether events are wanted now. When it
 	// returns false (a replica standing by for leadership), authenticated
-	// requests get 503 with Retry-After: 1 and the connection is closed:
-	// the apiserver's client retries on a new connection, which a Service
-	// may route to the replica that accepts.
+	// requests get 503 with Retry-After: 0 and the connection is closed:
+	// the apiserver's client retries at once (client-go retries a 5xx
+	// with Retry-After up to ten times) on a new connection, which a
+	// Service may route to the replica that accepts.
 	Accepting func() bool
 }
 
@@ -197,7 +198,7 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if w.opts.Accepting != nil && !w.opts.Accepting() {
-		rw.Header().Set("Retry-After", "1")
+		rw.Header().Set("Retry-After", "0")
 		rw.Header().Set("Connection", "close")
 		w.m.webhookCode(http.StatusServiceUnavailable)
 		http.Error(rw, "not accepting audit events: standing by", http.StatusServiceUnavailable)

@@ -307,8 +307,8 @@ func TestWebhookStandingBy(t *testing.T) {
 		t.Errorf("standing by, no credentials: %d, want 401", resp.StatusCode)
 	}
 	resp := post(p.token)
-	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "1" || !resp.Close {
-		t.Errorf("standing by: %d Retry-After %q close %v, want 503, 1, closed", resp.StatusCode, resp.Header.Get("Retry-After"), resp.Close)
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "0" || !resp.Close {
+		t.Errorf("standing by: %d Retry-After %q close %v, want 503, 0, closed", resp.StatusCode, resp.Header.Get("Retry-After"), resp.Close)
 	}
 	if n := len(sink.ids()); n != 0 {
 		t.Errorf("standing by: %d records reached the sink", n)
