@@ -37,7 +37,7 @@ type auditOverlay struct {
 }
 
 // TestAuditOverlay renders deploy/audit/ as kustomize would (the base, its
-// Service, the Deployment patched by strategic merge) and has the real
+// Service, the StatefulSet patched by strategic merge) and has the real
 // apiserver accept the result; the receiver's flags, port, mount and
 // Service agree with each other and with the apiserver's kubeconfig.
 func TestAuditOverlay(t *testing.T) {
@@ -54,7 +54,7 @@ func TestAuditOverlay(t *testing.T) {
 		t.Fatalf("audit/kustomization.yaml: %v", err)
 	}
 	if !slices.Contains(k.Resources, "../") || len(k.Patches) != 1 {
-		t.Fatalf("audit/kustomization.yaml: resources %v, patches %v: want the base and one Deployment patch", k.Resources, k.Patches)
+		t.Fatalf("audit/kustomization.yaml: resources %v, patches %v: want the base and one StatefulSet patch", k.Resources, k.Patches)
 	}
 	ns := readKustomization(t).Namespace
 	_, err = env.Clientset(t).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
@@ -72,7 +72,7 @@ func TestAuditOverlay(t *testing.T) {
 		decodeFile(t, filepath.Join("audit", r), &svc)
 	}
 
-	base, err := os.ReadFile("deployment.yaml")
+	base, err := os.ReadFile("statefulset.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,15 +88,15 @@ func TestAuditOverlay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	patched, err := strategicpatch.StrategicMergePatch(baseJSON, patchJSON, appsv1.Deployment{})
+	patched, err := strategicpatch.StrategicMergePatch(baseJSON, patchJSON, appsv1.StatefulSet{})
 	if err != nil {
-		t.Fatalf("patch the Deployment: %v", err)
+		t.Fatalf("patch the StatefulSet: %v", err)
 	}
 	if _, err := env.Apply(ctx, testenv.ApplyOptions{DryRun: true}, patched); err != nil {
-		t.Errorf("the patched Deployment: %v", err)
+		t.Errorf("the patched StatefulSet: %v", err)
 	}
-	var baseDep, dep appsv1.Deployment
-	decodeFile(t, "deployment.yaml", &baseDep)
+	var baseDep, dep appsv1.StatefulSet
+	decodeFile(t, "statefulset.yaml", &baseDep)
 	if err := utilyaml.Unmarshal(patched, &dep); err != nil {
 		t.Fatal(err)
 	}
