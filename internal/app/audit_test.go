@@ -394,8 +394,10 @@ func TestAttributionLogFile(t *testing.T) {
 	env := plane.env
 	carol := impersonating(t, env, "carol")
 	state := filepath.Join(t.TempDir(), "audit-log.state")
+	// A generous wait: this test is about following the file, not about
+	// timing (a busy machine may read a rotation late).
 	fw := runFieldwatch(t, plane, allChanges, func(c *Config) {
-		c.Audit = AuditConfig{LogPath: plane.logPath, LogStateFile: state}
+		c.Audit = AuditConfig{LogPath: plane.logPath, LogStateFile: state, Wait: 10 * time.Second}
 	})
 	testenv.Eventually(t, 10*time.Second, "the follower to open the log", func() bool {
 		return strings.Contains(fw.logs.String(), "audit log: following")
