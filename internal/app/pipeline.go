@@ -77,7 +77,7 @@ func (p *pipeline) Handle(ctx context.Context, c *watcher.Change) error {
 		}
 		if err := p.deliver(p.att.deliverCtx, firings, done); err != nil {
 			o := c.Object()
-			p.app.log.Warn("actions closed while delivering; the firings went to the dead letters", "gvr", c.Resource.String(),
+			p.app.log.Warn("actions closed while delivering; what was not queued is dead-lettered or handed over", "gvr", c.Resource.String(),
 				"namespace", o.GetNamespace(), "name", o.GetName(), "err", err)
 		}
 	})
