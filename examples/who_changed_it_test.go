@@ -143,9 +143,13 @@ func TestWhoChangedIt(t *testing.T) {
 	}
 	cm := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
 		"metadata": map[string]any{"name": "settings"}, "data": map[string]any{"log.level": "info"}}}
-	if _, err := admin.Resource(cms).Namespace("production").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+	created, err := admin.Resource(cms).Namespace("production").Create(ctx, cm, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, "the admin's create", func() (bool, string) {
+		return payloadAt(created.GetResourceVersion()) != nil, fmt.Sprint(payloads())
+	})
 
 	alice := impersonate(t, env, "alice@example.com")
 	flux := serviceAccount(t, env, "flux-system", "kustomize-controller")
