@@ -14,8 +14,10 @@ import (
 	"gopkg.in/yaml.v3"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/apiserver/pkg/apis/audit"
@@ -61,7 +63,6 @@ func TestAuditOverlay(t *testing.T) {
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	var svc corev1.Service
 	for _, r := range k.Resources {
 		if r == "../" {
 			continue
@@ -69,7 +70,14 @@ func TestAuditOverlay(t *testing.T) {
 		if _, err := env.ApplyFiles(ctx, testenv.ApplyOptions{DryRun: true}, filepath.Join("audit", r)); err != nil {
 			t.Errorf("audit/%s: %v", r, err)
 		}
-		decodeFile(t, filepath.Join("audit", r), &svc)
+	}
+	var svc corev1.Service
+	decodeFile(t, "audit/service.yaml", &svc)
+	var np networkingv1.NetworkPolicy
+	decodeFile(t, "audit/networkpolicy.yaml", &np)
+	if !slices.Contains(k.Resources, "networkpolicy.yaml") || len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].Ports) != 1 ||
+		np.Spec.Ingress[0].Ports[0].Port.String() != svc.Spec.Ports[0].TargetPort.String() {
+		t.Errorf("audit/networkpolicy.yaml: ingress %+v, want the Service's target port %s let in", np.Spec.Ingress, svc.Spec.Ports[0].TargetPort.String())
 	}
 
 	base, err := os.ReadFile("statefulset.yaml")
@@ -97,6 +105,9 @@ func TestAuditOverlay(t *testing.T) {
 	}
 	var baseDep, dep appsv1.StatefulSet
 	decodeFile(t, "statefulset.yaml", &baseDep)
+	if sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector); err != nil || !sel.Matches(labels.Set(baseDep.Spec.Template.Labels)) {
+		t.Errorf("audit/networkpolicy.yaml selects %v, not the pods' labels %v", np.Spec.PodSelector, baseDep.Spec.Template.Labels)
+	}
 	if err := utilyaml.Unmarshal(patched, &dep); err != nil {
 		t.Fatal(err)
 	}
@@ -210,17 +221,5 @@ func TestAuditPolicy(t *testing.T) {
 	}
 	if !slices.Contains(p.OmitStages, audit.StageRequestReceived) {
 		t.Errorf("the policy keeps the RequestReceived stage: twice the events for nothing")
-	}
-}
-
-// decodeFile decodes the one object of a YAML manifest.
-func decodeFile(t *testing.T, path string, into any) {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := utilyaml.Unmarshal(data, into); err != nil {
-		t.Fatalf("%s: %v", path, err)
 	}
 }
