@@ -216,8 +216,12 @@ func TestRBACEveryExample(t *testing.T) {
 				}
 			}
 			ns := namespace(t, env, "rbac-"+tc.mode+"-"+example)
-			// The namespaces the examples name.
-			for _, name := range []string{"production", "shop"} {
+			// The namespaces the example's rules name.
+			var named []string
+			for _, r := range set.Rules() {
+				named = append(named, r.Namespaces()...)
+			}
+			for _, name := range named {
 				_, err := env.Clientset(t).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
 				if err != nil && !apierrors.IsAlreadyExists(err) {
 					t.Fatal(err)
