@@ -86,7 +86,8 @@ func kinds(cs []*Change) string {
 }
 
 // startWatcher runs a watcher until the test ends and waits for its sync.
-func startWatcher(t *testing.T, config *rest.Config, cfg Config) (*Watcher, *prometheus.Registry) {
+// prepare, if given, sees the watcher before it runs.
+func startWatcher(t *testing.T, config *rest.Config, cfg Config, prepare ...func(*Watcher)) (*Watcher, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	cfg.Registerer = reg
@@ -99,6 +100,9 @@ func startWatcher(t *testing.T, config *rest.Config, cfg Config) (*Watcher, *pro
 	w, err := New(config, cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, p := range prepare {
+		p(w)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -231,4 +235,12 @@ func mustf(t *testing.T, err error, format string, args ...any) {
 	if err != nil {
 		t.Fatalf("%s: %v", fmt.Sprintf(format, args...), err)
 	}
+}
+
+// waitPasses waits until the watcher has run n more discovery passes.
+func waitPasses(t *testing.T, w *Watcher, n int64) {
+	t.Helper()
+	target := w.passes.Load() + n
+	testenv.Eventually(t, time.Duration(n+5)*w.cfg.RediscoveryInterval, fmt.Sprintf("%d discovery passes", n),
+		func() bool { return w.passes.Load() >= target })
 }

@@ -27,10 +27,8 @@ func (w *Watcher) startCRDWatch(ctx context.Context) {
 			"every", w.cfg.RediscoveryInterval)
 		return
 	}
-	w.mu.Lock()
 	rw := w.startWatch(ctx, crdResource, "", crdProjection, false, start{mode: quietStart})
 	w.crds = rw
-	w.mu.Unlock()
 	cache.WaitForCacheSync(ctx.Done(), rw.hasSynced)
 }
 
@@ -81,6 +79,11 @@ type handoverKey struct {
 // resources that are gone or no longer selected, and restarts those whose
 // projection changed. Resources of group versions whose discovery failed
 // are unknown, not gone: their informers keep running.
+//
+// Only the goroutine of Run calls it. It holds w.mu only to read the
+// selectors and to change the watches map, never while an informer stops
+// or the Store is read: readers of the watches see the old informer until
+// the new one replaces it (or it is gone).
 func (w *Watcher) reconcile(ctx context.Context) error {
 	d, err := discover(w.disc, w.customResources())
 	if err != nil {
@@ -89,8 +92,8 @@ func (w *Watcher) reconcile(ctx context.Context) error {
 	w.noteFailures(d.failed)
 
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	wants := w.wants(d.resources)
+	w.mu.Unlock()
 	served := map[schema.GroupResource]bool{}
 	for _, r := range d.resources {
 		served[groupResource(r)] = true
@@ -106,10 +109,15 @@ func (w *Watcher) reconcile(ctx context.Context) error {
 		if _, ok := wants[key]; ok || d.failed[key.gvr.GroupVersion()] != nil {
 			continue
 		}
+		gr := key.gvr.GroupResource()
+		if w.stopping != nil && !served[gr] {
+			w.stopping(rw.res)
+		}
 		rw.stop()
 		rw.track.setActive(false)
+		w.mu.Lock()
 		delete(w.watches, key)
-		gr := key.gvr.GroupResource()
+		w.mu.Unlock()
 		switch {
 		case served[gr]:
 			// Another version took over, or the rules no longer select
@@ -171,13 +179,14 @@ func (w *Watcher) reconcile(ctx context.Context) error {
 	for _, r := range d.resources {
 		w.known[groupResource(r)] = true
 	}
-	w.metrics.resources.Set(float64(len(w.deliveringResources())))
+	w.metrics.resources.Set(float64(len(w.resources())))
+	w.passes.Add(1)
 	return nil
 }
 
 // wants lists the informers to run: the selected resources (one informer
 // per namespace when every rule on the resource names its namespaces), and
-// the resources the watcher follows for itself.
+// the resources the watcher follows for itself. w.mu must be held.
 func (w *Watcher) wants(resources []change.Resource) map[watchKey]*want {
 	out := map[watchKey]*want{}
 	for _, r := range resources {
@@ -210,8 +219,9 @@ func (w *Watcher) wants(resources []change.Resource) map[watchKey]*want {
 	return out
 }
 
-// startWatch starts an informer for res in namespace ("" for all). w.mu
-// must be held.
+// startWatch starts an informer for res in namespace ("" for all), in
+// place of the one there was for that key. Only the goroutine of Run calls
+// it.
 func (w *Watcher) startWatch(ctx context.Context, res change.Resource, namespace string, proj change.Projection, deliver bool, st start) *resourceWatch {
 	rw := newResourceWatch(w, res, namespace, proj)
 	rw.deliver.Store(deliver)
@@ -228,16 +238,16 @@ func (w *Watcher) startWatch(ctx context.Context, res change.Resource, namespace
 	if gvr(res) == gvr(crdResource) || gvr(res) == gvr(apiServiceResource) {
 		rw.observe = func(*Change) { w.triggerDiscovery() }
 	}
-	w.watches[watchKey{gvr(res), namespace}] = rw
 	rw.run(ctx)
+	w.mu.Lock()
+	w.watches[watchKey{gvr(res), namespace}] = rw
+	w.mu.Unlock()
 	return rw
 }
 
 // noteFailures logs and counts group versions whose discovery failed, and
 // logs those that recovered.
 func (w *Watcher) noteFailures(failed map[schema.GroupVersion]error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	for gv, err := range failed {
 		w.metrics.discoveryFails.WithLabelValues(gv.String()).Inc()
 		if !w.failedGV[gv] {
@@ -329,7 +339,7 @@ func (w *Watcher) storedBaseline(res change.Resource, namespace string, loaded r
 // syncStore keeps the Store in step with discovery: resources recorded
 // but no longer served (their CRD deleted, maybe while the watcher was
 // down) report their objects deleted; resources no longer selected are
-// forgotten; the served set is remembered for the next run. w.mu is held.
+// forgotten; the served set is remembered for the next run.
 func (w *Watcher) syncStore(served map[schema.GroupResource]bool, failed map[schema.GroupVersion]error, wants map[watchKey]*want) {
 	store := w.cfg.Store
 	stored, err := store.resources()

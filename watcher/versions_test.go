@@ -57,7 +57,8 @@ func TestManyVersionsSwitchAndDeleteUnderLoad(t *testing.T) {
 	}
 
 	rec := &recorder{}
-	w, reg := startWatcher(t, env.Config(), Config{Selectors: []change.Selector{{Group: group, Resource: "multis"}}, Handler: rec})
+	w, reg := startWatcher(t, env.Config(), Config{Selectors: []change.Selector{{Group: group, Resource: "multis"}}, Handler: rec,
+		RediscoveryInterval: time.Second})
 	version := func() string {
 		for _, r := range w.resources() {
 			if r.Group == group {
@@ -134,7 +135,7 @@ func TestManyVersionsSwitchAndDeleteUnderLoad(t *testing.T) {
 		}
 	}
 	errs := metricValue(t, reg, "fieldwatch_watcher_list_watch_errors_total", nil)
-	time.Sleep(3 * w.cfg.RediscoveryInterval) // let discovery passes run: the assertion is on what they did
+	waitPasses(t, w, 3)
 	if more := metricValue(t, reg, "fieldwatch_watcher_list_watch_errors_total", nil) - errs; more > 1 {
 		t.Errorf("list/watch errors kept growing after the CRD was gone: +%v", more)
 	}

@@ -103,11 +103,20 @@ type Watcher struct {
 	standby  atomic.Bool // Config.Standby until the takeover
 	role     role        // standby, takeover and abandon
 
+	// mu guards the selectors, the projection, the namespaces and the
+	// watches map. It is held only to read or write them, never across a
+	// wait (an informer stopping, a cache syncing, a network call, the
+	// Store): readers such as CachedObjects, and so a /metrics scrape,
+	// never wait for a discovery pass. Only the goroutine of Run (its
+	// reconcile, and stopAll) changes the watches map, so it may read
+	// the map without mu.
 	mu         sync.Mutex
 	selectors  []change.Selector
 	projection func(change.Resource) change.Projection
 	namespaces func(change.Resource) []string
 	watches    map[watchKey]*resourceWatch
+
+	// The fields below are the goroutine of Run's alone.
 	known      map[schema.GroupResource]bool // resources discovered at least once
 	failedGV   map[schema.GroupVersion]bool  // group versions whose discovery fails
 	everFailed map[schema.GroupVersion]bool  // group versions whose discovery ever failed
@@ -118,11 +127,17 @@ type Watcher struct {
 	gone              map[schema.GroupResource]bool // stored resources reported deleted this run
 	storedKnown       map[schema.GroupResource]bool // served set last written to the Store
 
-	forbiddenMu    sync.Mutex // not mu: informers report while reconcile holds mu
+	forbiddenMu    sync.Mutex // not mu: informers report while reconcile runs
 	forbiddenSince map[schema.GroupVersionResource]time.Time
 
 	trackersMu sync.Mutex
 	trackers   map[watchKey]*tracker
+
+	// stopping, when set (by tests), is called before the informer of a
+	// resource no longer served is stopped, with no lock held.
+	stopping func(change.Resource)
+	// passes counts the discovery passes done (tests wait for some).
+	passes atomic.Int64
 }
 
 // New returns a Watcher for the cluster config points to.
@@ -362,7 +377,7 @@ func (w *Watcher) resources() []change.Resource {
 
 // deliveringResources lists the resources with an informer for the
 // handler, once each however many namespaces they are watched in. w.mu
-// must be held.
+// must be held (or the caller be the goroutine of Run).
 func (w *Watcher) deliveringResources() []change.Resource {
 	seen := map[schema.GroupVersionResource]bool{}
 	var out []change.Resource
@@ -525,13 +540,15 @@ func (w *Watcher) customResources() func(schema.GroupResource) bool {
 	return func(gr schema.GroupResource) bool { return set[gr] }
 }
 
-// stopAll stops every informer.
+// stopAll stops every informer. The watches map is emptied first, so
+// that no reader waits for the informers to stop.
 func (w *Watcher) stopAll() {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	for key, rw := range w.watches {
+	watches := w.watches
+	w.watches = map[watchKey]*resourceWatch{}
+	w.mu.Unlock()
+	for _, rw := range watches {
 		rw.stop()
-		delete(w.watches, key)
 	}
 	w.metrics.resources.Set(0)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"sync"
 	"testing"
 	"time"
 
@@ -104,7 +105,8 @@ func TestCRDComesAndGoes(t *testing.T) {
 	ns := namespace(t, env)
 	ctx := context.Background()
 	rec := &recorder{}
-	w, reg := startWatcher(t, env.Config(), Config{Selectors: []change.Selector{{Group: "*", Custom: true}}, Handler: rec})
+	w, reg := startWatcher(t, env.Config(), Config{Selectors: []change.Selector{{Group: "*", Custom: true}}, Handler: rec,
+		RediscoveryInterval: time.Second})
 
 	gadgets := schema.GroupVersionResource{Group: "gadgets.example.org", Version: "v1", Resource: "gadgets"}
 	crd := simpleCRD(gadgets, "Gadget")
@@ -148,7 +150,7 @@ func TestCRDComesAndGoes(t *testing.T) {
 	// Nothing loops: a few more discovery passes add no errors for the
 	// vanished resource beyond the ones that told the watcher it was gone.
 	before := metricValue(t, reg, "fieldwatch_watcher_list_watch_errors_total", nil)
-	time.Sleep(3 * w.cfg.RediscoveryInterval) // let passes run; the assertion is on what they did
+	waitPasses(t, w, 3)
 	after := metricValue(t, reg, "fieldwatch_watcher_list_watch_errors_total", nil)
 	if after-before > 1 {
 		t.Errorf("list/watch errors grew by %v after the CRD was gone", after-before)
@@ -156,6 +158,70 @@ func TestCRDComesAndGoes(t *testing.T) {
 	if n := len(rec.of(gadgets, ns, "g1")); n != 2 {
 		t.Errorf("gadget changes: %s, want [created deleted]", kinds(rec.of(gadgets, ns, "g1")))
 	}
+}
+
+// TestReadersDoNotWaitForAStoppingInformer: while the informer of a
+// removed CRD's resource stops, the readers of the watches (CachedObjects
+// behind /metrics, the resources behind readiness) answer: no lock is held
+// across the stop. The informer is held stopping until they have answered.
+func TestReadersDoNotWaitForAStoppingInformer(t *testing.T) {
+	env := testenv.Shared(t)
+	ns := namespace(t, env)
+	ctx := context.Background()
+	gizmos := schema.GroupVersionResource{Group: "gizmos.example.org", Version: "v1", Resource: "gizmos"}
+	crd := simpleCRD(gizmos, "Gizmo")
+	mustf(t, env.InstallCRD(crd), "install gizmo CRD")
+	dyn := env.Dynamic(t)
+	const objects = 20
+	for i := range objects {
+		_, err := dyn.Resource(gizmos).Namespace(ns).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "gizmos.example.org/v1", "kind": "Gizmo",
+			"metadata": map[string]any{"name": fmt.Sprintf("g%d", i), "namespace": ns},
+		}}, metav1.CreateOptions{})
+		mustf(t, err, "create gizmo")
+	}
+
+	stopping, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	w, _ := startWatcher(t, env.Config(), Config{Selectors: []change.Selector{{Group: gizmos.Group, Kind: "Gizmo"}}, Handler: &recorder{}},
+		func(w *Watcher) {
+			w.stopping = func(res change.Resource) {
+				if gvr(res) == gizmos {
+					once.Do(func() { close(stopping) })
+					<-release
+				}
+			}
+		})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(unblock) // before the watcher's own cleanup waits for Run
+	testenv.Eventually(t, 30*time.Second, "the gizmos to be cached", func() bool { return w.CachedObjects() == objects })
+
+	mustf(t, dyn.Resource(crdGVR).Delete(ctx, crd.Name, metav1.DeleteOptions{}), "delete CRD")
+	select {
+	case <-stopping:
+	case <-time.After(time.Minute):
+		t.Fatal("the gizmos' informer was not stopped within a minute of the CRD's deletion")
+	}
+	answered := make(chan int, 1)
+	go func() {
+		n := w.CachedObjects()
+		_ = w.resources()
+		_ = w.Synced()
+		answered <- n
+	}()
+	select {
+	case n := <-answered:
+		if n > objects {
+			t.Errorf("CachedObjects = %d while the informer stops, want at most %d", n, objects)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("CachedObjects and resources did not answer while an informer was stopping")
+	}
+	unblock()
+	testenv.Eventually(t, 30*time.Second, "the gizmos to be dropped", func() bool {
+		return w.CachedObjects() == 0 && len(w.resources()) == 0
+	})
 }
 
 func simpleCRD(gvr schema.GroupVersionResource, kind string) *apiextensionsv1.CustomResourceDefinition {
