@@ -57,7 +57,7 @@ examples: build ## run every example's cases through `fieldwatch test`
 	done
 
 # FUZZ_TARGETS are package:Fuzz pairs; go test -fuzz takes one at a time.
-FUZZ_TARGETS := ./rules:FuzzLoad ./rules:FuzzCompilePath ./rules:FuzzAppendJSON ./rules:FuzzRedaction ./internal/yamlstrict:FuzzUnmarshal ./rules/action:FuzzParseRetryAfter ./rules/action:FuzzVerifySignature ./rules/crddiff:FuzzCompare ./rules/crddiff:FuzzParse ./internal/audit:FuzzDecodeEventList
+FUZZ_TARGETS := ./rules:FuzzLoad ./rules:FuzzCompilePath ./rules:FuzzAppendJSON ./rules:FuzzRedaction ./rules:FuzzChangesApply ./internal/yamlstrict:FuzzUnmarshal ./rules/action:FuzzParseRetryAfter ./rules/action:FuzzVerifySignature ./rules/crddiff:FuzzCompare ./rules/crddiff:FuzzParse ./internal/audit:FuzzDecodeEventList
 
 .PHONY: fuzz-short
 fuzz-short: ## run every fuzz target briefly (FUZZ_TIME executions, default 20000x)
