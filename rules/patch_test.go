@@ -101,6 +101,31 @@ func applyChanges(old, new map[string]any, changes []any) (map[string]any, error
 	if err != nil {
 		return nil, err
 	}
+	if !hasRedacted(changes) {
+		// Nothing to unredact: one patch, the same operations.
+		var ops []any
+		for _, x := range changes {
+			op, _ := x.(map[string]any)
+			if op["op"] != "add" {
+				ops = append(ops, map[string]any{"op": "test", "path": op["path"], "value": op["oldValue"]})
+			}
+			ops = append(ops, op) // json-patch ignores oldValue
+		}
+		raw, err := json.Marshal(ops)
+		if err != nil {
+			return nil, err
+		}
+		patch, err := jsonpatch.DecodePatch(raw)
+		if err != nil {
+			return nil, fmt.Errorf("changes %s: %w", raw, err)
+		}
+		if doc, err = patch.Apply(doc); err != nil {
+			return nil, fmt.Errorf("the changes do not apply: %w", err)
+		}
+		var out map[string]any
+		err = json.Unmarshal(doc, &out)
+		return out, err
+	}
 	for i, x := range changes {
 		op, ok := x.(map[string]any)
 		if !ok {
@@ -186,6 +211,27 @@ func unredact(v, ref any, ok bool) any {
 		return out
 	}
 	return v
+}
+
+// hasRedacted reports whether v holds the string Redacted anywhere.
+func hasRedacted(v any) bool {
+	switch x := v.(type) {
+	case string:
+		return x == Redacted
+	case map[string]any:
+		for _, e := range x {
+			if hasRedacted(e) {
+				return true
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if hasRedacted(e) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // pointerGet returns the value at a JSON Pointer in v.
