@@ -3,11 +3,8 @@ package watcher
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"net/url"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,77 +14,6 @@ import (
 	"github.com/fieldwatch/fieldwatch/change"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
-
-// proxy is a TCP proxy to the apiserver that a test can cut (a network
-// partition: connections drop, new ones are refused) and restore on the
-// same address.
-type proxy struct {
-	t      *testing.T
-	addr   string
-	target string
-	mu     sync.Mutex
-	ln     net.Listener
-	conns  map[net.Conn]bool
-}
-
-func newProxy(t *testing.T, target string) *proxy {
-	p := &proxy{t: t, target: target, conns: map[net.Conn]bool{}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.addr = ln.Addr().String()
-	p.serve(ln)
-	t.Cleanup(p.cut)
-	return p
-}
-
-func (p *proxy) serve(ln net.Listener) {
-	p.mu.Lock()
-	p.ln = ln
-	p.mu.Unlock()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", p.target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns[c], p.conns[up] = true, true
-			p.mu.Unlock()
-			go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
-			go func() { _, _ = io.Copy(c, up); _ = c.Close() }()
-		}
-	}()
-}
-
-// cut drops every connection and refuses new ones.
-func (p *proxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ln != nil {
-		_ = p.ln.Close()
-		p.ln = nil
-	}
-	for c := range p.conns {
-		_ = c.Close()
-	}
-	p.conns = map[net.Conn]bool{}
-}
-
-// restore accepts connections again on the same address.
-func (p *proxy) restore() {
-	ln, err := net.Listen("tcp", p.addr)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	p.serve(ln)
-}
 
 // TestPartitionAndCompaction cuts the watcher off the apiserver, changes
 // objects, compacts etcd's history past the watcher's resourceVersion, and
@@ -102,9 +28,9 @@ func TestPartitionAndCompaction(t *testing.T) {
 	cms := env.Dynamic(t).Resource(configMaps).Namespace(ns)
 	host, err := url.Parse(env.Config().Host)
 	mustf(t, err, "host")
-	px := newProxy(t, host.Host)
+	px := testenv.NewProxy(t, host.Host)
 	cfg := env.Config()
-	cfg.Host = "https://" + px.addr
+	cfg.Host = "https://" + px.Addr()
 
 	rec := &recorder{}
 	_, reg := startWatcher(t, cfg, Config{Selectors: []change.Selector{{Resource: "configmaps"}}, Handler: rec})
@@ -117,7 +43,7 @@ func TestPartitionAndCompaction(t *testing.T) {
 		return rec.count(func(c *Change) bool { return c.Object().GetNamespace() == ns }) == n
 	})
 
-	px.cut()
+	px.Cut()
 	for round := 1; round <= 2; round++ {
 		for i := range n {
 			name := fmt.Sprintf("cm-%02d", i)
@@ -137,7 +63,7 @@ func TestPartitionAndCompaction(t *testing.T) {
 	}
 	_, err = env.CompactEtcd(ctx)
 	mustf(t, err, "compact etcd")
-	px.restore()
+	px.Restore()
 
 	testenv.Eventually(t, 60*time.Second, "the relist", func() bool {
 		return metricValue(t, reg, "fieldwatch_watcher_relist_deletions_total", nil) >= 5 &&

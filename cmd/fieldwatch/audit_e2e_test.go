@@ -51,7 +51,10 @@ func TestAuditAttribution(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
+	// The apiserver is told the webhook's address before fieldwatch runs
+	// (and picks its port): a proxy holds the address.
+	px := testenv.NewProxy(t, "")
+	addr := px.Addr()
 	env := testenv.Start(t, testenv.Options{Audit: &testenv.Audit{
 		Policy: `apiVersion: audit.k8s.io/v1
 kind: Policy
@@ -85,9 +88,10 @@ rules:
       namespaces: [e2e-audit]
     actions: [{log: {}}]
 `)
-	p := startFieldwatch(t, env.WriteKubeconfig(t), "--rules", rules, "--audit-webhook-addr", addr,
+	p := startFieldwatch(t, env.WriteKubeconfig(t), "--rules", rules, "--audit-webhook-addr", "127.0.0.1:0",
 		"--audit-webhook-cert-file", files[0], "--audit-webhook-key-file", files[1],
 		"--audit-webhook-client-ca-file", files[2], "--audit-webhook-token-file", files[3])
+	px.SetTarget(p.loggedAddr("audit webhook listening"))
 
 	// The apiserver retries its first batches until fieldwatch listens:
 	// wait until one went through.

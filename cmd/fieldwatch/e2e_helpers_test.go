@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -46,7 +45,7 @@ func TestMain(m *testing.M) {
 type proc struct {
 	t      *testing.T
 	cmd    *exec.Cmd
-	addr   string
+	addr   string // the HTTP server's, from its log (httpAddr)
 	mu     sync.Mutex
 	out    []string // stdout lines: the log action's payloads
 	stderr bytes.Buffer
@@ -65,8 +64,8 @@ func startFieldwatch(t *testing.T, kubeconfig string, args ...string) *proc {
 
 func launch(t *testing.T, kubeconfig string, args ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, addr: freeAddr(t), done: make(chan struct{})}
-	full := append([]string{"run", "--kubeconfig", kubeconfig, "--http-addr", p.addr, "--log-level", "debug", "--grace-period", "10s"}, args...)
+	p := &proc{t: t, done: make(chan struct{})}
+	full := append([]string{"run", "--kubeconfig", kubeconfig, "--http-addr", "127.0.0.1:0", "--log-level", "debug", "--grace-period", "10s"}, args...)
 	p.cmd = exec.Command(binary, full...)
 	p.cmd.Stderr = &syncWriter{mu: &p.mu, w: &p.stderr}
 	stdout, err := p.cmd.StdoutPipe()
@@ -152,9 +151,68 @@ func (p *proc) waitReady(timeout time.Duration) {
 	})
 }
 
+// httpAddr returns the address the process's HTTP server listens on (it
+// is told port 0), as its log says; "" if the process exited without
+// saying.
+func (p *proc) httpAddr() string {
+	p.t.Helper()
+	p.mu.Lock()
+	addr := p.addr
+	p.mu.Unlock()
+	if addr == "" {
+		addr = p.loggedAddr("http server listening")
+		p.mu.Lock()
+		p.addr = addr
+		p.mu.Unlock()
+	}
+	return addr
+}
+
+// loggedAddr waits up to a minute for the log line msg and returns its
+// addr; "" if the process exited without logging it.
+func (p *proc) loggedAddr(msg string) string {
+	p.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if addr := findLogged(p.logs(), msg); addr != "" {
+			return addr
+		}
+		select {
+		case <-p.done: // exited: stderr is complete
+			return findLogged(p.logs(), msg)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("fieldwatch logged no %q line within a minute; stderr:\n%s", msg, tail(p.logs(), 4096))
+		}
+	}
+}
+
+// findLogged returns the addr of the first JSON log line with message msg.
+func findLogged(logs, msg string) string {
+	quoted, _ := json.Marshal(msg)
+	for _, line := range strings.Split(logs, "\n") {
+		if !strings.Contains(line, string(quoted)) {
+			continue
+		}
+		var rec struct {
+			Msg  string `json:"msg"`
+			Addr string `json:"addr"`
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == msg {
+			return rec.Addr
+		}
+	}
+	return ""
+}
+
 // get fetches a path of the process's HTTP server.
 func (p *proc) get(path string) (int, string) {
-	resp, err := http.Get("http://" + p.addr + path)
+	addr := p.httpAddr()
+	if addr == "" {
+		return 0, "no http server"
+	}
+	resp, err := http.Get("http://" + addr + path)
 	if err != nil {
 		return 0, err.Error()
 	}
@@ -187,16 +245,6 @@ func (s *syncWriter) Write(b []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.w.Write(b)
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ln.Close() }()
-	return ln.Addr().String()
 }
 
 func tail(s string, n int) string {

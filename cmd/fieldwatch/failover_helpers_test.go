@@ -404,55 +404,6 @@ func leaderOf(t *testing.T, timeout time.Duration, ps ...*proc) *proc {
 	return leader
 }
 
-// tcpProxy forwards connections to the apiserver until cut.
-type tcpProxy struct {
-	addr   string
-	target string
-	mu     sync.Mutex
-	ln     net.Listener
-	conns  map[net.Conn]bool
-}
-
-func newTCPProxy(t *testing.T, target string) *tcpProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &tcpProxy{addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]bool{}}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns[c], p.conns[up] = true, true
-			p.mu.Unlock()
-			go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
-			go func() { _, _ = io.Copy(c, up); _ = c.Close() }()
-		}
-	}()
-	t.Cleanup(p.cut)
-	return p
-}
-
-// cut drops every connection and refuses new ones.
-func (p *tcpProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	_ = p.ln.Close()
-	for c := range p.conns {
-		_ = c.Close()
-	}
-	p.conns = map[net.Conn]bool{}
-}
-
 // kubeconfigVia writes a copy of kubeconfig whose server is reached
 // through addr.
 func kubeconfigVia(t *testing.T, kubeconfig, addr string) string {

@@ -160,7 +160,8 @@ func TestSIGKILLRestart(t *testing.T) {
 }
 
 // receiver is a webhook receiver on 127.0.0.1 that can go down and come
-// back on the same port.
+// back on the same port (the port it was first given; going down and
+// coming back there is what the tests are about).
 type receiver struct {
 	t    *testing.T
 	addr string
@@ -170,7 +171,7 @@ type receiver struct {
 }
 
 func newReceiver(t *testing.T) *receiver {
-	r := &receiver{t: t, addr: freeAddr(t), ids: map[string]int{}}
+	r := &receiver{t: t, addr: "127.0.0.1:0", ids: map[string]int{}}
 	r.up()
 	t.Cleanup(r.down)
 	return r
@@ -182,6 +183,7 @@ func (r *receiver) up() {
 	if err != nil {
 		r.t.Fatal(err)
 	}
+	r.addr = ln.Addr().String()
 	r.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		_, _ = io.Copy(io.Discard, req.Body)
 		r.mu.Lock()

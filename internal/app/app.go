@@ -387,6 +387,8 @@ func (a *App) serveHTTP() (*http.Server, net.Listener, error) {
 		}
 		_, _ = io.WriteString(w, why+"\n")
 	})
+	// The bound address: with port 0 the log is where to learn it.
+	a.log.Info("http server listening", "addr", ln.Addr().String())
 	if a.cfg.Ready != nil {
 		a.cfg.Ready(ln.Addr().String())
 	}
