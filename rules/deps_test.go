@@ -1,9 +1,9 @@
 package rules
 
 import (
-	"os/exec"
-	"strings"
 	"testing"
+
+	"github.com/fieldwatch/fieldwatch/internal/depcheck"
 )
 
 // TestNoClientGo keeps package rules, and the packages it shares its
@@ -22,23 +22,9 @@ func TestNoClientGo(t *testing.T) {
 		{"./cases", module + "rules/cases", noClient},
 		{"../change", module + "change", []string{"k8s.io/", "sigs.k8s.io/", module}},
 	}
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("go tool not in PATH: %v", err)
-	}
 	for _, tt := range tests {
 		t.Run(tt.dir, func(t *testing.T) {
-			out, err := exec.Command(goTool, "list", "-deps", tt.dir).Output()
-			if err != nil {
-				t.Fatalf("go list: %v", err)
-			}
-			for _, dep := range strings.Fields(string(out)) {
-				for _, banned := range tt.banned {
-					if dep != tt.pkg && strings.HasPrefix(dep, banned) {
-						t.Errorf("%s depends on %s", tt.pkg, dep)
-					}
-				}
-			}
+			depcheck.Check(t, tt.dir, tt.pkg, tt.banned...)
 		})
 	}
 }

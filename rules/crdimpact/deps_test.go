@@ -1,24 +1,14 @@
 package crdimpact
 
 import (
-	"os/exec"
-	"strings"
 	"testing"
+
+	"github.com/fieldwatch/fieldwatch/internal/depcheck"
 )
 
-// TestNoClientGo keeps crdimpact free of k8s.io/client-go (doc.go).
+// TestNoClientGo keeps crdimpact free of k8s.io/client-go, the watcher and
+// fieldwatch's internal packages (doc.go).
 func TestNoClientGo(t *testing.T) {
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("go tool not in PATH: %v", err)
-	}
-	out, err := exec.Command(goTool, "list", "-deps", ".").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	for _, pkg := range strings.Split(string(out), "\n") {
-		if strings.HasPrefix(pkg, "k8s.io/client-go") || strings.Contains(pkg, "fieldwatch/watcher") || strings.Contains(pkg, "fieldwatch/internal") {
-			t.Errorf("crdimpact depends on %s", pkg)
-		}
-	}
+	const module = "github.com/fieldwatch/fieldwatch/"
+	depcheck.Check(t, ".", module+"rules/crdimpact", "k8s.io/client-go", module+"watcher", module+"internal")
 }
