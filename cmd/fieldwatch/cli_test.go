@@ -23,6 +23,35 @@ func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	return code, out.String(), errOut.String()
 }
 
+// cliCase is one run of the command line in process and what it must
+// give.
+type cliCase struct {
+	name   string
+	args   []string
+	code   int
+	stdout string // regexp the output must match ("": anything)
+	stderr string // regexp the errors must match
+}
+
+// runCLICases runs each case as a subtest.
+func runCLICases(t *testing.T, tests []cliCase) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stdout, stderr := runCLI(t, tt.args...)
+			if code != tt.code {
+				t.Errorf("exit %d, want %d\nstdout: %s\nstderr: %s", code, tt.code, stdout, stderr)
+			}
+			if tt.stdout != "" && !regexp.MustCompile(tt.stdout).MatchString(stdout) {
+				t.Errorf("stdout does not match %q:\n%s", tt.stdout, stdout)
+			}
+			if tt.stderr != "" && !regexp.MustCompile(tt.stderr).MatchString(stderr) {
+				t.Errorf("stderr does not match %q:\n%s", tt.stderr, stderr)
+			}
+		})
+	}
+}
+
 func TestCLI(t *testing.T) {
 	bad := writeFile(t, "bad.yaml", "rules:\n  - name: x\n    match: {resources: [{group: '', kind: ConfigMap}]}\n    fields: [spec..size]\n    actions: [{webhook: {url: 'ftp://nowhere'}}]\n")
 	failing := writeFile(t, "cases.yaml", `cases:
@@ -39,14 +68,7 @@ func TestCLI(t *testing.T) {
 	badUsers := writeFile(t, "badusers.yaml", "rules:\n  - name: x\n    match: {resources: [{group: '', kind: ConfigMap}], users: ['group:', 'a\\']}\n    actions: [{log: {}}]\n")
 	kubeconfig := writeFile(t, "kc", "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {}}]\ncurrent-context: c\n")
 	audit := repo(t, "examples/crd-audit/rules.yaml")
-	tests := []struct {
-		name     string
-		args     []string
-		code     int
-		stdout   string // regexp the output must match
-		stderr   string
-		noStdout bool
-	}{
+	tests := []cliCase{
 		{name: "help", args: []string{"--help"}, code: 0, stdout: `(?s)run.*validate.*test.*api-resources.*rbac.*version`},
 		{name: "no command", args: nil, code: 2, stderr: `Usage`},
 		{name: "unknown command", args: []string{"frobnicate"}, code: 2, stderr: `unknown command "frobnicate"`},
@@ -78,20 +100,7 @@ func TestCLI(t *testing.T) {
 		{name: "rbac offline refuses every custom resource without CRDs", args: []string{"rbac", "--offline", "--rules", audit}, code: 1,
 			stderr: `rule crd-audit \(.*rules\.yaml:\d+:\d+\): selects every custom resource of every group: offline, .*--crds FILE`},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			code, stdout, stderr := runCLI(t, tt.args...)
-			if code != tt.code {
-				t.Errorf("exit %d, want %d\nstdout: %s\nstderr: %s", code, tt.code, stdout, stderr)
-			}
-			if tt.stdout != "" && !regexp.MustCompile(tt.stdout).MatchString(stdout) {
-				t.Errorf("stdout does not match %q:\n%s", tt.stdout, stdout)
-			}
-			if tt.stderr != "" && !regexp.MustCompile(tt.stderr).MatchString(stderr) {
-				t.Errorf("stderr does not match %q:\n%s", tt.stderr, stderr)
-			}
-		})
-	}
+	runCLICases(t, tests)
 }
 
 // TestAPIResources lists what the control plane serves, the example CRD

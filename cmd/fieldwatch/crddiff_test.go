@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"os"
-	"regexp"
 	"strings"
 	"testing"
 )
@@ -19,13 +18,7 @@ func TestCRDDiff(t *testing.T) {
 	notYAML := writeFile(t, "broken.yaml", "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nspec:\n  group: [a\n")
 	badObjects := writeFile(t, "objects.yaml", "apiVersion: example.com/v1\nkind: Widget\n---\n- just\n- a list\n")
 	notStructural := writeFile(t, "nostruct.yaml", strings.Replace(mustRead(t, new), "                color: {type: string, enum: [red, blue]}", "                color: {enum: [red, blue]}", 1))
-	tests := []struct {
-		name   string
-		args   []string
-		code   int
-		stdout string // regexp the output must match
-		stderr string
-	}{
+	tests := []cliCase{
 		{name: "breaking changes and their impact", args: []string{"crd-diff", old, new, "--objects", objects}, code: 1,
 			stdout: `(?s)^widgets\.example\.com: 4 breaking, 1 safe; 4 object\(s\) checked\n` +
 				`SEVERITY\s+CHECK\s+VERSION\s+FIELD\s+MESSAGE\n` +
@@ -57,20 +50,7 @@ func TestCRDDiff(t *testing.T) {
 		{name: "a schema the apiserver would refuse", args: []string{"crd-diff", old, notStructural, "--objects", objects}, code: 2,
 			stderr: `nostruct\.yaml:\d+: widgets\.example\.com: version v1: schema is not structural: .*properties\[spec\]\.properties\[color\]\.type: Required value`},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			code, stdout, stderr := runCLI(t, tt.args...)
-			if code != tt.code {
-				t.Errorf("exit %d, want %d\nstdout: %s\nstderr: %s", code, tt.code, stdout, stderr)
-			}
-			if tt.stdout != "" && !regexp.MustCompile(tt.stdout).MatchString(stdout) {
-				t.Errorf("stdout does not match %q:\n%s", tt.stdout, stdout)
-			}
-			if tt.stderr != "" && !regexp.MustCompile(tt.stderr).MatchString(stderr) {
-				t.Errorf("stderr does not match %q:\n%s", tt.stderr, stderr)
-			}
-		})
-	}
+	runCLICases(t, tests)
 }
 
 // TestCRDDiffJSON compares -o json with testdata/crd-diff/widgets.golden.json
