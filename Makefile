@@ -10,11 +10,16 @@ export KUBEBUILDER_ASSETS := $(BIN)
 GOLANGCI_LINT := github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 BENCHSTAT := golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 
-TEST_FLAGS ?= -race -count=1 -timeout 45m
+# -p 4: the integration tests mostly wait on their control planes, so four
+# packages at a time keep 2 cores busy where -p 2 (GOMAXPROCS) left one idle.
+TEST_FLAGS ?= -race -count=1 -timeout 45m -p 4
 # FUZZ_TIME is an execution count ("Nx"), not a duration: with a duration,
 # Go 1.26's fuzz coordinator can fail a clean run with "context deadline
 # exceeded" as the time runs out (go.dev/issue/75804, fixed in Go 1.27).
 FUZZ_TIME ?= 20000x
+# FUZZ_MINIMIZE bounds the minimization of each new interesting input (Go's
+# default, 60s, stalled a short run for tens of seconds per input found).
+FUZZ_MINIMIZE ?= 1000x
 
 .DEFAULT_GOAL := help
 
@@ -44,9 +49,19 @@ tidy: ## check that go mod tidy would leave go.mod and go.sum as they are
 lint: check tidy ## gofmt, go vet, go mod tidy check and golangci-lint (pinned)
 	$(GO) run $(GOLANGCI_LINT) run ./...
 
+# test runs fuzz-short beside the go test run (their output is shown
+# after it, in that order): the tests leave a core idle while they wait on
+# their control planes, and every fuzz target still runs.
 .PHONY: test
-test: controlplane check examples fuzz-short ## unit and integration tests with -race on the real control plane
-	$(GO) test $(TEST_FLAGS) ./...
+test: controlplane check examples ## unit and integration tests with -race on the real control plane, and fuzz-short beside them
+	@fuzzlog=$$(mktemp); \
+	  $(MAKE) --no-print-directory fuzz-short > $$fuzzlog 2>&1 & fuzz=$$!; \
+	  echo "$(GO) test $(TEST_FLAGS) ./... (and make fuzz-short beside it)"; \
+	  $(GO) test $(TEST_FLAGS) ./...; tests=$$?; \
+	  wait $$fuzz; fuzzed=$$?; \
+	  echo "make fuzz-short:"; cat $$fuzzlog; rm -f $$fuzzlog; \
+	  if [ $$fuzzed -ne 0 ]; then echo "fuzz-short failed"; fi; \
+	  [ $$tests -eq 0 ] && [ $$fuzzed -eq 0 ]
 
 .PHONY: examples
 examples: build ## run every example's cases through `fieldwatch test`
@@ -60,16 +75,16 @@ examples: build ## run every example's cases through `fieldwatch test`
 FUZZ_TARGETS := ./rules:FuzzLoad ./rules:FuzzCompilePath ./rules:FuzzAppendJSON ./rules:FuzzRedaction ./rules:FuzzChangesApply ./internal/yamlstrict:FuzzUnmarshal ./rules/action:FuzzParseRetryAfter ./rules/action:FuzzVerifySignature ./rules/crddiff:FuzzCompare ./rules/crddiff:FuzzParse ./internal/audit:FuzzDecodeEventList
 
 .PHONY: fuzz-short
-fuzz-short: ## run every fuzz target briefly (FUZZ_TIME executions, default 20000x)
+fuzz-short: ## run every fuzz target briefly (FUZZ_TIME executions, default 20000x; FUZZ_MINIMIZE per new input)
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  pkg=$${t%%:*}; fn=$${t##*:}; \
 	  echo "fuzz $$pkg $$fn, $(FUZZ_TIME)"; \
-	  $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZ_TIME) $$pkg; \
+	  $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZ_TIME) -fuzzminimizetime $(FUZZ_MINIMIZE) $$pkg; \
 	done
 
 .PHONY: fuzz
 fuzz: ## run every fuzz target longer (2,000,000 executions each)
-	$(MAKE) fuzz-short FUZZ_TIME=2000000x
+	$(MAKE) fuzz-short FUZZ_TIME=2000000x FUZZ_MINIMIZE=100000x
 
 .PHONY: deploy/rbac.yaml
 deploy/rbac.yaml: build ## regenerate the deploy RBAC from deploy/rules.yaml (for the example CRDs)

@@ -195,6 +195,9 @@ func TestRBACEveryExample(t *testing.T) {
 	for _, tc := range runs {
 		file, example := tc.file, tc.name
 		t.Run(example+"/"+tc.mode, func(t *testing.T) {
+			// Each in its namespace, with its own ClusterRole name; the
+			// namespaces the rules name are created if absent.
+			t.Parallel()
 			set, err := fwrules.Load(file)
 			if err != nil {
 				t.Fatal(err)
