@@ -8,10 +8,10 @@ import (
 	"github.com/fieldwatch/fieldwatch/change"
 )
 
-// Actor is who made a change, as the object's metadata.managedFields tells:
-// the field manager (kubectl, a controller's name) and the operation
-// (Apply or Update).
-type Actor struct {
+// managerActor is who made a change, as the object's
+// metadata.managedFields tells: the field manager (kubectl, a
+// controller's name) and the operation (Apply or Update).
+type managerActor struct {
 	Manager   string `json:"manager"`
 	Operation string `json:"operation"`
 }
@@ -35,7 +35,7 @@ type Actor struct {
 //
 // Entries without a manager are skipped. ok is false when there is no
 // actor.
-func actorOf(c *Change, ops []Op) (a Actor, ok bool) {
+func actorOf(c *Change, ops []patchOp) (a managerActor, ok bool) {
 	var old []any
 	switch c.Type {
 	case change.Created:
@@ -43,7 +43,7 @@ func actorOf(c *Change, ops []Op) (a Actor, ok bool) {
 	case change.Updated:
 		old = managedFields(c.OldObject)
 	default:
-		return Actor{}, false
+		return managerActor{}, false
 	}
 	obj := c.Object
 	var best map[string]any
@@ -81,7 +81,7 @@ func actorOf(c *Change, ops []Op) (a Actor, ok bool) {
 		}
 	}
 	if best == nil {
-		return Actor{}, false
+		return managerActor{}, false
 	}
 	a.Manager, _ = best["manager"].(string)
 	a.Operation, _ = best["operation"].(string)

@@ -213,7 +213,7 @@ func TestActorAllocs(t *testing.T) {
 
 // actorString runs actorOf and renders its result as manager/operation,
 // "" for none.
-func actorString(c *Change, ops []Op) string {
+func actorString(c *Change, ops []patchOp) string {
 	a, ok := actorOf(c, ops)
 	if !ok {
 		return ""
@@ -222,10 +222,10 @@ func actorString(c *Change, ops []Op) string {
 }
 
 // changedOps makes replace operations at JSON pointers (tests only).
-func changedOps(pointers []string) []Op {
-	var ops []Op
+func changedOps(pointers []string) []patchOp {
+	var ops []patchOp
 	for _, p := range pointers {
-		ops = append(ops, Op{Op: "replace", toks: splitPointer(p)})
+		ops = append(ops, patchOp{Op: "replace", toks: splitPointer(p)})
 	}
 	return ops
 }

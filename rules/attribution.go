@@ -157,7 +157,7 @@ func (f *userFilter) set() bool { return f.users != nil || f.exclude != nil }
 // managedFields manager and operation when known, then the attribution's
 // fields when the change has one, absent ones left out. ok is false when
 // there is nothing to say (no actor key).
-func appendActor(b []byte, mf Actor, hasMF bool, a *change.Attribution) ([]byte, bool) {
+func appendActor(b []byte, mf managerActor, hasMF bool, a *change.Attribution) ([]byte, bool) {
 	if !hasMF && a == nil {
 		return b, false
 	}

@@ -212,7 +212,7 @@ func TestActorPayload(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b, ok := appendActor(nil, Actor{Manager: "m", Operation: "Update"}, tt.mf, tt.a)
+			b, ok := appendActor(nil, managerActor{Manager: "m", Operation: "Update"}, tt.mf, tt.a)
 			if ok == tt.empty {
 				t.Fatalf("ok %v", ok)
 			}

@@ -23,11 +23,11 @@ import (
 // maps that held nothing else (map keys only: list items are never
 // removed from a value, that would shift the others); a change of a map
 // key whose value held only ignored parts is no change (pruner.strip).
-func (r *Rule) changes(st *evalState) []Op {
+func (r *Rule) changes(st *evalState) []patchOp {
 	c := st.c
 	if c.Type != change.Updated {
 		if len(r.fields) == 0 {
-			return []Op{}
+			return []patchOp{}
 		}
 		return r.snapshotChanges(c)
 	}
@@ -62,7 +62,7 @@ func (r *Rule) pruner(c *Change) *pruner {
 
 // snapshotChanges returns the adds (create) or removes (delete) of the
 // values r's fields select in the object.
-func (r *Rule) snapshotChanges(c *Change) []Op {
+func (r *Rule) snapshotChanges(c *Change) []patchOp {
 	obj, op := c.Object, "add"
 	if c.Type == change.Deleted {
 		obj, op = c.OldObject, "remove"
@@ -71,7 +71,7 @@ func (r *Rule) snapshotChanges(c *Change) []Op {
 	for _, p := range r.ignore {
 		p.locations(obj, pr.excludeLoc)
 	}
-	ops := []Op{}
+	ops := []patchOp{}
 	var taken locTree // the locations of ops, each node's op its index
 	dropped := 0      // ops inside a later one, their Op emptied
 	for _, f := range r.fields {
@@ -93,14 +93,14 @@ func (r *Rule) snapshotChanges(c *Change) []Op {
 			}
 			taken.add(toks).op = len(ops)
 			if op == "add" {
-				ops = append(ops, Op{Op: op, toks: toks, Value: v})
+				ops = append(ops, patchOp{Op: op, toks: toks, Value: v})
 			} else {
-				ops = append(ops, Op{Op: op, toks: toks, OldValue: v})
+				ops = append(ops, patchOp{Op: op, toks: toks, OldValue: v})
 			}
 		})
 	}
 	if dropped > 0 {
-		ops = slices.DeleteFunc(ops, func(o Op) bool { return o.Op == "" })
+		ops = slices.DeleteFunc(ops, func(o patchOp) bool { return o.Op == "" })
 	}
 	return ops
 }

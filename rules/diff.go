@@ -6,12 +6,12 @@ import (
 	"strings"
 )
 
-// Op is one change of a payload's changes: an RFC 6902 operation (add,
+// patchOp is one change of a payload's changes: an RFC 6902 operation (add,
 // remove or replace) at a JSON Pointer path, with the value it replaced or
 // removed beside it (OldValue, which RFC 6902 does not have). Applied in
 // order to the old object, the operations of a change give the new one
 // (except for what was left out as noise or ignored).
-type Op struct {
+type patchOp struct {
 	// Op is add, remove or replace.
 	Op string
 	// Path is a JSON Pointer (RFC 6901): "/spec/size",
@@ -27,9 +27,9 @@ type Op struct {
 
 // MarshalJSON renders {"op", "path", "value", "oldValue"} in that order;
 // value is left out of a remove and oldValue out of an add.
-func (o Op) MarshalJSON() ([]byte, error) { return o.appendJSON(nil) }
+func (o patchOp) MarshalJSON() ([]byte, error) { return o.appendJSON(nil) }
 
-func (o Op) appendJSON(b []byte) ([]byte, error) {
+func (o patchOp) appendJSON(b []byte) ([]byte, error) {
 	b = append(b, `{"op":`...)
 	b = appendJSONString(b, o.Op)
 	b = append(b, `,"path":`...)
@@ -148,13 +148,13 @@ func (p *pruner) strip(toks []string, v any) (out any, gone bool) {
 // operations apply in order); any other list change is one replace of the
 // whole list.
 type differ struct {
-	ops  []Op
+	ops  []patchOp
 	pr   *pruner
 	toks []string
 }
 
 // diff returns the operations from old to new, limited by pr (nil: all).
-func diff(old, new map[string]any, pr *pruner) []Op {
+func diff(old, new map[string]any, pr *pruner) []patchOp {
 	d := differ{pr: pr, toks: make([]string, 0, 16)}
 	d.walk(old, new, old != nil, new != nil, false)
 	return d.ops
@@ -238,7 +238,7 @@ func (d *differ) maps(om, nm map[string]any) {
 		return
 	}
 	slices.SortFunc(spans, cmpSpan)
-	sorted := make([]Op, 0, len(d.ops)-base)
+	sorted := make([]patchOp, 0, len(d.ops)-base)
 	for _, s := range spans {
 		sorted = append(sorted, d.ops[s.start:s.end]...)
 	}
@@ -340,5 +340,5 @@ func (d *differ) emit(op string, old, new any, item bool) {
 			op, new = "remove", nil
 		}
 	}
-	d.ops = append(d.ops, Op{Op: op, toks: slices.Clone(d.toks), Value: new, OldValue: old})
+	d.ops = append(d.ops, patchOp{Op: op, toks: slices.Clone(d.toks), Value: new, OldValue: old})
 }

@@ -6,13 +6,13 @@ import (
 )
 
 // opsJSON renders ops as a payload does.
-func opsJSON(t *testing.T, ops []Op) string {
+func opsJSON(t *testing.T, ops []patchOp) string {
 	t.Helper()
 	for i := range ops {
 		ops[i].Path = pointer(ops[i].toks)
 	}
 	if ops == nil {
-		ops = []Op{}
+		ops = []patchOp{}
 	}
 	b, err := json.Marshal(ops)
 	if err != nil {

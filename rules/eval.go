@@ -115,10 +115,10 @@ type evalState struct {
 	c        *Change
 	ns, name string
 	fullDone bool
-	full     []Op // every change but noise
+	full     []patchOp // every change but noise
 	// ignored holds the changes of rules with ignoreFields, by their
 	// ignoreKey: rules that ignore the same paths share them.
-	ignored map[string][]Op
+	ignored map[string][]patchOp
 	vars    *celVars
 	crd     crdState
 }
@@ -126,7 +126,7 @@ type evalState struct {
 // updateDiff returns the changes of an update for a rule without fields:
 // everything but noise and the rule's ignoreFields. The diff skips the
 // ignored subtrees (a Node's status, say) instead of comparing them.
-func (st *evalState) updateDiff(r *Rule) []Op {
+func (st *evalState) updateDiff(r *Rule) []patchOp {
 	if len(r.ignore) == 0 {
 		if !st.fullDone {
 			st.full = diff(st.c.OldObject, st.c.Object, noisePruner)
@@ -139,7 +139,7 @@ func (st *evalState) updateDiff(r *Rule) []Op {
 	}
 	ops := diff(st.c.OldObject, st.c.Object, r.pruner(st.c))
 	if st.ignored == nil {
-		st.ignored = map[string][]Op{}
+		st.ignored = map[string][]patchOp{}
 	}
 	st.ignored[r.ignoreKey] = ops
 	return ops
@@ -216,7 +216,7 @@ func checkChange(c *Change) error {
 // left after noise and ignoreFields does not fire), then the when
 // expression, then the changes of a rule with fields (which must not be
 // empty either: ignoreFields may leave nothing).
-func (r *Rule) eval(st *evalState) (ops []Op, fired bool, err error) {
+func (r *Rule) eval(st *evalState) (ops []patchOp, fired bool, err error) {
 	c := st.c
 	haveOps := false
 	if len(r.fields) > 0 {

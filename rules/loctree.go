@@ -203,7 +203,7 @@ func (t *locTree) replaceUnder(v any, with any) (out any, changed bool) {
 
 // drop empties the Op of every operation at a location under t (their
 // indexes in ops are the nodes' op) and returns how many it emptied.
-func (t *locTree) drop(ops []Op) int {
+func (t *locTree) drop(ops []patchOp) int {
 	n := 0
 	for _, kid := range t.kids {
 		if kid.end {

@@ -38,7 +38,7 @@ func mustCompilePath(s string) *fieldPath {
 
 // firing builds the firing of r on st.c with changes ops. It never changes
 // the change's maps: redaction copies what it rewrites.
-func (r *Rule) firing(st *evalState, ops []Op) (Firing, error) {
+func (r *Rule) firing(st *evalState, ops []patchOp) (Firing, error) {
 	c := st.c
 	meta := c.meta()
 	ref := ObjectRef{
