@@ -16,15 +16,9 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	authenticationv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/rest"
 
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
@@ -470,7 +464,7 @@ func (r *fieldwatchRun) metric(t *testing.T, name string) float64 {
 // reached this fieldwatch.
 func (r *fieldwatchRun) warmUp(t *testing.T, plane *auditPlane) {
 	t.Helper()
-	ensureNS(t, plane.env, "warmup")
+	plane.env.EnsureNamespace(t, "warmup")
 	before := r.auditEvents(t, "webhook")
 	cms := plane.env.Dynamic(t).Resource(cmGVR).Namespace("warmup")
 	name := fmt.Sprintf("warm-%d", time.Now().UnixNano())
@@ -480,71 +474,6 @@ func (r *fieldwatchRun) warmUp(t *testing.T, plane *auditPlane) {
 	testenv.Eventually(t, time.Minute, "the audit webhook to receive events", func() bool {
 		return r.auditEvents(t, "webhook") > before
 	})
-}
-
-// writer is an identity that writes objects.
-type writer struct {
-	username  string // the effective identity, as payloads should name it
-	userAgent string
-	dyn       dynamic.Interface
-}
-
-// impersonating returns a writer that the admin user makes impersonate
-// username (in group fieldwatch:writers).
-func impersonating(t *testing.T, env *testenv.Env, username string) writer {
-	t.Helper()
-	cfg := env.Config()
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: username, Groups: []string{"fieldwatch:writers"}}
-	cfg.UserAgent = "writer-" + username
-	cfg.QPS, cfg.Burst = 500, 1000
-	clusterAdmin(t, env, rbacv1.Subject{Kind: rbacv1.UserKind, Name: username, APIGroup: rbacv1.GroupName})
-	return writer{username: username, userAgent: cfg.UserAgent, dyn: dynamic.NewForConfigOrDie(cfg)}
-}
-
-// serviceAccountWriter returns a writer authenticated by a token of
-// service account ns/name.
-func serviceAccountWriter(t *testing.T, env *testenv.Env, ns, name string) writer {
-	t.Helper()
-	ctx := context.Background()
-	cs := env.Clientset(t)
-	ensureNS(t, env, ns)
-	_, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	expiry := int64(3600)
-	tok, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("token for %s/%s: %v", ns, name, err)
-	}
-	clusterAdmin(t, env, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns})
-	admin := env.Config()
-	cfg := &rest.Config{Host: admin.Host, BearerToken: tok.Status.Token, TLSClientConfig: rest.TLSClientConfig{CAData: admin.CAData},
-		UserAgent: "writer-sa-" + name, QPS: 500, Burst: 1000}
-	return writer{username: "system:serviceaccount:" + ns + ":" + name, userAgent: cfg.UserAgent, dyn: dynamic.NewForConfigOrDie(cfg)}
-}
-
-func clusterAdmin(t *testing.T, env *testenv.Env, s rbacv1.Subject) {
-	t.Helper()
-	name := strings.ToLower("fieldwatch-app-audit-" + s.Kind + "-" + s.Namespace + "-" + s.Name)
-	_, err := env.Clientset(t).RbacV1().ClusterRoleBindings().Create(context.Background(), &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: strings.ReplaceAll(name, ":", "-")},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
-		Subjects:   []rbacv1.Subject{s},
-	}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-}
-
-func ensureNS(t *testing.T, env *testenv.Env, ns string) {
-	t.Helper()
-	_, err := env.Clientset(t).CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
 }
 
 // actorOf returns a payload's actor (empty when it has none).

@@ -41,8 +41,8 @@ func TestAttributionPayloads(t *testing.T) {
 	plane := sharedAuditPlane(t)
 	env := plane.env
 	const ns = "three"
-	ensureNS(t, env, ns)
-	writers := []writer{impersonating(t, env, "alice"), impersonating(t, env, "bob"), serviceAccountWriter(t, env, ns, "deployer")}
+	env.EnsureNamespace(t, ns)
+	writers := []testenv.Writer{env.Impersonating(t, "alice"), env.Impersonating(t, "bob"), env.ServiceAccountWriter(t, ns, "deployer")}
 	fw := runFieldwatch(t, plane, allChanges, nil)
 	fw.warmUp(t, plane)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -50,66 +50,66 @@ func TestAttributionPayloads(t *testing.T) {
 
 	type step struct {
 		verb, manager string
-		do            func(w writer, name string) error
+		do            func(w testenv.Writer, name string) error
 	}
 	steps := map[string][]step{
 		"configmaps": {
-			{"create", "writer-", func(w writer, name string) error {
-				_, err := w.dyn.Resource(cmGVR).Namespace(ns).Create(ctx, testConfigMap(name, map[string]any{"k": "1"}), metav1.CreateOptions{})
+			{"create", "writer-", func(w testenv.Writer, name string) error {
+				_, err := w.Dynamic.Resource(cmGVR).Namespace(ns).Create(ctx, testConfigMap(name, map[string]any{"k": "1"}), metav1.CreateOptions{})
 				return err
 			}},
-			{"update", "writer-", func(w writer, name string) error {
-				cm, err := w.dyn.Resource(cmGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+			{"update", "writer-", func(w testenv.Writer, name string) error {
+				cm, err := w.Dynamic.Resource(cmGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
 				if err == nil {
 					_ = unstructured.SetNestedField(cm.Object, "2", "data", "k")
-					_, err = w.dyn.Resource(cmGVR).Namespace(ns).Update(ctx, cm, metav1.UpdateOptions{})
+					_, err = w.Dynamic.Resource(cmGVR).Namespace(ns).Update(ctx, cm, metav1.UpdateOptions{})
 				}
 				return err
 			}},
-			{"patch", "writer-", func(w writer, name string) error {
-				_, err := w.dyn.Resource(cmGVR).Namespace(ns).Patch(ctx, name, types.MergePatchType, []byte(`{"data":{"k":"3"}}`), metav1.PatchOptions{})
+			{"patch", "writer-", func(w testenv.Writer, name string) error {
+				_, err := w.Dynamic.Resource(cmGVR).Namespace(ns).Patch(ctx, name, types.MergePatchType, []byte(`{"data":{"k":"3"}}`), metav1.PatchOptions{})
 				return err
 			}},
-			{"delete", "", func(w writer, name string) error {
-				return w.dyn.Resource(cmGVR).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{})
+			{"delete", "", func(w testenv.Writer, name string) error {
+				return w.Dynamic.Resource(cmGVR).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{})
 			}},
 		},
 		"widgets": {
-			{"create", "writer-", func(w writer, name string) error {
-				_, err := w.dyn.Resource(widgetGVR).Namespace(ns).Create(ctx, testWidget(name, 1), metav1.CreateOptions{})
+			{"create", "writer-", func(w testenv.Writer, name string) error {
+				_, err := w.Dynamic.Resource(widgetGVR).Namespace(ns).Create(ctx, testWidget(name, 1), metav1.CreateOptions{})
 				return err
 			}},
-			{"patch", "sizer", func(w writer, name string) error {
+			{"patch", "sizer", func(w testenv.Writer, name string) error {
 				force := true
-				_, err := w.dyn.Resource(widgetGVR).Namespace(ns).Patch(ctx, name, types.ApplyPatchType,
+				_, err := w.Dynamic.Resource(widgetGVR).Namespace(ns).Patch(ctx, name, types.ApplyPatchType,
 					[]byte(`{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"`+name+`"},"spec":{"size":2}}`),
 					metav1.PatchOptions{FieldManager: "sizer", Force: &force})
 				return err
 			}},
-			{"delete", "", func(w writer, name string) error {
-				return w.dyn.Resource(widgetGVR).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{})
+			{"delete", "", func(w testenv.Writer, name string) error {
+				return w.Dynamic.Resource(widgetGVR).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{})
 			}},
 		},
 	}
 	n := 0
 	for _, resource := range []string{"configmaps", "widgets"} {
 		for _, w := range writers {
-			name := strings.ReplaceAll(strings.TrimPrefix(w.username, "system:serviceaccount:"+ns+":"), ":", "-")
+			name := strings.ReplaceAll(strings.TrimPrefix(w.Username, "system:serviceaccount:"+ns+":"), ":", "-")
 			for _, s := range steps[resource] {
 				if err := s.do(w, name); err != nil {
-					t.Fatalf("%s %s %s as %s: %v", s.verb, resource, name, w.username, err)
+					t.Fatalf("%s %s %s as %s: %v", s.verb, resource, name, w.Username, err)
 				}
 				n++
 				got := fw.out.waitFor(t, 30*time.Second, n, inNamespace(ns, ""))
 				p := got[n-1].p
 				a := actorOf(p)
-				what := fmt.Sprintf("%s %s %s by %s", resource, p["type"], p["name"], w.username)
+				what := fmt.Sprintf("%s %s %s by %s", resource, p["type"], p["name"], w.Username)
 				want := "window"
 				if s.verb == "delete" {
 					want = "exact"
 				}
-				if effectiveUser(p) != w.username || a["verb"] != s.verb || a["userAgent"] != w.userAgent || a["match"] != want || a["auditID"] == nil {
-					t.Errorf("%s: actor %v, want %s, verb %s, agent %s, match %s, an auditID", what, a, w.username, s.verb, w.userAgent, want)
+				if effectiveUser(p) != w.Username || a["verb"] != s.verb || a["userAgent"] != w.UserAgent || a["match"] != want || a["auditID"] == nil {
+					t.Errorf("%s: actor %v, want %s, verb %s, agent %s, match %s, an auditID", what, a, w.Username, s.verb, w.UserAgent, want)
 				}
 				// managedFields tell the creator and the applier; an update
 				// in the same second as the create may stamp no entry.
@@ -117,14 +117,14 @@ func TestAttributionPayloads(t *testing.T) {
 					t.Errorf("%s: manager %q, want %q...", what, m, s.manager)
 				}
 				user, _ := a["user"].(map[string]any)
-				if strings.HasPrefix(w.username, "system:serviceaccount:") {
-					if a["impersonatedUser"] != nil || user["username"] != w.username {
+				if strings.HasPrefix(w.Username, "system:serviceaccount:") {
+					if a["impersonatedUser"] != nil || user["username"] != w.Username {
 						t.Errorf("%s: a service account's write names %v", what, a)
 					}
 				} else {
 					imp, _ := a["impersonatedUser"].(map[string]any)
 					if user["username"] != "admin" || !strings.Contains(fmt.Sprint(imp["groups"]), "fieldwatch:writers") {
-						t.Errorf("%s: impersonated write names user %v impersonating %v, want admin as %s in fieldwatch:writers", what, user, imp, w.username)
+						t.Errorf("%s: impersonated write names user %v impersonating %v, want admin as %s in fieldwatch:writers", what, user, imp, w.Username)
 					}
 				}
 			}
@@ -142,12 +142,12 @@ func TestAttributionConcurrentWriters(t *testing.T) {
 	plane := sharedAuditPlane(t)
 	env := plane.env
 	const ns, objects, patches = "concurrent", 2, 32
-	ensureNS(t, env, ns)
-	var writers []writer
+	env.EnsureNamespace(t, ns)
+	var writers []testenv.Writer
 	for i := range 7 {
-		writers = append(writers, impersonating(t, env, fmt.Sprintf("user-%d", i)))
+		writers = append(writers, env.Impersonating(t, fmt.Sprintf("user-%d", i)))
 	}
-	writers = append(writers, serviceAccountWriter(t, env, ns, "bulk"))
+	writers = append(writers, env.ServiceAccountWriter(t, ns, "bulk"))
 	// The wait is generous: this test is about who, not when (the machine
 	// may be busy).
 	fw := runFieldwatch(t, plane, allChanges, func(c *Config) { c.Audit.Wait = 10 * time.Second })
@@ -160,10 +160,10 @@ func TestAttributionConcurrentWriters(t *testing.T) {
 	errs := make(chan error, len(writers))
 	for i, w := range writers {
 		for j := range objects {
-			owner[fmt.Sprintf("w%d-o%d", i, j)] = w.username
+			owner[fmt.Sprintf("w%d-o%d", i, j)] = w.Username
 		}
 		wg.Go(func() {
-			cms := w.dyn.Resource(cmGVR).Namespace(ns)
+			cms := w.Dynamic.Resource(cmGVR).Namespace(ns)
 			for j := range objects {
 				name := fmt.Sprintf("w%d-o%d", i, j)
 				if _, err := cms.Create(ctx, testConfigMap(name, map[string]any{"n": "0"}), metav1.CreateOptions{}); err != nil {
@@ -218,7 +218,7 @@ func TestAttributionConcurrentWriters(t *testing.T) {
 func TestAttributionTwoUsersOneObject(t *testing.T) {
 	plane := sharedAuditPlane(t)
 	env := plane.env
-	alice, bob := impersonating(t, env, "alice"), impersonating(t, env, "bob")
+	alice, bob := env.Impersonating(t, "alice"), env.Impersonating(t, "bob")
 	fw := runFieldwatch(t, plane, allChanges, nil)
 	fw.warmUp(t, plane)
 	ctx := context.Background()
@@ -226,13 +226,13 @@ func TestAttributionTwoUsersOneObject(t *testing.T) {
 		ns, want string
 	}{{"shared", "ambiguous"}, {"exact", "exact"}} {
 		t.Run(tc.ns, func(t *testing.T) {
-			ensureNS(t, env, tc.ns)
-			if _, err := alice.dyn.Resource(cmGVR).Namespace(tc.ns).Create(ctx, testConfigMap("both", map[string]any{"k": "0"}), metav1.CreateOptions{}); err != nil {
+			env.EnsureNamespace(t, tc.ns)
+			if _, err := alice.Dynamic.Resource(cmGVR).Namespace(tc.ns).Create(ctx, testConfigMap("both", map[string]any{"k": "0"}), metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			fw.out.waitFor(t, 30*time.Second, 1, inNamespace(tc.ns, ""))
-			for i, w := range []writer{alice, bob} {
-				if _, err := w.dyn.Resource(cmGVR).Namespace(tc.ns).Patch(ctx, "both", types.MergePatchType, fmt.Appendf(nil, `{"data":{"k":"%d"}}`, i+1), metav1.PatchOptions{}); err != nil {
+			for i, w := range []testenv.Writer{alice, bob} {
+				if _, err := w.Dynamic.Resource(cmGVR).Namespace(tc.ns).Patch(ctx, "both", types.MergePatchType, fmt.Appendf(nil, `{"data":{"k":"%d"}}`, i+1), metav1.PatchOptions{}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -262,7 +262,7 @@ func TestAttributionTwoUsersOneObject(t *testing.T) {
 func TestAttributionTiming(t *testing.T) {
 	plane := sharedAuditPlane(t)
 	env := plane.env
-	alice := impersonating(t, env, "alice")
+	alice := env.Impersonating(t, "alice")
 	// fieldwatch reaches the apiserver through a proxy that can hold the
 	// watch events.
 	apiserver, err := newGatedProxy(true)
@@ -284,8 +284,8 @@ func TestAttributionTiming(t *testing.T) {
 	// lifecycle creates, patches three times and deletes one ConfigMap.
 	lifecycle := func(t *testing.T, ns, name string) time.Time {
 		t.Helper()
-		ensureNS(t, env, ns)
-		cms := alice.dyn.Resource(cmGVR).Namespace(ns)
+		env.EnsureNamespace(t, ns)
+		cms := alice.Dynamic.Resource(cmGVR).Namespace(ns)
 		if _, err := cms.Create(ctx, testConfigMap(name, map[string]any{"k": "0"}), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -392,7 +392,7 @@ func TestAttributionTiming(t *testing.T) {
 func TestAttributionLogFile(t *testing.T) {
 	plane := sharedAuditPlane(t)
 	env := plane.env
-	carol := impersonating(t, env, "carol")
+	carol := env.Impersonating(t, "carol")
 	state := filepath.Join(t.TempDir(), "audit-log.state")
 	// A generous wait: this test is about following the file, not about
 	// timing (a busy machine may read a rotation late).
@@ -404,8 +404,8 @@ func TestAttributionLogFile(t *testing.T) {
 	})
 	ctx := context.Background()
 	const ns = "exact"
-	ensureNS(t, env, ns)
-	cms := carol.dyn.Resource(cmGVR).Namespace(ns)
+	env.EnsureNamespace(t, ns)
+	cms := carol.Dynamic.Resource(cmGVR).Namespace(ns)
 	// About 17 kB of log per write (8 kB in the request and in the
 	// response): the 1 MB rotation comes within some 60 writes.
 	big := strings.Repeat("x", 8<<10)
@@ -529,8 +529,8 @@ func TestAttributionExcludeUsers(t *testing.T) {
 	plane := sharedAuditPlane(t)
 	env := plane.env
 	const ns = "humans"
-	controller := serviceAccountWriter(t, env, ns, "controller")
-	dana := impersonating(t, env, "dana")
+	controller := env.ServiceAccountWriter(t, ns, "controller")
+	dana := env.Impersonating(t, "dana")
 	fw := runFieldwatch(t, plane, `rules:
   - name: humans
     match:
@@ -558,9 +558,9 @@ func TestAttributionExcludeUsers(t *testing.T) {
 `, nil)
 	fw.warmUp(t, plane)
 	ctx := context.Background()
-	for i, w := range []writer{controller, dana, controller, dana} {
+	for i, w := range []testenv.Writer{controller, dana, controller, dana} {
 		name := fmt.Sprintf("cm-%d", i)
-		if _, err := w.dyn.Resource(cmGVR).Namespace(ns).Create(ctx, testConfigMap(name, map[string]any{"k": "v"}), metav1.CreateOptions{}); err != nil {
+		if _, err := w.Dynamic.Resource(cmGVR).Namespace(ns).Create(ctx, testConfigMap(name, map[string]any{"k": "v"}), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		// One at a time: a rule that does not fire has no payload to wait
@@ -642,8 +642,8 @@ func TestAttributionNeedsASource(t *testing.T) {
 func TestAttributionStandbyReplica(t *testing.T) {
 	plane := sharedAuditPlane(t)
 	env := plane.env
-	alice := impersonating(t, env, "alice")
-	ensureNS(t, env, "replicas")
+	alice := env.Impersonating(t, "alice")
+	env.EnsureNamespace(t, "replicas")
 	addrs := make(chan string, 2)
 	replica := func(id string) *fieldwatchRun {
 		return runFieldwatch(t, plane, allChanges, func(c *Config) {
@@ -671,7 +671,7 @@ func TestAttributionStandbyReplica(t *testing.T) {
 	ctx := context.Background()
 	for i := range 5 {
 		name := fmt.Sprintf("cm-%d", i)
-		if _, err := alice.dyn.Resource(cmGVR).Namespace("replicas").Create(ctx, testConfigMap(name, map[string]any{"k": "v"}), metav1.CreateOptions{}); err != nil {
+		if _, err := alice.Dynamic.Resource(cmGVR).Namespace("replicas").Create(ctx, testConfigMap(name, map[string]any{"k": "v"}), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		got := leader.out.waitFor(t, 30*time.Second, i+1, inNamespace("replicas", ""))

@@ -11,9 +11,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
@@ -59,7 +56,7 @@ func TestCRDImpactList(t *testing.T) {
 	ctx := context.Background()
 	const group = "list.impact.example.com"
 	ns := "crd-impact-list"
-	ensureNamespace(t, env, ns)
+	env.EnsureNamespace(t, ns)
 	apply := func(manifest string) map[string]any {
 		t.Helper()
 		objs, err := env.Apply(ctx, testenv.ApplyOptions{FieldManager: "kubectl"}, []byte(manifest))
@@ -206,7 +203,7 @@ func TestCRDImpactCache(t *testing.T) {
 	ctx := context.Background()
 	const group = "cache.impact.example.com"
 	ns := "crd-impact-cache"
-	ensureNamespace(t, env, ns)
+	env.EnsureNamespace(t, ns)
 	apply := func(manifest string) map[string]any {
 		t.Helper()
 		objs, err := env.Apply(ctx, testenv.ApplyOptions{FieldManager: "kubectl"}, []byte(manifest))
@@ -290,15 +287,5 @@ func TestCRDImpactCache(t *testing.T) {
 	}
 	if n := counterValue(t, a.metrics.impactScans.WithLabelValues("list")); n != 1 {
 		t.Errorf("list scans %v, want 1", n)
-	}
-}
-
-// ensureNamespace creates a namespace unless it exists (from an earlier
-// run of the test against the same control plane).
-func ensureNamespace(t *testing.T, env *testenv.Env, name string) {
-	t.Helper()
-	_, err := env.Clientset(t).CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
 	}
 }

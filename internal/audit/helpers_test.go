@@ -12,16 +12,10 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/rest"
 
 	"github.com/fieldwatch/fieldwatch/change"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
@@ -183,72 +177,7 @@ func TestMain(m *testing.M) {
 	}, receiver.stop)
 }
 
-// identity is a writer: a client config and who the audit log should say
-// it is.
-type identity struct {
-	username  string
-	userAgent string
-	dyn       dynamic.Interface
-}
-
-// impersonated returns a writer that the admin user makes impersonate
-// username.
-func impersonated(t *testing.T, env *testenv.Env, username string) identity {
-	t.Helper()
-	cfg := env.Config()
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: username, Groups: []string{"fieldwatch:writers"}}
-	cfg.UserAgent = "writer-" + username
-	cfg.QPS, cfg.Burst = 500, 1000
-	grantClusterAdmin(t, env, rbacv1.Subject{Kind: rbacv1.UserKind, Name: username, APIGroup: rbacv1.GroupName})
-	return identity{username: username, userAgent: cfg.UserAgent, dyn: dynamic.NewForConfigOrDie(cfg)}
-}
-
-// serviceAccount returns a writer authenticated by a token of service
-// account ns/name.
-func serviceAccount(t *testing.T, env *testenv.Env, ns, name string) identity {
-	t.Helper()
-	ctx := context.Background()
-	cs := env.Clientset(t)
-	ensureNamespace(t, env, ns)
-	_, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	tok, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(3600))},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("token for %s/%s: %v", ns, name, err)
-	}
-	grantClusterAdmin(t, env, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns})
-	admin := env.Config()
-	cfg := &rest.Config{Host: admin.Host, BearerToken: tok.Status.Token, TLSClientConfig: rest.TLSClientConfig{CAData: admin.CAData},
-		UserAgent: "writer-sa-" + name, QPS: 500, Burst: 1000}
-	return identity{username: "system:serviceaccount:" + ns + ":" + name, userAgent: cfg.UserAgent, dyn: dynamic.NewForConfigOrDie(cfg)}
-}
-
 func ptr[T any](v T) *T { return &v }
-
-func grantClusterAdmin(t *testing.T, env *testenv.Env, s rbacv1.Subject) {
-	t.Helper()
-	name := "fieldwatch-audit-test-" + s.Kind + "-" + s.Namespace + "-" + s.Name
-	_, err := env.Clientset(t).RbacV1().ClusterRoleBindings().Create(context.Background(), &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
-		Subjects:   []rbacv1.Subject{s},
-	}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-}
-
-func ensureNamespace(t *testing.T, env *testenv.Env, ns string) {
-	t.Helper()
-	_, err := env.Clientset(t).CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-}
 
 // watched is a change the in-test watch saw and what it was attributed.
 type watched struct {

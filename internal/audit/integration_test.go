@@ -28,8 +28,8 @@ func TestAttributionThreeIdentities(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const ns = "three"
-	ensureNamespace(t, env, ns)
-	writers := []identity{impersonated(t, env, "alice"), impersonated(t, env, "bob"), serviceAccount(t, env, ns, "deployer")}
+	env.EnsureNamespace(t, ns)
+	writers := []testenv.Writer{env.Impersonating(t, "alice"), env.Impersonating(t, "bob"), env.ServiceAccountWriter(t, ns, "deployer")}
 	_, a := newAttribution(t, IndexOptions{}, AttributorOptions{Wait: 10 * time.Second})
 	obs := map[string]*observer{
 		"configmaps": observe(t, ctx, env, a, configmaps, ns, "", nil),
@@ -37,43 +37,43 @@ func TestAttributionThreeIdentities(t *testing.T) {
 	}
 	type step struct {
 		verb string
-		do   func(w identity, name string) error
+		do   func(w testenv.Writer, name string) error
 	}
 	steps := map[string][]step{
 		"configmaps": {
-			{"create", func(w identity, name string) error {
-				_, err := w.dyn.Resource(configmaps).Namespace(ns).Create(ctx, configMap(name, map[string]any{"k": "1"}), metav1.CreateOptions{})
+			{"create", func(w testenv.Writer, name string) error {
+				_, err := w.Dynamic.Resource(configmaps).Namespace(ns).Create(ctx, configMap(name, map[string]any{"k": "1"}), metav1.CreateOptions{})
 				return err
 			}},
-			{"update", func(w identity, name string) error {
-				cm, err := w.dyn.Resource(configmaps).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+			{"update", func(w testenv.Writer, name string) error {
+				cm, err := w.Dynamic.Resource(configmaps).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
 				if err == nil {
 					_ = unstructured.SetNestedField(cm.Object, "2", "data", "k")
-					_, err = w.dyn.Resource(configmaps).Namespace(ns).Update(ctx, cm, metav1.UpdateOptions{})
+					_, err = w.Dynamic.Resource(configmaps).Namespace(ns).Update(ctx, cm, metav1.UpdateOptions{})
 				}
 				return err
 			}},
-			{"patch", func(w identity, name string) error {
-				_, err := w.dyn.Resource(configmaps).Namespace(ns).Patch(ctx, name, types.MergePatchType, []byte(`{"data":{"k":"3"}}`), metav1.PatchOptions{})
+			{"patch", func(w testenv.Writer, name string) error {
+				_, err := w.Dynamic.Resource(configmaps).Namespace(ns).Patch(ctx, name, types.MergePatchType, []byte(`{"data":{"k":"3"}}`), metav1.PatchOptions{})
 				return err
 			}},
-			{"delete", func(w identity, name string) error {
-				return w.dyn.Resource(configmaps).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{})
+			{"delete", func(w testenv.Writer, name string) error {
+				return w.Dynamic.Resource(configmaps).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{})
 			}},
 		},
 		"widgets": {
-			{"create", func(w identity, name string) error {
-				_, err := w.dyn.Resource(widgets).Namespace(ns).Create(ctx, widget(name, 1), metav1.CreateOptions{})
+			{"create", func(w testenv.Writer, name string) error {
+				_, err := w.Dynamic.Resource(widgets).Namespace(ns).Create(ctx, widget(name, 1), metav1.CreateOptions{})
 				return err
 			}},
-			{"patch", func(w identity, name string) error {
-				_, err := w.dyn.Resource(widgets).Namespace(ns).Patch(ctx, name, types.ApplyPatchType,
+			{"patch", func(w testenv.Writer, name string) error {
+				_, err := w.Dynamic.Resource(widgets).Namespace(ns).Patch(ctx, name, types.ApplyPatchType,
 					[]byte(`{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"`+name+`"},"spec":{"size":2}}`),
 					metav1.PatchOptions{FieldManager: "writer", Force: ptr(true)})
 				return err
 			}},
-			{"delete", func(w identity, name string) error {
-				return w.dyn.Resource(widgets).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{})
+			{"delete", func(w testenv.Writer, name string) error {
+				return w.Dynamic.Resource(widgets).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{})
 			}},
 		},
 	}
@@ -81,10 +81,10 @@ func TestAttributionThreeIdentities(t *testing.T) {
 		o := obs[resource]
 		n := 0
 		for _, w := range writers {
-			name := strings.ReplaceAll(strings.TrimPrefix(w.username, "system:serviceaccount:"+ns+":"), ":", "-")
+			name := strings.ReplaceAll(strings.TrimPrefix(w.Username, "system:serviceaccount:"+ns+":"), ":", "-")
 			for _, s := range steps[resource] {
 				if err := s.do(w, name); err != nil {
-					t.Fatalf("%s %s %s as %s: %v", s.verb, resource, name, w.username, err)
+					t.Fatalf("%s %s %s as %s: %v", s.verb, resource, name, w.Username, err)
 				}
 				n++
 				// One write at a time: each change has one candidate, so the
@@ -93,19 +93,19 @@ func TestAttributionThreeIdentities(t *testing.T) {
 				c := got[n-1]
 				res := c.result
 				if res.Match != MatchWindow && res.Match != MatchExact {
-					t.Errorf("%s %s %s by %s: %s %+v", resource, c.Type, c.Name, w.username, res.Match, res)
+					t.Errorf("%s %s %s by %s: %s %+v", resource, c.Type, c.Name, w.Username, res.Match, res)
 					continue
 				}
-				if res.Username() != w.username || res.Verb != s.verb || res.UserAgent != w.userAgent || res.AuditID == "" {
+				if res.Username() != w.Username || res.Verb != s.verb || res.UserAgent != w.UserAgent || res.AuditID == "" {
 					t.Errorf("%s %s %s: attributed to %q verb %q agent %q auditID %q, want %q %q %q", resource, c.Type, c.Name,
-						res.Username(), res.Verb, res.UserAgent, res.AuditID, w.username, s.verb, w.userAgent)
+						res.Username(), res.Verb, res.UserAgent, res.AuditID, w.Username, s.verb, w.UserAgent)
 				}
-				if strings.HasPrefix(w.username, "system:serviceaccount:") {
-					if res.ImpersonatedUser != nil || res.User.Username != w.username {
+				if strings.HasPrefix(w.Username, "system:serviceaccount:") {
+					if res.ImpersonatedUser != nil || res.User.Username != w.Username {
 						t.Errorf("service account write: user %+v impersonated %+v", res.User, res.ImpersonatedUser)
 					}
 				} else if res.User.Username != "admin" || res.ImpersonatedUser == nil || !slices.Contains(res.ImpersonatedUser.Groups, "fieldwatch:writers") {
-					t.Errorf("impersonated write: user %+v impersonated %+v, want admin as %s in fieldwatch:writers", res.User, res.ImpersonatedUser, w.username)
+					t.Errorf("impersonated write: user %+v impersonated %+v, want admin as %s in fieldwatch:writers", res.User, res.ImpersonatedUser, w.Username)
 				}
 				// Metadata level: window matches, but a delete's status names
 				// the object's uid.
@@ -125,12 +125,12 @@ func TestAttributionConcurrentWriters(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	const ns, objectsPerWriter, updates = "concurrent", 2, 30
-	ensureNamespace(t, env, ns)
-	var writers []identity
+	env.EnsureNamespace(t, ns)
+	var writers []testenv.Writer
 	for i := range 7 {
-		writers = append(writers, impersonated(t, env, fmt.Sprintf("user-%d", i)))
+		writers = append(writers, env.Impersonating(t, fmt.Sprintf("user-%d", i)))
 	}
-	writers = append(writers, serviceAccount(t, env, ns, "bulk"))
+	writers = append(writers, env.ServiceAccountWriter(t, ns, "bulk"))
 	_, a := newAttribution(t, IndexOptions{}, AttributorOptions{Wait: 10 * time.Second})
 	o := observe(t, ctx, env, a, configmaps, ns, "", nil)
 
@@ -139,7 +139,7 @@ func TestAttributionConcurrentWriters(t *testing.T) {
 	errs := make(chan error, len(writers))
 	for i, w := range writers {
 		for j := range objectsPerWriter {
-			owner[fmt.Sprintf("w%d-o%d", i, j)] = w.username
+			owner[fmt.Sprintf("w%d-o%d", i, j)] = w.Username
 		}
 		wg.Add(1)
 		go func() {
@@ -172,21 +172,21 @@ func TestAttributionConcurrentWriters(t *testing.T) {
 }
 
 // write creates objects, updates each `updates` times and deletes them.
-func write(ctx context.Context, w identity, ns string, writer, objects, updates int) error {
-	cms := w.dyn.Resource(configmaps).Namespace(ns)
+func write(ctx context.Context, w testenv.Writer, ns string, writer, objects, updates int) error {
+	cms := w.Dynamic.Resource(configmaps).Namespace(ns)
 	for j := range objects {
 		name := fmt.Sprintf("w%d-o%d", writer, j)
 		if _, err := cms.Create(ctx, configMap(name, map[string]any{"n": "0"}), metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("%s: create %s: %w", w.username, name, err)
+			return fmt.Errorf("%s: create %s: %w", w.Username, name, err)
 		}
 		for u := range updates {
 			patch := fmt.Sprintf(`{"data":{"n":"%d"}}`, u+1)
 			if _, err := cms.Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-				return fmt.Errorf("%s: patch %s: %w", w.username, name, err)
+				return fmt.Errorf("%s: patch %s: %w", w.Username, name, err)
 			}
 		}
 		if err := cms.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-			return fmt.Errorf("%s: delete %s: %w", w.username, name, err)
+			return fmt.Errorf("%s: delete %s: %w", w.Username, name, err)
 		}
 	}
 	return nil
@@ -199,13 +199,13 @@ func TestAttributionTwoUsersOneObject(t *testing.T) {
 	env := testenv.Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	alice, bob := impersonated(t, env, "alice"), impersonated(t, env, "bob")
+	alice, bob := env.Impersonating(t, "alice"), env.Impersonating(t, "bob")
 	for _, tc := range []struct {
 		ns   string
 		want Match
 	}{{"two-users", MatchAmbiguous}, {"exact", MatchExact}} {
 		t.Run(tc.ns, func(t *testing.T) {
-			ensureNamespace(t, env, tc.ns)
+			env.EnsureNamespace(t, tc.ns)
 			admin := env.Dynamic(t).Resource(configmaps).Namespace(tc.ns)
 			created, err := admin.Create(ctx, configMap("shared", map[string]any{"k": "0"}), metav1.CreateOptions{})
 			if err != nil {
@@ -220,13 +220,13 @@ func TestAttributionTwoUsersOneObject(t *testing.T) {
 			gate := make(chan struct{})
 			o := observe(t, ctx, env, a, configmaps, tc.ns, created.GetResourceVersion(), gate)
 			byRV := map[string]string{}
-			for i, w := range []identity{alice, bob} {
-				cm, err := w.dyn.Resource(configmaps).Namespace(tc.ns).Patch(ctx, "shared", types.MergePatchType,
+			for i, w := range []testenv.Writer{alice, bob} {
+				cm, err := w.Dynamic.Resource(configmaps).Namespace(tc.ns).Patch(ctx, "shared", types.MergePatchType,
 					[]byte(fmt.Sprintf(`{"data":{"k":"%d"}}`, i+1)), metav1.PatchOptions{})
 				if err != nil {
 					t.Fatal(err)
 				}
-				byRV[cm.GetResourceVersion()] = w.username
+				byRV[cm.GetResourceVersion()] = w.Username
 			}
 			// Both changes are submitted once both events are held: the
 			// candidates are the same for each.
@@ -259,11 +259,11 @@ func TestAttributionTiming(t *testing.T) {
 	env := testenv.Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	alice := impersonated(t, env, "alice")
+	alice := env.Impersonating(t, "alice")
 	const wait = 3 * time.Second
 	lifecycle := func(t *testing.T, ns, name string) {
 		t.Helper()
-		cms := alice.dyn.Resource(configmaps).Namespace(ns)
+		cms := alice.Dynamic.Resource(configmaps).Namespace(ns)
 		if _, err := cms.Create(ctx, configMap(name, map[string]any{"k": "0"}), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -290,7 +290,7 @@ func TestAttributionTiming(t *testing.T) {
 	}
 
 	t.Run("early", func(t *testing.T) {
-		ensureNamespace(t, env, "early")
+		env.EnsureNamespace(t, "early")
 		ix, a := newAttribution(t, IndexOptions{}, AttributorOptions{Wait: wait})
 		gate := make(chan struct{})
 		o := observe(t, ctx, env, a, configmaps, "early", "", gate)
@@ -304,7 +304,7 @@ func TestAttributionTiming(t *testing.T) {
 	})
 
 	t.Run("late", func(t *testing.T) {
-		ensureNamespace(t, env, "late")
+		env.EnsureNamespace(t, "late")
 		_, a := newAttribution(t, IndexOptions{}, AttributorOptions{Wait: wait})
 		o := observe(t, ctx, env, a, configmaps, "late", "", nil)
 		release := receiver.hold()
@@ -329,7 +329,7 @@ func TestAttributionTiming(t *testing.T) {
 	})
 
 	t.Run("never", func(t *testing.T) {
-		ensureNamespace(t, env, "unaudited")
+		env.EnsureNamespace(t, "unaudited")
 		_, a := newAttribution(t, IndexOptions{}, AttributorOptions{Wait: wait})
 		o := observe(t, ctx, env, a, configmaps, "unaudited", "", nil)
 		lifecycle(t, "unaudited", "n")
@@ -375,8 +375,8 @@ rules:
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	const ns = "logged"
-	ensureNamespace(t, env, ns)
-	carol := impersonated(t, env, "carol")
+	env.EnsureNamespace(t, ns)
+	carol := env.Impersonating(t, "carol")
 
 	m := NewMetrics(nil)
 	ix := NewIndex(IndexOptions{Metrics: m})
@@ -405,7 +405,7 @@ rules:
 	// About 17 kB per event (an 8 kB value in the request and in the
 	// response): 1 MB is passed after some 60 writes.
 	big := strings.Repeat("x", 8<<10)
-	cms := carol.dyn.Resource(configmaps).Namespace(ns)
+	cms := carol.Dynamic.Resource(configmaps).Namespace(ns)
 	writes := 0
 	writeSome := func(prefix string, objects, patches int) {
 		t.Helper()
@@ -462,14 +462,14 @@ func TestAttributionGenerateName(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns = "generated"
-	ensureNamespace(t, env, ns)
-	alice, bob := impersonated(t, env, "alice"), impersonated(t, env, "bob")
-	create := func(w identity) {
+	env.EnsureNamespace(t, ns)
+	alice, bob := env.Impersonating(t, "alice"), env.Impersonating(t, "bob")
+	create := func(w testenv.Writer) {
 		t.Helper()
 		cm := configMap("", map[string]any{"k": "v"})
 		cm.SetName("")
 		cm.SetGenerateName("gen-")
-		if _, err := w.dyn.Resource(configmaps).Namespace(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		if _, err := w.Dynamic.Resource(configmaps).Namespace(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -508,26 +508,26 @@ func TestAttributionFinalizers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns = "finalizers"
-	ensureNamespace(t, env, ns)
-	alice, bob := impersonated(t, env, "alice"), impersonated(t, env, "bob")
+	env.EnsureNamespace(t, ns)
+	alice, bob := env.Impersonating(t, "alice"), env.Impersonating(t, "bob")
 	const wait = 2 * time.Second
 	_, a := newAttribution(t, IndexOptions{}, AttributorOptions{Wait: wait})
 	o := observe(t, ctx, env, a, configmaps, ns, currentRV(t, env, ns), nil)
 
 	cm := configMap("kept", map[string]any{"k": "v"})
 	cm.SetFinalizers([]string{"example.com/keep"})
-	if _, err := alice.dyn.Resource(configmaps).Namespace(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+	if _, err := alice.Dynamic.Resource(configmaps).Namespace(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	o.waitResolved(t, 1, 10*time.Second)
-	if err := alice.dyn.Resource(configmaps).Namespace(ns).Delete(ctx, "kept", metav1.DeleteOptions{}); err != nil {
+	if err := alice.Dynamic.Resource(configmaps).Namespace(ns).Delete(ctx, "kept", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	got := o.waitResolved(t, 2, 10*time.Second)
 	if c := got[1]; !c.DeletionStarted || c.result.Match != MatchWindow || c.result.Username() != "alice" || c.result.Verb != "delete" {
 		t.Errorf("deletion started: %+v %+v, want alice's delete", c.Change, c.result)
 	}
-	if _, err := bob.dyn.Resource(configmaps).Namespace(ns).Patch(ctx, "kept", types.JSONPatchType,
+	if _, err := bob.Dynamic.Resource(configmaps).Namespace(ns).Patch(ctx, "kept", types.JSONPatchType,
 		[]byte(`[{"op":"remove","path":"/metadata/finalizers"}]`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
