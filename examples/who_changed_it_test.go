@@ -12,16 +12,13 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/audit/policy"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/rest"
 
 	"github.com/fieldwatch/fieldwatch/internal/app"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
@@ -151,8 +148,8 @@ func TestWhoChangedIt(t *testing.T) {
 		return payloadAt(created.GetResourceVersion()) != nil, fmt.Sprint(payloads())
 	})
 
-	alice := impersonate(t, env, "alice@example.com")
-	flux := serviceAccount(t, env, "flux-system", "kustomize-controller")
+	alice := env.Impersonating(t, "alice@example.com").Dynamic
+	flux := env.ServiceAccountWriter(t, "flux-system", "kustomize-controller").Dynamic
 	patch := func(d dynamic.Interface, gvr schema.GroupVersionResource, name, body string, sub ...string) string {
 		t.Helper()
 		o, err := d.Resource(gvr).Namespace("production").Patch(ctx, name, types.MergePatchType, []byte(body), metav1.PatchOptions{}, sub...)
@@ -186,7 +183,7 @@ func TestWhoChangedIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bob := impersonate(t, env, "bob@example.com")
+	bob := env.Impersonating(t, "bob@example.com").Dynamic
 	scaled := patch(bob, deployments, "web", `{"spec":{"replicas":10}}`, "scale")
 	waitFor(t, "bob's kubectl scale", func() (bool, string) { return payloadAt(scaled) != nil, fmt.Sprint(payloads()) })
 	if p := payloadAt(scaled); actorUser(p) != "bob@example.com" {
@@ -220,44 +217,4 @@ func actorUser(p map[string]any) string {
 		}
 	}
 	return ""
-}
-
-// impersonate returns a client of the admin acting as username.
-func impersonate(t *testing.T, env *testenv.Env, username string) dynamic.Interface {
-	t.Helper()
-	cfg := env.Config()
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: username}
-	clusterAdmin(t, env, rbacv1.Subject{Kind: rbacv1.UserKind, Name: username, APIGroup: rbacv1.GroupName})
-	return dynamic.NewForConfigOrDie(cfg)
-}
-
-// serviceAccount returns a client authenticated as service account ns/name.
-func serviceAccount(t *testing.T, env *testenv.Env, ns, name string) dynamic.Interface {
-	t.Helper()
-	ctx := context.Background()
-	cs := env.Clientset(t)
-	if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	expiry := int64(3600)
-	tok, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	clusterAdmin(t, env, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns})
-	admin := env.Config()
-	return dynamic.NewForConfigOrDie(&rest.Config{Host: admin.Host, BearerToken: tok.Status.Token, TLSClientConfig: rest.TLSClientConfig{CAData: admin.CAData}})
-}
-
-func clusterAdmin(t *testing.T, env *testenv.Env, s rbacv1.Subject) {
-	t.Helper()
-	name := strings.NewReplacer("@", "-", ":", "-").Replace("who-changed-it-" + strings.ToLower(s.Kind) + "-" + s.Name)
-	_, err := env.Clientset(t).RbacV1().ClusterRoleBindings().Create(context.Background(), &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
-		Subjects:   []rbacv1.Subject{s},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -63,18 +65,33 @@ func (e *Env) ServiceAccountWriter(t testing.TB, ns, name string) Writer {
 	return Writer{Username: "system:serviceaccount:" + ns + ":" + name, UserAgent: cfg.UserAgent, Dynamic: dynamic.NewForConfigOrDie(cfg)}
 }
 
-// GrantClusterAdmin binds the cluster-admin ClusterRole to s.
+// GrantClusterAdmin binds the cluster-admin ClusterRole to s (a user or a
+// service account) and waits until the apiserver's authorizer allows s
+// everything: a new binding reaches the RBAC authorizer's cache a moment
+// after it is created, and a request made in between is forbidden.
 func (e *Env) GrantClusterAdmin(t testing.TB, s rbacv1.Subject) {
 	t.Helper()
-	name := strings.ToLower("fieldwatch-test-writer-" + s.Kind + "-" + s.Namespace + "-" + s.Name)
-	_, err := e.Clientset(t).RbacV1().ClusterRoleBindings().Create(context.Background(), &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: strings.ReplaceAll(name, ":", "-")},
+	ctx := context.Background()
+	cs := e.Clientset(t)
+	name := strings.NewReplacer(":", "-", "@", "-").Replace(strings.ToLower("fieldwatch-test-writer-" + s.Kind + "-" + s.Namespace + "-" + s.Name))
+	_, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
 		Subjects:   []rbacv1.Subject{s},
 	}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
+	spec := authorizationv1.SubjectAccessReviewSpec{User: s.Name,
+		ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "*", Group: "*", Resource: "*"}}
+	if s.Kind == rbacv1.ServiceAccountKind {
+		spec.User = "system:serviceaccount:" + s.Namespace + ":" + s.Name
+		spec.Groups = []string{"system:serviceaccounts", "system:serviceaccounts:" + s.Namespace, "system:authenticated"}
+	}
+	Eventually(t, 30*time.Second, "cluster-admin for "+spec.User+" to reach the authorizer", func() bool {
+		review, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: spec}, metav1.CreateOptions{})
+		return err == nil && review.Status.Allowed
+	})
 }
 
 // EnsureNamespace creates the namespace ns unless it exists.
