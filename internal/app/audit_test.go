@@ -232,9 +232,17 @@ func TestAttributionTwoUsersOneObject(t *testing.T) {
 			}
 			fw.out.waitFor(t, 30*time.Second, 1, inNamespace(tc.ns, ""))
 			for i, w := range []testenv.Writer{alice, bob} {
+				events := fw.metric(t, "fieldwatch_watcher_events_total")
 				if _, err := w.Dynamic.Resource(cmGVR).Namespace(tc.ns).Patch(ctx, "both", types.MergePatchType, fmt.Appendf(nil, `{"data":{"k":"%d"}}`, i+1), metav1.PatchOptions{}); err != nil {
 					t.Fatal(err)
 				}
+				// Bob's update must not wait in the queue beside alice's:
+				// the watcher would merge the two into one change (one
+				// payload). Once a worker took alice's, bob patches at
+				// once, well within the match window.
+				testenv.Eventually(t, 30*time.Second, "the update to be taken by a worker", func() bool {
+					return fw.metric(t, "fieldwatch_watcher_events_total") > events && fw.metric(t, "fieldwatch_watcher_pending_objects") == 0
+				})
 			}
 			got := fw.out.waitFor(t, 30*time.Second, 3, inNamespace(tc.ns, ""))
 			for i, l := range got[1:3] {
