@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"strings"
 	"testing"
@@ -39,34 +38,16 @@ func TestWhoChangedIt(t *testing.T) {
 		t.Fatalf("audit-policy.yaml: %v", err)
 	}
 	dir := t.TempDir()
-	ca, err := testenv.NewCA("who-changed-it")
+	certs, err := testenv.NewAuditTLS(dir, "who-changed-it")
 	if err != nil {
 		t.Fatal(err)
 	}
-	serverCert, serverKey, err := ca.ServerCert("fieldwatch-audit")
-	if err != nil {
-		t.Fatal(err)
-	}
-	clientCert, clientKey, err := ca.ClientCert("kube-apiserver")
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := testenv.WriteFiles(dir,
-		testenv.NamedData{Name: "tls.crt", Data: serverCert},
-		testenv.NamedData{Name: "tls.key", Data: serverKey},
-		testenv.NamedData{Name: "client-ca.crt", Data: ca.CertPEM})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close() // fieldwatch listens here; the apiserver must know it first
+	// The apiserver is told the webhook's address before fieldwatch runs
+	// (and picks its port): a proxy holds the address.
+	px := testenv.NewProxy(t, "")
+	addr := px.Addr()
 	env := testenv.Start(t, testenv.Options{Audit: &testenv.Audit{Policy: string(policyYAML),
-		Webhook: &testenv.AuditWebhook{URL: "https://" + addr + "/", CAPEM: ca.CertPEM,
-			ClientCertPEM: clientCert, ClientKeyPEM: clientKey, BatchMaxWait: time.Second}}})
+		Webhook: certs.Webhook("https://" + addr + "/")}})
 	ctx := context.Background()
 	cs := env.Clientset(t)
 	for _, ns := range []string{"production", "flux-system"} {
@@ -84,7 +65,8 @@ func TestWhoChangedIt(t *testing.T) {
 			RulesFiles: []string{"who-changed-it/rules.yaml"}, Rest: env.Config(), GracePeriod: 10 * time.Second,
 			HTTPAddr: "127.0.0.1:0", Ready: func(a string) { addrc <- a },
 			Logger: slog.New(slog.NewJSONHandler(&fw.logs, nil)), Stdout: &fw.stdout,
-			Audit: app.AuditConfig{WebhookAddr: addr, WebhookCertFile: files[0], WebhookKeyFile: files[1], WebhookClientCAFile: files[2]},
+			Audit: app.AuditConfig{WebhookAddr: "127.0.0.1:0", WebhookReady: px.SetTarget,
+				WebhookCertFile: certs.CertFile, WebhookKeyFile: certs.KeyFile, WebhookClientCAFile: certs.CAFile},
 		})
 	}()
 	t.Cleanup(func() {

@@ -31,23 +31,11 @@ import (
 // receiver refuses posts without the apiserver's credentials.
 func TestAuditAttribution(t *testing.T) {
 	dir := t.TempDir()
-	ca, err := testenv.NewCA("fieldwatch-e2e-audit")
+	certs, err := testenv.NewAuditTLS(dir, "fieldwatch-e2e-audit")
 	if err != nil {
 		t.Fatal(err)
 	}
-	serverCert, serverKey, err := ca.ServerCert("fieldwatch-audit")
-	if err != nil {
-		t.Fatal(err)
-	}
-	clientCert, clientKey, err := ca.ClientCert("kube-apiserver")
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := testenv.WriteFiles(dir,
-		testenv.NamedData{Name: "tls.crt", Data: serverCert},
-		testenv.NamedData{Name: "tls.key", Data: serverKey},
-		testenv.NamedData{Name: "ca.crt", Data: ca.CertPEM},
-		testenv.NamedData{Name: "token", Data: []byte("e2e-token\n")})
+	token, err := testenv.WriteFiles(dir, testenv.NamedData{Name: "token", Data: []byte("e2e-token\n")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,8 +54,7 @@ rules:
   resources: [{group: "", resources: [configmaps]}]
 - level: None
 `,
-		Webhook: &testenv.AuditWebhook{URL: "https://" + addr + "/", CAPEM: ca.CertPEM,
-			ClientCertPEM: clientCert, ClientKeyPEM: clientKey, BatchMaxWait: time.Second},
+		Webhook: certs.Webhook("https://" + addr + "/"),
 	}})
 	const ns = "e2e-audit"
 	ctx := context.Background()
@@ -89,8 +76,8 @@ rules:
     actions: [{log: {}}]
 `)
 	p := startFieldwatch(t, env.WriteKubeconfig(t), "--rules", rules, "--audit-webhook-addr", "127.0.0.1:0",
-		"--audit-webhook-cert-file", files[0], "--audit-webhook-key-file", files[1],
-		"--audit-webhook-client-ca-file", files[2], "--audit-webhook-token-file", files[3])
+		"--audit-webhook-cert-file", certs.CertFile, "--audit-webhook-key-file", certs.KeyFile,
+		"--audit-webhook-client-ca-file", certs.CAFile, "--audit-webhook-token-file", token[0])
 	px.SetTarget(p.loggedAddr("audit webhook listening"))
 
 	// The apiserver retries its first batches until fieldwatch listens:
@@ -106,7 +93,7 @@ rules:
 
 	// The receiver: only the apiserver's credentials.
 	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca.CertPEM)
+	pool.AppendCertsFromPEM(certs.CAPEM)
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}, Timeout: 10 * time.Second}
 	for token, want := range map[string]int{"": http.StatusUnauthorized, "not-it": http.StatusForbidden} {
 		req, err := http.NewRequest(http.MethodPost, "https://"+addr+"/", strings.NewReader(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[]}`))

@@ -95,28 +95,16 @@ func newAuditPlane() (*auditPlane, error) {
 		return nil, err
 	}
 	p := &auditPlane{dir: dir, logPath: filepath.Join(dir, "audit.log"), token: "app-test-token"}
-	ca, err := testenv.NewCA("fieldwatch-app-audit-ca")
+	certs, err := testenv.NewAuditTLS(dir, "fieldwatch-app-audit-ca")
 	if err != nil {
 		return nil, err
 	}
-	serverCert, serverKey, err := ca.ServerCert("fieldwatch-audit")
+	token, err := testenv.WriteFiles(dir, testenv.NamedData{Name: "token", Data: []byte(p.token)})
 	if err != nil {
 		return nil, err
 	}
-	clientCert, clientKey, err := ca.ClientCert("kube-apiserver")
-	if err != nil {
-		return nil, err
-	}
-	paths, err := testenv.WriteFiles(dir,
-		testenv.NamedData{Name: "tls.crt", Data: serverCert},
-		testenv.NamedData{Name: "tls.key", Data: serverKey},
-		testenv.NamedData{Name: "client-ca.crt", Data: ca.CertPEM},
-		testenv.NamedData{Name: "token", Data: []byte(p.token)})
-	if err != nil {
-		return nil, err
-	}
-	p.certFile, p.keyFile, p.clientCAFile, p.tokenFile = paths[0], paths[1], paths[2], paths[3]
-	p.caPEM = ca.CertPEM
+	p.certFile, p.keyFile, p.clientCAFile, p.tokenFile = certs.CertFile, certs.KeyFile, certs.CAFile, token[0]
+	p.caPEM = certs.CAPEM
 	if p.hook, err = newGatedProxy(false); err != nil {
 		return nil, err
 	}
@@ -127,8 +115,7 @@ func newAuditPlane() (*auditPlane, error) {
 	p.env, err = testenv.New(testenv.Options{
 		CRDPaths: []string{filepath.Join(root, "examples", "crds", "widgets.yaml")},
 		Audit: &testenv.Audit{Policy: auditTestPolicy, LogPath: p.logPath, LogMaxSizeMB: 1,
-			Webhook: &testenv.AuditWebhook{URL: "https://" + p.hook.addr + "/audit", CAPEM: ca.CertPEM,
-				ClientCertPEM: clientCert, ClientKeyPEM: clientKey, BatchMaxWait: time.Second}},
+			Webhook: certs.Webhook("https://" + p.hook.addr + "/audit")},
 	})
 	if err != nil {
 		p.hook.close()

@@ -51,12 +51,10 @@ var (
 var receiver *hookFixture
 
 type hookFixture struct {
-	url        string
-	caPEM      []byte
-	clientCert []byte
-	clientKey  []byte
-	webhook    *Webhook
-	stop       func()
+	url     string
+	certs   *testenv.AuditTLS
+	webhook *Webhook
+	stop    func()
 
 	mu   sync.Mutex
 	sink Sink
@@ -117,27 +115,12 @@ func newHookFixture() (*hookFixture, error) {
 	if err != nil {
 		return nil, err
 	}
-	ca, err := testenv.NewCA("fieldwatch-audit-test-ca")
+	certs, err := testenv.NewAuditTLS(dir, "fieldwatch-audit-test-ca")
 	if err != nil {
 		return nil, err
 	}
-	serverCert, serverKey, err := ca.ServerCert("fieldwatch-audit")
-	if err != nil {
-		return nil, err
-	}
-	clientCert, clientKey, err := ca.ClientCert("kube-apiserver")
-	if err != nil {
-		return nil, err
-	}
-	paths, err := testenv.WriteFiles(dir,
-		testenv.NamedData{Name: "tls.crt", Data: serverCert},
-		testenv.NamedData{Name: "tls.key", Data: serverKey},
-		testenv.NamedData{Name: "ca.crt", Data: ca.CertPEM})
-	if err != nil {
-		return nil, err
-	}
-	h := &hookFixture{caPEM: ca.CertPEM, clientCert: clientCert, clientKey: clientKey}
-	h.webhook, err = NewWebhook(WebhookOptions{CertFile: paths[0], KeyFile: paths[1], ClientCAFile: paths[2],
+	h := &hookFixture{certs: certs}
+	h.webhook, err = NewWebhook(WebhookOptions{CertFile: certs.CertFile, KeyFile: certs.KeyFile, ClientCAFile: certs.CAFile,
 		Logger: slog.New(slog.DiscardHandler)}, h)
 	if err != nil {
 		return nil, err
@@ -170,11 +153,16 @@ func TestMain(m *testing.M) {
 	}
 	testenv.Main(m, testenv.Options{
 		CRDPaths: []string{filepath.Join(root, "examples", "crds", "widgets.yaml")},
-		Audit: &testenv.Audit{Policy: sharedPolicy, Webhook: &testenv.AuditWebhook{
-			URL: receiver.url, CAPEM: receiver.caPEM, ClientCertPEM: receiver.clientCert, ClientKeyPEM: receiver.clientKey,
-			BatchMaxWait: 100 * time.Millisecond,
-		}},
+		Audit:    &testenv.Audit{Policy: sharedPolicy, Webhook: receiver.webhookConfig()},
 	}, receiver.stop)
+}
+
+// webhookConfig is the apiserver's side of the receiver, sending its
+// batches every 100ms so that tests see events at once.
+func (h *hookFixture) webhookConfig() *testenv.AuditWebhook {
+	w := h.certs.Webhook(h.url)
+	w.BatchMaxWait = 100 * time.Millisecond
+	return w
 }
 
 func ptr[T any](v T) *T { return &v }

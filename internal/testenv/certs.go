@@ -117,3 +117,51 @@ func serial() *big.Int {
 func pemBlock(typ string, der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
 }
+
+// AuditTLS is the TLS material of an audit webhook under test: the
+// receiver's serving certificate and the client certificate the apiserver
+// presents, issued by one CA, with the files the receiver reads written to
+// a directory.
+type AuditTLS struct {
+	// CAPEM is the CA: the apiserver trusts it for the receiver, the
+	// receiver for the apiserver's client certificate.
+	CAPEM []byte
+	// ClientCertPEM and ClientKeyPEM are the apiserver's client certificate.
+	ClientCertPEM, ClientKeyPEM []byte
+	// CertFile, KeyFile and CAFile are the receiver's serving certificate,
+	// its key and the CA it checks client certificates against.
+	CertFile, KeyFile, CAFile string
+}
+
+// NewAuditTLS issues the certificates of an audit webhook (a CA named
+// name, a serving certificate for 127.0.0.1, a client certificate for
+// "kube-apiserver") and writes the receiver's files into dir.
+func NewAuditTLS(dir, name string) (*AuditTLS, error) {
+	ca, err := NewCA(name)
+	if err != nil {
+		return nil, err
+	}
+	serverCert, serverKey, err := ca.ServerCert("fieldwatch-audit")
+	if err != nil {
+		return nil, err
+	}
+	clientCert, clientKey, err := ca.ClientCert("kube-apiserver")
+	if err != nil {
+		return nil, err
+	}
+	paths, err := WriteFiles(dir,
+		NamedData{Name: "tls.crt", Data: serverCert},
+		NamedData{Name: "tls.key", Data: serverKey},
+		NamedData{Name: "client-ca.crt", Data: ca.CertPEM})
+	if err != nil {
+		return nil, err
+	}
+	return &AuditTLS{CAPEM: ca.CertPEM, ClientCertPEM: clientCert, ClientKeyPEM: clientKey,
+		CertFile: paths[0], KeyFile: paths[1], CAFile: paths[2]}, nil
+}
+
+// Webhook is the apiserver's side: it posts to url, trusting the CA and
+// presenting the client certificate, in batches sent at least every second.
+func (a *AuditTLS) Webhook(url string) *AuditWebhook {
+	return &AuditWebhook{URL: url, CAPEM: a.CAPEM, ClientCertPEM: a.ClientCertPEM, ClientKeyPEM: a.ClientKeyPEM, BatchMaxWait: time.Second}
+}
