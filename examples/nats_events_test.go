@@ -170,14 +170,8 @@ type natsTest struct {
 // test ends.
 func startNATS(t *testing.T, token string) natsTest {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	_ = ln.Close()
 	srv, err := natsserver.NewServer(&natsserver.Options{
-		Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: t.TempDir(),
+		Host: "127.0.0.1", Port: -1 /* a free port */, JetStream: true, StoreDir: t.TempDir(),
 		Authorization: token, NoSigs: true, NoLog: true,
 	})
 	if err != nil {
@@ -191,7 +185,7 @@ func startNATS(t *testing.T, token string) natsTest {
 	if !srv.ReadyForConnections(10 * time.Second) {
 		t.Fatal("nats-server not ready")
 	}
-	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	url := fmt.Sprintf("nats://127.0.0.1:%d", srv.Addr().(*net.TCPAddr).Port)
 	nc, err := nats.Connect(url, nats.Token(token))
 	if err != nil {
 		t.Fatal(err)

@@ -53,13 +53,8 @@ type kafkaCluster struct {
 
 func startKafka(t testing.TB, topics ...string) *kafkaCluster {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	_ = ln.Close()
-	k := &kafkaCluster{t: t, dir: t.TempDir(), port: port}
+	// The first start picks a free port (0); restarts reuse it.
+	k := &kafkaCluster{t: t, dir: t.TempDir()}
 	k.start(topics...)
 	t.Cleanup(k.stop)
 	return k
@@ -67,13 +62,24 @@ func startKafka(t testing.TB, topics ...string) *kafkaCluster {
 
 func (k *kafkaCluster) start(topics ...string) {
 	k.t.Helper()
-	c, err := kfake.NewCluster(
-		kfake.NumBrokers(1), kfake.Ports(k.port), kfake.DataDir(k.dir), kfake.SyncWrites(),
+	opts := []kfake.Opt{
+		kfake.NumBrokers(1), kfake.DataDir(k.dir), kfake.SyncWrites(),
 		kfake.SeedTopics(3, topics...),
 		kfake.EnableSASL(), kfake.Superuser("PLAIN", "fieldwatch", kafkaTestPassword),
-	)
+	}
+	if k.port != 0 {
+		opts = append(opts, kfake.Ports(k.port))
+	}
+	c, err := kfake.NewCluster(opts...)
 	if err != nil {
 		k.t.Fatal(err)
+	}
+	if k.port == 0 {
+		addr, err := net.ResolveTCPAddr("tcp", c.ListenAddrs()[0])
+		if err != nil {
+			k.t.Fatal(err)
+		}
+		k.port = addr.Port
 	}
 	// Look at every produce request, and let it through.
 	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {

@@ -39,13 +39,8 @@ type jetStreamServer struct {
 // startJetStream starts a server and stops it when the test ends.
 func startJetStream(t testing.TB) *jetStreamServer {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	_ = ln.Close()
-	s := &jetStreamServer{t: t, store: t.TempDir(), port: port}
+	// The first start picks a free port (-1); restarts reuse it.
+	s := &jetStreamServer{t: t, store: t.TempDir(), port: -1}
 	s.start()
 	t.Cleanup(s.stop)
 	return s
@@ -68,6 +63,9 @@ func (s *jetStreamServer) start() {
 	}
 	s.mu.Lock()
 	s.srv = srv
+	if s.port < 0 {
+		s.port = srv.Addr().(*net.TCPAddr).Port
+	}
 	s.mu.Unlock()
 }
 
