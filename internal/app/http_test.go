@@ -2,9 +2,9 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -27,20 +27,16 @@ func TestHTTPEndpoints(t *testing.T) {
 	for _, pprof := range []bool{false, true} {
 		pprofAddr := ""
 		if pprof {
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			pprofAddr = l.Addr().String()
-			_ = l.Close()
+			pprofAddr = "127.0.0.1:0" // the address it binds is logged
 		}
+		var logs testenv.SyncBuffer
 		ctx, cancel := context.WithCancel(context.Background())
 		addr := make(chan string, 1)
 		done := make(chan error, 1)
 		go func() {
 			done <- Run(ctx, Config{
 				RulesFiles: []string{rulesFile}, Rest: env.Config(), HTTPAddr: "127.0.0.1:0",
-				Stdout: io.Discard, Logger: slog.New(slog.DiscardHandler), PprofAddr: pprofAddr,
+				Stdout: io.Discard, Logger: slog.New(slog.NewJSONHandler(&logs, nil)), PprofAddr: pprofAddr,
 				Ready: func(a string) { addr <- a },
 			})
 		}()
@@ -70,8 +66,13 @@ func TestHTTPEndpoints(t *testing.T) {
 			t.Errorf("pprof %v: /debug/pprof/ on the HTTP address = %d, want 404", pprof, code)
 		}
 		if pprof {
-			if code := get("http://" + pprofAddr + "/debug/pprof/"); code != http.StatusOK {
-				t.Errorf("/debug/pprof/ on %s = %d, want 200", pprofAddr, code)
+			var bound string
+			testenv.Eventually(t, time.Minute, "the pprof address in the log", func() bool {
+				bound = loggedAddr(logs.String(), "serving Go profiles on a loopback address")
+				return bound != ""
+			})
+			if code := get("http://" + bound + "/debug/pprof/"); code != http.StatusOK {
+				t.Errorf("/debug/pprof/ on %s = %d, want 200", bound, code)
 			}
 		}
 		cancel()
@@ -96,4 +97,16 @@ func TestPprofLoopbackOnly(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "not a loopback address") {
 		t.Errorf("Run with PprofAddr :0 = %v, want it refused", err)
 	}
+}
+
+// loggedAddr returns the addr of the first JSON log line whose message is
+// msg, or "".
+func loggedAddr(logs, msg string) string {
+	for _, line := range strings.Split(logs, "\n") {
+		var rec struct{ Msg, Addr string }
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == msg {
+			return rec.Addr
+		}
+	}
+	return ""
 }
