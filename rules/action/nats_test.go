@@ -82,9 +82,8 @@ func (s *jetStreamServer) stop() {
 	}
 }
 
-// stream connects a test client and creates the stream FW on fw.> with a
-// duplicate window of ten minutes.
-func (s *jetStreamServer) stream(t testing.TB) jetstream.Stream {
+// client connects a test client, closed when the test ends.
+func (s *jetStreamServer) client(t testing.TB) jetstream.JetStream {
 	t.Helper()
 	nc, err := nats.Connect(s.url(), nats.Token(natsTestToken))
 	if err != nil {
@@ -95,6 +94,14 @@ func (s *jetStreamServer) stream(t testing.TB) jetstream.Stream {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return js
+}
+
+// stream connects a test client and creates the stream FW on fw.> with a
+// duplicate window of ten minutes.
+func (s *jetStreamServer) stream(t testing.TB) jetstream.Stream {
+	t.Helper()
+	js := s.client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
@@ -310,15 +317,7 @@ func TestNATSServerRestart(t *testing.T) {
 // connection died with the server).
 func (s *jetStreamServer) reconnectStream(t testing.TB, old jetstream.Stream) jetstream.Stream {
 	t.Helper()
-	nc, err := nats.Connect(s.url(), nats.Token(natsTestToken))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := s.client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	st, err := js.Stream(ctx, old.CachedInfo().Config.Name)
