@@ -104,20 +104,7 @@ func startWatcher(t *testing.T, config *rest.Config, cfg Config, prepare ...func
 	for _, p := range prepare {
 		p(w)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("Run did not return 30s after its context ended")
-		}
-	})
+	testenv.RunUntilCleanup(t, 30*time.Second, w.Run)
 	testenv.Eventually(t, time.Minute, "watcher to sync", w.Synced)
 	return w, reg
 }

@@ -23,32 +23,14 @@ import (
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
-// The attribution tests run fieldwatch in process against a control plane
-// of their own, with auditing on: Metadata level for writes to ConfigMaps
-// and Widgets, RequestResponse for ConfigMaps in namespace "exact",
-// nothing in namespace "unaudited", nothing for reads. The apiserver sends
-// its events in batches of at most a second (as the README advises) to a
-// proxy that forwards them to the receiver of whichever fieldwatch the
-// running test started, and that a test can make hold them; it also writes
-// them to a log file rotated at 1 MB.
-const auditTestPolicy = `apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: [RequestReceived, ResponseStarted]
-rules:
-- level: None
-  verbs: [get, list, watch]
-- level: None
-  namespaces: [unaudited]
-- level: RequestResponse
-  namespaces: [exact]
-  resources: [{group: "", resources: [configmaps]}]
-- level: Metadata
-  resources: [{group: "", resources: [configmaps]}, {group: example.com, resources: [widgets]}]
-- level: None
-`
-
 // auditPlane is the audited control plane and the credentials of
-// fieldwatch's audit webhook receiver.
+// fieldwatch's audit webhook receiver. The attribution tests run
+// fieldwatch in process against it, with auditing on
+// (testenv.AttributionPolicy): the apiserver sends its events in batches
+// of at most a second (as the README advises) to a proxy that forwards
+// them to the receiver of whichever fieldwatch the running test started,
+// and that a test can make hold them; it also writes them to a log file
+// rotated at 1 MB.
 type auditPlane struct {
 	env     *testenv.Env
 	hook    *gatedProxy // apiserver -> the running fieldwatch's receiver
@@ -114,7 +96,7 @@ func newAuditPlane() (*auditPlane, error) {
 	}
 	p.env, err = testenv.New(testenv.Options{
 		CRDPaths: []string{filepath.Join(root, "examples", "crds", "widgets.yaml")},
-		Audit: &testenv.Audit{Policy: auditTestPolicy, LogPath: p.logPath, LogMaxSizeMB: 1,
+		Audit: &testenv.Audit{Policy: testenv.AttributionPolicy, LogPath: p.logPath, LogMaxSizeMB: 1,
 			Webhook: certs.Webhook("https://" + p.hook.addr + "/audit")},
 	})
 	if err != nil {
@@ -340,24 +322,13 @@ func runFieldwatch(t *testing.T, plane *auditPlane, src string, edit func(*Confi
 		t.Fatal(err)
 	}
 	r.app = a
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("Run did not return 30s after its context ended")
-		}
+	t.Cleanup(func() { // after a.run returned
 		if t.Failed() {
 			t.Logf("fieldwatch logs (last 4 KiB):\n%s", lastBytes(r.logs.String(), 4096))
 			t.Logf("its payloads: %d; metrics: %s", len(r.out.where(func(map[string]any) bool { return true })), r.metricsSummary())
 		}
 	})
+	testenv.RunUntilCleanup(t, 30*time.Second, a.run)
 	if cfg.Audit.WebhookAddr != "" {
 		select {
 		case r.webhookAddr = <-webhook:

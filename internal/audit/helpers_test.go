@@ -21,25 +21,6 @@ import (
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
-// The shared control plane's audit policy: Metadata level for writes to
-// ConfigMaps and Widgets, RequestResponse for ConfigMaps in namespace
-// "exact", nothing in namespace "unaudited" and nothing for reads.
-const sharedPolicy = `apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: [RequestReceived, ResponseStarted]
-rules:
-- level: None
-  verbs: [get, list, watch]
-- level: None
-  namespaces: [unaudited]
-- level: RequestResponse
-  namespaces: [exact]
-  resources: [{group: "", resources: [configmaps]}]
-- level: Metadata
-  resources: [{group: "", resources: [configmaps]}, {group: example.com, resources: [widgets]}]
-- level: None
-`
-
 var (
 	configmaps = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 	widgets    = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
@@ -153,7 +134,7 @@ func TestMain(m *testing.M) {
 	}
 	testenv.Main(m, testenv.Options{
 		CRDPaths: []string{filepath.Join(root, "examples", "crds", "widgets.yaml")},
-		Audit:    &testenv.Audit{Policy: sharedPolicy, Webhook: receiver.webhookConfig()},
+		Audit:    &testenv.Audit{Policy: testenv.AttributionPolicy, Webhook: receiver.webhookConfig()},
 	}, receiver.stop)
 }
 

@@ -12,6 +12,26 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
+// AttributionPolicy is the audit policy of the attribution tests:
+// Metadata level for writes to ConfigMaps and Widgets, RequestResponse for
+// ConfigMaps in namespace "exact" (exact matching), nothing in namespace
+// "unaudited" (no audit event: unmatched), nothing for reads.
+const AttributionPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+- level: None
+  verbs: [get, list, watch]
+- level: None
+  namespaces: [unaudited]
+- level: RequestResponse
+  namespaces: [exact]
+  resources: [{group: "", resources: [configmaps]}]
+- level: Metadata
+  resources: [{group: "", resources: [configmaps]}, {group: example.com, resources: [widgets]}]
+- level: None
+`
+
 // Audit turns on kube-apiserver's auditing: a policy and a log file, a
 // webhook, or both.
 type Audit struct {

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bytes"
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -40,4 +41,26 @@ func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// RunUntilCleanup runs run in a goroutine with a context that ends when
+// the test does; the test's cleanup waits up to timeout for run to return
+// and reports its error, or that it did not return. Cleanups registered
+// before it run after run returned.
+func RunUntilCleanup(t testing.TB, timeout time.Duration, run func(context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(timeout):
+			t.Errorf("Run did not return %s after its context ended", timeout)
+		}
+	})
 }
