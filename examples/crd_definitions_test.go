@@ -18,8 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/fieldwatch/fieldwatch/crd/diff"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
-	"github.com/fieldwatch/fieldwatch/rules/crddiff"
 )
 
 var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
@@ -282,7 +282,7 @@ func TestCRDBreaking(t *testing.T) {
 		}
 		var got []string
 		for _, c := range res.Checks {
-			if c.Severity != crddiff.Safe {
+			if c.Severity != diff.Safe {
 				got = append(got, c.Check+" "+c.Version+" "+c.Field)
 			}
 		}

@@ -22,9 +22,9 @@ import (
 	"k8s.io/apiserver/pkg/audit/policy"
 
 	"github.com/fieldwatch/fieldwatch/internal/app"
+	"github.com/fieldwatch/fieldwatch/internal/cases"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 	"github.com/fieldwatch/fieldwatch/rules"
-	"github.com/fieldwatch/fieldwatch/rules/cases"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{}) }

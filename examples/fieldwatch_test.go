@@ -20,9 +20,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/fieldwatch/fieldwatch/crd/diff"
 	"github.com/fieldwatch/fieldwatch/internal/app"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
-	"github.com/fieldwatch/fieldwatch/rules/crddiff"
 )
 
 // waitTimeout bounds every wait for something fieldwatch does.
@@ -177,7 +177,7 @@ type payload struct {
 	Actor           *actor           `json:"actor"`
 	Object          map[string]any   `json:"object"`
 	OldObject       map[string]any   `json:"oldObject"`
-	CRD             *crddiff.Result  `json:"crd"`
+	CRD             *diff.Result     `json:"crd"`
 	raw             string
 }
 

@@ -20,8 +20,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/fieldwatch/fieldwatch/action"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
-	"github.com/fieldwatch/fieldwatch/rules/action"
 )
 
 // exampleWebhookURL is the receiver rules.yaml names; the test points it

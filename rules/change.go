@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/fieldwatch/fieldwatch/change"
-	"github.com/fieldwatch/fieldwatch/rules/crddiff"
+	"github.com/fieldwatch/fieldwatch/crd/diff"
 )
 
 // Change is one observed change of one object, what Set.Eval evaluates.
@@ -20,13 +20,13 @@ type Change struct {
 	// Time is when the change was observed: the payload's "time".
 	Time time.Time
 	// CRD is, for a change of a CustomResourceDefinition, its comparison
-	// (crddiff.Compare of OldObject and Object) with the impact of its
+	// (diff.Compare of OldObject and Object) with the impact of its
 	// breaking checks on custom resources, as the caller computed it when
 	// Set.WantsCRDImpact asked for it (Eval does not list objects). nil:
 	// Eval compares the CRDs itself, at most once per change, and rules
 	// that ask for the impact get the comparison with an impactError
 	// saying it was not computed.
-	CRD *crddiff.Result
+	CRD *diff.Result
 	// Attribution is who made the change, as the Kubernetes audit stream
 	// tells: nil when attribution is off (no audit source). With it, the
 	// payload's actor names the user (or says why it cannot: match none or

@@ -42,7 +42,7 @@ func (r *Rule) changes(st *evalState) []patchOp {
 	if pr.include == nil {
 		return nil
 	}
-	return diff(c.OldObject, c.Object, pr)
+	return diffObjects(c.OldObject, c.Object, pr)
 }
 
 // pruner returns a pruner that leaves out of an update's changes what r

@@ -9,14 +9,14 @@ import (
 	"github.com/google/cel-go/common/types/ref"
 
 	"github.com/fieldwatch/fieldwatch/change"
-	"github.com/fieldwatch/fieldwatch/rules/crddiff"
+	"github.com/fieldwatch/fieldwatch/crd/diff"
 )
 
 // Rules that match CustomResourceDefinitions only can read the comparison
-// of the old and the new CRD (package rules/crddiff): the crd key puts it
+// of the old and the new CRD (package crd/diff): the crd key puts it
 // into the payload, the CEL variable crd holds it, and crd: {impact: true}
 // asks for the custom resources its breaking checks hit (package
-// rules/crdimpact), which the caller of Eval computes: rules lists no
+// crd/impact), which the caller of Eval computes: rules lists no
 // objects.
 //
 // What each change type carries: an update, the comparison of the two
@@ -30,7 +30,7 @@ import (
 // impact (rules with crd: {}) and with it (crd: {impact: true}).
 type crdState struct {
 	done  bool
-	base  *crddiff.Result
+	base  *diff.Result
 	err   error
 	views [2]*crdView
 }
@@ -38,7 +38,7 @@ type crdState struct {
 // crdView is the comparison as one kind of rule sees it: its payload JSON
 // and, once an expression reads it, its CEL value.
 type crdView struct {
-	res  *crddiff.Result
+	res  *diff.Result
 	json []byte
 	val  ref.Val
 }
@@ -69,7 +69,7 @@ func (st *evalState) crdView(impact bool) (*crdView, error) {
 	switch {
 	case !impact:
 		cp := *res
-		cp.Impact, cp.Scanned, cp.ImpactError = []crddiff.Impact{}, 0, ""
+		cp.Impact, cp.Scanned, cp.ImpactError = []diff.Impact{}, 0, ""
 		res = &cp
 	case st.c.CRD == nil && st.c.Type == change.Updated:
 		cp := *res
@@ -100,34 +100,34 @@ func (v *crdView) celValue() (ref.Val, error) {
 // compareCRD compares the CRDs of a change: c.CRD when the caller computed
 // it, else the comparison of the two objects of an update, crd-added for
 // a creation and crd-removed for a deletion.
-func compareCRD(c *Change) (*crddiff.Result, error) {
+func compareCRD(c *Change) (*diff.Result, error) {
 	if c.CRD != nil {
 		return c.CRD, nil
 	}
 	var old, new = c.OldObject, c.Object
 	switch c.Type {
 	case change.Created:
-		crd, err := crddiff.FromMap(new)
+		crd, err := diff.FromMap(new)
 		if err != nil {
 			return nil, err
 		}
-		return crddiff.Added(crd), nil
+		return diff.Added(crd), nil
 	case change.Deleted:
-		crd, err := crddiff.FromMap(old)
+		crd, err := diff.FromMap(old)
 		if err != nil {
 			return nil, err
 		}
-		return crddiff.Removed(crd), nil
+		return diff.Removed(crd), nil
 	}
-	oldCRD, err := crddiff.FromMap(old)
+	oldCRD, err := diff.FromMap(old)
 	if err != nil {
 		return nil, fmt.Errorf("old object: %w", err)
 	}
-	newCRD, err := crddiff.FromMap(new)
+	newCRD, err := diff.FromMap(new)
 	if err != nil {
 		return nil, fmt.Errorf("new object: %w", err)
 	}
-	return crddiff.Compare(oldCRD, newCRD), nil
+	return diff.Compare(oldCRD, newCRD), nil
 }
 
 // WantsCRDImpact reports whether a rule that may fire on c asks for the

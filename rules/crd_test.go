@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/fieldwatch/fieldwatch/change"
-	"github.com/fieldwatch/fieldwatch/rules/crddiff"
+	"github.com/fieldwatch/fieldwatch/crd/diff"
 )
 
 const crdMatch = "    match: {resources: [{group: apiextensions.k8s.io, kind: CustomResourceDefinition}]}\n"
@@ -196,9 +196,9 @@ func TestCRDImpactGiven(t *testing.T) {
 	if !set.WantsCRDImpact(c) {
 		t.Fatal("WantsCRDImpact = false")
 	}
-	res := &crddiff.Result{CRD: "widgets.example.com", Checks: []crddiff.Check{{Version: "v1", Check: "enum-values-removed", Severity: crddiff.Breaking}},
-		Breaking: 1, Scanned: 5, Impact: []crddiff.Impact{{Check: "enum-values-removed", Effect: crddiff.Rejected, Count: 2,
-			Objects: []crddiff.Hit{{Namespace: "a", Name: "x"}, {Namespace: "b", Name: "y"}}, Message: "rejected <when> re-created"}},
+	res := &diff.Result{CRD: "widgets.example.com", Checks: []diff.Check{{Version: "v1", Check: "enum-values-removed", Severity: diff.Breaking}},
+		Breaking: 1, Scanned: 5, Impact: []diff.Impact{{Check: "enum-values-removed", Effect: diff.Rejected, Count: 2,
+			Objects: []diff.Hit{{Namespace: "a", Name: "x"}, {Namespace: "b", Name: "y"}}, Message: "rejected <when> re-created"}},
 		ImpactError: "stopped after 5 objects"}
 	c.CRD = res
 	firings, errs := set.Eval(c)

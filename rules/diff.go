@@ -154,7 +154,7 @@ type differ struct {
 }
 
 // diff returns the operations from old to new, limited by pr (nil: all).
-func diff(old, new map[string]any, pr *pruner) []patchOp {
+func diffObjects(old, new map[string]any, pr *pruner) []patchOp {
 	d := differ{pr: pr, toks: make([]string, 0, 16)}
 	d.walk(old, new, old != nil, new != nil, false)
 	return d.ops

@@ -118,7 +118,7 @@ func TestDiff(t *testing.T) {
 					mustCompilePath(p).locations(new, pr.excludeLoc)
 				}
 			}
-			if got := opsJSON(t, diff(old, new, pr)); got != tt.want {
+			if got := opsJSON(t, diffObjects(old, new, pr)); got != tt.want {
 				t.Errorf("diff =\n  %s\nwant\n  %s", got, tt.want)
 			}
 		})

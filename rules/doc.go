@@ -35,7 +35,7 @@
 // Set.Selectors tells the watcher which resources to watch and
 // Set.Projection which parts of their objects to cache; Set.Eval turns
 // each observed Change into Firings (payload and actions) plus evaluation
-// errors to log. Package rules/cases runs offline cases for `fieldwatch
+// errors to log. Package internal/cases runs offline cases for `fieldwatch
 // test`.
 //
 // # How it works
@@ -66,12 +66,12 @@
 // # CRD changes
 //
 // Rules that match CustomResourceDefinitions only can read the comparison
-// of the old and the new CRD (package rules/crddiff): the CEL variable crd
+// of the old and the new CRD (package crd/diff): the CEL variable crd
 // (declared for those rules only), and the payload's crd field for rules
 // with the crd key or whose when reads crd. crd: {impact: true} asks for
 // the custom resources the breaking checks hit; Eval lists no objects, so
 // its caller computes that (Set.WantsCRDImpact says when, Change.CRD
-// carries it: `fieldwatch run` from the watcher's cache, rules/cases from
+// carries it: `fieldwatch run` from the watcher's cache, internal/cases from
 // a case's objects). Such rules make Set.Selectors include the custom
 // resources of the CRDs they match (Rule.ImpactSelectors), cached whole
 // (Set.Projection) in every namespace (Set.Namespaces). crd.go has the
@@ -79,6 +79,6 @@
 //
 // # Offline cases
 //
-// Package rules/cases reads cases files (changes and what must fire) and
+// Package internal/cases reads cases files (changes and what must fire) and
 // runs them against a Set: `fieldwatch test`.
 package rules

@@ -129,7 +129,7 @@ type evalState struct {
 func (st *evalState) updateDiff(r *Rule) []patchOp {
 	if len(r.ignore) == 0 {
 		if !st.fullDone {
-			st.full = diff(st.c.OldObject, st.c.Object, noisePruner)
+			st.full = diffObjects(st.c.OldObject, st.c.Object, noisePruner)
 			st.fullDone = true
 		}
 		return st.full
@@ -137,7 +137,7 @@ func (st *evalState) updateDiff(r *Rule) []patchOp {
 	if ops, ok := st.ignored[r.ignoreKey]; ok {
 		return ops
 	}
-	ops := diff(st.c.OldObject, st.c.Object, r.pruner(st.c))
+	ops := diffObjects(st.c.OldObject, st.c.Object, r.pruner(st.c))
 	if st.ignored == nil {
 		st.ignored = map[string][]patchOp{}
 	}

@@ -5,8 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/fieldwatch/fieldwatch/internal/cases"
 	"github.com/fieldwatch/fieldwatch/rules"
-	"github.com/fieldwatch/fieldwatch/rules/cases"
 )
 
 // TestExamplesLoad loads every example rules file, those added later

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fieldwatch/fieldwatch/internal/cases"
 	"github.com/fieldwatch/fieldwatch/rules"
-	"github.com/fieldwatch/fieldwatch/rules/cases"
 )
 
 // caseTime is the time of the golden cases that give none.

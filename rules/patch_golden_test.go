@@ -5,8 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/fieldwatch/fieldwatch/internal/cases"
 	"github.com/fieldwatch/fieldwatch/rules"
-	"github.com/fieldwatch/fieldwatch/rules/cases"
 )
 
 // TestChangesApplyToOld checks, for every payload of every golden case

@@ -59,10 +59,10 @@ type MatchSpec struct {
 
 // CRDSpec is a rule's crd key: what a rule on CustomResourceDefinitions
 // gets of the comparison of the old and the new CRD (package
-// rules/crddiff), in its payload and as the CEL variable crd.
+// crd/diff), in its payload and as the CEL variable crd.
 type CRDSpec struct {
 	// Impact asks for the custom resources each breaking check of an
-	// update hits (package rules/crdimpact). The caller of Eval computes
+	// update hits (package crd/impact). The caller of Eval computes
 	// it (Set.WantsCRDImpact says when); `fieldwatch run` also watches
 	// the custom resources of the CRDs such a rule matches, and caches
 	// them whole, so that it has them as they were before the change.

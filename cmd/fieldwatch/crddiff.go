@@ -13,8 +13,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/fieldwatch/fieldwatch/rules/crddiff"
-	"github.com/fieldwatch/fieldwatch/rules/crdimpact"
+	"github.com/fieldwatch/fieldwatch/crd/diff"
+	"github.com/fieldwatch/fieldwatch/crd/impact"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 )
 
@@ -96,7 +96,7 @@ func parseInterspersed(fset *flag.FlagSet, args []string) ([]string, error) {
 }
 
 // crdDiff compares the CRDs of two files and scans the objects.
-func crdDiff(ctx context.Context, oldPath, newPath string, objectPaths []string) ([]*crddiff.Result, error) {
+func crdDiff(ctx context.Context, oldPath, newPath string, objectPaths []string) ([]*diff.Result, error) {
 	oldDocs, err := readCRDs(oldPath)
 	if err != nil {
 		return nil, err
@@ -105,7 +105,7 @@ func crdDiff(ctx context.Context, oldPath, newPath string, objectPaths []string)
 	if err != nil {
 		return nil, err
 	}
-	var manifests []crddiff.Manifest
+	var manifests []diff.Manifest
 	for _, p := range objectPaths {
 		ms, err := readObjects(p)
 		if err != nil {
@@ -113,14 +113,14 @@ func crdDiff(ctx context.Context, oldPath, newPath string, objectPaths []string)
 		}
 		manifests = append(manifests, ms...)
 	}
-	crds := func(docs []crddiff.Document) []*apiextensionsv1.CustomResourceDefinition {
+	crds := func(docs []diff.Document) []*apiextensionsv1.CustomResourceDefinition {
 		out := make([]*apiextensionsv1.CustomResourceDefinition, len(docs))
 		for i, d := range docs {
 			out[i] = d.CRD
 		}
 		return out
 	}
-	results := crddiff.CompareAll(crds(oldDocs), crds(newDocs))
+	results := diff.CompareAll(crds(oldDocs), crds(newDocs))
 	if len(manifests) == 0 {
 		return results, nil
 	}
@@ -129,7 +129,7 @@ func crdDiff(ctx context.Context, oldPath, newPath string, objectPaths []string)
 		if doc == nil {
 			continue // removed CRD: its objects go with it
 		}
-		s, err := crdimpact.New(doc.CRD, r)
+		s, err := impact.New(doc.CRD, r)
 		if err != nil {
 			return nil, fmt.Errorf("%s:%d: %s: %w", doc.File, doc.Line, r.CRD, err)
 		}
@@ -143,7 +143,7 @@ func crdDiff(ctx context.Context, oldPath, newPath string, objectPaths []string)
 	return results, nil
 }
 
-func findDoc(docs []crddiff.Document, name string) *crddiff.Document {
+func findDoc(docs []diff.Document, name string) *diff.Document {
 	for i := range docs {
 		if docs[i].CRD.Name == name {
 			return &docs[i]
@@ -152,8 +152,8 @@ func findDoc(docs []crddiff.Document, name string) *crddiff.Document {
 	return nil
 }
 
-func readCRDs(path string) ([]crddiff.Document, error) {
-	docs, err := crddiff.ReadFile(path)
+func readCRDs(path string) ([]diff.Document, error) {
+	docs, err := diff.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -165,15 +165,15 @@ func readCRDs(path string) ([]crddiff.Document, error) {
 
 // readObjects reads a manifest file, or every *.yaml, *.yml and *.json file
 // under a directory in lexical order.
-func readObjects(path string) ([]crddiff.Manifest, error) {
+func readObjects(path string) ([]diff.Manifest, error) {
 	info, err := os.Stat(path)
 	if err != nil {
 		return nil, err
 	}
 	if !info.IsDir() {
-		return crddiff.ReadManifests(path)
+		return diff.ReadManifests(path)
 	}
-	var out []crddiff.Manifest
+	var out []diff.Manifest
 	err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -186,7 +186,7 @@ func readObjects(path string) ([]crddiff.Manifest, error) {
 		if d.IsDir() {
 			return nil
 		}
-		ms, err := crddiff.ReadManifests(p)
+		ms, err := diff.ReadManifests(p)
 		if err != nil {
 			return err
 		}
@@ -194,7 +194,7 @@ func readObjects(path string) ([]crddiff.Manifest, error) {
 		return nil
 	})
 	if err != nil {
-		var e *crddiff.Error
+		var e *diff.Error
 		if errors.As(err, &e) {
 			return nil, e
 		}
@@ -205,7 +205,7 @@ func readObjects(path string) ([]crddiff.Manifest, error) {
 
 // printCRDDiff prints the results as tables: the checks, then the impact
 // with a sample of the objects and the apiserver's error for each.
-func printCRDDiff(w io.Writer, results []*crddiff.Result) {
+func printCRDDiff(w io.Writer, results []*diff.Result) {
 	for i, r := range results {
 		if i > 0 {
 			_, _ = fmt.Fprintln(w)

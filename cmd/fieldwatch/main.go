@@ -3,7 +3,7 @@
 // delivered to logs, webhooks, programs, Events and patches.
 //
 // main only parses flags and wires packages: the logic lives in
-// internal/app, watcher, rules and rules/action.
+// internal/app, watcher, rules and action.
 package main
 
 import (

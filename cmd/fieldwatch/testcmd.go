@@ -9,8 +9,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/fieldwatch/fieldwatch/internal/cases"
 	"github.com/fieldwatch/fieldwatch/rules"
-	"github.com/fieldwatch/fieldwatch/rules/cases"
 )
 
 // caseTime is the time of the changes of cases that give none, so that

@@ -19,9 +19,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/crd/diff"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 	"github.com/fieldwatch/fieldwatch/rules"
-	"github.com/fieldwatch/fieldwatch/rules/crddiff"
 	"github.com/fieldwatch/fieldwatch/watcher"
 )
 
@@ -134,7 +134,7 @@ func benchGadget(i int) *unstructured.Unstructured {
 func benchCRDs(b *testing.B) (old, new map[string]any) {
 	b.Helper()
 	for i, narrowed := range []bool{false, true} {
-		docs, err := crddiff.Parse("crd.yaml", []byte(benchCRDManifest(narrowed)))
+		docs, err := diff.Parse("crd.yaml", []byte(benchCRDManifest(narrowed)))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -12,9 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/version"
 
+	"github.com/fieldwatch/fieldwatch/crd/diff"
+	"github.com/fieldwatch/fieldwatch/crd/impact"
 	"github.com/fieldwatch/fieldwatch/rules"
-	"github.com/fieldwatch/fieldwatch/rules/crddiff"
-	"github.com/fieldwatch/fieldwatch/rules/crdimpact"
 	"github.com/fieldwatch/fieldwatch/watcher"
 )
 
@@ -29,7 +29,7 @@ import (
 // resources whole, see rules.Set.Projection), so that a field the change
 // removes is still there; otherwise a paged list from the apiserver, read after the
 // change, in which the impact of removals and of versions no longer
-// served is reported as not computable (crdimpact.Scanner.AfterChange).
+// served is reported as not computable (impact.Scanner.AfterChange).
 //
 // The scan runs on the worker that handles the CRD change, bounded by
 // Config.CRDImpactMaxObjects and Config.CRDImpactTimeout: a scan that
@@ -54,15 +54,15 @@ var errLimit = errors.New("object limit")
 // When the CRDs cannot be read it leaves rc.CRD nil: the rules compare
 // them again and report why.
 func (a *App) crdImpact(ctx context.Context, c *watcher.Change, rc *rules.Change) {
-	oldCRD, err := crddiff.FromMap(rc.OldObject)
+	oldCRD, err := diff.FromMap(rc.OldObject)
 	if err != nil {
 		return
 	}
-	newCRD, err := crddiff.FromMap(rc.Object)
+	newCRD, err := diff.FromMap(rc.Object)
 	if err != nil {
 		return
 	}
-	res := crddiff.Compare(oldCRD, newCRD)
+	res := diff.Compare(oldCRD, newCRD)
 	rc.CRD = res
 	if res.Breaking == 0 {
 		return // nothing to scan for
@@ -99,8 +99,8 @@ func (a *App) crdImpact(ctx context.Context, c *watcher.Change, rc *rules.Change
 // scanImpact runs the objects of the CRD's resource through the impact
 // scan and records what it found in res, also when it stops early. It
 // returns where the objects came from: cache or list.
-func (a *App) scanImpact(ctx context.Context, oldCRD, newCRD *apiextensionsv1.CustomResourceDefinition, res *crddiff.Result) (string, error) {
-	s, err := crdimpact.New(newCRD, res)
+func (a *App) scanImpact(ctx context.Context, oldCRD, newCRD *apiextensionsv1.CustomResourceDefinition, res *diff.Result) (string, error) {
+	s, err := impact.New(newCRD, res)
 	if err != nil {
 		return "none", fmt.Errorf("the new CRD: %w", err)
 	}

@@ -15,9 +15,9 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/crd/diff"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 	"github.com/fieldwatch/fieldwatch/rules"
-	"github.com/fieldwatch/fieldwatch/rules/crddiff"
 	"github.com/fieldwatch/fieldwatch/watcher"
 )
 
@@ -169,11 +169,11 @@ func TestListVersion(t *testing.T) {
 		{[]string{"v1"}, nil, ""},
 	}
 	for _, tt := range tests {
-		old, err := crddiff.FromMap(crd(tt.old...))
+		old, err := diff.FromMap(crd(tt.old...))
 		if err != nil {
 			t.Fatal(err)
 		}
-		new, err := crddiff.FromMap(crd(tt.new...))
+		new, err := diff.FromMap(crd(tt.new...))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -241,7 +241,7 @@ func TestCRDImpactCache(t *testing.T) {
 	}
 	before := startWatcher()
 	newCRD := apply(gadgetsCRD(group, "[red, blue]", false, false))
-	scan := func(w *watcher.Watcher) (*App, *crddiff.Result) {
+	scan := func(w *watcher.Watcher) (*App, *diff.Result) {
 		a := &App{cfg: Config{CRDImpactMaxObjects: 100, CRDImpactTimeout: time.Minute}, log: slog.New(slog.DiscardHandler),
 			metrics: newMetrics(prometheus.NewRegistry()), dyn: env.Dynamic(t)}
 		a.watcher.Store(w)
@@ -250,7 +250,7 @@ func TestCRDImpactCache(t *testing.T) {
 		a.crdImpact(ctx, &watcher.Change{Type: change.Updated, Resource: crdRes, Time: now}, rc)
 		return a, rc.CRD
 	}
-	summary := func(res *crddiff.Result) []string {
+	summary := func(res *diff.Result) []string {
 		var out []string
 		for _, im := range res.Impact {
 			var names []string

@@ -2,7 +2,7 @@
 // actions together into the process people deploy. It loads the rules,
 // tells the watcher which resources (and which of their fields) they need,
 // evaluates every change (computing, for rules that ask for it, the custom
-// resources a CRD change hits: crdimpact.go), hands the firings to the actions, reloads the
+// resources a CRD change hits: impact.go), hands the firings to the actions, reloads the
 // rules when their file changes, serves /metrics, /healthz and /readyz, and
 // takes part in leader election and sharding. In a leader election every
 // replica watches; the leader writes its watermarks on the Lease with each

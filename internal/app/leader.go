@@ -11,7 +11,7 @@ import (
 
 	"k8s.io/client-go/tools/leaderelection"
 
-	"github.com/fieldwatch/fieldwatch/rules/action"
+	"github.com/fieldwatch/fieldwatch/action"
 	"github.com/fieldwatch/fieldwatch/watcher"
 )
 

@@ -18,8 +18,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/crd/diff"
 	"github.com/fieldwatch/fieldwatch/rules"
-	"github.com/fieldwatch/fieldwatch/rules/crddiff"
 )
 
 // RBACOptions say whom `fieldwatch rbac` grants the permissions to.
@@ -431,7 +431,7 @@ func CRDResources(paths ...string) ([]change.Resource, error) {
 			}
 		}
 		for _, f := range files {
-			docs, err := crddiff.ReadFile(f)
+			docs, err := diff.ReadFile(f)
 			if err != nil {
 				return nil, err
 			}

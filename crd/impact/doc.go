@@ -1,5 +1,5 @@
-// Package crdimpact finds the custom resources a CRD change hits: for the
-// breaking checks of a crddiff comparison, the objects each one makes the
+// Package impact finds the custom resources a CRD change hits: for the
+// breaking checks of a diff comparison, the objects each one makes the
 // apiserver reject or prune, counted and sampled, plus the objects that
 // fail the new schema for reasons no check explains.
 //
@@ -47,4 +47,4 @@
 //
 // The package must not import k8s.io/client-go (deps_test.go checks it),
 // so that rules can use it.
-package crdimpact
+package impact

@@ -1,4 +1,4 @@
-package crdimpact
+package impact
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/fieldwatch/fieldwatch/rules/crddiff"
+	"github.com/fieldwatch/fieldwatch/crd/diff"
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
@@ -32,7 +32,7 @@ const Invalid = "invalid"
 type Scanner struct {
 	group, kind string
 	versions    map[string]*version
-	res         *crddiff.Result
+	res         *diff.Result
 	impacts     map[int]*impact // by index in res.Checks
 	invalid     map[string]*impact
 	scanned     int
@@ -63,13 +63,13 @@ type target struct {
 
 // impact accumulates the objects one check hits.
 type impact struct {
-	crddiff.Impact
+	diff.Impact
 }
 
 // New prepares a scan of objects against crd, the new CRD of the
 // comparison res. It fails when a version's schema is not structural (the
 // apiserver would not have accepted the CRD).
-func New(crd *apiextensionsv1.CustomResourceDefinition, res *crddiff.Result) (*Scanner, error) {
+func New(crd *apiextensionsv1.CustomResourceDefinition, res *diff.Result) (*Scanner, error) {
 	s := &Scanner{
 		group:    crd.Spec.Group,
 		kind:     crd.Spec.Names.Kind,
@@ -89,7 +89,7 @@ func New(crd *apiextensionsv1.CustomResourceDefinition, res *crddiff.Result) (*S
 		s.versions[v.Name] = ver
 	}
 	for i, c := range res.Checks {
-		if c.Severity == crddiff.Safe || c.Version == "" {
+		if c.Severity == diff.Safe || c.Version == "" {
 			continue
 		}
 		ver := s.versions[c.Version]
@@ -157,7 +157,7 @@ func (v *version) compile(cv *apiextensionsv1.CustomResourceDefinitionVersion) e
 
 // Scan runs the objects through a new Scanner and records the impact in
 // res (Impact and Scanned).
-func Scan(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition, res *crddiff.Result, objects iter.Seq[map[string]any]) error {
+func Scan(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition, res *diff.Result, objects iter.Seq[map[string]any]) error {
 	s, err := New(crd, res)
 	if err != nil {
 		return err
@@ -193,9 +193,9 @@ func (s *Scanner) Add(ctx context.Context, obj map[string]any) error {
 	v := s.versions[ver]
 	if v == nil || !v.served {
 		if v != nil && v.unserved >= 0 {
-			s.hit(v.unserved, crddiff.Unserved, crddiff.Hit{Namespace: ns, Name: name, Field: "apiVersion", Error: fmt.Sprintf("version %s is no longer served", ver)})
+			s.hit(v.unserved, diff.Unserved, diff.Hit{Namespace: ns, Name: name, Field: "apiVersion", Error: fmt.Sprintf("version %s is no longer served", ver)})
 		} else {
-			s.hitInvalid(ver, crddiff.Hit{Namespace: ns, Name: name, Field: "apiVersion", Error: fmt.Sprintf("version %s is not served", ver)})
+			s.hitInvalid(ver, diff.Hit{Namespace: ns, Name: name, Field: "apiVersion", Error: fmt.Sprintf("version %s is not served", ver)})
 		}
 		return nil
 	}
@@ -204,7 +204,7 @@ func (s *Scanner) Add(ctx context.Context, obj map[string]any) error {
 	}
 	copied, err := deepCopy(obj)
 	if err != nil {
-		return fmt.Errorf("%s: %w", crddiff.Hit{Namespace: ns, Name: name}, err)
+		return fmt.Errorf("%s: %w", diff.Hit{Namespace: ns, Name: name}, err)
 	}
 	u := copied.(map[string]any)
 	hits := map[int]bool{}
@@ -213,20 +213,20 @@ func (s *Scanner) Add(ctx context.Context, obj map[string]any) error {
 		for _, p := range pruning.PruneWithOptions(u, v.structural, true, opts) {
 			if t := v.match(p, "", true); t >= 0 && !hits[t] {
 				hits[t] = true
-				s.hit(t, crddiff.Pruned, crddiff.Hit{Namespace: ns, Name: name, Field: p, Error: fmt.Sprintf("%s: field not declared in schema", p)})
+				s.hit(t, diff.Pruned, diff.Hit{Namespace: ns, Name: name, Field: p, Error: fmt.Sprintf("%s: field not declared in schema", p)})
 			}
 		}
 		structuraldefaulting.PruneNonNullableNullsWithoutDefaults(u, v.structural)
 	}
 	for _, e := range v.validate(ctx, u) {
-		h := crddiff.Hit{Namespace: ns, Name: name, Field: e.Field, Error: errorText(e)}
+		h := diff.Hit{Namespace: ns, Name: name, Field: e.Field, Error: errorText(e)}
 		t := v.match(e.Field, e.Type, false)
 		switch {
 		case t < 0:
 			s.hitInvalid(ver, h)
 		case !hits[t]:
 			hits[t] = true
-			s.hit(t, crddiff.Rejected, h)
+			s.hit(t, diff.Rejected, h)
 		}
 	}
 	return nil
@@ -323,20 +323,20 @@ func errorText(e *field.Error) string {
 	return s
 }
 
-func (s *Scanner) hit(check int, effect crddiff.Effect, h crddiff.Hit) {
+func (s *Scanner) hit(check int, effect diff.Effect, h diff.Hit) {
 	im := s.impacts[check]
 	if im == nil {
 		c := s.res.Checks[check]
-		im = &impact{crddiff.Impact{Check: c.Check, Version: c.Version, Path: c.Path, Field: c.Field, Effect: effect}}
+		im = &impact{diff.Impact{Check: c.Check, Version: c.Version, Path: c.Path, Field: c.Field, Effect: effect}}
 		s.impacts[check] = im
 	}
 	im.add(h)
 }
 
-func (s *Scanner) hitInvalid(ver string, h crddiff.Hit) {
+func (s *Scanner) hitInvalid(ver string, h diff.Hit) {
 	im := s.invalid[ver]
 	if im == nil {
-		im = &impact{crddiff.Impact{Check: Invalid, Version: ver, Effect: crddiff.Rejected}}
+		im = &impact{diff.Impact{Check: Invalid, Version: ver, Effect: diff.Rejected}}
 		s.invalid[ver] = im
 	}
 	im.add(h)
@@ -344,21 +344,21 @@ func (s *Scanner) hitInvalid(ver string, h crddiff.Hit) {
 
 // add counts an object and keeps it among the samples when it is one of
 // the first MaxSamples in namespace/name order.
-func (im *impact) add(h crddiff.Hit) {
+func (im *impact) add(h diff.Hit) {
 	im.Count++
-	less := func(a, b crddiff.Hit) bool {
+	less := func(a, b diff.Hit) bool {
 		if a.Namespace != b.Namespace {
 			return a.Namespace < b.Namespace
 		}
 		return a.Name < b.Name
 	}
 	n := len(im.Objects)
-	if n == crddiff.MaxSamples && !less(h, im.Objects[n-1]) {
+	if n == diff.MaxSamples && !less(h, im.Objects[n-1]) {
 		return
 	}
 	i := sort.Search(n, func(i int) bool { return less(h, im.Objects[i]) })
-	if n < crddiff.MaxSamples {
-		im.Objects = append(im.Objects, crddiff.Hit{})
+	if n < diff.MaxSamples {
+		im.Objects = append(im.Objects, diff.Hit{})
 	}
 	copy(im.Objects[i+1:], im.Objects[i:])
 	im.Objects[i] = h
@@ -385,7 +385,7 @@ func (s *Scanner) Skipped() int { return s.skipped }
 // objects, in the order of the checks, then the objects no check explains
 // per version; and Scanned. It can be called again after more Adds.
 func (s *Scanner) Finish() {
-	out := []crddiff.Impact{}
+	out := []diff.Impact{}
 	idx := make([]int, 0, len(s.impacts))
 	for i := range s.impacts {
 		idx = append(idx, i)
@@ -394,12 +394,12 @@ func (s *Scanner) Finish() {
 		for _, i := range s.unknowable() {
 			if s.impacts[i] == nil {
 				c := s.res.Checks[i]
-				effect := crddiff.Pruned
+				effect := diff.Pruned
 				if c.Check == "served-version-removed" {
-					effect = crddiff.Unserved
+					effect = diff.Unserved
 				}
 				idx = append(idx, i)
-				s.impacts[i] = &impact{crddiff.Impact{Check: c.Check, Version: c.Version, Path: c.Path, Field: c.Field, Effect: effect}}
+				s.impacts[i] = &impact{diff.Impact{Check: c.Check, Version: c.Version, Path: c.Path, Field: c.Field, Effect: effect}}
 			}
 			s.impacts[i].Error = s.afterChange + ": " + unknowableReason(s.impacts[i].Impact)
 		}
@@ -407,7 +407,7 @@ func (s *Scanner) Finish() {
 	sort.Ints(idx)
 	for _, i := range idx {
 		im := s.impacts[i].Impact
-		im.Objects = append([]crddiff.Hit(nil), im.Objects...)
+		im.Objects = append([]diff.Hit(nil), im.Objects...)
 		im.Message = message(im)
 		out = append(out, im)
 	}
@@ -418,7 +418,7 @@ func (s *Scanner) Finish() {
 	sort.Strings(vers)
 	for _, v := range vers {
 		im := s.invalid[v].Impact
-		im.Objects = append([]crddiff.Hit(nil), im.Objects...)
+		im.Objects = append([]diff.Hit(nil), im.Objects...)
 		im.Message = message(im)
 		out = append(out, im)
 	}
@@ -431,7 +431,7 @@ func (s *Scanner) Finish() {
 func (s *Scanner) unknowable() []int {
 	var out []int
 	for i, c := range s.res.Checks {
-		if c.Severity == crddiff.Safe || c.Version == "" {
+		if c.Severity == diff.Safe || c.Version == "" {
 			continue
 		}
 		if c.Check == "served-version-removed" || (isRemoval(c.Check) && strings.HasPrefix(c.Path, "/") &&
@@ -444,8 +444,8 @@ func (s *Scanner) unknowable() []int {
 
 // unknowableReason says why objects read after a change do not show an
 // Impact's objects.
-func unknowableReason(im crddiff.Impact) string {
-	if im.Effect == crddiff.Unserved {
+func unknowableReason(im diff.Impact) string {
+	if im.Effect == diff.Unserved {
 		return fmt.Sprintf("the apiserver serves them at the versions it still serves, so the objects clients use at %s cannot be told", im.Version)
 	}
 	field := im.Field
@@ -457,15 +457,15 @@ func unknowableReason(im crddiff.Impact) string {
 }
 
 // message says what the apiserver does to the objects of an Impact.
-func message(im crddiff.Impact) string {
+func message(im diff.Impact) string {
 	field := im.Field
 	if field == "" {
 		field = "the object"
 	}
 	switch {
-	case im.Effect == crddiff.Unserved:
+	case im.Effect == diff.Unserved:
 		return fmt.Sprintf("%d object(s) are at version %s, which is no longer served: reading or writing them at %s fails", im.Count, im.Version, im.Version)
-	case im.Effect == crddiff.Pruned:
+	case im.Effect == diff.Pruned:
 		return fmt.Sprintf("%d object(s) set %s, which the new schema drops: the apiserver no longer returns it, their next write deletes it, "+
 			"and creating them again with strict field validation (kubectl's default) is rejected as an unknown field", im.Count, field)
 	case im.Check == Invalid:

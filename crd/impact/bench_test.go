@@ -1,4 +1,4 @@
-package crdimpact
+package impact
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/fieldwatch/fieldwatch/rules/crddiff"
+	"github.com/fieldwatch/fieldwatch/crd/diff"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 )
 
@@ -116,9 +116,9 @@ func BenchmarkScan(b *testing.B) {
 	b.Run("scan", func(b *testing.B) {
 		b.ReportAllocs()
 		ctx := context.Background()
-		var res *crddiff.Result
+		var res *diff.Result
 		for b.Loop() {
-			res = crddiff.Compare(old, new)
+			res = diff.Compare(old, new)
 			s, err := New(new, res)
 			if err != nil {
 				b.Fatal(err)

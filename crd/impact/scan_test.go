@@ -1,4 +1,4 @@
-package crdimpact
+package impact
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fieldwatch/fieldwatch/rules/crddiff"
+	"github.com/fieldwatch/fieldwatch/crd/diff"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -16,7 +16,7 @@ import (
 // spec has the given schema.
 func crdWith(t testing.TB, spec string) *apiextensionsv1.CustomResourceDefinition {
 	t.Helper()
-	docs, err := crddiff.Parse("crd.yaml", []byte(`
+	docs, err := diff.Parse("crd.yaml", []byte(`
 apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
 metadata: {name: widgets.example.com}
@@ -51,7 +51,7 @@ func widget(ns, name, spec string) map[string]any {
 }
 
 // impactSummary is one line per Impact: check field effect count objects.
-func impactSummary(r *crddiff.Result) []string {
+func impactSummary(r *diff.Result) []string {
 	var out []string
 	for _, im := range r.Impact {
 		names := make([]string, len(im.Objects))
@@ -122,7 +122,7 @@ func TestScan(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			old, new := crdWith(t, oldSpec), crdWith(t, tt.newSpec)
-			res := crddiff.Compare(old, new)
+			res := diff.Compare(old, new)
 			if err := Scan(context.Background(), new, res, slices.Values(tt.objects)); err != nil {
 				t.Fatal(err)
 			}
@@ -142,7 +142,7 @@ func TestScanVersionsKindsAndSamples(t *testing.T) {
 	new := old.DeepCopy()
 	new.Spec.Versions[0].Served = false // v0 no longer served
 	new.Spec.Versions[1].Schema.OpenAPIV3Schema.Properties["spec"].Properties["color"] = apiextensionsv1.JSONSchemaProps{Type: "string", Enum: []apiextensionsv1.JSON{{Raw: []byte(`"blue"`)}}}
-	res := crddiff.Compare(old, new)
+	res := diff.Compare(old, new)
 
 	var objects []map[string]any
 	// 25 red widgets in a shuffled order: the samples are the first ten
@@ -190,7 +190,7 @@ func TestScanVersionsKindsAndSamples(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Finish()
-	if im := res.Impact[1]; im.Count != 26 || im.Objects[0].Name != "a-first" || len(im.Objects) != crddiff.MaxSamples {
+	if im := res.Impact[1]; im.Count != 26 || im.Objects[0].Name != "a-first" || len(im.Objects) != diff.MaxSamples {
 		t.Errorf("after one more: %+v", im)
 	}
 }
@@ -211,7 +211,7 @@ func TestScanValues(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res := crddiff.Compare(old, new)
+			res := diff.Compare(old, new)
 			obj := widget("a", "w", `{}`)
 			obj["spec"] = map[string]any{"num": tt.n}
 			err := Scan(context.Background(), new, res, slices.Values([]map[string]any{obj}))
@@ -233,7 +233,7 @@ func TestScanValues(t *testing.T) {
 
 func TestNewRefusesNonStructural(t *testing.T) {
 	crd := crdWith(t, `{type: object, properties: {a: {enum: [x]}}}`)
-	_, err := New(crd, crddiff.Compare(crd, crd))
+	_, err := New(crd, diff.Compare(crd, crd))
 	if err == nil || !strings.Contains(err.Error(), "version v1: schema is not structural") {
 		t.Errorf("error %v", err)
 	}
@@ -281,7 +281,7 @@ func TestScanAfterChange(t *testing.T) {
 	old := crdWith(t, `{type: object, properties: {color: {type: string, enum: [red, blue]}, legacy: {type: string}}}`)
 	new := crdWith(t, `{type: object, properties: {color: {type: string, enum: [blue]}}}`)
 	new.Spec.Versions[0].Served = false
-	res := crddiff.Compare(old, new)
+	res := diff.Compare(old, new)
 	s, err := New(new, res)
 	if err != nil {
 		t.Fatal(err)

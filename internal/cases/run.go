@@ -10,9 +10,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/fieldwatch/fieldwatch/crd/diff"
+	"github.com/fieldwatch/fieldwatch/crd/impact"
 	"github.com/fieldwatch/fieldwatch/rules"
-	"github.com/fieldwatch/fieldwatch/rules/crddiff"
-	"github.com/fieldwatch/fieldwatch/rules/crdimpact"
 )
 
 // Result is the outcome of one case.
@@ -44,7 +44,7 @@ func run(set *rules.Set, c *Case) Result {
 	ch := c.Change
 	var problems []string
 	if set.WantsCRDImpact(&ch) {
-		crd, err := impact(&ch, c.Objects)
+		crd, err := crdImpact(&ch, c.Objects)
 		if err != nil {
 			problems = append(problems, "crd impact: "+err.Error())
 		}
@@ -224,17 +224,17 @@ func compactJSON(v any) string {
 // impact compares the CRDs of an update and scans the objects for the
 // impact of its breaking checks, as `fieldwatch run` does with the
 // objects it caches.
-func impact(ch *rules.Change, objects []map[string]any) (*crddiff.Result, error) {
-	oldCRD, err := crddiff.FromMap(ch.OldObject)
+func crdImpact(ch *rules.Change, objects []map[string]any) (*diff.Result, error) {
+	oldCRD, err := diff.FromMap(ch.OldObject)
 	if err != nil {
 		return nil, fmt.Errorf("oldObject: %w", err)
 	}
-	newCRD, err := crddiff.FromMap(ch.Object)
+	newCRD, err := diff.FromMap(ch.Object)
 	if err != nil {
 		return nil, fmt.Errorf("object: %w", err)
 	}
-	res := crddiff.Compare(oldCRD, newCRD)
-	if err := crdimpact.Scan(context.Background(), newCRD, res, slices.Values(objects)); err != nil {
+	res := diff.Compare(oldCRD, newCRD)
+	if err := impact.Scan(context.Background(), newCRD, res, slices.Values(objects)); err != nil {
 		return nil, err
 	}
 	return res, nil

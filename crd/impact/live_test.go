@@ -1,4 +1,4 @@
-package crdimpact
+package impact
 
 import (
 	"context"
@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fieldwatch/fieldwatch/crd/diff"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
-	"github.com/fieldwatch/fieldwatch/rules/crddiff"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -128,7 +128,7 @@ func (l *liveEnv) crd() *apiextensionsv1.CustomResourceDefinition {
 	if err != nil {
 		l.t.Fatalf("get CRD: %v", err)
 	}
-	crd, err := crddiff.FromMap(u.Object)
+	crd, err := diff.FromMap(u.Object)
 	if err != nil {
 		l.t.Fatalf("CRD from map: %v", err)
 	}
@@ -186,13 +186,13 @@ func (l *liveEnv) rejected(objs []map[string]any) (names []string, why map[strin
 
 // reported returns the names of the objects the impact of res names, per
 // check.
-func reported(t *testing.T, res *crddiff.Result) (names []string, byCheck map[string][]string) {
+func reported(t *testing.T, res *diff.Result) (names []string, byCheck map[string][]string) {
 	t.Helper()
 	byCheck = map[string][]string{}
 	seen := map[string]bool{}
 	for _, im := range res.Impact {
 		if im.Count != len(im.Objects) {
-			t.Fatalf("%s: count %d but %d samples (the scenarios stay under %d)", im.Check, im.Count, len(im.Objects), crddiff.MaxSamples)
+			t.Fatalf("%s: count %d but %d samples (the scenarios stay under %d)", im.Check, im.Count, len(im.Objects), diff.MaxSamples)
 		}
 		for _, h := range im.Objects {
 			byCheck[im.Check] = append(byCheck[im.Check], h.Name)
@@ -206,7 +206,7 @@ func reported(t *testing.T, res *crddiff.Result) (names []string, byCheck map[st
 	return names, byCheck
 }
 
-func checkNames(res *crddiff.Result) []string {
+func checkNames(res *diff.Result) []string {
 	var out []string
 	for _, c := range res.Checks {
 		out = append(out, c.Check+" "+string(c.Severity)+" "+c.Field)
@@ -286,7 +286,7 @@ func TestLiveImpact(t *testing.T) {
 				t.Fatalf("update CRD: %v", err)
 			}
 			new := l.crd()
-			res := crddiff.Compare(old, new)
+			res := diff.Compare(old, new)
 			if got := checkNames(res); !slices.Equal(got, tt.checks) {
 				t.Fatalf("checks %q, want %q", got, tt.checks)
 			}
@@ -311,11 +311,11 @@ func TestLiveImpact(t *testing.T) {
 				t.Errorf("impact reports %v; the apiserver rejects a re-create of %v (%v)", got, rejected, why)
 			}
 			for _, im := range res.Impact {
-				want := map[crddiff.Effect]string{crddiff.Rejected: "rejects them when they are created again", crddiff.Pruned: "creating them again with strict field validation"}[im.Effect]
+				want := map[diff.Effect]string{diff.Rejected: "rejects them when they are created again", diff.Pruned: "creating them again with strict field validation"}[im.Effect]
 				if want == "" || !strings.Contains(im.Message, want) {
 					t.Errorf("impact %s message %q does not say %q", im.Effect, im.Message, want)
 				}
-				if im.Effect == crddiff.Rejected && !strings.Contains(im.Message, "ratcheting") {
+				if im.Effect == diff.Rejected && !strings.Contains(im.Message, "ratcheting") {
 					t.Errorf("impact message %q does not say why updates still pass", im.Message)
 				}
 			}
@@ -366,7 +366,7 @@ func TestLiveVersions(t *testing.T) {
 		t.Fatalf("stop serving v1: %v", err)
 	}
 	live := l.crd()
-	res := crddiff.Compare(old, live)
+	res := diff.Compare(old, live)
 	want := []string{"storage-version-changed safe ", "served-version-removed breaking "}
 	if got := checkNames(res); !slices.Equal(got, want) {
 		t.Fatalf("checks %q, want %q", got, want)
@@ -382,7 +382,7 @@ func TestLiveVersions(t *testing.T) {
 	if len(got) != len(gadgets) || !slices.Equal(got, rejected) {
 		t.Errorf("impact reports %v; the apiserver rejects %v (%v)", got, rejected, why)
 	}
-	if len(res.Impact) != 1 || res.Impact[0].Effect != crddiff.Unserved || res.Impact[0].Count != len(gadgets) {
+	if len(res.Impact) != 1 || res.Impact[0].Effect != diff.Unserved || res.Impact[0].Count != len(gadgets) {
 		t.Errorf("impact %+v, want every v1 object unserved once (the v2 copies are not hit)", res.Impact)
 	}
 
@@ -392,7 +392,7 @@ func TestLiveVersions(t *testing.T) {
 	}
 	dropped := live.DeepCopy()
 	dropped.Spec.Versions = dropped.Spec.Versions[1:]
-	res = crddiff.Compare(live, dropped)
+	res = diff.Compare(live, dropped)
 	if res.Breaking == 0 || res.Checks[0].Check != "stored-version-removed" {
 		t.Errorf("checks %q, want stored-version-removed first", checkNames(res))
 	}
@@ -415,7 +415,7 @@ func TestLiveVersions(t *testing.T) {
 	live = l.crd()
 	dropped = live.DeepCopy()
 	dropped.Spec.Versions = dropped.Spec.Versions[1:]
-	res = crddiff.Compare(live, dropped)
+	res = diff.Compare(live, dropped)
 	if want := []string{"version-removed safe "}; !slices.Equal(checkNames(res), want) {
 		t.Errorf("checks %q, want %q", checkNames(res), want)
 	}

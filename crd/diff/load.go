@@ -1,4 +1,4 @@
-package crddiff
+package diff
 
 import (
 	"bytes"

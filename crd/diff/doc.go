@@ -1,4 +1,4 @@
-// Package crddiff compares two versions of a CustomResourceDefinition and
+// Package diff compares two versions of a CustomResourceDefinition and
 // says which differences can break the API's clients or its stored
 // objects: the CRD upgrade safety checks OLM v1 runs as a preflight,
 // for every CRD change rather than for the ones one installer makes.
@@ -10,7 +10,7 @@
 // check, old, new, severity, message}, and counts. A Result marshals to
 // the JSON fieldwatch payloads carry and Result.Value gives the same as
 // plain values for CEL. The impact of the breaking checks on custom
-// resources is computed by package rules/crdimpact, which fills
+// resources is computed by package crd/impact, which fills
 // Result.Impact.
 //
 // The package uses only the API types (k8s.io/apiextensions-apiserver's
@@ -124,4 +124,4 @@
 // Checks come CRD-wide first, then per version in the new CRD's version
 // order, each schema depth first with properties in name order: the same
 // inputs always give the same Result.
-package crddiff
+package diff

@@ -1,4 +1,4 @@
-package crdimpact
+package impact
 
 import (
 	"testing"
@@ -6,9 +6,9 @@ import (
 	"github.com/fieldwatch/fieldwatch/internal/depcheck"
 )
 
-// TestNoClientGo keeps crdimpact free of k8s.io/client-go, the watcher and
+// TestNoClientGo keeps package impact free of k8s.io/client-go, the watcher and
 // fieldwatch's internal packages (doc.go).
 func TestNoClientGo(t *testing.T) {
 	const module = "github.com/fieldwatch/fieldwatch/"
-	depcheck.Check(t, ".", module+"rules/crdimpact", "k8s.io/client-go", module+"watcher", module+"internal")
+	depcheck.Check(t, ".", module+"crd/impact", "k8s.io/client-go", module+"watcher", module+"internal")
 }

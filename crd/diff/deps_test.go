@@ -1,4 +1,4 @@
-package crddiff
+package diff
 
 import (
 	"testing"
@@ -6,9 +6,9 @@ import (
 	"github.com/fieldwatch/fieldwatch/internal/depcheck"
 )
 
-// TestDependencies keeps crddiff to the API types (doc.go): no client-go,
+// TestDependencies keeps package diff to the API types (doc.go): no client-go,
 // no apiserver code, nothing of fieldwatch's own.
 func TestDependencies(t *testing.T) {
-	depcheck.Check(t, ".", "github.com/fieldwatch/fieldwatch/rules/crddiff",
+	depcheck.Check(t, ".", "github.com/fieldwatch/fieldwatch/crd/diff",
 		"k8s.io/client-go", "k8s.io/apiserver", "k8s.io/apiextensions-apiserver/pkg/apiserver", "github.com/fieldwatch/fieldwatch/")
 }

@@ -1,4 +1,4 @@
-package crdimpact
+package impact
 
 import (
 	"fmt"
@@ -10,7 +10,7 @@ import (
 // index ([*]).
 const wildcard = "\x00*"
 
-// splitField splits a check's field path (crddiff's rules path syntax:
+// splitField splits a check's field path (package diff's rules path syntax:
 // spec.items[*].name, spec["a.b"]) into segments.
 func splitField(path string) ([]string, error) {
 	var segs []string

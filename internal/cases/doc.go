@@ -33,7 +33,7 @@
 //	                                        # of a CRD update (crd: {impact: true})
 //
 // For a case with objects, Run compares the two CRDs and scans the
-// objects (package rules/crdimpact) for the rules that ask for the
+// objects (package crd/impact) for the rules that ask for the
 // impact, as `fieldwatch run` does with its cache.
 //
 // cases uses package rules only through its exported API; like rules it

@@ -1,4 +1,4 @@
-package crddiff
+package diff
 
 import (
 	"bytes"
@@ -54,7 +54,7 @@ type Check struct {
 
 // Result is the comparison of two versions of one CRD, and optionally the
 // impact of its breaking checks on custom resources (filled by the impact
-// scan, package rules/crdimpact).
+// scan, package crd/impact).
 type Result struct {
 	// CRD is the name of the CustomResourceDefinition (plural.group).
 	CRD string `json:"crd"`
