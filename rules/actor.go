@@ -41,11 +41,11 @@ func actorOf(c *Change, ops []patchOp) (a managerActor, ok bool) {
 	case change.Created:
 		ops = nil // the newest entry, whatever it owns
 	case change.Updated:
-		old = managedFields(c.OldObject)
+		old = managedFields(c.Old)
 	default:
 		return managerActor{}, false
 	}
-	obj := c.Object
+	obj := c.New
 	var best map[string]any
 	bestScore, bestLevel, bestTime := 0, 0, ""
 	for _, e := range managedFields(obj) {

@@ -79,7 +79,7 @@ func TestActor(t *testing.T) {
 			// An update from an object without managedFields: every
 			// entry is a candidate, and these cases are about the choice
 			// among candidates (TestActorCandidates: which are).
-			c := &Change{Type: change.Updated, OldObject: obj(t, `{"metadata":{}}`), Object: obj(t, tt.obj)}
+			c := &Change{Type: change.Updated, Old: obj(t, `{"metadata":{}}`), New: obj(t, tt.obj)}
 			if got := actorString(c, changedOps(tt.changed)); got != tt.want {
 				t.Errorf("actor = %q, want %q", got, tt.want)
 			}
@@ -183,10 +183,10 @@ func TestActorCandidates(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := &Change{Type: tt.typ}
 			if tt.old != "" {
-				c.OldObject = obj(t, tt.old)
+				c.Old = obj(t, tt.old)
 			}
 			if tt.new != "" {
-				c.Object = obj(t, tt.new)
+				c.New = obj(t, tt.new)
 			}
 			if got := actorString(c, changedOps(tt.changed)); got != tt.want {
 				t.Errorf("actor = %q, want %q", got, tt.want)
@@ -198,9 +198,9 @@ func TestActorCandidates(t *testing.T) {
 // TestActorAllocs keeps the actor off the heap: it runs for every firing.
 func TestActorAllocs(t *testing.T) {
 	c := &Change{
-		Type:      change.Updated,
-		OldObject: benchWidget(3, "100"),
-		Object:    benchWidget(4, "101"),
+		Type: change.Updated,
+		Old:  benchWidget(3, "100"),
+		New:  benchWidget(4, "101"),
 	}
 	ops := changedOps([]string{"/spec/size"})
 	if got := actorString(c, ops); got != "widget-controller/Update" {

@@ -301,8 +301,8 @@ func WriteSubresource(c *Change) (sub string, ok bool) {
 	if c.Type != change.Updated {
 		return "", false
 	}
-	old := managedFields(c.OldObject)
-	for _, e := range managedFields(c.Object) {
+	old := managedFields(c.Old)
+	for _, e := range managedFields(c.New) {
 		entry, isMap := e.(map[string]any)
 		if !isMap || touched(entry, old) != 2 {
 			continue

@@ -176,7 +176,7 @@ func TestCELActor(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c := &Change{Type: change.Updated, Resource: widgetsV1, OldObject: obj("1", "kubectl-create"), Object: obj("2", "kubectl-create", "kubectl-patch"),
+			c := &Change{Type: change.Updated, Resource: widgetsV1, Old: obj("1", "kubectl-create"), New: obj("2", "kubectl-create", "kubectl-patch"),
 				Time: time.Unix(0, 0), Attribution: tt.a}
 			firings, errs := set.Eval(c)
 			if len(errs) > 0 {
@@ -264,7 +264,7 @@ func TestWriteSubresource(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			sub, ok := WriteSubresource(&Change{Type: tt.typ, OldObject: tt.old, Object: tt.new})
+			sub, ok := WriteSubresource(&Change{Type: tt.typ, Old: tt.old, New: tt.new})
 			if sub != tt.want || ok != tt.ok {
 				t.Errorf("got %q %v, want %q %v", sub, ok, tt.want, tt.ok)
 			}

@@ -73,11 +73,11 @@ func benchChange(b *testing.B) *Change {
 		b.Fatalf("object is %d bytes, want about 5 KiB", len(data))
 	}
 	return &Change{
-		Type:      change.Updated,
-		Resource:  change.Resource{Group: "example.com", Version: "v1", Resource: "widgets", Kind: "Widget", Namespaced: true, Custom: true, Preferred: true},
-		Object:    new,
-		OldObject: old,
-		Time:      time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC),
+		Type:     change.Updated,
+		Resource: change.Resource{Group: "example.com", Version: "v1", Resource: "widgets", Kind: "Widget", Namespaced: true, Custom: true, Preferred: true},
+		New:      new,
+		Old:      old,
+		Time:     time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC),
 	}
 }
 
@@ -205,7 +205,7 @@ func BenchmarkEvalCRD(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			c := &Change{Type: change.Updated, Resource: crdResource, Object: new, OldObject: old, Time: time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)}
+			c := &Change{Type: change.Updated, Resource: crdResource, New: new, Old: old, Time: time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)}
 			if f, errs := set.Eval(c); len(f) == 0 || len(errs) > 0 {
 				b.Fatalf("got %d firings, errors %v", len(f), errs)
 			}

@@ -520,11 +520,11 @@ type celVars struct {
 
 func newCELVars(c *Change) *celVars {
 	v := &celVars{object: types.NullValue, oldObject: types.NullValue, crd: types.NullValue, c: c}
-	if c.Object != nil {
-		v.object = celValue(c.Object)
+	if c.New != nil {
+		v.object = celValue(c.New)
 	}
-	if c.OldObject != nil {
-		v.oldObject = celValue(c.OldObject)
+	if c.Old != nil {
+		v.oldObject = celValue(c.Old)
 	}
 	return v
 }

@@ -74,12 +74,12 @@ func TestCELEval(t *testing.T) {
 			if issues != nil {
 				t.Fatalf("compile: %v", issues)
 			}
-			c := &Change{Type: tt.typ, Object: new, OldObject: old}
+			c := &Change{Type: tt.typ, New: new, Old: old}
 			switch tt.typ {
 			case change.Created:
-				c.OldObject = nil
+				c.Old = nil
 			case change.Deleted:
-				c.Object = nil
+				c.New = nil
 			}
 			got, err := x.eval(newCELVars(c))
 			if tt.wantErr != "" {
@@ -94,7 +94,7 @@ func TestCELEval(t *testing.T) {
 		})
 	}
 	x, _ := compileCEL("object.spec.size", false)
-	if _, err := x.eval(newCELVars(&Change{Type: change.Created, Object: new})); !errors.Is(err, errNotBool) {
+	if _, err := x.eval(newCELVars(&Change{Type: change.Created, New: new})); !errors.Is(err, errNotBool) {
 		t.Errorf("non-bool result: %v", err)
 	}
 }
@@ -180,7 +180,7 @@ func TestCELListCost(t *testing.T) {
 	}
 	cost := func(t *testing.T, x *celExpr, obj map[string]any) uint64 {
 		t.Helper()
-		_, det, err := x.prg.Eval(newCELVars(&Change{Type: change.Created, Object: obj}))
+		_, det, err := x.prg.Eval(newCELVars(&Change{Type: change.Created, New: obj}))
 		if err != nil || det == nil || det.ActualCost() == nil {
 			t.Fatalf("eval: %v, details %v", err, det)
 		}
@@ -200,7 +200,7 @@ func TestCELListCost(t *testing.T) {
 	}
 	// And the limit stops a list longer than it.
 	x, _ := compileCEL("[1].all(i, i > 0) && object.l.sum() >= 0", false)
-	if ok, err := x.eval(newCELVars(&Change{Type: change.Created, Object: list(CostLimit + 1)})); err == nil || !strings.Contains(err.Error(), "cost limit") {
+	if ok, err := x.eval(newCELVars(&Change{Type: change.Created, New: list(CostLimit + 1)})); err == nil || !strings.Contains(err.Error(), "cost limit") {
 		t.Errorf("sum of %d items = %v, %v; want the cost limit exceeded", CostLimit+1, ok, err)
 	}
 }
@@ -233,7 +233,7 @@ func TestCELErrorsOfRedactedObjects(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, errs := set.Eval(&Change{Type: change.Created, Resource: tt.res, Object: secret})
+			_, errs := set.Eval(&Change{Type: change.Created, Resource: tt.res, New: secret})
 			if len(errs) != 1 || errs[0].Error() != tt.want {
 				t.Errorf("errors %v, want %q", errs, tt.want)
 			}

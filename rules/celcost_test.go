@@ -31,7 +31,7 @@ func celBombChange(size int) *Change {
 	}
 	obj := map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "x", "namespace": "ns"},
 		"spec": map[string]any{"s": strings.Repeat("a", size), "l": l}}
-	return &Change{Type: change.Created, Resource: change.Resource{Version: "v1", Resource: "configmaps", Kind: "ConfigMap"}, Object: obj}
+	return &Change{Type: change.Created, Resource: change.Resource{Version: "v1", Resource: "configmaps", Kind: "ConfigMap"}, New: obj}
 }
 
 func BenchmarkCELBombs(b *testing.B) {
@@ -101,7 +101,7 @@ func TestCELBoundedFunctions(t *testing.T) {
 		if issues != nil {
 			t.Fatalf("%s: %v", expr, issues)
 		}
-		ok, err := x.eval(newCELVars(&Change{Type: change.Created, Object: map[string]any{"spec": map[string]any{"l": []any{1, 2, 3}}}}))
+		ok, err := x.eval(newCELVars(&Change{Type: change.Created, New: map[string]any{"spec": map[string]any{"l": []any{1, 2, 3}}}}))
 		if !ok || err != nil {
 			t.Errorf("%s = %v, %v", expr, ok, err)
 		}

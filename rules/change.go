@@ -7,20 +7,24 @@ import (
 	"github.com/fieldwatch/fieldwatch/crd/diff"
 )
 
-// Change is one observed change of one object, what Set.Eval evaluates.
-// Eval never changes the maps: they may belong to a shared cache.
+// Change is one observed change of one object, what Set.Eval evaluates:
+// the watcher's change (package watcher) with its objects as maps. The
+// fields mean what they mean there. Eval never changes the maps: they may
+// belong to a shared cache.
 type Change struct {
-	Type     change.Type
+	// Type is created, updated or deleted.
+	Type change.Type
+	// Resource is the resource the object belongs to.
 	Resource change.Resource
-	// Object is the new state; nil for deleted.
-	Object map[string]any
-	// OldObject is the previous state; nil for created; for deleted the
-	// final state.
-	OldObject map[string]any
-	// Time is when the change was observed: the payload's "time".
+	// Old is the object before the change: nil for created; for deleted
+	// the final state. CEL calls it oldObject.
+	Old map[string]any
+	// New is the object now: nil for deleted. CEL calls it object.
+	New map[string]any
+	// Time is when the watcher received the change: the payload's "time".
 	Time time.Time
 	// CRD is, for a change of a CustomResourceDefinition, its comparison
-	// (diff.Compare of OldObject and Object) with the impact of its
+	// (diff.Compare of Old and New) with the impact of its
 	// breaking checks on custom resources, as the caller computed it when
 	// Set.WantsCRDImpact asked for it (Eval does not list objects). nil:
 	// Eval compares the CRDs itself, at most once per change, and rules
@@ -38,10 +42,10 @@ type Change struct {
 // meta returns the object a change is about: the new state, or the final
 // one for a deletion.
 func (c *Change) meta() map[string]any {
-	if c.Type == change.Deleted || c.Object == nil {
-		return c.OldObject
+	if c.Type == change.Deleted || c.New == nil {
+		return c.Old
 	}
-	return c.Object
+	return c.New
 }
 
 // metaString returns metadata.<key> of obj as a string ("" if absent).

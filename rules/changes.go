@@ -36,13 +36,13 @@ func (r *Rule) changes(st *evalState) []patchOp {
 	}
 	pr := r.pruner(c)
 	for _, f := range r.fields {
-		f.path.locations(c.OldObject, pr.includeLoc)
-		f.path.locations(c.Object, pr.includeLoc)
+		f.path.locations(c.Old, pr.includeLoc)
+		f.path.locations(c.New, pr.includeLoc)
 	}
 	if pr.include == nil {
 		return nil
 	}
-	return diffObjects(c.OldObject, c.Object, pr)
+	return diffObjects(c.Old, c.New, pr)
 }
 
 // pruner returns a pruner that leaves out of an update's changes what r
@@ -54,8 +54,8 @@ func (r *Rule) pruner(c *Change) *pruner {
 	}
 	pr := newPruner(r.noise)
 	for _, p := range r.ignore {
-		p.locations(c.OldObject, pr.excludeLoc)
-		p.locations(c.Object, pr.excludeLoc)
+		p.locations(c.Old, pr.excludeLoc)
+		p.locations(c.New, pr.excludeLoc)
 	}
 	return pr
 }
@@ -63,9 +63,9 @@ func (r *Rule) pruner(c *Change) *pruner {
 // snapshotChanges returns the adds (create) or removes (delete) of the
 // values r's fields select in the object.
 func (r *Rule) snapshotChanges(c *Change) []patchOp {
-	obj, op := c.Object, "add"
+	obj, op := c.New, "add"
 	if c.Type == change.Deleted {
-		obj, op = c.OldObject, "remove"
+		obj, op = c.Old, "remove"
 	}
 	pr := newPruner(r.noise)
 	for _, p := range r.ignore {

@@ -86,7 +86,7 @@ func TestIgnoredOnly(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			firings, errs := set.Eval(&Change{Type: tt.typ, Resource: widgetsV1, Object: tt.new, OldObject: tt.old})
+			firings, errs := set.Eval(&Change{Type: tt.typ, Resource: widgetsV1, New: tt.new, Old: tt.old})
 			if len(errs) > 0 {
 				t.Fatal(errs)
 			}

@@ -36,7 +36,7 @@ func manyKeySecret(n int, gen string) map[string]any {
 func secretRotation(n int) *Change {
 	return &Change{
 		Type: change.Updated, Resource: secretsResource,
-		OldObject: manyKeySecret(n, "1"), Object: manyKeySecret(n, "2"),
+		Old: manyKeySecret(n, "1"), New: manyKeySecret(n, "2"),
 		Time: time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC),
 	}
 }
@@ -75,9 +75,9 @@ const ignoreRules = `rules:
 
 func longListUpdate(n int) *Change {
 	return &Change{
-		Type:      change.Updated,
-		Resource:  change.Resource{Group: "example.com", Version: "v1", Resource: "widgets", Kind: "Widget", Namespaced: true, Custom: true, Preferred: true},
-		OldObject: longList(n, 1), Object: longList(n, 2),
+		Type:     change.Updated,
+		Resource: change.Resource{Group: "example.com", Version: "v1", Resource: "widgets", Kind: "Widget", Namespaced: true, Custom: true, Preferred: true},
+		Old:      longList(n, 1), New: longList(n, 2),
 		Time: time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC),
 	}
 }
@@ -126,7 +126,7 @@ const fieldsRules = `rules:
 func BenchmarkFieldsAllItems(b *testing.B) {
 	for _, n := range []int{4000, 8000, 32000} {
 		c := longListUpdate(n)
-		c.Type, c.OldObject = change.Created, nil
+		c.Type, c.Old = change.Created, nil
 		b.Run(fmt.Sprintf("items=%d", n), func(b *testing.B) { benchmarkHostile(b, fieldsRules, c) })
 	}
 }
@@ -137,7 +137,7 @@ func BenchmarkFieldsAllItems(b *testing.B) {
 // linear code takes well under a second.
 func TestHostileObjectsEvaluateInLinearTime(t *testing.T) {
 	created := longListUpdate(32000)
-	created.Type, created.OldObject = change.Created, nil
+	created.Type, created.Old = change.Created, nil
 	tests := []struct {
 		name, rules string
 		c           *Change

@@ -104,7 +104,7 @@ func compareCRD(c *Change) (*diff.Result, error) {
 	if c.CRD != nil {
 		return c.CRD, nil
 	}
-	var old, new = c.OldObject, c.Object
+	var old, new = c.Old, c.New
 	switch c.Type {
 	case change.Created:
 		crd, err := diff.FromMap(new)
@@ -137,7 +137,7 @@ func compareCRD(c *Change) (*diff.Result, error) {
 // The caller then computes the comparison with its impact and sets
 // c.CRD before Eval.
 func (s *Set) WantsCRDImpact(c *Change) bool {
-	if c.Type != change.Updated || c.Object == nil || c.OldObject == nil {
+	if c.Type != change.Updated || c.New == nil || c.Old == nil {
 		return false
 	}
 	meta := c.meta()
@@ -150,7 +150,7 @@ func (s *Set) WantsCRDImpact(c *Change) bool {
 			return true
 		}
 		for _, f := range r.fields {
-			if f.fires(c.Type, c.OldObject, c.Object) {
+			if f.fires(c.Type, c.Old, c.New) {
 				return true
 			}
 		}

@@ -32,7 +32,7 @@ func crdWidgets(t testing.TB, rv string, enum string, owner bool) map[string]any
 
 func crdChange(t testing.TB, typ change.Type, old, new map[string]any) *Change {
 	t.Helper()
-	return &Change{Type: typ, Resource: crdResource, OldObject: old, Object: new, Time: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	return &Change{Type: typ, Resource: crdResource, Old: old, New: new, Time: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 }
 
 // payloadCRD returns the crd field of a payload, nil when absent.
@@ -345,7 +345,7 @@ func TestWantsCRDImpact(t *testing.T) {
 		{"deleted", crdChange(t, change.Deleted, wide, nil), false},
 		{"another CRD", crdChange(t, change.Updated, otherOld, other), false},
 		{"the field triggers do not fire", crdChange(t, change.Updated, wide, labelled), false},
-		{"not a CRD", &Change{Type: change.Updated, Resource: widgetsV1, Object: narrow, OldObject: wide}, false},
+		{"not a CRD", &Change{Type: change.Updated, Resource: widgetsV1, New: narrow, Old: wide}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

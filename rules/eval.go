@@ -129,7 +129,7 @@ type evalState struct {
 func (st *evalState) updateDiff(r *Rule) []patchOp {
 	if len(r.ignore) == 0 {
 		if !st.fullDone {
-			st.full = diffObjects(st.c.OldObject, st.c.Object, noisePruner)
+			st.full = diffObjects(st.c.Old, st.c.New, noisePruner)
 			st.fullDone = true
 		}
 		return st.full
@@ -137,7 +137,7 @@ func (st *evalState) updateDiff(r *Rule) []patchOp {
 	if ops, ok := st.ignored[r.ignoreKey]; ok {
 		return ops
 	}
-	ops := diffObjects(st.c.OldObject, st.c.Object, r.pruner(st.c))
+	ops := diffObjects(st.c.Old, st.c.New, r.pruner(st.c))
 	if st.ignored == nil {
 		st.ignored = map[string][]patchOp{}
 	}
@@ -191,15 +191,15 @@ func (s *Set) Eval(c *Change) ([]Firing, []error) {
 func checkChange(c *Change) error {
 	switch c.Type {
 	case change.Created:
-		if c.Object == nil {
+		if c.New == nil {
 			return fmt.Errorf("created change without object")
 		}
 	case change.Updated:
-		if c.Object == nil || c.OldObject == nil {
+		if c.New == nil || c.Old == nil {
 			return fmt.Errorf("updated change without object or oldObject")
 		}
 	case change.Deleted:
-		if c.OldObject == nil {
+		if c.Old == nil {
 			return fmt.Errorf("deleted change without oldObject")
 		}
 	default:
@@ -221,7 +221,7 @@ func (r *Rule) eval(st *evalState) (ops []patchOp, fired bool, err error) {
 	haveOps := false
 	if len(r.fields) > 0 {
 		for _, f := range r.fields {
-			if f.fires(c.Type, c.OldObject, c.Object) {
+			if f.fires(c.Type, c.Old, c.New) {
 				fired = true
 				break
 			}

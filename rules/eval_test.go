@@ -19,7 +19,7 @@ func TestPayloadShape(t *testing.T) {
 	}
 	old := obj(t, `{"metadata":{"name":"w","namespace":"ns","uid":"u","resourceVersion":"1","managedFields":[{"manager":"m","operation":"Update","time":"2026-01-01T00:00:00Z"}]},"spec":{"size":1}}`)
 	new := obj(t, `{"metadata":{"name":"w","namespace":"ns","uid":"u","resourceVersion":"2","managedFields":[{"manager":"m","operation":"Update","time":"2026-01-01T00:00:01Z"}]},"spec":{"size":2}}`)
-	c := &Change{Type: change.Updated, Resource: widgetsV1, Object: new, OldObject: old, Time: time.Date(2026, 12, 2, 13, 0, 0, 5000, time.FixedZone("x", 3600))}
+	c := &Change{Type: change.Updated, Resource: widgetsV1, New: new, Old: old, Time: time.Date(2026, 12, 2, 13, 0, 0, 5000, time.FixedZone("x", 3600))}
 	firings, errs := set.Eval(c)
 	if len(firings) != 1 || len(errs) != 0 {
 		t.Fatalf("Eval = %v, %v", firings, errs)
@@ -84,10 +84,10 @@ func TestEvalBadChanges(t *testing.T) {
 	}
 	o := obj(t, `{"metadata":{"name":"w"}}`)
 	for _, c := range []*Change{
-		{Type: "moved", Resource: widgetsV1, Object: o, OldObject: o},
+		{Type: "moved", Resource: widgetsV1, New: o, Old: o},
 		{Type: change.Created, Resource: widgetsV1},
-		{Type: change.Updated, Resource: widgetsV1, Object: o},
-		{Type: change.Deleted, Resource: widgetsV1, Object: o},
+		{Type: change.Updated, Resource: widgetsV1, New: o},
+		{Type: change.Deleted, Resource: widgetsV1, New: o},
 	} {
 		if f, errs := set.Eval(c); len(f) != 0 || len(errs) != 1 {
 			t.Errorf("Eval(%s) = %v, %v; want one error", c.Type, f, errs)

@@ -105,7 +105,7 @@ func TestEvalConcurrentNoMutation(t *testing.T) {
 	set, cs := loadGolden(t)
 	snapshots := make([]string, len(cs))
 	for i, c := range cs {
-		b, _ := json.Marshal([]any{c.Change.OldObject, c.Change.Object})
+		b, _ := json.Marshal([]any{c.Change.Old, c.Change.New})
 		snapshots[i] = string(b)
 	}
 	want := make([][]rules.Firing, len(cs))
@@ -139,7 +139,7 @@ func TestEvalConcurrentNoMutation(t *testing.T) {
 		t.Error(err)
 	}
 	for i, c := range cs {
-		b, _ := json.Marshal([]any{c.Change.OldObject, c.Change.Object})
+		b, _ := json.Marshal([]any{c.Change.Old, c.Change.New})
 		if string(b) != snapshots[i] {
 			t.Errorf("case %s: Eval changed the input objects", c.Name)
 		}

@@ -38,11 +38,11 @@ func (f *objectFilter) matches(c *Change, ns, name string) bool {
 	if f.labels != nil {
 		switch c.Type {
 		case change.Created:
-			return f.labels.Matches(objectLabels(c.Object))
+			return f.labels.Matches(objectLabels(c.New))
 		case change.Deleted:
-			return f.labels.Matches(objectLabels(c.OldObject))
+			return f.labels.Matches(objectLabels(c.Old))
 		}
-		return f.labels.Matches(objectLabels(c.Object)) || f.labels.Matches(objectLabels(c.OldObject))
+		return f.labels.Matches(objectLabels(c.New)) || f.labels.Matches(objectLabels(c.Old))
 	}
 	return true
 }

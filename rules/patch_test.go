@@ -48,21 +48,21 @@ func CheckChanges(set *Set, rule string, c *Change, changes []any) error {
 	}
 	switch c.Type {
 	case change.Updated:
-		patched, err := applyChanges(c.OldObject, c.Object, changes)
+		patched, err := applyChanges(c.Old, c.New, changes)
 		if err != nil {
 			return err
 		}
-		newN, err := normalize(c.Object)
+		newN, err := normalize(c.New)
 		if err != nil {
 			return err
 		}
-		st := evalState{c: &Change{Type: change.Updated, Resource: c.Resource, OldObject: patched, Object: newN}}
+		st := evalState{c: &Change{Type: change.Updated, Resource: c.Resource, Old: patched, New: newN}}
 		if left := r.changes(&st); len(left) > 0 {
 			b, _ := json.Marshal(left)
 			return fmt.Errorf("rule %s: with its changes applied to the old object, the rule still sees changes: %s", rule, b)
 		}
 	case change.Created:
-		newN, err := normalize(c.Object)
+		newN, err := normalize(c.New)
 		if err != nil {
 			return err
 		}
@@ -81,7 +81,7 @@ func CheckChanges(set *Set, rule string, c *Change, changes []any) error {
 			}
 		}
 	case change.Deleted:
-		if _, err := applyChanges(c.OldObject, nil, changes); err != nil {
+		if _, err := applyChanges(c.Old, nil, changes); err != nil {
 			return err
 		}
 	}
@@ -311,7 +311,7 @@ func FuzzChangesApply(f *testing.F) {
 	res := change.Resource{Group: "example.com", Version: "v1", Resource: "things", Kind: "Thing", Namespaced: true, Custom: true, Preferred: true}
 	f.Fuzz(func(t *testing.T, a, b []byte) {
 		old, obj := (&objGen{b: a}).object("1"), (&objGen{b: b}).object("2")
-		firings, errs := set.Eval(&Change{Type: change.Updated, Resource: res, OldObject: old, Object: obj, Time: time.Unix(0, 0).UTC()})
+		firings, errs := set.Eval(&Change{Type: change.Updated, Resource: res, Old: old, New: obj, Time: time.Unix(0, 0).UTC()})
 		if len(errs) > 0 {
 			t.Fatalf("evaluation errors: %v", errs)
 		}

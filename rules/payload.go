@@ -56,7 +56,7 @@ func (r *Rule) firing(st *evalState, ops []patchOp) (Firing, error) {
 	if isSecret(c.Resource.Group, c.Resource.Resource) {
 		redact = append(append([]*fieldPath(nil), secretRedact...), redact...)
 	}
-	oldLocs, newLocs := redactLocations(redact, c.OldObject), redactLocations(redact, c.Object)
+	oldLocs, newLocs := redactLocations(redact, c.Old), redactLocations(redact, c.New)
 	id := payloadID(c.Type, ref, r.Name)
 
 	// The payload (docs/payload.md), keys in the contract's order.
@@ -109,15 +109,15 @@ func (r *Rule) firing(st *evalState, ops []patchOp) (Firing, error) {
 		b = append(b, v.json...)
 	}
 	if r.IncludeObject {
-		if c.Object != nil {
+		if c.New != nil {
 			b = append(b, `,"object":`...)
-			if b, err = appendJSON(b, redactValue(nil, c.Object, newLocs)); err != nil {
+			if b, err = appendJSON(b, redactValue(nil, c.New, newLocs)); err != nil {
 				return Firing{}, err
 			}
 		}
-		if c.OldObject != nil {
+		if c.Old != nil {
 			b = append(b, `,"oldObject":`...)
-			if b, err = appendJSON(b, redactValue(nil, c.OldObject, oldLocs)); err != nil {
+			if b, err = appendJSON(b, redactValue(nil, c.Old, oldLocs)); err != nil {
 				return Firing{}, err
 			}
 		}

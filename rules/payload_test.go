@@ -80,7 +80,7 @@ func TestSecretLastAppliedRedacted(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := &Change{Type: tt.typ, Resource: secrets, Object: tt.new, OldObject: tt.old, Time: time.Unix(0, 0)}
+			c := &Change{Type: tt.typ, Resource: secrets, New: tt.new, Old: tt.old, Time: time.Unix(0, 0)}
 			firings, errs := set.Eval(c)
 			if len(errs) > 0 || len(firings) != tt.fire {
 				t.Fatalf("Eval: %d firings, errors %v; want %d firings", len(firings), errs, tt.fire)
@@ -115,7 +115,7 @@ func TestSecretLastAppliedRedacted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	firings, _ := set.Eval(&Change{Type: change.Created, Resource: custom, Object: applied("1", plain)})
+	firings, _ := set.Eval(&Change{Type: change.Created, Resource: custom, New: applied("1", plain)})
 	if len(firings) == 0 || !bytes.Contains(firings[0].Payload, []byte(plain)) {
 		t.Errorf("a custom resource's annotation was redacted: %v", firings)
 	}

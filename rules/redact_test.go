@@ -37,7 +37,7 @@ func TestRedactEveryMatch(t *testing.T) {
 			"metadata": map[string]any{"name": "w", "namespace": "ns", "uid": "u", "resourceVersion": gen},
 			"spec":     map[string]any{"env": env(gen)}}
 	}
-	f, errs := set.Eval(&Change{Type: change.Updated, Resource: widgetsV1, OldObject: obj("1"), Object: obj("2"), Time: time.Unix(0, 0)})
+	f, errs := set.Eval(&Change{Type: change.Updated, Resource: widgetsV1, Old: obj("1"), New: obj("2"), Time: time.Unix(0, 0)})
 	if len(f) != 1 || len(errs) != 0 {
 		t.Fatalf("firings %d, errors %v", len(f), errs)
 	}
@@ -228,11 +228,11 @@ func FuzzRedaction(f *testing.F) {
 		c := &Change{Resource: resources[int(res)%len(resources)], Time: time.Unix(0, 0).UTC()}
 		switch typ % 3 {
 		case 0:
-			c.Type, c.Object = change.Created, g.object("1")
+			c.Type, c.New = change.Created, g.object("1")
 		case 1:
-			c.Type, c.OldObject, c.Object = change.Updated, g.object("1"), g.object("2")
+			c.Type, c.Old, c.New = change.Updated, g.object("1"), g.object("2")
 		default:
-			c.Type, c.OldObject = change.Deleted, g.object("1")
+			c.Type, c.Old = change.Deleted, g.object("1")
 		}
 		firings, _ := set.Eval(c)
 		if c.Type != change.Updated && len(firings) == 0 {
@@ -247,8 +247,8 @@ func FuzzRedaction(f *testing.F) {
 				paths = append(append([]*fieldPath(nil), secretRedact...), paths...)
 			}
 			tokens := map[string]bool{}
-			redactedTokens(paths, c.OldObject, tokens)
-			redactedTokens(paths, c.Object, tokens)
+			redactedTokens(paths, c.Old, tokens)
+			redactedTokens(paths, c.New, tokens)
 			for tok := range tokens {
 				if bytes.Contains(fi.Payload, []byte(tok)) {
 					t.Fatalf("rule %s on %s %s: redacted %s is in the payload:\n%s", fi.Rule.Name, c.Resource.Resource, c.Type, tok, fi.Payload)

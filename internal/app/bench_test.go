@@ -230,7 +230,7 @@ func BenchmarkCRDImpact(b *testing.B) {
 			}
 			for b.Loop() {
 				now := time.Now()
-				rc := &rules.Change{Type: change.Updated, Resource: crdRes, OldObject: old, Object: new, Time: now}
+				rc := &rules.Change{Type: change.Updated, Resource: crdRes, Old: old, New: new, Time: now}
 				a.crdImpact(ctx, &watcher.Change{Type: change.Updated, Resource: crdRes, Time: now}, rc)
 				if res := rc.CRD; res.Scanned != benchCRs || res.ImpactError != "" || len(res.Impact) == 0 || res.Impact[0].Count != benchCRs/20 {
 					b.Fatalf("scanned %d, impact %+v, error %q", res.Scanned, res.Impact, res.ImpactError)

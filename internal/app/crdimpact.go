@@ -54,11 +54,11 @@ var errLimit = errors.New("object limit")
 // When the CRDs cannot be read it leaves rc.CRD nil: the rules compare
 // them again and report why.
 func (a *App) crdImpact(ctx context.Context, c *watcher.Change, rc *rules.Change) {
-	oldCRD, err := diff.FromMap(rc.OldObject)
+	oldCRD, err := diff.FromMap(rc.Old)
 	if err != nil {
 		return
 	}
-	newCRD, err := diff.FromMap(rc.Object)
+	newCRD, err := diff.FromMap(rc.New)
 	if err != nil {
 		return
 	}

@@ -109,7 +109,7 @@ func TestCRDImpactList(t *testing.T) {
 			a := &App{cfg: Config{CRDImpactMaxObjects: tt.maxObjects, CRDImpactTimeout: tt.timeout}, log: slog.New(slog.DiscardHandler),
 				metrics: newMetrics(prometheus.NewRegistry()), dyn: tt.dyn}
 			now := time.Now()
-			rc := &rules.Change{Type: change.Updated, Resource: crdRes, OldObject: tt.old, Object: tt.new, Time: now}
+			rc := &rules.Change{Type: change.Updated, Resource: crdRes, Old: tt.old, New: tt.new, Time: now}
 			a.crdImpact(ctx, &watcher.Change{Type: change.Updated, Resource: crdRes, Time: now}, rc)
 			res := rc.CRD
 			if res == nil {
@@ -246,7 +246,7 @@ func TestCRDImpactCache(t *testing.T) {
 			metrics: newMetrics(prometheus.NewRegistry()), dyn: env.Dynamic(t)}
 		a.watcher.Store(w)
 		now := time.Now()
-		rc := &rules.Change{Type: change.Updated, Resource: crdRes, OldObject: oldCRD, Object: newCRD, Time: now}
+		rc := &rules.Change{Type: change.Updated, Resource: crdRes, Old: oldCRD, New: newCRD, Time: now}
 		a.crdImpact(ctx, &watcher.Change{Type: change.Updated, Resource: crdRes, Time: now}, rc)
 		return a, rc.CRD
 	}

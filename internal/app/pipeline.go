@@ -134,10 +134,10 @@ func (p *pipeline) deliver(ctx context.Context, firings []rules.Firing, done fun
 func rulesChange(c *watcher.Change) *rules.Change {
 	rc := &rules.Change{Type: c.Type, Resource: c.Resource, Time: c.Time}
 	if c.New != nil {
-		rc.Object = c.New.Map()
+		rc.New = c.New.Map()
 	}
 	if c.Old != nil {
-		rc.OldObject = c.Old.Map()
+		rc.Old = c.Old.Map()
 	}
 	return rc
 }
@@ -153,15 +153,15 @@ func auditChange(c *watcher.Change, rc *rules.Change) audit.Change {
 		UID: string(o.GetUID()), ResourceVersion: o.GetResourceVersion(),
 		OldResourceVersion: c.PreviousResourceVersion(),
 		Type:               c.Type,
-		Observed:           c.Time,
-		NoWait:             c.Listed,
+		Time:               c.Time,
+		Listed:             c.Listed,
 	}
 	switch c.Type {
 	case change.Updated:
-		ac.DeletionStarted = deleting(rc.Object) && !deleting(rc.OldObject)
+		ac.DeletionStarted = deleting(rc.New) && !deleting(rc.Old)
 		ac.Subresource, ac.SubresourceKnown = rules.WriteSubresource(rc)
 	case change.Deleted:
-		ac.WasTerminating = deleting(rc.OldObject)
+		ac.WasTerminating = deleting(rc.Old)
 	}
 	return ac
 }

@@ -63,7 +63,7 @@ func (o *AttributorOptions) defaults() {
 //     callbacks run concurrently;
 //   - at most MaxWaiting changes wait; Submit blocks beyond that
 //     (back-pressure, nothing is dropped);
-//   - a NoWait change (learned from a list) waits only for the earlier
+//   - a Listed change (learned from a list) waits only for the earlier
 //     changes of its object, then is matched with what the Index holds.
 //
 // When the event is already held and nothing of the object is pending,
@@ -221,11 +221,11 @@ func (a *Attributor) Submit(ctx context.Context, c Change, cb func(Attribution))
 }
 
 // matchNow matches c against the events held now, when nothing of its
-// object waits: ok is false when c must wait. A NoWait change never waits:
+// object waits: ok is false when c must wait. A Listed change never waits:
 // it is MatchNone when nothing fits.
 func (a *Attributor) matchNow(c *Change) (Attribution, bool) {
-	res, ok := a.ix.match(c, c.NoWait)
-	if !ok && c.NoWait {
+	res, ok := a.ix.match(c, c.Listed)
+	if !ok && c.Listed {
 		return Attribution{Match: MatchNone}, true
 	}
 	return res, ok
@@ -257,8 +257,8 @@ func (a *Attributor) resolveLocked(q *objectQueue, expired bool) {
 	now := a.opts.Clock.Now()
 	for len(q.waiting) > 0 {
 		w := q.waiting[0]
-		// A NoWait change waits only for the changes before it.
-		due := w.c.NoWait || expired && !now.Before(w.deadline)
+		// A Listed change waits only for the changes before it.
+		due := w.c.Listed || expired && !now.Before(w.deadline)
 		res, ok := a.ix.match(&w.c, due)
 		if !ok {
 			if !due {

@@ -141,7 +141,7 @@ func TestAttributorLateEventResolvesInOrder(t *testing.T) {
 	var r results
 	ctx := context.Background()
 	c1, c2 := chg(change.Created, "a"), chg(change.Updated, "a")
-	c2.Observed = t0.Add(100 * time.Millisecond)
+	c2.Time = t0.Add(100 * time.Millisecond)
 	mustSubmit(t, a, ctx, c1, r.cb("created"))
 	mustSubmit(t, a, ctx, c2, r.cb("updated"))
 	ix.Add(SourceWebhook, []Record{rec("e2", "bob", "patch", "a", 120*time.Millisecond)}, 0)
@@ -229,7 +229,7 @@ func TestAttributorConcurrent(t *testing.T) {
 			user := fmt.Sprint("user", o%7)
 			for i := range perObject {
 				now := time.Now()
-				c := Change{Resource: "configmaps", Namespace: "ns", Name: name, UID: name, ResourceVersion: fmt.Sprint(i), Type: change.Updated, Observed: now}
+				c := Change{Resource: "configmaps", Namespace: "ns", Name: name, UID: name, ResourceVersion: fmt.Sprint(i), Type: change.Updated, Time: now}
 				r := Record{AuditID: fmt.Sprint(name, "/", i), Verb: "patch", Resource: "configmaps", Namespace: "ns", Name: name, Code: 200,
 					Received: now, Completed: now, User: UserInfo{Username: user}, ResponseUID: name, ResponseResourceVersion: fmt.Sprint(i)}
 				early := rand.IntN(2) == 0
@@ -309,11 +309,11 @@ func mustSubmit(t *testing.T, a *Attributor, ctx context.Context, c Change, cb f
 	}
 }
 
-// TestAttributorNoWait: a change learned from a list never waits for its
+// TestAttributorListed: a change learned from a list never waits for its
 // event: alone it is matched with what is held (or none) at once; behind
 // a waiting change of its object it resolves as soon as that one does, in
 // order.
-func TestAttributorNoWait(t *testing.T) {
+func TestAttributorListed(t *testing.T) {
 	ix, a, clk := newTestAttributor(AttributorOptions{Wait: 2 * time.Second})
 	defer a.Close()
 	ctx := context.Background()
@@ -321,7 +321,7 @@ func TestAttributorNoWait(t *testing.T) {
 
 	listed := func(kind change.Type, name string) Change {
 		c := chg(kind, name)
-		c.NoWait = true
+		c.Listed = true
 		return c
 	}
 	// Nothing held: none, before Submit returns, and no timer.
@@ -338,7 +338,7 @@ func TestAttributorNoWait(t *testing.T) {
 		t.Fatalf("got %v", got)
 	}
 	if clk.pending() != 0 {
-		t.Errorf("NoWait changes armed %d timers", clk.pending())
+		t.Errorf("Listed changes armed %d timers", clk.pending())
 	}
 
 	// Behind a waiting update of the same object: resolves right after it.

@@ -105,7 +105,7 @@ func BenchmarkAttribute(b *testing.B) {
 	}
 	changeOf := func(i int) Change {
 		r := &recs[i%len(recs)]
-		return Change{Resource: "configmaps", Namespace: "shop", Name: r.Name, UID: "u", ResourceVersion: "1", Type: change.Updated, Observed: r.Completed}
+		return Change{Resource: "configmaps", Namespace: "shop", Name: r.Name, UID: "u", ResourceVersion: "1", Type: change.Updated, Time: r.Completed}
 	}
 	// event is the i-th write: a decoded record with an auditID of its own
 	// (a repeated one would be dropped as a redelivery).

@@ -37,15 +37,15 @@ type Change struct {
 	// the object and to any of its subresources.
 	Subresource      string
 	SubresourceKnown bool
-	// Observed is when the watch delivered the change.
-	Observed time.Time
-	// NoWait is set for a change learned from a list rather than from a
+	// Time is when the watch delivered the change.
+	Time time.Time
+	// Listed is set for a change learned from a list rather than from a
 	// watch event (a relist after the watch broke off, the initial list
 	// compared with a restart baseline): it may be long past, so its audit
 	// event is not waited for. It is matched against the events held when
 	// its turn comes (after the earlier changes of its object), and is
 	// MatchNone when none fits.
-	NoWait bool
+	Listed bool
 }
 
 func (c *Change) key() objectKey {

@@ -234,7 +234,7 @@ func (o *observer) change(ev watch.Event) *watched {
 		return nil
 	}
 	c := Change{Group: o.gvr.Group, Resource: o.gvr.Resource, Namespace: u.GetNamespace(), Name: u.GetName(),
-		UID: string(u.GetUID()), ResourceVersion: u.GetResourceVersion(), Observed: time.Now()}
+		UID: string(u.GetUID()), ResourceVersion: u.GetResourceVersion(), Time: time.Now()}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	was := o.terminating[c.Name]

@@ -103,7 +103,7 @@ func rec(id, user, verb, name string, completed time.Duration) Record {
 }
 
 func chg(kind change.Type, name string) Change {
-	return Change{Resource: "configmaps", Namespace: "ns", Name: name, UID: "uid-" + name, ResourceVersion: "10", Type: kind, Observed: t0}
+	return Change{Resource: "configmaps", Namespace: "ns", Name: name, UID: "uid-" + name, ResourceVersion: "10", Type: kind, Time: t0}
 }
 
 // with applies edits to a copy of r.
@@ -352,7 +352,7 @@ func TestIndexMemoryStaysBounded(t *testing.T) {
 		r.Completed, r.Received = clk.Now(), clk.Now()
 		ix.Add(SourceLog, []Record{r}, 0)
 		c := chg(change.Updated, name)
-		c.Observed = clk.Now()
+		c.Time = clk.Now()
 		if _, ok := ix.match(&c, false); !ok {
 			t.Fatalf("event %d not matched", i)
 		}

@@ -136,10 +136,10 @@ func (ix *Index) fits(e *entry, c *Change) fit {
 	if c.Type == change.Updated && r.RefResourceVersion != "" && c.OldResourceVersion != "" && r.RefResourceVersion != c.OldResourceVersion {
 		return noFit // it updated another version (or nothing: a no-op)
 	}
-	if r.Received.After(c.Observed.Add(ix.opts.ClockSkew)) {
+	if r.Received.After(c.Time.Add(ix.opts.ClockSkew)) {
 		return noFit // received after the change was seen
 	}
-	if d := r.Completed.Sub(c.Observed); d > ix.opts.Window || d < -ix.opts.Window {
+	if d := r.Completed.Sub(c.Time); d > ix.opts.Window || d < -ix.opts.Window {
 		return noFit
 	}
 	if !nameFits(r, c) {

@@ -177,11 +177,11 @@ func (l *loader) compile(cs *caseSpec, p string) Case {
 		}
 		c.Change.Time = t
 	}
-	c.Change.Object = l.object(cs.Object, p+".object", c.Change.Type != change.Deleted)
-	c.Change.OldObject = l.object(cs.OldObject, p+".oldObject", c.Change.Type != change.Created)
-	obj := c.Change.Object
+	c.Change.New = l.object(cs.Object, p+".object", c.Change.Type != change.Deleted)
+	c.Change.Old = l.object(cs.OldObject, p+".oldObject", c.Change.Type != change.Created)
+	obj := c.Change.New
 	if c.Change.Type == change.Deleted || obj == nil {
-		obj = c.Change.OldObject
+		obj = c.Change.Old
 	}
 	c.Change.Resource = l.resource(cs.Resource, obj, p+".resource")
 	c.Objects = l.objects(cs.Objects, c.Change, p+".objects")

@@ -225,11 +225,11 @@ func compactJSON(v any) string {
 // impact of its breaking checks, as `fieldwatch run` does with the
 // objects it caches.
 func crdImpact(ch *rules.Change, objects []map[string]any) (*diff.Result, error) {
-	oldCRD, err := diff.FromMap(ch.OldObject)
+	oldCRD, err := diff.FromMap(ch.Old)
 	if err != nil {
 		return nil, fmt.Errorf("oldObject: %w", err)
 	}
-	newCRD, err := diff.FromMap(ch.Object)
+	newCRD, err := diff.FromMap(ch.New)
 	if err != nil {
 		return nil, fmt.Errorf("object: %w", err)
 	}
