@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -147,6 +148,58 @@ func TestHTTPServersUnderIdleConnectionFlood(t *testing.T) {
 			if v := p.metric(fmt.Sprintf(`fieldwatch_http_connections{server=%q}`, tc.server)); v > 2 {
 				t.Errorf("%v connections open once the idle ones timed out", v)
 			}
+		})
+	}
+}
+
+// TestAuditLogNotARegularFile: an --audit-log naming a symlink to
+// /dev/zero, or a FIFO, is refused (counted, logged) and looked at again
+// on a timer; the FIFO replaced by a regular file is followed; either way
+// SIGTERM stops fieldwatch within the grace period. Before, /dev/zero was
+// read forever at full CPU, the FIFO blocked its open() (and never saw the
+// regular file), and fieldwatch never exited on SIGTERM.
+func TestAuditLogNotARegularFile(t *testing.T) {
+	env := testenv.Shared(t)
+	kc := env.WriteKubeconfig(t)
+	rules := writeFile(t, "rules.yaml", defaultCMRules)
+	for _, tc := range []struct {
+		name    string
+		make    func(path string) error
+		replace bool // by a regular file, which is then followed
+	}{
+		{name: "a symlink to /dev/zero", make: func(path string) error { return os.Symlink("/dev/zero", path) }},
+		{name: "a FIFO", make: func(path string) error { return syscall.Mkfifo(path, 0o600) }, replace: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "audit.log")
+			if err := tc.make(path); err != nil {
+				t.Fatal(err)
+			}
+			p := startFieldwatch(t, kc, "--rules", rules, "--audit-log", path)
+			testenv.Eventually(t, 30*time.Second, "the audit log refused and counted", func() bool {
+				return p.metric(`fieldwatch_audit_log_open_failures_total{reason="not_regular"}`) >= 1
+			})
+			if !strings.Contains(p.logs(), "not a regular file") {
+				t.Errorf("no log line says the audit log is not a regular file")
+			}
+			if tc.replace {
+				tmp := path + ".new"
+				if err := os.WriteFile(tmp, nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Rename(tmp, path); err != nil {
+					t.Fatal(err)
+				}
+				testenv.Eventually(t, 30*time.Second, "the regular file followed", func() bool {
+					return strings.Contains(p.logs(), `"msg":"audit log: following"`)
+				})
+			}
+			signalled := time.Now()
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			if code := p.waitExit(10 * time.Second); code != 0 {
+				t.Errorf("exit code %d after SIGTERM, want 0 within the 10s grace period", code)
+			}
+			t.Logf("exited %s after SIGTERM", time.Since(signalled).Round(time.Millisecond))
 		})
 	}
 }
