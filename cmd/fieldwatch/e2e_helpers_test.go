@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -64,9 +65,17 @@ func startFieldwatch(t *testing.T, kubeconfig string, args ...string) *proc {
 
 func launch(t *testing.T, kubeconfig string, args ...string) *proc {
 	t.Helper()
+	return launchUnder(t, nil, kubeconfig, args...)
+}
+
+// launchUnder is launch with fieldwatch's command line run by the command
+// wrap (nil: none), such as prlimit, which execs it in the same process.
+func launchUnder(t *testing.T, wrap []string, kubeconfig string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, done: make(chan struct{})}
 	full := append([]string{"run", "--kubeconfig", kubeconfig, "--http-addr", "127.0.0.1:0", "--log-level", "debug", "--grace-period", "10s"}, args...)
-	p.cmd = exec.Command(binary, full...)
+	argv := append(append(slices.Clone(wrap), binary), full...)
+	p.cmd = exec.Command(argv[0], argv[1:]...)
 	p.cmd.Stderr = &syncWriter{mu: &p.mu, w: &p.stderr}
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fieldwatch/fieldwatch/internal/app"
 	"github.com/fieldwatch/fieldwatch/internal/audit"
+	"github.com/fieldwatch/fieldwatch/internal/connlimit"
 )
 
 // files is a repeatable flag.
@@ -37,6 +38,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	kube.register(fs)
 	fs.Var(&ruleFiles, "rules", "rules file (repeat for several; they are merged). Required")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", ":8080", "address for /metrics, /healthz and /readyz (\"\" to disable; port 0 picks a free port, logged as \"http server listening\")")
+	fs.DurationVar(&cfg.HTTPIdleTimeout, "http-idle-timeout", connlimit.DefaultIdleTimeout, "close a keep-alive connection of the HTTP servers (--http-addr, --pprof-addr, --audit-webhook-addr) after this long without a request")
 	fs.StringVar(&cfg.StateDir, "state-dir", "", "directory for the restart baseline (baseline.db) and the dead-letter file (dead-letter.jsonl); on a volume that outlives the pod, nothing is lost across restarts and rollouts")
 	fs.IntVar(&cfg.Workers, "workers", 4, "changes evaluated in parallel")
 	fs.BoolVar(&cfg.DryRun, "dry-run", false, "patch actions log the patch instead of sending it")

@@ -24,6 +24,7 @@ import (
 
 	"github.com/fieldwatch/fieldwatch/action"
 	"github.com/fieldwatch/fieldwatch/internal/audit"
+	"github.com/fieldwatch/fieldwatch/internal/connlimit"
 	"github.com/fieldwatch/fieldwatch/rules"
 	"github.com/fieldwatch/fieldwatch/watcher"
 )
@@ -36,6 +37,10 @@ type Config struct {
 	Rest *rest.Config
 	// HTTPAddr serves /metrics, /healthz and /readyz; "" serves nothing.
 	HTTPAddr string
+	// HTTPIdleTimeout closes a keep-alive connection of any of the HTTP
+	// servers (HTTPAddr, PprofAddr, the audit webhook receiver) after this
+	// long without a request (default connlimit.DefaultIdleTimeout).
+	HTTPIdleTimeout time.Duration
 	// StateDir holds the dead-letter file and the restart baseline.
 	StateDir string
 	// Workers is the number of changes evaluated in parallel.
@@ -120,6 +125,11 @@ type App struct {
 	auditMetrics *audit.Metrics
 	auditSink    auditSwitch
 	auditScope   atomic.Pointer[auditScope]
+
+	// conns count the HTTP servers' connections; connCaps are the caps of
+	// their listeners, by server name (connectionCaps).
+	conns    *connlimit.Metrics
+	connCaps map[string]int
 }
 
 // Run runs fieldwatch until ctx ends (SIGTERM): it stops watching, lets the
@@ -159,6 +169,9 @@ func newApp(cfg Config) (*App, error) {
 	if cfg.RetryPeriod <= 0 {
 		cfg.RetryPeriod = DefaultRetryPeriod
 	}
+	if cfg.HTTPIdleTimeout <= 0 {
+		cfg.HTTPIdleTimeout = connlimit.DefaultIdleTimeout
+	}
 	if cfg.PprofAddr != "" {
 		if err := checkLoopback(cfg.PprofAddr); err != nil {
 			return nil, err
@@ -167,6 +180,8 @@ func newApp(cfg Config) (*App, error) {
 	a := &App{cfg: cfg, log: cfg.Logger, reg: prometheus.NewRegistry()}
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.metrics = newMetrics(a.reg)
+	a.conns = connlimit.NewMetrics(a.reg)
+	a.connCaps = a.connectionCaps()
 
 	if err := cfg.Audit.check(cfg.TotalShards); err != nil {
 		return nil, err
@@ -369,11 +384,77 @@ func (a *App) openStore() (*watcher.Store, error) {
 	return watcher.OpenStore(filepath.Join(a.cfg.StateDir, "baseline.db"), a.log)
 }
 
+// The HTTP servers' names, in metrics and logs.
+const (
+	serverHTTP  = "http"
+	serverPprof = "pprof"
+)
+
+// pprofMaxConns caps the pprof listener: a person with kubectl
+// port-forward is its only client.
+const pprofMaxConns = 32
+
+// connectionCaps derives the connection cap of each HTTP listener this
+// process runs from the descriptor limit, which it raises to the hard
+// limit first (connlimit.FileLimit, connlimit.Caps): half of it is shared
+// by the listeners, the other half kept for the watcher, the state files
+// and the actions.
+func (a *App) connectionCaps() map[string]int {
+	var wants []connlimit.Want
+	if a.cfg.HTTPAddr != "" {
+		wants = append(wants, connlimit.Want{Name: serverHTTP})
+	}
+	if a.cfg.PprofAddr != "" {
+		wants = append(wants, connlimit.Want{Name: serverPprof, Max: pprofMaxConns})
+	}
+	if a.cfg.Audit.WebhookAddr != "" {
+		wants = append(wants, connlimit.Want{Name: audit.ServerName})
+	}
+	limit, err := connlimit.FileLimit()
+	if err != nil {
+		a.log.Warn("file descriptor limit", "err", err)
+	}
+	caps := map[string]int{}
+	for i, c := range connlimit.Caps(limit, wants...) {
+		caps[wants[i].Name] = c
+	}
+	if len(wants) > 0 {
+		a.log.Info("file descriptor limit", "limit", limit, "listeners", len(wants))
+	}
+	return caps
+}
+
+// listen listens on addr for the server name, with its connection cap.
+func (a *App) listen(name, addr string) (*connlimit.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	return connlimit.NewListener(ln, connlimit.Options{Name: name, Max: a.connCaps[name], Metrics: a.conns, Logger: a.log}), nil
+}
+
+// httpServer returns the server of handler on ln: every phase of a
+// connection has a deadline (a request's header and body, its response,
+// the wait for the next request), and ln knows which connections are
+// serving a request.
+func (a *App) httpServer(ln *connlimit.Listener, handler http.Handler, write time.Duration) *http.Server {
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      write,
+		IdleTimeout:       a.cfg.HTTPIdleTimeout,
+		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
+	}
+	ln.Hook(srv)
+	return srv
+}
+
 // serveHTTP listens on HTTPAddr for /metrics, /healthz and /readyz.
 func (a *App) serveHTTP() (*http.Server, net.Listener, error) {
-	ln, err := net.Listen("tcp", a.cfg.HTTPAddr)
+	ln, err := a.listen(serverHTTP, a.cfg.HTTPAddr)
 	if err != nil {
-		return nil, nil, fmt.Errorf("listen on %s: %w", a.cfg.HTTPAddr, err)
+		return nil, nil, err
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttpHandler(a.reg))
@@ -388,18 +469,18 @@ func (a *App) serveHTTP() (*http.Server, net.Listener, error) {
 		_, _ = io.WriteString(w, why+"\n")
 	})
 	// The bound address: with port 0 the log is where to learn it.
-	a.log.Info("http server listening", "addr", ln.Addr().String())
+	a.log.Info("http server listening", "addr", ln.Addr().String(), "max_connections", ln.Max())
 	if a.cfg.Ready != nil {
 		a.cfg.Ready(ln.Addr().String())
 	}
-	return &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, ln, nil
+	return a.httpServer(ln, mux, 30*time.Second), ln, nil
 }
 
 // servePprof listens on PprofAddr, a loopback address, for /debug/pprof/.
 func (a *App) servePprof() (*http.Server, net.Listener, error) {
-	ln, err := net.Listen("tcp", a.cfg.PprofAddr)
+	ln, err := a.listen(serverPprof, a.cfg.PprofAddr)
 	if err != nil {
-		return nil, nil, fmt.Errorf("listen on %s: %w", a.cfg.PprofAddr, err)
+		return nil, nil, err
 	}
 	if tcp, ok := ln.Addr().(*net.TCPAddr); !ok || !tcp.IP.IsLoopback() {
 		_ = ln.Close()
@@ -411,9 +492,15 @@ func (a *App) servePprof() (*http.Server, net.Listener, error) {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	a.log.Info("serving Go profiles on a loopback address", "addr", ln.Addr().String())
-	return &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, ln, nil
+	a.log.Info("serving Go profiles on a loopback address", "addr", ln.Addr().String(), "max_connections", ln.Max())
+	// A CPU profile or a trace takes as long as it is asked to
+	// (?seconds=): up to a little less than the write timeout.
+	return a.httpServer(ln, mux, pprofWriteTimeout), ln, nil
 }
+
+// pprofWriteTimeout bounds a profile's response, and so how many seconds
+// a CPU profile or a trace may run (pprof refuses longer ones).
+const pprofWriteTimeout = 2 * time.Minute
 
 // ready says whether the process is ready, and why not. A standby is
 // ready once its informers have synced: it can take over then.

@@ -146,6 +146,10 @@ func (a *App) startAuditWebhook(ctx context.Context, bg interface{ Go(func()) })
 		Logger:       a.log,
 		Metrics:      a.auditMetrics,
 		Accepting:    a.auditSink.accepting,
+
+		MaxConnections: a.connCaps[audit.ServerName],
+		IdleTimeout:    a.cfg.HTTPIdleTimeout,
+		ConnMetrics:    a.conns,
 	}, &a.auditSink)
 	if err != nil {
 		return err
@@ -154,7 +158,7 @@ func (a *App) startAuditWebhook(ctx context.Context, bg interface{ Go(func()) })
 	if err != nil {
 		return fmt.Errorf("audit webhook: %w", err)
 	}
-	a.log.Info("audit webhook listening", "addr", ln.Addr().String())
+	a.log.Info("audit webhook listening", "addr", ln.Addr().String(), "max_connections", a.connCaps[audit.ServerName])
 	if c.WebhookReady != nil {
 		c.WebhookReady(ln.Addr().String())
 	}

@@ -16,3 +16,6 @@ func fileID(info os.FileInfo) (dev, ino uint64) {
 	}
 	return uint64(st.Dev), uint64(st.Ino) //nolint:unconvert // int32 on some systems
 }
+
+// openNonBlock opens a FIFO without waiting for a writer.
+const openNonBlock = syscall.O_NONBLOCK

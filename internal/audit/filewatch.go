@@ -9,6 +9,11 @@ import (
 // reloadCheckInterval is how often a reloadable file is stat'ed at most.
 const reloadCheckInterval = time.Second
 
+// maxReloadableBytes bounds a reloadable file (a certificate, a key, a CA
+// bundle, a token): a larger one, or one that is not a regular file, fails
+// to load.
+const maxReloadableBytes = 1 << 20
+
 // reloadable is a value loaded from files and loaded again when one of
 // them changes (a rotated certificate, a new token). It stats the files at
 // most once per reloadCheckInterval; when loading fails it keeps the value
@@ -35,7 +40,9 @@ func (s fileStamp) same(o fileStamp) bool {
 	return s.size == o.size && s.modTime.Equal(o.modTime) && s.file != nil && o.file != nil && os.SameFile(s.file, o.file)
 }
 
-// newReloadable loads the files once; an error then is returned.
+// newReloadable loads the files once; an error then is returned. Files
+// that are not regular ones (a FIFO, a device) are errors, never waited
+// on.
 func newReloadable[T any](load func(data [][]byte) (T, error), paths ...string) (*reloadable[T], error) {
 	r := &reloadable[T]{paths: paths, load: load, now: time.Now}
 	if err := r.reload(); err != nil {
@@ -76,7 +83,7 @@ func (r *reloadable[T]) reload() error {
 		if err != nil {
 			return err
 		}
-		if data[i], err = os.ReadFile(p); err != nil {
+		if data[i], err = readRegular(p, maxReloadableBytes); err != nil {
 			return err
 		}
 		stamps[i] = st

@@ -11,12 +11,23 @@ import (
 	"log/slog"
 	"os"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // The defaults of FollowerOptions.
 const (
 	DefaultPollInterval = 100 * time.Millisecond
 	DefaultMaxLineBytes = 4 << 20
+)
+
+// The follower's fixed bounds.
+const (
+	// readBytes is what one read takes at most; the follower looks at its
+	// context between reads.
+	readBytes = 64 << 10
+	// maxStateBytes bounds the state file.
+	maxStateBytes = 64 << 10
 )
 
 // FollowerOptions configure a Follower.
@@ -29,12 +40,14 @@ type FollowerOptions struct {
 	// file. Without it, or when Path is a new file, see Follower.
 	StateFile string
 	// PollInterval is how often the follower looks for new lines, a
-	// rotation or a truncation at the end of the file (default 100ms).
+	// rotation or a truncation at the end of the file, and at a path that
+	// is missing or names no regular file (default 100ms).
 	PollInterval time.Duration
 	// MaxLineBytes bounds a line (default 4 MiB); longer ones are skipped
 	// and counted.
 	MaxLineBytes int
-	// Logger receives decoding errors and reopenings (default
+	// Logger receives decoding errors (at most one line a second, with the
+	// count since the last), refusals and reopenings (default
 	// slog.Default()).
 	Logger *slog.Logger
 	// Metrics receive the counts (default unregistered ones).
@@ -50,6 +63,12 @@ type FollowerOptions struct {
 // resumes at the saved offset; when the file changed meanwhile it reads
 // the new one from the start. A line is decoded only once its newline is
 // there: a partial last line waits for the rest.
+//
+// Only a regular file is followed. A path that names anything else (a
+// FIFO, a device such as /dev/zero, a directory) is refused, logged and
+// counted once, and looked at again every PollInterval until a regular
+// file is there; it is never opened in a way that could block, nor read
+// endlessly. Run returns within a read (64 KiB) of its context ending.
 type Follower struct {
 	opts FollowerOptions
 	sink Sink
@@ -67,6 +86,13 @@ type Follower struct {
 	buf                []byte
 	saved              followState
 	savedAt            time.Time
+	// refusal is the last reason Path could not be followed, logged and
+	// counted once; "" once a file is open.
+	refusal string
+	// undecodable and overlong count the lines not logged yet since the
+	// last line logged about them (at most one a second each).
+	undecodable, overlong   int
+	undecodableLog, longLog rate.Sometimes
 }
 
 // followState is the state file's content.
@@ -94,34 +120,40 @@ func NewFollower(opts FollowerOptions, sink Sink) (*Follower, error) {
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(nil)
 	}
-	return &Follower{opts: opts, sink: sink, m: opts.Metrics, log: opts.Logger}, nil
+	return &Follower{opts: opts, sink: sink, m: opts.Metrics, log: opts.Logger,
+		undecodableLog: rate.Sometimes{Interval: time.Second}, longLog: rate.Sometimes{Interval: time.Second}}, nil
 }
 
 // Run follows the log until ctx ends, then records its state. It waits for
-// the file when it does not exist yet; other errors end it.
+// a regular file at Path while there is none; a corrupt state file, a
+// failed seek or a failed read end it.
 func (f *Follower) Run(ctx context.Context) error {
 	defer func() {
 		if f.f != nil {
 			_ = f.f.Close()
 		}
 	}()
-	if err := f.open(ctx); err != nil {
+	if err := f.open(ctx); err != nil || f.f == nil {
 		return err
 	}
-	f.buf = make([]byte, 64<<10)
+	f.buf = make([]byte, readBytes)
 	for {
 		n, err := f.readSome()
 		if err != nil {
 			return err
 		}
+		if ctx.Err() != nil {
+			f.saveState(true)
+			return nil
+		}
 		if n > 0 {
 			f.saveState(false)
 			continue
 		}
-		switch switched, err := f.checkPath(); {
+		switch again, err := f.checkPath(); {
 		case err != nil:
 			return err
-		case switched:
+		case again:
 			continue
 		}
 		select {
@@ -133,15 +165,16 @@ func (f *Follower) Run(ctx context.Context) error {
 	}
 }
 
-// open opens Path for the first time, waiting for it to exist, and seeks
-// to where following starts.
+// open opens Path for the first time, waiting for a regular file to be
+// there, and seeks to where following starts. It leaves f.f nil when ctx
+// ends first.
 func (f *Follower) open(ctx context.Context) error {
 	state, haveState, err := f.loadState()
 	if err != nil {
 		return err
 	}
 	for waited := false; ; waited = true {
-		file, info, err := openLog(f.opts.Path)
+		file, info, err := f.openLog()
 		if err == nil {
 			start, whence := int64(0), io.SeekEnd
 			switch {
@@ -149,8 +182,9 @@ func (f *Follower) open(ctx context.Context) error {
 				start, whence = state.Offset, io.SeekStart
 			case haveState || waited:
 				// Another file than the one the state names (rotated while
-				// we were away), a truncated one, or one created since we
-				// started: all of it is new.
+				// we were away), a truncated one, or one created (or put
+				// in the place of something refused) since we started: all
+				// of it is new.
 				whence = io.SeekStart
 			default:
 				// The end, unless that is in the middle of a line.
@@ -165,10 +199,7 @@ func (f *Follower) open(ctx context.Context) error {
 			f.log.Info("audit log: following", "path", f.opts.Path, "offset", pos)
 			return nil
 		}
-		if !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("audit log: %w", err)
-		}
-		if !waited {
+		if !waited && errors.Is(err, fs.ErrNotExist) {
 			f.log.Info("audit log: waiting for the file", "path", f.opts.Path)
 		}
 		select {
@@ -179,6 +210,35 @@ func (f *Follower) open(ctx context.Context) error {
 	}
 }
 
+// openLog opens Path if it is a regular file. Otherwise (but when it does
+// not exist) it logs and counts the reason once, until a file is open.
+func (f *Follower) openLog() (*os.File, os.FileInfo, error) {
+	file, info, err := openRegular(f.opts.Path)
+	if err == nil {
+		f.refusal = ""
+		return file, info, nil
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, err
+	}
+	why := err.Error()
+	if info != nil {
+		dev, ino := fileID(info)
+		why = fmt.Sprintf("%s (%d:%d)", why, dev, ino)
+	}
+	if why != f.refusal {
+		f.refusal = why
+		var notRegular *notRegularError
+		if errors.As(err, &notRegular) {
+			f.m.logOpenFailures.WithLabelValues("not_regular").Inc()
+		} else {
+			f.m.logOpenFailures.WithLabelValues("error").Inc()
+		}
+		f.log.Error("audit log: cannot follow it; looking again until a regular file is there", "path", f.opts.Path, "error", err)
+	}
+	return nil, nil, err
+}
+
 // endsMidLine reports whether a file of size bytes ends without a newline.
 func endsMidLine(file *os.File, size int64) bool {
 	if size == 0 {
@@ -187,19 +247,6 @@ func endsMidLine(file *os.File, size int64) bool {
 	var b [1]byte
 	_, err := file.ReadAt(b[:], size-1)
 	return err == nil && b[0] != '\n'
-}
-
-func openLog(path string) (*os.File, os.FileInfo, error) {
-	file, err := os.Open(path)
-	if err != nil {
-		return nil, nil, err
-	}
-	info, err := file.Stat()
-	if err != nil {
-		_ = file.Close()
-		return nil, nil, err
-	}
-	return file, info, nil
 }
 
 // readSome reads what the file has past readPos and hands the complete
@@ -270,7 +317,11 @@ func (f *Follower) consume(data []byte) {
 // skipLine drops the line being read: it is too long.
 func (f *Follower) skipLine() {
 	f.m.logSkipped.Inc()
-	f.log.Warn("audit log: skipped a line longer than the limit", "path", f.opts.Path, "limit", f.opts.MaxLineBytes)
+	f.overlong++
+	f.longLog.Do(func() {
+		f.log.Warn("audit log: skipped lines longer than the limit", "path", f.opts.Path, "limit", f.opts.MaxLineBytes, "lines", f.overlong)
+		f.overlong = 0
+	})
 	f.partial = f.partial[:0]
 	f.skipping = true
 }
@@ -286,23 +337,25 @@ func (f *Follower) decode(line []byte) (Record, bool, error) {
 	rec, keep, err := DecodeEvent(line)
 	if err != nil {
 		f.m.decodeErrorsBy[SourceLog].Inc()
-		f.log.Warn("audit log: undecodable line", "path", f.opts.Path, "error", err)
+		f.undecodable++
+		f.undecodableLog.Do(func() {
+			f.log.Warn("audit log: undecodable lines", "path", f.opts.Path, "lines", f.undecodable, "error", err)
+			f.undecodable = 0
+		})
 	}
 	return rec, keep, err
 }
 
 // checkPath looks at Path once the file is read to its end: a different
 // file there (rotation) or a shorter one (truncation) makes the follower
-// start over on it. It reports whether it did.
+// start over on it. It reports whether there is more to read at once: the
+// new file, or what the old one got before the rotation.
 func (f *Follower) checkPath() (bool, error) {
 	info, err := os.Stat(f.opts.Path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil // renamed away; the new file is not there yet
 	}
-	if err != nil {
-		return false, fmt.Errorf("audit log: %w", err)
-	}
-	if f.f != nil && os.SameFile(info, f.info) {
+	if err == nil && os.SameFile(info, f.info) {
 		if info.Size() >= f.readPos {
 			return false, nil
 		}
@@ -314,29 +367,21 @@ func (f *Follower) checkPath() (bool, error) {
 		f.startOver(f.f, info)
 		return true, nil
 	}
-	// A new file. The old one may have grown between the last read and the
-	// rename: read it to its end first.
-	for {
-		n, err := f.readSome()
-		if err != nil {
-			return false, err
-		}
-		if n == 0 {
-			break
-		}
+	// A new file (or something that cannot be looked at). The old one may
+	// have grown between the last read and the rename: read it to its end
+	// first.
+	if n, err := f.readSome(); n > 0 || err != nil {
+		return n > 0, err
 	}
-	file, info, err := openLog(f.opts.Path)
-	if errors.Is(err, fs.ErrNotExist) {
+	file, info, err := f.openLog()
+	if err != nil {
+		// Missing again, or refused: the old file stays open, and Path
+		// is looked at again next time.
 		return false, nil
 	}
-	if err != nil {
-		return false, fmt.Errorf("audit log: %w", err)
-	}
-	if f.f != nil {
-		_ = f.f.Close()
-		f.m.logReopens.WithLabelValues("rotated").Inc()
-		f.log.Info("audit log: rotated, following the new file", "path", f.opts.Path)
-	}
+	_ = f.f.Close()
+	f.m.logReopens.WithLabelValues("rotated").Inc()
+	f.log.Info("audit log: rotated, following the new file", "path", f.opts.Path)
 	f.startOver(file, info)
 	return true, nil
 }
@@ -355,7 +400,7 @@ func (f *Follower) loadState() (followState, bool, error) {
 	if f.opts.StateFile == "" {
 		return followState{}, false, nil
 	}
-	data, err := os.ReadFile(f.opts.StateFile)
+	data, err := readRegular(f.opts.StateFile, maxStateBytes)
 	if errors.Is(err, fs.ErrNotExist) || err == nil && len(bytes.TrimSpace(data)) == 0 {
 		return followState{}, false, nil
 	}

@@ -94,14 +94,15 @@ func TestFollowerSplitsLines(t *testing.T) {
 	}
 }
 
-// runFollower runs a follower until the returned stop is called. With
-// started, it returns once the follower has opened the file, or found it
-// missing.
-func runFollower(t *testing.T, opts FollowerOptions, sink Sink, started bool) (stop func()) {
+// runFollower runs a follower until the returned stop is called, which
+// fails the test unless Run returns within 5 s. With started, it returns
+// once the follower has opened the file, or found it missing. logs is
+// what the follower logged.
+func runFollower(t *testing.T, opts FollowerOptions, sink Sink, started bool) (stop func(), logs *testenv.SyncBuffer) {
 	t.Helper()
 	opts.PollInterval = 10 * time.Millisecond
-	var logs testenv.SyncBuffer
-	opts.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	logs = &testenv.SyncBuffer{}
+	opts.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	f, err := NewFollower(opts, sink)
 	if err != nil {
 		t.Fatal(err)
@@ -116,8 +117,13 @@ func runFollower(t *testing.T, opts FollowerOptions, sink Sink, started bool) (s
 		}
 		stopped = true
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("follower: %v", err)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("follower: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Errorf("the follower did not stop within 5s of its context ending")
 		}
 	}
 	t.Cleanup(stop)
@@ -127,7 +133,7 @@ func runFollower(t *testing.T, opts FollowerOptions, sink Sink, started bool) (s
 			return strings.Contains(l, "audit log: following") || strings.Contains(l, "audit log: waiting for the file")
 		})
 	}
-	return stop
+	return stop, logs
 }
 
 func appendFile(t *testing.T, path string, data []byte) {
@@ -212,7 +218,7 @@ func TestFollowerResumes(t *testing.T) {
 	appendFile(t, path, lines(t, "old", 0, 2))
 
 	sink := &recordingSink{}
-	stop := runFollower(t, FollowerOptions{Path: path, StateFile: state}, sink, true)
+	stop, _ := runFollower(t, FollowerOptions{Path: path, StateFile: state}, sink, true)
 	appendFile(t, path, lines(t, "a", 0, 3))
 	waitIDs(t, sink, ids("a", 0, 3))
 	stop()
@@ -220,7 +226,7 @@ func TestFollowerResumes(t *testing.T) {
 	appendFile(t, path, []byte(`{"partial":`))
 
 	sink2 := &recordingSink{}
-	stop = runFollower(t, FollowerOptions{Path: path, StateFile: state}, sink2, false)
+	stop, _ = runFollower(t, FollowerOptions{Path: path, StateFile: state}, sink2, false)
 	waitIDs(t, sink2, ids("a", 3, 6))
 	stop()
 	data, err := os.ReadFile(state)
@@ -256,4 +262,70 @@ func TestFollowerOptions(t *testing.T) {
 	if err := f.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "audit log state "+state) {
 		t.Errorf("corrupt state: %v", err)
 	}
+}
+
+// TestFollowerHugeBinaryLines: 10 MB of random bytes (some 40,000 lines of
+// garbage), or 10 MB without a newline (a line over the limit), and then
+// events: the events are read, the garbage is counted, and at most a line
+// a second is logged about it. Before, each undecodable line was a WARN
+// line: 40,638 of them for one such blob.
+func TestFollowerHugeBinaryLines(t *testing.T) {
+	garbage := make([]byte, 10<<20)
+	_, _ = rand.NewChaCha8([32]byte{1}).Read(garbage)
+	for _, tc := range []struct {
+		name         string
+		data         []byte
+		decodeErrors bool // else none
+		skipped      float64
+	}{
+		{name: "random bytes with newlines", data: garbage, decodeErrors: true},
+		{name: "random bytes without a newline", data: bytes.ReplaceAll(garbage, []byte("\n"), []byte(" ")), skipped: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "audit.log")
+			appendFile(t, path, nil)
+			sink := &recordingSink{}
+			m := NewMetrics(nil)
+			stop, logs := runFollower(t, FollowerOptions{Path: path, Metrics: m}, sink, true)
+			start := time.Now()
+			appendFile(t, path, append(slices.Clone(tc.data), '\n'))
+			appendFile(t, path, lines(t, "after", 0, 3))
+			waitIDs(t, sink, ids("after", 0, 3))
+			elapsed := time.Since(start)
+			stop()
+			errs := value(t, m.decodeErrorsBy[SourceLog])
+			if tc.decodeErrors && errs < 10000 || !tc.decodeErrors && errs != 0 {
+				t.Errorf("%v decode errors counted", errs)
+			}
+			if v := value(t, m.logSkipped); v != tc.skipped {
+				t.Errorf("%v lines skipped, want %v", v, tc.skipped)
+			}
+			logged := strings.Count(logs.String(), "audit log: undecodable line") + strings.Count(logs.String(), "audit log: skipped")
+			if most := 2 * (1 + int(elapsed/time.Second)); logged > most {
+				t.Errorf("%d lines logged about %v decode errors in %s, want at most %d (one a second of each kind)", logged, errs, elapsed, most)
+			}
+		})
+	}
+}
+
+// TestFollowerStopsWhileReading: a file far larger than can be read while
+// the test runs (1 TiB of NUL bytes, sparse: one line with no end) is
+// being read when the context ends, and Run returns at once. Before, the
+// follower looked at its context only at the end of the file.
+func TestFollowerStopsWhileReading(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.log")
+	m := NewMetrics(nil)
+	stop, _ := runFollower(t, FollowerOptions{Path: path, Metrics: m}, &recordingSink{}, true)
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(1 << 40); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the endless line skipped (it is being read)", func() bool { return value(t, m.logSkipped) >= 1 })
+	stop()
 }

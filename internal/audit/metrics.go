@@ -20,6 +20,7 @@ type Metrics struct {
 	wait            prometheus.Histogram
 	logReopens      *prometheus.CounterVec
 	logSkipped      prometheus.Counter
+	logOpenFailures *prometheus.CounterVec
 
 	// resolved once: the hot paths do no label lookups
 	evictedAge, evictedCount             prometheus.Counter
@@ -85,10 +86,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: ns, Subsystem: sub, Name: "log_lines_skipped_total",
 			Help: "Audit log lines skipped because they were longer than the line limit or cut by a rotation.",
 		}),
+		logOpenFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "log_open_failures_total",
+			Help: "Times the audit log path could not be followed, by reason: not_regular (a FIFO, a device, a directory: refused, never read) or error (it could not be looked at or opened). Each is counted once until a file is followed; the path is looked at again every poll interval.",
+		}, []string{"reason"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.events, m.decodeErrors, m.webhookRequests, m.held, m.evictions,
-			m.matches, m.unmatched, m.waiting, m.wait, m.logReopens, m.logSkipped)
+			m.matches, m.unmatched, m.waiting, m.wait, m.logReopens, m.logSkipped, m.logOpenFailures)
 	}
 	m.evictedAge = m.evictions.WithLabelValues("age")
 	m.evictedCount = m.evictions.WithLabelValues("count")

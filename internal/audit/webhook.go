@@ -14,6 +14,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/fieldwatch/fieldwatch/internal/connlimit"
 )
 
 // DefaultMaxBodyBytes bounds an EventList POST (32 MiB); the apiserver's
@@ -49,7 +51,30 @@ type WebhookOptions struct {
 	// with Retry-After up to ten times) on a new connection, which a
 	// Service may route to the replica that accepts.
 	Accepting func() bool
+
+	// MaxConnections bounds the connections Serve holds open at once
+	// (default connlimit.DefaultMaxConns): a new one past it closes the one
+	// idle the longest (connlimit.Listener). IdleTimeout closes a
+	// connection without a request this long (default
+	// connlimit.DefaultIdleTimeout). ConnMetrics count them (default
+	// unregistered ones).
+	MaxConnections int
+	IdleTimeout    time.Duration
+	ConnMetrics    *connlimit.Metrics
 }
+
+// ServerName names the receiver in the connection metrics
+// (fieldwatch_http_connections{server="audit-webhook"}).
+const ServerName = "audit-webhook"
+
+// The receiver's deadlines: a request's header, its header and body (a
+// batch of up to MaxBodyBytes from an apiserver far away), and its
+// response, whose deadline runs from the end of the header.
+const (
+	webhookReadHeaderTimeout = 10 * time.Second
+	webhookReadTimeout       = 2 * time.Minute
+	webhookWriteTimeout      = webhookReadTimeout + 30*time.Second
+)
 
 // Webhook receives audit.k8s.io/v1 EventList POSTs from the apiserver's
 // webhook backend (batch or blocking mode) over HTTPS, on any path, and
@@ -84,6 +109,9 @@ func NewWebhook(opts WebhookOptions, sink Sink) (*Webhook, error) {
 	}
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(nil)
+	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = connlimit.DefaultIdleTimeout
 	}
 	w := &Webhook{opts: opts, sink: sink, m: opts.Metrics, log: opts.Logger}
 	var err error
@@ -145,15 +173,24 @@ func (w *Webhook) TLSConfig() *tls.Config {
 	return cfg
 }
 
-// Serve serves HTTPS on ln until ctx ends, then shuts down gracefully.
+// Serve serves HTTPS on ln until ctx ends, then shuts down gracefully. It
+// holds at most MaxConnections connections of ln, and closes idle ones
+// after IdleTimeout.
 func (w *Webhook) Serve(ctx context.Context, ln net.Listener) error {
+	limited := connlimit.NewListener(ln, connlimit.Options{
+		Name: ServerName, Max: w.opts.MaxConnections, Metrics: w.opts.ConnMetrics, Logger: w.log,
+	})
 	srv := &http.Server{
 		Handler:           w,
 		TLSConfig:         w.TLSConfig(),
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       2 * time.Minute,
+		ReadHeaderTimeout: webhookReadHeaderTimeout,
+		ReadTimeout:       webhookReadTimeout,
+		WriteTimeout:      webhookWriteTimeout,
+		IdleTimeout:       w.opts.IdleTimeout,
 		ErrorLog:          slog.NewLogLogger(w.log.Handler(), slog.LevelDebug),
 	}
+	limited.Hook(srv)
+	ln = limited
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(ln, "", "") }()
 	select {

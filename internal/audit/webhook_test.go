@@ -200,6 +200,10 @@ func TestWebhookAuthentication(t *testing.T) {
 
 func TestWebhookOptionsRequired(t *testing.T) {
 	p := newWebhookPKI(t, t.TempDir())
+	emptyFile := filepath.Join(t.TempDir(), "empty")
+	if err := os.WriteFile(emptyFile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		opts WebhookOptions
@@ -209,7 +213,7 @@ func TestWebhookOptionsRequired(t *testing.T) {
 		{"no authentication", WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile}, "a client CA file or a token file is required"},
 		{"missing key", WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile + ".missing", TokenFile: p.tokenFile}, "no such file"},
 		{"key of another cert", WebhookOptions{CertFile: p.certFile, KeyFile: p.caFile, TokenFile: p.tokenFile}, "key"},
-		{"empty token", WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, TokenFile: os.DevNull}, "empty token"},
+		{"empty token", WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, TokenFile: emptyFile}, "empty token"},
 		{"CA file without certificates", WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, ClientCAFile: p.tokenFile}, "no PEM certificate"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
