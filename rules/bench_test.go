@@ -86,6 +86,7 @@ const (
 	pathRules       = iota // fields only
 	celRules               // a when expression without loops (unmetered)
 	meteredCELRules        // a when expression with a loop (cost-limited)
+	regexCELRules          // a when expression with matches
 )
 
 // benchRules makes n rules of which only the first fires on benchChange.
@@ -98,6 +99,8 @@ func benchRules(b *testing.B, n int, kind int) *Set {
 		switch {
 		case kind == celRules:
 			fmt.Fprintf(&sb, "    when: object.spec.size > oldObject.spec.size + %d\n", i)
+		case kind == regexCELRules:
+			fmt.Fprintf(&sb, "    when: object.spec.size > oldObject.spec.size + %d && object.metadata.name.matches('^web-[0-9]+$')\n", i)
 		case kind == meteredCELRules:
 			fmt.Fprintf(&sb, "    when: object.spec.size > oldObject.spec.size + %d && object.spec.tags.exists(t, t == 'tag-3')\n", i)
 		case i == 0:
@@ -141,6 +144,10 @@ func BenchmarkEvalCEL100(b *testing.B) { benchmarkEval(b, 100, celRules) }
 func BenchmarkEvalCELMetered1(b *testing.B)   { benchmarkEval(b, 1, meteredCELRules) }
 func BenchmarkEvalCELMetered10(b *testing.B)  { benchmarkEval(b, 10, meteredCELRules) }
 func BenchmarkEvalCELMetered100(b *testing.B) { benchmarkEval(b, 100, meteredCELRules) }
+
+// CEL rules that match a regex.
+func BenchmarkEvalCELRegex1(b *testing.B)  { benchmarkEval(b, 1, regexCELRules) }
+func BenchmarkEvalCELRegex10(b *testing.B) { benchmarkEval(b, 10, regexCELRules) }
 
 // benchCRD returns a CRD with two versions whose schema has props
 // properties under spec, each an object of five typed fields (about 14

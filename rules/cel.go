@@ -10,6 +10,7 @@ import (
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/ast"
 	"github.com/google/cel-go/common/operators"
+	"github.com/google/cel-go/common/overloads"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/common/types/traits"
@@ -27,8 +28,10 @@ import (
 // cost of a simple comparison), so it is left out for expressions whose
 // cost cannot grow beyond linear in the object's size: no loops (the all,
 // exists, exists_one, map, filter macros and the like), only calls of
-// linearFunctions, and few of them (maxUnmeteredCalls). Everything else is
-// metered.
+// linearFunctions, and few of them (maxUnmeteredCalls), and for those
+// that add to these one regex match of a constant pattern (refused before
+// it runs when it alone would cost more than CostLimit). Everything else
+// is metered.
 const CostLimit = 1_000_000
 
 // The cost limit also bounds memory: whatever builds a string, bytes or a
@@ -44,7 +47,7 @@ const MaxCELStringBytes = 10 << 20
 // the size of their arguments: an expression calling only these (and
 // without loops) is bounded by the object's size without metering.
 // Quadratic ones (sets.contains, replace with a long argument, ...) are
-// not listed.
+// not listed, nor is matches (pattern size times string size).
 var linearFunctions = map[string]bool{
 	operators.Conditional: true, operators.LogicalAnd: true, operators.LogicalOr: true,
 	operators.LogicalNot: true, operators.Equals: true, operators.NotEquals: true,
@@ -53,7 +56,7 @@ var linearFunctions = map[string]bool{
 	operators.Multiply: true, operators.Divide: true, operators.Modulo: true,
 	operators.Negate: true, operators.Index: true, operators.OptIndex: true,
 	operators.OptSelect: true, operators.In: true, operators.NotStrictlyFalse: true,
-	"size": true, "contains": true, "startsWith": true, "endsWith": true, "matches": true,
+	"size": true, "contains": true, "startsWith": true, "endsWith": true,
 	"int": true, "uint": true, "double": true, "string": true, "bool": true, "bytes": true,
 	"type": true, "dyn": true, "timestamp": true, "duration": true,
 	"orValue": true, "hasValue": true, "value": true, "optional.of": true,
@@ -92,6 +95,7 @@ func celEnv(withCRD bool) (*cel.Env, error) {
 		}
 		opts = append(opts, listNumberFunctions()...)
 		opts = append(opts, boundedReplace(), boundedJoin())
+		opts = append(opts, boundedSearch()...)
 		if celEnvs[0], celEnvErr = cel.NewEnv(opts...); celEnvErr != nil {
 			return
 		}
@@ -273,11 +277,17 @@ func checkListItem(fn string, zero, item ref.Val, i int) ref.Val {
 
 // celCosts prices, for metered expressions, the functions whose cost
 // cel-go's default (one unit per call) would understate: sum, min and max
-// cost one unit per item, as in Kubernetes, and the functions that build
-// strings, bytes or lists (builders) by what they build. cel-go prices
-// those itself only where the checker resolved one overload, which an
-// object's dyn values rarely allow.
-type celCosts struct{}
+// cost one unit per item, as in Kubernetes, and so does in (x in list),
+// matches costs regexCost, and the functions that build strings, bytes
+// or lists (builders) cost what they build. cel-go prices those itself only
+// where the checker resolved one overload, which an object's dyn values
+// rarely allow. Each metered program has its own.
+type celCosts struct {
+	// patterns are the constant patterns of the program's matches calls
+	// and their instructions (written while the program is planned, read
+	// only after).
+	patterns map[string]int
+}
 
 // builders are the functions whose result may be a string, bytes or list
 // they built (not one of their arguments, nor a part of one).
@@ -289,7 +299,7 @@ var builders = map[string]bool{
 }
 
 // CallCost implements interpreter.ActualCostEstimator.
-func (celCosts) CallCost(function, _ string, args []ref.Val, result ref.Val) *uint64 {
+func (c *celCosts) CallCost(function, _ string, args []ref.Val, result ref.Val) *uint64 {
 	if builders[function] {
 		var cost uint64
 		switch r := result.(type) {
@@ -308,6 +318,19 @@ func (celCosts) CallCost(function, _ string, args []ref.Val, result ref.Val) *ui
 		return nil
 	}
 	switch function {
+	case overloads.Matches:
+		cost := c.matchesCost(args, result)
+		return &cost
+	case operators.In:
+		cost := uint64(1)
+		if len(args) == 2 {
+			if l, ok := args[1].(traits.Lister); ok {
+				if n, ok := l.Size().(types.Int); ok && n > 1 {
+					cost = uint64(n)
+				}
+			}
+		}
+		return &cost
 	case "sum", "min", "max":
 		if len(args) != 1 {
 			return nil
@@ -323,14 +346,15 @@ func (celCosts) CallCost(function, _ string, args []ref.Val, result ref.Val) *ui
 	return nil
 }
 
-var _ interpreter.ActualCostEstimator = celCosts{}
+var _ interpreter.ActualCostEstimator = (*celCosts)(nil)
 
 // celExpr is a compiled when expression.
 type celExpr struct {
 	src string
 	prg cel.Program
-	// metered is true when the program runs with CostLimit.
-	metered bool
+	// metered is true when the program runs with CostLimit; loops is
+	// true when it has loops, which it runs within MaxEvalTime.
+	metered, loops bool
 	// paths are the object field prefixes the expression reads; full is
 	// true when it reads object or oldObject in a way paths cannot say.
 	paths [][]string
@@ -376,7 +400,7 @@ func compileCEL(src string, withCRD bool) (*celExpr, []celIssue) {
 	if t := checked.OutputType(); !t.IsExactType(types.BoolType) && !t.IsExactType(types.DynType) {
 		return nil, []celIssue{{1, 1, fmt.Sprintf("must return a bool, not %s", t)}}
 	}
-	x := &celExpr{src: src, metered: needsMetering(checked.NativeRep())}
+	x := &celExpr{src: src, metered: needsMetering(checked.NativeRep()), loops: hasLoops(checked.NativeRep())}
 	if withCRD {
 		// Whether it reads crd (rather than, say, a loop variable of that
 		// name): it does when it does not compile without crd.
@@ -386,7 +410,9 @@ func compileCEL(src string, withCRD bool) (*celExpr, []celIssue) {
 	}
 	opts := []cel.ProgramOption{cel.EvalOptions(cel.OptOptimize)}
 	if x.metered {
-		opts = append(opts, cel.CostLimit(CostLimit), cel.CostTracking(celCosts{}))
+		opts = append(opts, meteredOptions(x.loops)...)
+	} else {
+		opts = append(opts, unmeteredOptions()...)
 	}
 	if x.prg, err = env.Program(checked, opts...); err != nil {
 		return nil, []celIssue{{1, 1, err.Error()}}
@@ -402,19 +428,30 @@ const maxUnmeteredCalls = 32
 
 // needsMetering reports whether an expression loops, calls a function not
 // in linearFunctions, adds anything but numbers (a chain of string
-// concatenations costs quadratic memory) or makes more than
-// maxUnmeteredCalls calls.
+// concatenations costs quadratic memory), makes more than
+// maxUnmeteredCalls calls, or more than one of matches, or one whose
+// pattern is not a constant.
 func needsMetering(a *ast.AST) bool {
-	root := ast.NavigateAST(a)
-	if len(ast.MatchDescendants(root, ast.KindMatcher(ast.ComprehensionKind))) > 0 {
+	if hasLoops(a) {
 		return true
 	}
+	root := ast.NavigateAST(a)
 	calls := ast.MatchDescendants(root, ast.KindMatcher(ast.CallKind))
 	if len(calls) > maxUnmeteredCalls {
 		return true
 	}
+	matches := 0
 	for _, call := range calls {
 		name := call.AsCall().FunctionName()
+		if name == overloads.Matches {
+			// One match of a constant pattern: refused when it alone
+			// would cost more than CostLimit (celRegex.match), so
+			// bounded as a metered expression is.
+			if matches++; matches > 1 || !constantPattern(call.AsCall()) {
+				return true
+			}
+			continue
+		}
 		if !linearFunctions[name] {
 			return true
 		}
@@ -427,6 +464,23 @@ func needsMetering(a *ast.AST) bool {
 		}
 	}
 	return false
+}
+
+// constantPattern reports whether a call of matches has a string literal
+// for its pattern (its last argument, in both forms).
+func constantPattern(call ast.CallExpr) bool {
+	args := call.Args()
+	if len(args) == 0 || args[len(args)-1].Kind() != ast.LiteralKind {
+		return false
+	}
+	_, ok := args[len(args)-1].AsLiteral().Value().(string)
+	return ok
+}
+
+// hasLoops reports whether an expression has comprehensions (the all,
+// exists, exists_one, map, filter macros and the like).
+func hasLoops(a *ast.AST) bool {
+	return len(ast.MatchDescendants(ast.NavigateAST(a), ast.KindMatcher(ast.ComprehensionKind))) > 0
 }
 
 // celPaths finds the parts of object and oldObject an expression reads:
@@ -565,7 +619,7 @@ var errNotBool = errors.New("result is not a bool")
 var celErrorClasses = []string{
 	"no such key", "no such attribute", "no such overload", "no matching overload",
 	"type conversion error", "division by zero", "modulus by zero",
-	"index out of bounds", "index out of range", "overflow", "cost limit exceeded",
+	"index out of bounds", "index out of range", "overflow", "cost limit exceeded", "time limit exceeded",
 	"error parsing regexp", "would build a string of more than", "called on empty list",
 	"list item", errNotBool.Error(), "panic",
 }
@@ -591,7 +645,12 @@ func (x *celExpr) eval(vars *celVars) (ok bool, err error) {
 			ok, err = false, fmt.Errorf("panic: %v", r)
 		}
 	}()
-	out, _, err := x.prg.Eval(vars)
+	var out ref.Val
+	if x.metered {
+		out, err = evalMetered(x.prg, vars, x.loops)
+	} else {
+		out, _, err = x.prg.Eval(vars)
+	}
 	if err != nil {
 		return false, err
 	}

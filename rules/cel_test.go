@@ -41,7 +41,9 @@ func TestCELEval(t *testing.T) {
 		{"no such key", "object.spec.color == 'red'", change.Updated, false, "no such key: color"},
 		{"null member", "oldObject.spec.size > 0", change.Created, false, "no such key"},
 		{"dyn not bool", "object.spec.size", change.Updated, false, "result is not a bool"},
-		{"cost limit", "[1,2,3,4,5,6,7,8,9,10].all(a, [1,2,3,4,5,6,7,8,9,10].all(b, [1,2,3,4,5,6,7,8,9,10].all(c, [1,2,3,4,5,6,7,8,9,10].all(d, [1,2,3,4,5,6,7,8,9,10].all(e, [1,2,3,4,5,6,7,8,9,10].all(f, a+b+c+d+e+f > 0))))))", change.Updated, false, "cost limit"},
+		// The cost limit stops it within a quarter of a second, or, under
+		// -race on a loaded machine (twenty times slower), MaxEvalTime.
+		{"cost limit", "[1,2,3,4,5,6,7,8,9,10].all(a, [1,2,3,4,5,6,7,8,9,10].all(b, [1,2,3,4,5,6,7,8,9,10].all(c, [1,2,3,4,5,6,7,8,9,10].all(d, [1,2,3,4,5,6,7,8,9,10].all(e, [1,2,3,4,5,6,7,8,9,10].all(f, a+b+c+d+e+f > 0))))))", change.Updated, false, "limit exceeded"},
 
 		// sum, min and max over lists of numbers (listNumberFunctions).
 		{"sum of ints", "object.spec.sizes.sum() == 6", change.Updated, true, ""},
@@ -120,6 +122,12 @@ func TestCELMetering(t *testing.T) {
 		{"object.spec.s + 'x' == oldObject.spec.s", true},
 		{"object.spec.a + object.spec.b == oldObject.spec.s", true},
 		{"size(object.spec.l + [1]) > 2", true},
+		{"object.metadata.name.matches('^web-') && object.spec.size > 2", false},
+		{"matches(object.metadata.name, '^web-')", false},
+		{"matches(object.metadata.name, oldObject.spec.pattern)", true},
+		{"object.metadata.name.matches('^web-' + 'x')", true},
+		{"object.metadata.name.matches('^web-') || object.metadata.name.matches('^db-')", true},
+		{"object.spec.s.indexOf('x') > 0 && object.spec.s.lastIndexOf('x', 3) < 5", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.expr, func(t *testing.T) {

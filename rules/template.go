@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"text/template"
 	"text/template/parse"
@@ -109,6 +110,41 @@ var templateFuncs = template.FuncMap{
 		return checkResult(template.URLQueryEscaper(args...))
 	},
 	tickFunc: func() string { return "" }, // replaced in each rendering
+	// rangeFunc ends the pipeline of every range (addSteps).
+	rangeFunc: rangeable,
+}
+
+// rangeFunc is the function addSteps appends to the pipeline of every
+// {{range}}: it is named after the keyword, so that no template can call
+// it, and so that its errors read "error calling range: ...".
+const rangeFunc = "range"
+
+// rangeable returns v when range can iterate over it, and otherwise an
+// error naming its type: text/template's own error quotes the value
+// ("range can't iterate over <the value>"), which may be anything of
+// the object, a Secret's data included.
+func rangeable(v any) (any, error) {
+	switch reflect.ValueOf(v).Kind() {
+	case reflect.Invalid, reflect.Array, reflect.Slice, reflect.Map, reflect.Chan, reflect.Func,
+		reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return v, nil
+	}
+	return nil, fmt.Errorf("can't iterate over a value of type %s", templateTypeName(v))
+}
+
+// templateTypeName names the type of a payload value as JSON does
+// (string, number, bool), and of any other as Go does.
+func templateTypeName(v any) string {
+	switch v.(type) {
+	case string:
+		return "string"
+	case float64:
+		return "number"
+	case bool:
+		return "bool"
+	}
+	return fmt.Sprintf("%T", v)
 }
 
 var (
@@ -186,28 +222,34 @@ var stepNode = func() parse.Node {
 	return trees["step"].Root.Nodes[0]
 }()
 
-// addSteps puts stepNode at the start of every range body under n.
-func addSteps(n parse.Node) {
+// addSteps puts stepNode at the start of every range body under n (of
+// tree tr), and a call of rangeFunc at the end of every range's pipeline.
+func addSteps(tr *parse.Tree, n parse.Node) {
 	switch x := n.(type) {
 	case *parse.ListNode:
 		if x == nil {
 			return
 		}
 		for _, c := range x.Nodes {
-			addSteps(c)
+			addSteps(tr, c)
 		}
 	case *parse.RangeNode:
-		addSteps(x.List)
-		addSteps(x.ElseList)
+		addSteps(tr, x.List)
+		addSteps(tr, x.ElseList)
 		if x.List != nil {
 			x.List.Nodes = append([]parse.Node{stepNode}, x.List.Nodes...)
 		}
+		if x.Pipe != nil {
+			pos := x.Pipe.Position()
+			x.Pipe.Cmds = append(x.Pipe.Cmds, &parse.CommandNode{NodeType: parse.NodeCommand, Pos: pos,
+				Args: []parse.Node{parse.NewIdentifier(rangeFunc).SetTree(tr).SetPos(pos)}})
+		}
 	case *parse.IfNode:
-		addSteps(x.List)
-		addSteps(x.ElseList)
+		addSteps(tr, x.List)
+		addSteps(tr, x.ElseList)
 	case *parse.WithNode:
-		addSteps(x.List)
-		addSteps(x.ElseList)
+		addSteps(tr, x.List)
+		addSteps(tr, x.ElseList)
 	}
 }
 
@@ -222,7 +264,7 @@ func ParseTemplate(name, src string, isJSON bool) (*Template, error) {
 		if tt.Tree == nil || tt.Root == nil {
 			continue
 		}
-		addSteps(tt.Root)
+		addSteps(tt.Tree, tt.Root)
 		tt.Root.Nodes = append([]parse.Node{stepNode}, tt.Root.Nodes...)
 	}
 	return &Template{src: src, json: isJSON, t: t}, nil
@@ -276,7 +318,13 @@ func (t *Template) Render(payload []byte) ([]byte, error) {
 	}
 	out := buf.Bytes()
 	if t.json && !json.Valid(out) {
-		return nil, fmt.Errorf("template %s: output is not valid JSON: %.200q", t.t.Name(), out)
+		// Say where, not what: the output holds the object's values.
+		var v any
+		var syntax *json.SyntaxError
+		if err := json.Unmarshal(out, &v); errors.As(err, &syntax) {
+			return nil, fmt.Errorf("template %s: output is not valid JSON: %d bytes, invalid from byte %d", t.t.Name(), len(out), syntax.Offset)
+		}
+		return nil, fmt.Errorf("template %s: output is not valid JSON: %d bytes, incomplete", t.t.Name(), len(out))
 	}
 	return out, nil
 }

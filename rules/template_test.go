@@ -45,14 +45,17 @@ func TestRenderStopsHostileTemplates(t *testing.T) {
 // TestRenderOrdinaryTemplates: the limits leave ordinary templates alone,
 // the replaced functions included.
 func TestRenderOrdinaryTemplates(t *testing.T) {
-	payload := []byte(`{"rule":"r","name":"a&b","changes":[{"op":"replace","path":"/a","value":1},{"op":"add","path":"/b","value":"x"}]}`)
+	payload := []byte(`{"rule":"r","name":"a&b","changes":[{"op":"replace","path":"/a","value":1},{"op":"add","path":"/b","value":"x"}],"m":{"k":"v","j":1},"e":[]}`)
 	for src, want := range map[string]string{
 		`{{range .changes}}{{.path}} {{end}}`:                                         "/a /b ",
 		`{{printf "%s=%v" .rule 1}} {{print .rule 2}} {{println .rule}}`:              "r=1 r2 r\n",
 		`{{html .name}} {{js .name}} {{urlquery .name}}`:                              `a&amp;b a\u0026b a%26b`,
 		`{{define "p"}}<{{.path}}>{{end}}{{range .changes}}{{template "p" .}}{{end}}`: "</a></b>",
-		`{{json .changes}}`:                   `[{"op":"replace","path":"/a","value":1},{"op":"add","path":"/b","value":"x"}]`,
-		`{{range 3}}{{.}}{{else}}none{{end}}`: "012",
+		`{{json .changes}}`:                                                       `[{"op":"replace","path":"/a","value":1},{"op":"add","path":"/b","value":"x"}]`,
+		`{{range 3}}{{.}}{{else}}none{{end}}`:                                     "012",
+		`{{range $k, $v := .m}}{{$k}}={{$v}} {{end}}`:                             "j=1 k=v ",
+		`{{range .missing}}x{{else}}none{{end}}{{range .e}}x{{else}}empty{{end}}`: "noneempty",
+		`{{range $i, $c := .changes}}{{if $i}},{{end}}{{$c.op}}{{break}}{{end}}`:  "replace",
 	} {
 		tmpl, err := ParseTemplate("t", src, false)
 		if err != nil {
@@ -78,6 +81,41 @@ func BenchmarkTemplateRange(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				_, _ = tmpl.Render(payload)
+			}
+		})
+	}
+}
+
+// TestTemplateErrorsQuoteNoValue: a template that fails on the payload
+// says the type of the value it could not use, never the value, which
+// may be a Secret's data. text/template quoted it (range can't iterate
+// over SECRETVALUE), and so did the check of a JSON template's output.
+func TestTemplateErrorsQuoteNoValue(t *testing.T) {
+	payload := []byte(`{"name":"SECRETVALUE","n":42424242,"b":true,"l":["SECRETVALUE"]}`)
+	tests := []struct {
+		src  string
+		json bool
+		want string
+	}{
+		{`{{range .name}}{{end}}`, false, `template t: template: t:1:8: executing "t" at <range>: error calling range: can't iterate over a value of type string`},
+		{`{{range $i, $c := .n}}{{$c}}{{end}}`, false, "can't iterate over a value of type number"},
+		{`{{range .b}}{{else}}none{{end}}`, false, "can't iterate over a value of type bool"},
+		{`{{range .l}}{{range .}}{{end}}{{end}}`, false, "can't iterate over a value of type string"},
+		{`{"name": {{.name}}}`, true, "template t: output is not valid JSON: 21 bytes, invalid from byte 10"},
+		{`{"name": {{json .name}}`, true, "template t: output is not valid JSON: 22 bytes, invalid from byte 22"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.src, func(t *testing.T) {
+			tmpl, err := ParseTemplate("t", tt.src, tt.json)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := tmpl.Render(payload)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Render = %q, %v; want an error containing %q", out, err, tt.want)
+			}
+			if err != nil && (strings.Contains(err.Error(), "SECRETVALUE") || strings.Contains(err.Error(), "42424242")) {
+				t.Errorf("the error quotes a value: %v", err)
 			}
 		})
 	}

@@ -3,6 +3,8 @@ package watcher
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
 // metrics are the watcher's Prometheus metrics (namespace fieldwatch,
@@ -88,6 +90,16 @@ func newMetrics(reg prometheus.Registerer, pendingKeys, cached func() float64) *
 			qm.depth, qm.adds, qm.latency, qm.work, qm.unfinished, qm.longest, qm.retries)
 	}
 	return m
+}
+
+// forget deletes the series labelled with res: its events, list and
+// watch errors and relist deletions.
+func (m *metrics) forget(res change.Resource) {
+	for _, t := range []change.Type{change.Created, change.Updated, change.Deleted} {
+		m.events.DeleteLabelValues(res.Group, res.Version, res.Resource, string(t))
+	}
+	m.listWatchErrors.DeleteLabelValues(res.String())
+	m.tombstones.DeleteLabelValues(res.String())
 }
 
 // queueMetrics implements workqueue.MetricsProvider with Prometheus.

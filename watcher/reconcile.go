@@ -105,10 +105,12 @@ func (w *Watcher) reconcile(ctx context.Context) error {
 		// Before any informer records anything.
 		w.pruneStore(wants, loaded)
 	}
+	var stopped []change.Resource
 	for key, rw := range w.watches {
 		if _, ok := wants[key]; ok || d.failed[key.gvr.GroupVersion()] != nil {
 			continue
 		}
+		stopped = append(stopped, rw.res)
 		gr := key.gvr.GroupResource()
 		if w.stopping != nil && !served[gr] {
 			w.stopping(rw.res)
@@ -176,12 +178,39 @@ func (w *Watcher) reconcile(ctx context.Context) error {
 	if w.cfg.Store != nil {
 		w.syncStore(served, d.failed, wants)
 	}
+	w.forgetSeries(stopped, d)
 	for _, r := range d.resources {
 		w.known[groupResource(r)] = true
 	}
 	w.metrics.resources.Set(float64(len(w.resources())))
 	w.passes.Add(1)
 	return nil
+}
+
+// forgetSeries deletes the metric series of the resources whose
+// informers reconcile stopped and that no informer watches any more (a
+// deleted CRD's, a resource the rules no longer select), and those of the
+// discovery failures of group versions that are gone: without it every
+// CRD ever watched kept its series until the process ended.
+func (w *Watcher) forgetSeries(stopped []change.Resource, d discovered) {
+	watched := map[schema.GroupVersionResource]bool{}
+	for key := range w.watches {
+		watched[key.gvr] = true
+	}
+	for _, res := range stopped {
+		if !watched[gvr(res)] {
+			w.metrics.forget(res)
+		}
+	}
+	served := map[schema.GroupVersion]bool{}
+	for _, r := range d.resources {
+		served[gvr(r).GroupVersion()] = true
+	}
+	for gv := range w.everFailed {
+		if d.failed[gv] == nil && !served[gv] {
+			w.metrics.discoveryFails.DeleteLabelValues(gv.String())
+		}
+	}
 }
 
 // wants lists the informers to run: the selected resources (one informer

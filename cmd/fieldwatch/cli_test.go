@@ -183,3 +183,32 @@ func TestValidateStopsOnSIGTERM(t *testing.T) {
 		})
 	}
 }
+
+// TestTestCommandStopsCostlyRules: `fieldwatch test` on a rule that would
+// match a regex of 10,003 instructions against 1 MiB (3 minutes of RE2
+// before) fails the case quickly and says the cost limit stopped it.
+func TestTestCommandStopsCostlyRules(t *testing.T) {
+	rulesFile := writeFile(t, "rules.yaml", "rules:\n  - name: costly\n    match: {resources: [{group: '', kind: ConfigMap}]}\n"+
+		"    when: object.data.v.matches('"+strings.Repeat("a{1000}", 10)+"b')\n    actions: [{log: {}}]\n")
+	casesFile := writeFile(t, "cases.yaml", "cases:\n  - name: a large value\n    type: created\n    resource: {resource: configmaps}\n"+
+		"    object: {apiVersion: v1, kind: ConfigMap, metadata: {name: c, namespace: d}, data: {v: "+strings.Repeat("a", 1<<20)+"}}\n"+
+		"    expect: {fire: []}\n")
+	type result struct {
+		code           int
+		stdout, stderr string
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, stdout, stderr := runCLI(t, "test", "--rules", rulesFile, casesFile)
+		done <- result{code, stdout, stderr}
+	}()
+	select {
+	case r := <-done:
+		want := regexp.MustCompile(`(?s)^FAIL a large value \(.*cases\.yaml:2:5\)\n  error: rule costly: when: cost limit exceeded: matches would cost 262249858 units .*\n0 of 1 cases passed\n$`)
+		if r.code != 1 || !want.MatchString(r.stdout) {
+			t.Errorf("exit %d, want 1; stdout does not match %s:\n%.2000s\nstderr: %s", r.code, want, r.stdout, r.stderr)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("fieldwatch test still runs after 30s")
+	}
+}

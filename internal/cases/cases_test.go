@@ -282,3 +282,50 @@ func TestRunRendersTemplates(t *testing.T) {
 func actorCase(actor string) string {
 	return "cases:\n  - name: a\n    type: created\n    resource: {resource: x}\n    object: {apiVersion: v1, kind: X}\n    actor: " + actor + "\n    expect: {fire: []}\n"
 }
+
+// TestRunStopsCostlyRules: a case whose rule would match a regex of
+// 10,003 instructions against 1 MiB (3 minutes of RE2 before) fails
+// quickly, with the cost limit in its evaluation error; a case expecting
+// that error passes.
+func TestRunStopsCostlyRules(t *testing.T) {
+	set, err := rules.Parse("rules.yaml", []byte(`rules:
+  - name: costly
+    match: {resources: [{group: "", kind: ConfigMap}]}
+    when: object.data.v.matches('`+strings.Repeat("a{1000}", 10)+`b')
+    actions: [{log: {}}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	object := `{apiVersion: v1, kind: ConfigMap, metadata: {name: c, namespace: d, uid: u, resourceVersion: "1"}, data: {v: ` + strings.Repeat("a", 1<<20) + `}}`
+	cases, err := Parse("cases.yaml", []byte(`cases:
+  - name: no error expected
+    type: created
+    resource: {resource: configmaps}
+    object: `+object+`
+    expect: {fire: []}
+  - name: the cost limit expected
+    type: created
+    resource: {resource: configmaps}
+    object: `+object+`
+    expect: {fire: [], errors: [cost limit exceeded]}
+`), caseTime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan []Result, 1)
+	go func() { done <- Run(set, cases) }()
+	var results []Result
+	select {
+	case results = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the cases still run after 30s")
+	}
+	const want = "evaluation error: rule costly: when: cost limit exceeded: matches would cost 262249858 units (a pattern of 10003 instructions against 1048576 bytes), more than the limit of 1000000"
+	if r := results[0]; r.Pass || r.Diff != want {
+		t.Errorf("case %q: pass %v, diff:\n%s\nwant:\n%s", r.Name, r.Pass, r.Diff, want)
+	}
+	if r := results[1]; !r.Pass {
+		t.Errorf("case %q failed:\n%s", r.Name, r.Diff)
+	}
+}
