@@ -151,7 +151,7 @@ var slowPattern = strings.Repeat("a{1000}", 10) + "b"
 // slowPattern against 1 MiB ran for minutes without an error.
 func TestCELMatchesCost(t *testing.T) {
 	big := celBombChange(1 << 20)
-	big.Object["spec"].(map[string]any)["p"] = slowPattern
+	big.New["spec"].(map[string]any)["p"] = slowPattern
 	small := celBombChange(10 << 10)
 	tests := []struct {
 		name, expr string
@@ -212,7 +212,7 @@ func TestCELMatches(t *testing.T) {
 			if issues != nil {
 				t.Fatal(issues)
 			}
-			got, err := x.eval(newCELVars(&Change{Type: change.Created, Object: obj}))
+			got, err := x.eval(newCELVars(&Change{Type: change.Created, New: obj}))
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Errorf("eval = %v, %v; want an error containing %q", got, err, tt.wantErr)
@@ -235,7 +235,7 @@ func TestCELMatches(t *testing.T) {
 		if issues != nil || !x.metered {
 			t.Fatalf("%s: %v, metered %v", expr, issues, x != nil && x.metered)
 		}
-		_, det, err := x.prg.Eval(newCELVars(&Change{Type: change.Created, Object: long}))
+		_, det, err := x.prg.Eval(newCELVars(&Change{Type: change.Created, New: long}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -269,7 +269,7 @@ func TestCELLoopsStopAtTheTimeLimit(t *testing.T) {
 	if issues != nil {
 		t.Fatal(issues)
 	}
-	ok, err := evalWithin(t, x, &Change{Type: change.Updated, Object: obj, OldObject: old})
+	ok, err := evalWithin(t, x, &Change{Type: change.Updated, New: obj, Old: old})
 	if !errors.Is(err, errTimeLimit) {
 		t.Errorf("eval = %v, %v; want the time limit exceeded", ok, err)
 	}
@@ -294,7 +294,7 @@ func TestCELLongLoopsAreBounded(t *testing.T) {
 			if issues != nil {
 				t.Fatal(issues)
 			}
-			ok, err := evalWithin(t, x, &Change{Type: change.Created, Object: map[string]any{"spec": map[string]any{"l": long}}})
+			ok, err := evalWithin(t, x, &Change{Type: change.Created, New: map[string]any{"spec": map[string]any{"l": long}}})
 			if !errors.Is(err, errTimeLimit) && !errors.Is(err, errCostLimit) {
 				t.Errorf("eval = %v, %v; want the time or cost limit exceeded", ok, err)
 			}
@@ -305,7 +305,7 @@ func TestCELLongLoopsAreBounded(t *testing.T) {
 		l[i] = int64(i)
 	}
 	x, _ := compileCEL("object.spec.l.all(x, x in object.spec.l)", false)
-	if ok, err := evalWithin(t, x, &Change{Type: change.Created, Object: map[string]any{"spec": map[string]any{"l": l}}}); !errors.Is(err, errCostLimit) {
+	if ok, err := evalWithin(t, x, &Change{Type: change.Created, New: map[string]any{"spec": map[string]any{"l": l}}}); !errors.Is(err, errCostLimit) {
 		t.Errorf("2,000 membership tests in 2,000 items = %v, %v; want the cost limit exceeded", ok, err)
 	}
 }
@@ -339,7 +339,7 @@ func TestCELSearchIsLinear(t *testing.T) {
 				for off := int64(-1); off <= int64(len(s))+1; off++ {
 					want, _, wantErr := theirs.Eval(map[string]any{"s": s, "sub": sub, "off": off})
 					obj := map[string]any{"s": s, "sub": sub, "off": off, "want": want}
-					got, err := ours.eval(newCELVars(&Change{Type: change.Created, Object: obj}))
+					got, err := ours.eval(newCELVars(&Change{Type: change.Created, New: obj}))
 					if (err != nil) != (wantErr != nil) || (err == nil && !got) {
 						t.Errorf("%s with s=%q sub=%q off=%d: ours %v, %v; the extension's %v, %v", expr, s, sub, off, got, err, want, wantErr)
 					}
@@ -353,7 +353,7 @@ func TestCELSearchIsLinear(t *testing.T) {
 		if issues != nil {
 			t.Fatal(issues)
 		}
-		if ok, err := evalWithin(t, x, &Change{Type: change.Created, Object: map[string]any{"s": s, "sub": sub}}); !ok || err != nil {
+		if ok, err := evalWithin(t, x, &Change{Type: change.Created, New: map[string]any{"s": s, "sub": sub}}); !ok || err != nil {
 			t.Errorf("%s = %v, %v", expr, ok, err)
 		}
 	}
@@ -394,7 +394,7 @@ func BenchmarkCELLongLoop(b *testing.B) {
 			if issues != nil {
 				b.Fatal(issues)
 			}
-			vars := newCELVars(&Change{Type: change.Created, Object: map[string]any{"spec": map[string]any{"l": l}}})
+			vars := newCELVars(&Change{Type: change.Created, New: map[string]any{"spec": map[string]any{"l": l}}})
 			for b.Loop() {
 				if _, err := x.eval(vars); err != nil {
 					b.Fatal(err)
