@@ -230,13 +230,13 @@ func (w *Webhook) authenticate(r *http.Request) (int, string) {
 	presented := false
 	if auth := r.Header.Get("Authorization"); auth != "" {
 		presented = true
-		tok, ok := strings.CutPrefix(auth, "Bearer ")
+		tok, ok := bearerToken(auth)
 		if ok && w.token != nil {
 			want, err := w.token.get()
 			if err != nil {
 				w.log.Error("audit webhook: reload token file; using the previous token", "error", err)
 			}
-			got := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+			got := sha256.Sum256([]byte(tok))
 			if subtle.ConstantTimeCompare(got[:], want[:]) == 1 {
 				return 0, ""
 			}
@@ -252,6 +252,17 @@ func (w *Webhook) authenticate(r *http.Request) (int, string) {
 		return http.StatusUnauthorized, "no credentials"
 	}
 	return http.StatusForbidden, "wrong credentials"
+}
+
+// bearerToken returns the credentials of an Authorization header of the
+// Bearer scheme, whose name is case-insensitive (RFC 7235: "bearer" is
+// Bearer too).
+func bearerToken(auth string) (string, bool) {
+	scheme, tok, ok := strings.Cut(auth, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimSpace(tok), true
 }
 
 func (w *Webhook) verifyClient(chain []*x509.Certificate) bool {

@@ -150,19 +150,23 @@ func TestWebhookAuthentication(t *testing.T) {
 		name            string
 		client          *http.Client
 		method, token   string
+		auth            string // the Authorization header as sent, instead of "Bearer " + token
 		body            []byte
 		wantCode        int
 		wantIndexedMore int
 	}{
-		{"client certificate", httpsClient(t, p.ca.CertPEM, p.clientCert, p.clientKey), "POST", "", body, 200, 7},
-		{"bearer token", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", p.token, body, 200, 7},
-		{"no credentials", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", "", body, 401, 0},
-		{"wrong token", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", "s3cret-tokem", body, 403, 0},
-		{"certificate of another CA", httpsClient(t, p.ca.CertPEM, p.impostorCert, p.impostorKey), "POST", "", body, 403, 0},
-		{"server certificate as client", httpsClient(t, p.ca.CertPEM, p.serverCertPEM, p.serverKeyPEM), "POST", "", body, 403, 0},
-		{"GET", httpsClient(t, p.ca.CertPEM, p.clientCert, p.clientKey), "GET", "", nil, 405, 0},
-		{"too large", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", p.token, huge, 413, -1},
-		{"malformed", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", p.token, []byte(`{"items":[{"stage":1}]}`), 400, 0},
+		{"client certificate", httpsClient(t, p.ca.CertPEM, p.clientCert, p.clientKey), "POST", "", "", body, 200, 7},
+		{"bearer token", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", p.token, "", body, 200, 7},
+		{"bearer in lower case", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", "", "bearer " + p.token, body, 200, 7},
+		{"BEARER, two spaces", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", "", "BEARER  " + p.token, body, 200, 7},
+		{"the token in another scheme", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", "", "Basic " + p.token, body, 403, 0},
+		{"no credentials", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", "", "", body, 401, 0},
+		{"wrong token", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", "s3cret-tokem", "", body, 403, 0},
+		{"certificate of another CA", httpsClient(t, p.ca.CertPEM, p.impostorCert, p.impostorKey), "POST", "", "", body, 403, 0},
+		{"server certificate as client", httpsClient(t, p.ca.CertPEM, p.serverCertPEM, p.serverKeyPEM), "POST", "", "", body, 403, 0},
+		{"GET", httpsClient(t, p.ca.CertPEM, p.clientCert, p.clientKey), "GET", "", "", nil, 405, 0},
+		{"too large", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", p.token, "", huge, 413, -1},
+		{"malformed", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", p.token, "", []byte(`{"items":[{"stage":1}]}`), 400, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := len(sink.ids())
@@ -173,6 +177,9 @@ func TestWebhookAuthentication(t *testing.T) {
 			req.Header.Set("Content-Type", "application/json")
 			if tc.token != "" {
 				req.Header.Set("Authorization", "Bearer "+tc.token)
+			}
+			if tc.auth != "" {
+				req.Header.Set("Authorization", tc.auth)
 			}
 			resp, err := tc.client.Do(req)
 			if err != nil {
@@ -191,7 +198,7 @@ func TestWebhookAuthentication(t *testing.T) {
 			}
 		})
 	}
-	for code, want := range map[string]float64{"200": 2, "401": 1, "403": 3, "405": 1, "413": 1, "400": 1} {
+	for code, want := range map[string]float64{"200": 4, "401": 1, "403": 4, "405": 1, "413": 1, "400": 1} {
 		if got := value(t, m.webhookRequests.WithLabelValues(code)); got != want {
 			t.Errorf("webhook_requests_total{code=%s} = %v, want %v", code, got, want)
 		}
