@@ -25,6 +25,21 @@ type files []string
 func (f *files) String() string     { return strings.Join(*f, ",") }
 func (f *files) Set(v string) error { *f = append(*f, v); return nil }
 
+// nameList is a repeatable flag whose values may also be comma lists.
+type nameList []string
+
+func (n *nameList) String() string { return strings.Join(*n, ",") }
+func (n *nameList) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			return errors.New("an empty name")
+		}
+		*n = append(*n, s)
+	}
+	return nil
+}
+
 func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fieldwatch run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -62,7 +77,8 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&au.WebhookAddr, "audit-webhook-addr", "", "attribution: address of the HTTPS receiver for the apiserver's audit webhook backend, such as :8443 (empty: none)")
 	fs.StringVar(&au.WebhookCertFile, "audit-webhook-cert-file", "", "attribution: the receiver's serving certificate (PEM; reloaded when it changes)")
 	fs.StringVar(&au.WebhookKeyFile, "audit-webhook-key-file", "", "attribution: the receiver's serving key (PEM)")
-	fs.StringVar(&au.WebhookClientCAFile, "audit-webhook-client-ca-file", "", "attribution: accept posts with a client certificate signed by these CAs")
+	fs.StringVar(&au.WebhookClientCAFile, "audit-webhook-client-ca-file", "", "attribution: accept posts with a client certificate signed by these CAs that names one of --audit-webhook-client-name (use a CA of its own for the apiserver's certificate, not the cluster CA)")
+	fs.Var((*nameList)(&au.WebhookClientNames), "audit-webhook-client-name", "attribution: the apiserver's client certificate: its CN, or a DNS or URI SAN, matched exactly (repeat, or a comma list, for several). Required with --audit-webhook-client-ca-file")
 	fs.StringVar(&au.WebhookTokenFile, "audit-webhook-token-file", "", "attribution: accept posts with this bearer token")
 	fs.Var(&maxBody, "audit-webhook-max-body", "attribution: largest audit event list accepted (bytes, or a quantity such as 32Mi)")
 	fs.StringVar(&au.LogPath, "audit-log", "", "attribution: the apiserver's JSON audit log to follow (--audit-log-path), across rotation and truncation")

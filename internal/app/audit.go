@@ -22,10 +22,12 @@ import (
 type AuditConfig struct {
 	// WebhookAddr is where the audit webhook receiver listens (":8443");
 	// "" runs none. It needs WebhookCertFile and WebhookKeyFile, and
-	// WebhookClientCAFile or WebhookTokenFile (or both).
+	// WebhookClientCAFile with WebhookClientNames (the names of the
+	// apiserver's client certificate) or WebhookTokenFile (or both).
 	WebhookAddr                     string
 	WebhookCertFile, WebhookKeyFile string
 	WebhookClientCAFile             string
+	WebhookClientNames              []string
 	WebhookTokenFile                string
 	WebhookMaxBodyBytes             int64
 	// WebhookReady, if set, is called with the receiver's address once it
@@ -54,8 +56,15 @@ func (c *AuditConfig) check(totalShards int) error {
 	if c.WebhookAddr != "" && totalShards > 1 {
 		return errors.New("--audit-webhook-addr with --total-shards > 1: the apiserver sends each audit event to one receiver, so the other shards would see none; use --audit-log (each replica reads the log) or run one shard")
 	}
-	if c.WebhookAddr == "" && (c.WebhookCertFile != "" || c.WebhookKeyFile != "" || c.WebhookClientCAFile != "" || c.WebhookTokenFile != "") {
+	if c.WebhookAddr == "" && (c.WebhookCertFile != "" || c.WebhookKeyFile != "" || c.WebhookClientCAFile != "" || c.WebhookTokenFile != "" || len(c.WebhookClientNames) > 0) {
 		return errors.New("the --audit-webhook-* files are given but --audit-webhook-addr is not")
+	}
+	if c.WebhookClientCAFile != "" && len(c.WebhookClientNames) == 0 {
+		return errors.New("--audit-webhook-client-ca-file needs --audit-webhook-client-name: the name of the apiserver's client certificate (its CN, or a DNS or URI SAN). " +
+			"Without it every client certificate of that CA (with a cluster CA: every kubelet's) could post audit events naming anyone as the author of a change")
+	}
+	if c.WebhookClientCAFile == "" && len(c.WebhookClientNames) > 0 {
+		return errors.New("--audit-webhook-client-name without --audit-webhook-client-ca-file: the names are those of the client certificates of that CA to accept")
 	}
 	if c.LogPath == "" && c.LogStateFile != "" {
 		return errors.New("--audit-log-state without --audit-log")
@@ -141,7 +150,7 @@ func (a *App) startAuditWebhook(ctx context.Context, bg interface{ Go(func()) })
 	}
 	wh, err := audit.NewWebhook(audit.WebhookOptions{
 		CertFile: c.WebhookCertFile, KeyFile: c.WebhookKeyFile,
-		ClientCAFile: c.WebhookClientCAFile, TokenFile: c.WebhookTokenFile,
+		ClientCAFile: c.WebhookClientCAFile, ClientNames: c.WebhookClientNames, TokenFile: c.WebhookTokenFile,
 		MaxBodyBytes: c.WebhookMaxBodyBytes,
 		Logger:       a.log,
 		Metrics:      a.auditMetrics,

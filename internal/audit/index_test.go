@@ -246,6 +246,76 @@ func TestMatch(t *testing.T) {
 	}
 }
 
+// TestMatchEarlyEvents: events that were held before the change was
+// observed decide it only at the bound (final), unless one that arrives
+// after it joins them: another identity's makes the change ambiguous, an
+// exact one wins. An event posted ahead of the apiserver's never outweighs
+// the apiserver's.
+func TestMatchEarlyEvents(t *testing.T) {
+	exact := func(r Record) Record {
+		r.Level, r.ResponseUID, r.ResponseResourceVersion = "RequestResponse", "uid-a", "10"
+		return r
+	}
+	for _, tc := range []struct {
+		name        string
+		early, late []Record
+		// before is the result of a match before the late events came,
+		// final the one at the bound; after the one once they came.
+		before, final, after string
+	}{
+		{"early alone: at the bound", []Record{rec("f", "alice", "patch", "a", 0)}, nil,
+			"undecided", "window alice f", ""},
+		{"a later one of another user: ambiguous", []Record{rec("f", "alice", "patch", "a", 0)}, []Record{rec("e", "bob", "patch", "a", 20*time.Millisecond)},
+			"undecided", "", "ambiguous alice,bob"},
+		{"a later exact one wins", []Record{rec("f", "alice", "patch", "a", 0)}, []Record{exact(rec("e", "bob", "patch", "a", 20*time.Millisecond))},
+			"undecided", "", "exact bob e"},
+		{"a later one of the same user", []Record{rec("f", "alice", "patch", "a", 0)}, []Record{rec("e", "alice", "patch", "a", 20*time.Millisecond)},
+			"undecided", "", "window alice -"},
+		{"two early users: ambiguous at the bound", []Record{rec("f", "alice", "patch", "a", 0), rec("g", "bob", "patch", "a", 0)}, nil,
+			"undecided", "ambiguous alice,bob", ""},
+		{"an early exact one decides at once", []Record{exact(rec("e", "alice", "patch", "a", 0))}, nil,
+			"exact alice e", "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newFakeClock()
+			ix := NewIndex(IndexOptions{Clock: clk})
+			ix.Add(SourceWebhook, slices.Clone(tc.early), 0)
+			c := chg(change.Updated, "a")
+			c.Observed = t0.Add(10 * time.Millisecond)
+			clk.Step(10 * time.Millisecond)
+			describe := func(final bool) string {
+				a, ok := ix.match(&c, final)
+				switch {
+				case !ok:
+					return "undecided"
+				case a.Match == MatchAmbiguous:
+					return "ambiguous " + joinComma(a.Candidates)
+				case a.AuditID == "":
+					return fmt.Sprintf("%s %s -", a.Match, a.Username())
+				}
+				return fmt.Sprintf("%s %s %s", a.Match, a.Username(), a.AuditID)
+			}
+			if got := describe(false); got != tc.before {
+				t.Fatalf("before the later events: %s, want %s", got, tc.before)
+			}
+			if tc.final != "" {
+				if got := describe(true); got != tc.final {
+					t.Errorf("at the bound: %s, want %s", got, tc.final)
+				}
+				return
+			}
+			if tc.after == "" {
+				return
+			}
+			clk.Step(100 * time.Millisecond)
+			ix.Add(SourceWebhook, slices.Clone(tc.late), 0)
+			if got := describe(false); got != tc.after {
+				t.Errorf("once the later events came: %s, want %s", got, tc.after)
+			}
+		})
+	}
+}
+
 func joinComma(ss []string) string {
 	out := ""
 	for i, s := range ss {

@@ -12,6 +12,7 @@ type Metrics struct {
 	events          *prometheus.CounterVec
 	decodeErrors    *prometheus.CounterVec
 	webhookRequests *prometheus.CounterVec
+	webhookRefused  *prometheus.CounterVec
 	held            prometheus.Gauge
 	evictions       *prometheus.CounterVec
 	matches         *prometheus.CounterVec
@@ -25,6 +26,7 @@ type Metrics struct {
 	evictedAge, evictedCount             prometheus.Counter
 	matchExact, matchWindow, matchAmbig  prometheus.Counter
 	webhookOK                            prometheus.Counter
+	refusedBy                            map[string]prometheus.Counter
 	indexedBy, ignoredBy, duplicateBy    map[string]prometheus.Counter
 	filteredBy, failedBy, decodeErrorsBy map[string]prometheus.Counter
 }
@@ -52,6 +54,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: ns, Subsystem: sub, Name: "webhook_requests_total",
 			Help: "Requests to the audit webhook, by response code (401: no credentials, 403: wrong credentials, 413: body too large, 503: standing by).",
 		}, []string{"code"}),
+		webhookRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "webhook_refused_total",
+			Help: "Clients the audit webhook refused, by reason: no_credentials (401), wrong_token, untrusted_certificate (not signed by the client CA for client authentication), certificate_name (signed by it, naming none of the client names) (403).",
+		}, []string{"reason"}),
 		held: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "index_events",
 			Help: "Audit events held in the index for matching.",
@@ -87,7 +93,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.events, m.decodeErrors, m.webhookRequests, m.held, m.evictions,
+		reg.MustRegister(m.events, m.decodeErrors, m.webhookRequests, m.webhookRefused, m.held, m.evictions,
 			m.matches, m.unmatched, m.waiting, m.wait, m.logReopens, m.logSkipped)
 	}
 	m.evictedAge = m.evictions.WithLabelValues("age")
@@ -96,6 +102,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.matchWindow = m.matches.WithLabelValues(string(MatchWindow))
 	m.matchAmbig = m.matches.WithLabelValues(string(MatchAmbiguous))
 	m.webhookOK = m.webhookRequests.WithLabelValues("200")
+	m.refusedBy = map[string]prometheus.Counter{}
+	for _, r := range refusedReasons {
+		m.refusedBy[r] = m.webhookRefused.WithLabelValues(r)
+	}
 	m.indexedBy, m.ignoredBy, m.duplicateBy = map[string]prometheus.Counter{}, map[string]prometheus.Counter{}, map[string]prometheus.Counter{}
 	m.filteredBy, m.failedBy, m.decodeErrorsBy = map[string]prometheus.Counter{}, map[string]prometheus.Counter{}, map[string]prometheus.Counter{}
 	for _, src := range []string{SourceWebhook, SourceLog} {

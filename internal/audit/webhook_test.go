@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -55,6 +56,7 @@ type webhookPKI struct {
 	caFile, tokenFile            string
 	clientCert, clientKey        []byte
 	impostorCert, impostorKey    []byte
+	kubeletCert, kubeletKey      []byte // the same CA, another client
 	token                        string
 	serverCertPEM, serverKeyPEM  []byte
 	otherCA                      *testenv.CA
@@ -80,6 +82,8 @@ func newWebhookPKI(t testing.TB, dir string) *webhookPKI {
 	p.clientCert, p.clientKey, err = p.ca.ClientCert("kube-apiserver")
 	must(err)
 	p.impostorCert, p.impostorKey, err = p.otherCA.ClientCert("kube-apiserver")
+	must(err)
+	p.kubeletCert, p.kubeletKey, err = p.ca.ClientCert("system:node:worker-1")
 	must(err)
 	p.otherServerCert, p.otherServer, err = p.otherCA.ServerCert("fieldwatch-audit")
 	must(err)
@@ -133,8 +137,8 @@ func TestWebhookAuthentication(t *testing.T) {
 	p := newWebhookPKI(t, t.TempDir())
 	sink := &recordingSink{}
 	m := NewMetrics(nil)
-	w, err := NewWebhook(WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, ClientCAFile: p.caFile, TokenFile: p.tokenFile,
-		MaxBodyBytes: 64 << 10, Metrics: m, Logger: slog.New(slog.DiscardHandler)}, sink)
+	w, err := NewWebhook(WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, ClientCAFile: p.caFile, ClientNames: []string{"kube-apiserver"},
+		TokenFile: p.tokenFile, MaxBodyBytes: 64 << 10, Metrics: m, Logger: slog.New(slog.DiscardHandler)}, sink)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,6 +166,7 @@ func TestWebhookAuthentication(t *testing.T) {
 		{"the token in another scheme", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", "", "Basic " + p.token, body, 403, 0},
 		{"no credentials", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", "", "", body, 401, 0},
 		{"wrong token", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", "s3cret-tokem", "", body, 403, 0},
+		{"certificate of the CA naming another client", httpsClient(t, p.ca.CertPEM, p.kubeletCert, p.kubeletKey), "POST", "", "", body, 403, 0},
 		{"certificate of another CA", httpsClient(t, p.ca.CertPEM, p.impostorCert, p.impostorKey), "POST", "", "", body, 403, 0},
 		{"server certificate as client", httpsClient(t, p.ca.CertPEM, p.serverCertPEM, p.serverKeyPEM), "POST", "", "", body, 403, 0},
 		{"GET", httpsClient(t, p.ca.CertPEM, p.clientCert, p.clientKey), "GET", "", "", nil, 405, 0},
@@ -198,7 +203,7 @@ func TestWebhookAuthentication(t *testing.T) {
 			}
 		})
 	}
-	for code, want := range map[string]float64{"200": 4, "401": 1, "403": 4, "405": 1, "413": 1, "400": 1} {
+	for code, want := range map[string]float64{"200": 4, "401": 1, "403": 5, "405": 1, "413": 1, "400": 1} {
 		if got := value(t, m.webhookRequests.WithLabelValues(code)); got != want {
 			t.Errorf("webhook_requests_total{code=%s} = %v, want %v", code, got, want)
 		}
@@ -217,7 +222,10 @@ func TestWebhookOptionsRequired(t *testing.T) {
 		{"missing key", WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile + ".missing", TokenFile: p.tokenFile}, "no such file"},
 		{"key of another cert", WebhookOptions{CertFile: p.certFile, KeyFile: p.caFile, TokenFile: p.tokenFile}, "key"},
 		{"empty token", WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, TokenFile: os.DevNull}, "empty token"},
-		{"CA file without certificates", WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, ClientCAFile: p.tokenFile}, "no PEM certificate"},
+		{"CA file without certificates", WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, ClientCAFile: p.tokenFile, ClientNames: []string{"kube-apiserver"}}, "no PEM certificate"},
+		{"client CA without client names", WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, ClientCAFile: p.caFile, TokenFile: p.tokenFile}, "needs the names of the apiserver's client certificate"},
+		{"client names without a client CA", WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, TokenFile: p.tokenFile, ClientNames: []string{"kube-apiserver"}}, "client names without a client CA file"},
+		{"an empty client name", WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, ClientCAFile: p.caFile, ClientNames: []string{"kube-apiserver", ""}}, `client name "": empty`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := NewWebhook(tc.opts, &recordingSink{})
@@ -225,6 +233,110 @@ func TestWebhookOptionsRequired(t *testing.T) {
 				t.Errorf("error %v, want it to contain %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestWebhookClientNames: a certificate of the client CA is accepted only
+// when its common name or a DNS or URI SAN is one of the client names;
+// the others are refused (403), counted by reason, and logged at most once
+// per RefusalLogInterval however many come.
+func TestWebhookClientNames(t *testing.T) {
+	p := newWebhookPKI(t, t.TempDir())
+	issue := func(cn string, dns []string, uris ...string) [2][]byte {
+		t.Helper()
+		var us []*url.URL
+		for _, u := range uris {
+			parsed, err := url.Parse(u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			us = append(us, parsed)
+		}
+		c, k, err := p.ca.ClientCertSANs(cn, dns, us)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return [2][]byte{c, k}
+	}
+	certs := map[string][2][]byte{
+		"cn":        {p.clientCert, p.clientKey},
+		"dns":       issue("apiserver-1", []string{"kube-apiserver.control-plane"}),
+		"uri":       issue("apiserver-2", nil, "spiffe://cluster.local/ns/kube-system/sa/kube-apiserver"),
+		"kubelet":   {p.kubeletCert, p.kubeletKey},
+		"prefix":    issue("kube-apiserver-impostor", []string{"kube-apiserver.control-plane.evil"}),
+		"case":      issue("Kube-Apiserver", nil),
+		"other-ca":  {p.impostorCert, p.impostorKey},
+		"other-san": issue("someone", []string{"someone.example"}, "spiffe://cluster.local/ns/default/sa/someone"),
+	}
+	sink := &recordingSink{}
+	m := NewMetrics(nil)
+	var logs testenv.SyncBuffer
+	w, err := NewWebhook(WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, ClientCAFile: p.caFile,
+		ClientNames: []string{"kube-apiserver", "kube-apiserver.control-plane", "spiffe://cluster.local/ns/kube-system/sa/kube-apiserver"},
+		Metrics:     m, Logger: slog.New(slog.NewJSONHandler(&logs, nil))}, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := serveWebhook(t, w)
+	body := eventList(readLines(t, apiserverLog)[:10])
+	post := func(cert [2][]byte) int {
+		t.Helper()
+		resp, err := httpsClient(t, p.ca.CertPEM, cert[0], cert[1]).Post(url, "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, tc := range []struct {
+		cert string
+		want int
+	}{
+		{"cn", 200}, {"dns", 200}, {"uri", 200},
+		{"kubelet", 403}, {"prefix", 403}, {"case", 403}, {"other-san", 403}, {"other-ca", 403},
+	} {
+		if got := post(certs[tc.cert]); got != tc.want {
+			t.Errorf("certificate %s: %d, want %d", tc.cert, got, tc.want)
+		}
+	}
+	if got := len(sink.ids()); got != 3*7 {
+		t.Errorf("%d records reached the sink, want those of the 3 accepted posts (21)", got)
+	}
+	// A flood: counted in full, logged once per reason.
+	for range 30 {
+		post(certs["kubelet"])
+	}
+	for reason, want := range map[string]float64{RefusedCertificateName: 34, RefusedCertificate: 1, RefusedToken: 0, RefusedNoCredentials: 0} {
+		if got := value(t, m.refusedBy[reason]); got != want {
+			t.Errorf("webhook_refused_total{reason=%s} = %v, want %v", reason, got, want)
+		}
+	}
+	lines := strings.Count(logs.String(), `"msg":"audit webhook: refused a request"`)
+	named := strings.Count(logs.String(), `"refused":"certificate_name","client":"system:node:worker-1"`)
+	if lines != 2 || named != 1 {
+		t.Errorf("%d refusal lines (%d naming the kubelet's certificate), want 2: one per reason within the interval\n%s", lines, named, logs.String())
+	}
+}
+
+// TestRefusalLog: one line per key and interval, the next one with the
+// count of those left out.
+func TestRefusalLog(t *testing.T) {
+	l := newRefusalLog(10 * time.Second)
+	var got []string
+	for i, at := range []time.Duration{0, time.Second, 2 * time.Second, 11 * time.Second, 12 * time.Second, 30 * time.Second} {
+		for _, key := range []string{"403" + RefusedToken, "401" + RefusedNoCredentials} {
+			if key != "403"+RefusedToken && i%2 == 1 {
+				continue
+			}
+			if n, ok := l.allow(key, t0.Add(at)); ok {
+				got = append(got, fmt.Sprintf("%s@%s+%d", key, at, n))
+			}
+		}
+	}
+	want := []string{"403wrong_token@0s+0", "401no_credentials@0s+0", "403wrong_token@11s+2", "401no_credentials@12s+1", "403wrong_token@30s+1"}
+	if !slices.Equal(got, want) {
+		t.Errorf("logged %q, want %q", got, want)
 	}
 }
 
