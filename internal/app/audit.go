@@ -29,7 +29,10 @@ type AuditConfig struct {
 	WebhookClientCAFile             string
 	WebhookClientNames              []string
 	WebhookTokenFile                string
-	WebhookMaxBodyBytes             int64
+	// WebhookMaxBodyBytes and WebhookMaxRequests bound a request's body
+	// and the requests read at once (audit.WebhookOptions).
+	WebhookMaxBodyBytes int64
+	WebhookMaxRequests  int
 	// WebhookReady, if set, is called with the receiver's address once it
 	// listens (tests use it with WebhookAddr "127.0.0.1:0").
 	WebhookReady func(addr string)
@@ -41,10 +44,11 @@ type AuditConfig struct {
 	// beyond which the watcher slows down).
 	Wait       time.Duration
 	MaxWaiting int
-	// MatchWindow, ClockSkew, IndexMaxEvents and IndexMaxAge bound the
-	// index of audit events (audit.IndexOptions).
+	// MatchWindow, ClockSkew, IndexMaxEvents, IndexMaxBytes and
+	// IndexMaxAge bound the index of audit events (audit.IndexOptions).
 	MatchWindow, ClockSkew time.Duration
 	IndexMaxEvents         int
+	IndexMaxBytes          int64
 	IndexMaxAge            time.Duration
 }
 
@@ -151,10 +155,10 @@ func (a *App) startAuditWebhook(ctx context.Context, bg interface{ Go(func()) })
 	wh, err := audit.NewWebhook(audit.WebhookOptions{
 		CertFile: c.WebhookCertFile, KeyFile: c.WebhookKeyFile,
 		ClientCAFile: c.WebhookClientCAFile, ClientNames: c.WebhookClientNames, TokenFile: c.WebhookTokenFile,
-		MaxBodyBytes: c.WebhookMaxBodyBytes,
-		Logger:       a.log,
-		Metrics:      a.auditMetrics,
-		Accepting:    a.auditSink.accepting,
+		MaxBodyBytes: c.WebhookMaxBodyBytes, MaxConcurrentRequests: c.WebhookMaxRequests,
+		Logger:    a.log,
+		Metrics:   a.auditMetrics,
+		Accepting: a.auditSink.accepting,
 	}, &a.auditSink)
 	if err != nil {
 		return err
@@ -203,7 +207,7 @@ func (a *App) startAttribution(ctx context.Context) (*attribution, error) {
 		return nil, nil
 	}
 	ix := audit.NewIndex(audit.IndexOptions{
-		MaxEvents: c.IndexMaxEvents, MaxAge: c.IndexMaxAge,
+		MaxEvents: c.IndexMaxEvents, MaxBytes: c.IndexMaxBytes, MaxAge: c.IndexMaxAge,
 		Window: c.MatchWindow, ClockSkew: c.ClockSkew,
 		Keep:    func(group, resource string) bool { return a.auditScope.Load().keeps(group, resource) },
 		Metrics: a.auditMetrics,

@@ -50,7 +50,12 @@
 //
 // The webhook accepts only the apiserver: a client certificate of the
 // client CA that names one of WebhookOptions.ClientNames, or the token.
-// Whoever can post can name anyone as the author of a change.
+// Whoever can post can name anyone as the author of a change. What a post
+// may cost is bounded: MaxConcurrentRequests read at once (more get 429),
+// MaxBodyBytes of body of which a quarter of events kept, MaxEventJSONBytes
+// of JSON and MaxEventBytes kept an event (a larger event is dropped and
+// counted), all or nothing per post; the Index bounds its events by count,
+// bytes (IndexOptions.MaxBytes) and age.
 //
 // What each audit level tells (kube-apiserver v1.37, checked by the tests):
 // every level has the user, the impersonated user, the user agent, the
@@ -71,8 +76,9 @@
 // --audit-webhook-batch-max-size events (400) or after
 // --audit-webhook-batch-max-wait, 30s by default: longer than the
 // Attributor's wait, so set it to about 1s. --audit-webhook-truncate-enabled
-// keeps batches under 10 MB (below DefaultMaxBodyBytes) by dropping the
-// bodies of large events, which then match by window instead of exactly.
+// keeps batches under 10 MB (below DefaultMaxBodyBytes) and events under
+// 100 KB (below MaxEventJSONBytes) by dropping the bodies of large events,
+// which then match by window instead of exactly.
 //
 // audit must not import fieldwatch's rules, watcher or app packages, nor
 // client-go (TestDependencies keeps it so): it works on plain values

@@ -3,6 +3,7 @@ package audit
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -453,4 +454,67 @@ func value(t testing.TB, m prometheus.Metric) float64 {
 	}
 	t.Fatalf("metric %v is no counter, gauge or histogram", m.Desc())
 	return 0
+}
+
+// TestIndexBytes: the index evicts the oldest events past MaxBytes
+// (counted by reason bytes), matched ones included, keeps its gauge, and
+// drops a record that would keep more than MaxEventBytes; the interning
+// maps never hold more than maxInternedBytes of strings that held events
+// no longer share.
+func TestIndexBytes(t *testing.T) {
+	clk := newFakeClock()
+	m := NewMetrics(nil)
+	one := entryBytes(ptr(rec("e00", "alice", "patch", "o00", 0)))
+	ix := NewIndex(IndexOptions{Clock: clk, Metrics: m, MaxBytes: 10*one + one/2})
+	for i := range 20 {
+		ix.Add(SourceWebhook, []Record{rec(fmt.Sprintf("e%02d", i), "alice", "patch", fmt.Sprintf("o%02d", i), 0)}, 0)
+		if i == 4 {
+			c := chg(change.Updated, "o04")
+			if _, ok := ix.match(&c, false); !ok {
+				t.Fatal("o04 not matched")
+			}
+		}
+	}
+	if ix.Bytes() > 10*one+one/2 || ix.Bytes() != 10*one || value(t, m.heldBytes) != float64(ix.Bytes()) {
+		t.Errorf("%d bytes (gauge %v), want 10 events' %d", ix.Bytes(), value(t, m.heldBytes), 10*one)
+	}
+	// The ten oldest went, o04 (matched) among them: nine were evicted.
+	if ix.Len() != 10 || value(t, m.evictedBytes) != 9 {
+		t.Errorf("held %d, %v evicted by bytes; want 10, 9", ix.Len(), value(t, m.evictedBytes))
+	}
+	big := rec("big", strings.Repeat("u", MaxEventBytes), "patch", "o20", 0)
+	ix.Add(SourceWebhook, []Record{big}, 0)
+	if ix.Len() != 10 || value(t, m.tooLargeBy[SourceWebhook]) != 1 {
+		t.Errorf("a record over MaxEventBytes: held %d, too_large %v", ix.Len(), value(t, m.tooLargeBy[SourceWebhook]))
+	}
+
+	// Distinct 60 KiB user agents: held events are evicted by bytes, and
+	// the interning maps start over rather than keep them all.
+	ix = NewIndex(IndexOptions{Clock: clk, Metrics: NewMetrics(nil), MaxBytes: 1 << 20})
+	for i := range 200 {
+		r := rec(fmt.Sprint("u", i), "alice", "patch", fmt.Sprint("o", i), 0)
+		r.UserAgent = fmt.Sprintf("%06d", i) + strings.Repeat("a", 60<<10)
+		ix.Add(SourceWebhook, []Record{r}, 0)
+		interned := 0
+		for s := range ix.strs {
+			interned += len(s)
+		}
+		if interned > maxInternedBytes || ix.interned > maxInternedBytes || ix.Bytes() > 1<<20 {
+			t.Fatalf("after %d events: %d bytes interned (counted %d), %d held", i+1, interned, ix.interned, ix.Bytes())
+		}
+	}
+}
+
+// TestEntryBytesBound: what the index counts for an event is at least
+// what it takes on the heap (BenchmarkIndexMemory measures that).
+func TestEntryBytesBound(t *testing.T) {
+	r, keep, err := DecodeEvent(benchEvent(t, 1, "config-1", "user-1", t0))
+	if err != nil || !keep {
+		t.Fatal(keep, err)
+	}
+	// An apiserver event's record as held: measured 595 bytes an event
+	// (30,000 of them, interned).
+	if got := entryBytes(&r); got < 600 {
+		t.Errorf("entryBytes %d, less than the 595 bytes an event takes", got)
+	}
 }

@@ -673,3 +673,84 @@ func TestAttributionForgedEvent(t *testing.T) {
 		})
 	}
 }
+
+// TestAttributionRetriedBatch: while the receiver reads as many posts as
+// it may at once (slow ones, their bodies still coming), the apiserver's
+// batch gets 429 with Retry-After; its webhook client retries it, the
+// retry goes through once the slow posts are done, and alice's patch is
+// attributed to her, its event indexed once.
+func TestAttributionRetriedBatch(t *testing.T) {
+	env := testenv.Shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const ns = "retried"
+	env.EnsureNamespace(t, ns)
+	alice := env.Impersonating(t, "alice")
+	admin := env.Dynamic(t).Resource(configmaps).Namespace(ns)
+	m := NewMetrics(nil)
+	ix, a := newAttribution(t, IndexOptions{Metrics: m}, AttributorOptions{Wait: 30 * time.Second})
+	created, err := admin.Create(ctx, configMap("busy", map[string]any{"k": "0"}), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := admin.Delete(context.Background(), "busy", metav1.DeleteOptions{}); err != nil {
+			t.Errorf("clean up: %v", err)
+		}
+	})
+	testenv.Eventually(t, 10*time.Second, "the create's event held", func() bool {
+		ix.mu.Lock()
+		defer ix.mu.Unlock()
+		return slices.ContainsFunc(ix.byKey[objectKey{resource: "configmaps", namespace: ns, name: "busy"}], func(e *entry) bool { return e.rec.Verb == "create" })
+	})
+	held, indexed := ix.Len(), value(t, m.indexedBy[SourceWebhook])
+	o := observe(t, ctx, env, a, configmaps, ns, created.GetResourceVersion(), nil)
+
+	// Fill the receiver's slots with posts whose bodies do not end yet.
+	body := []byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[]}`)
+	var slow []*io.PipeWriter
+	done := make(chan int, DefaultMaxConcurrentRequests)
+	for range DefaultMaxConcurrentRequests {
+		pr, pw := io.Pipe()
+		t.Cleanup(func() { _ = pw.CloseWithError(io.ErrUnexpectedEOF) })
+		slow = append(slow, pw)
+		go func() {
+			resp, err := httpsClient(t, receiver.certs.CAPEM, receiver.certs.ClientCertPEM, receiver.certs.ClientKeyPEM).Post(receiver.url, "application/json", pr)
+			if err != nil {
+				done <- 0
+				return
+			}
+			_ = resp.Body.Close()
+			done <- resp.StatusCode
+		}()
+		go func() { _, _ = pw.Write(body[:10]) }()
+	}
+	testenv.Eventually(t, 10*time.Second, "the receiver's slots taken", func() bool { return len(receiver.webhook.slots) == DefaultMaxConcurrentRequests })
+	busy := value(t, receiver.metrics.webhookRequests.WithLabelValues("429"))
+
+	if _, err := alice.Dynamic.Resource(configmaps).Namespace(ns).Patch(ctx, "busy", types.MergePatchType, []byte(`{"data":{"k":"1"}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, "the apiserver's batch refused with 429", func() bool {
+		return value(t, receiver.metrics.webhookRequests.WithLabelValues("429")) > busy
+	})
+	if n := ix.Len(); n != held {
+		t.Errorf("%d events held while the receiver was busy, want the %d before", n, held)
+	}
+	for _, pw := range slow {
+		_, _ = pw.Write(body[10:])
+		_ = pw.Close()
+	}
+	for range slow {
+		if code := <-done; code != http.StatusOK {
+			t.Errorf("a slow post: %d", code)
+		}
+	}
+	c := o.waitResolved(t, 1, 20*time.Second)[0]
+	if c.result.Match != MatchWindow || c.result.Username() != "alice" {
+		t.Errorf("alice's patch: %s %q, want window alice", c.result.Match, c.result.Username())
+	}
+	if got := value(t, m.indexedBy[SourceWebhook]) - indexed; got != 1 || value(t, m.duplicateBy[SourceWebhook]) != 0 {
+		t.Errorf("indexed %v more, %v duplicates: want the patch's event once", got, value(t, m.duplicateBy[SourceWebhook]))
+	}
+}

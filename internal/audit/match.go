@@ -243,7 +243,7 @@ func (ix *Index) consumeLocked(e *entry) {
 		return
 	}
 	ix.removeLocked(e)
-	ix.m.held.Set(float64(ix.live))
+	ix.setGaugesLocked()
 }
 
 // attribution describes e as the match for a change that all of cands fit

@@ -14,6 +14,7 @@ type Metrics struct {
 	webhookRequests *prometheus.CounterVec
 	webhookRefused  *prometheus.CounterVec
 	held            prometheus.Gauge
+	heldBytes       prometheus.Gauge
 	evictions       *prometheus.CounterVec
 	matches         *prometheus.CounterVec
 	unmatched       prometheus.Counter
@@ -27,7 +28,9 @@ type Metrics struct {
 	matchExact, matchWindow, matchAmbig  prometheus.Counter
 	webhookOK                            prometheus.Counter
 	refusedBy                            map[string]prometheus.Counter
+	evictedBytes                         prometheus.Counter
 	indexedBy, ignoredBy, duplicateBy    map[string]prometheus.Counter
+	tooLargeBy                           map[string]prometheus.Counter
 	filteredBy, failedBy, decodeErrorsBy map[string]prometheus.Counter
 }
 
@@ -44,7 +47,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "events_total",
-			Help: "Audit events decoded, by source and result: indexed (a successful write held for matching), ignored (another stage, a read, a dry run), failed (a write that did not succeed), filtered (a resource no rule watches), duplicate (an auditID already held).",
+			Help: "Audit events decoded, by source and result: indexed (a successful write held for matching), ignored (another stage, a read, a dry run), failed (a write that did not succeed), filtered (a resource no rule watches), duplicate (an auditID already held), too_large (its user, groups and names take more than 64 KiB).",
 		}, []string{"source", "result"}),
 		decodeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "decode_errors_total",
@@ -52,7 +55,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"source"}),
 		webhookRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "webhook_requests_total",
-			Help: "Requests to the audit webhook, by response code (401: no credentials, 403: wrong credentials, 413: body too large, 503: standing by).",
+			Help: "Requests to the audit webhook, by response code (401: no credentials, 403: wrong credentials, 413: body, event or the events kept too large, 429: too many at once, 503: standing by).",
 		}, []string{"code"}),
 		webhookRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "webhook_refused_total",
@@ -62,9 +65,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: ns, Subsystem: sub, Name: "index_events",
 			Help: "Audit events held in the index for matching.",
 		}),
+		heldBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "index_bytes",
+			Help: "Bytes the audit events in the index take at most (held ones, and matched ones kept to recognise a redelivery).",
+		}),
 		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "index_evictions_total",
-			Help: "Audit events removed from the index unmatched, by reason: age (older than the maximum age) or count (the index was full).",
+			Help: "Audit events removed from the index unmatched, by reason: age (older than the maximum age), count (the index held its maximum of events) or bytes (its maximum of bytes).",
 		}, []string{"reason"}),
 		matches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "matches_total",
@@ -93,11 +100,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.events, m.decodeErrors, m.webhookRequests, m.webhookRefused, m.held, m.evictions,
+		reg.MustRegister(m.events, m.decodeErrors, m.webhookRequests, m.webhookRefused, m.held, m.heldBytes, m.evictions,
 			m.matches, m.unmatched, m.waiting, m.wait, m.logReopens, m.logSkipped)
 	}
 	m.evictedAge = m.evictions.WithLabelValues("age")
 	m.evictedCount = m.evictions.WithLabelValues("count")
+	m.evictedBytes = m.evictions.WithLabelValues("bytes")
 	m.matchExact = m.matches.WithLabelValues(string(MatchExact))
 	m.matchWindow = m.matches.WithLabelValues(string(MatchWindow))
 	m.matchAmbig = m.matches.WithLabelValues(string(MatchAmbiguous))
@@ -107,6 +115,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.refusedBy[r] = m.webhookRefused.WithLabelValues(r)
 	}
 	m.indexedBy, m.ignoredBy, m.duplicateBy = map[string]prometheus.Counter{}, map[string]prometheus.Counter{}, map[string]prometheus.Counter{}
+	m.tooLargeBy = map[string]prometheus.Counter{}
 	m.filteredBy, m.failedBy, m.decodeErrorsBy = map[string]prometheus.Counter{}, map[string]prometheus.Counter{}, map[string]prometheus.Counter{}
 	for _, src := range []string{SourceWebhook, SourceLog} {
 		m.indexedBy[src] = m.events.WithLabelValues(src, "indexed")
@@ -114,6 +123,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.duplicateBy[src] = m.events.WithLabelValues(src, "duplicate")
 		m.filteredBy[src] = m.events.WithLabelValues(src, "filtered")
 		m.failedBy[src] = m.events.WithLabelValues(src, "failed")
+		m.tooLargeBy[src] = m.events.WithLabelValues(src, "too_large")
 		m.decodeErrorsBy[src] = m.decodeErrors.WithLabelValues(src)
 	}
 	return m

@@ -21,6 +21,11 @@ import (
 // --audit-webhook-truncate-enabled) keeps its batches below it.
 const DefaultMaxBodyBytes = 32 << 20
 
+// DefaultMaxConcurrentRequests is how many EventList POSTs the webhook
+// reads at once by default: each may hold a body's events and an item of
+// MaxEventJSONBytes.
+const DefaultMaxConcurrentRequests = 4
+
 // WebhookOptions configure the receiver of the apiserver's audit webhook
 // backend.
 type WebhookOptions struct {
@@ -43,8 +48,15 @@ type WebhookOptions struct {
 	// of ClientCAFile and TokenFile is required.
 	TokenFile string
 	// MaxBodyBytes bounds a request body (default DefaultMaxBodyBytes);
-	// larger ones get 413.
+	// larger ones get 413, as do those with an event of more than
+	// MaxEventJSONBytes or whose events would keep more than a quarter of
+	// it (Record plus keptBytes each). Nothing of a refused request is
+	// kept.
 	MaxBodyBytes int64
+	// MaxConcurrentRequests bounds the requests read at once (default
+	// DefaultMaxConcurrentRequests); more get 429 with Retry-After: 1,
+	// which the apiserver's webhook client retries.
+	MaxConcurrentRequests int
 	// Logger receives refusals and decoding errors (default slog.Default()).
 	Logger *slog.Logger
 	// Metrics receive the request counts (default unregistered ones).
@@ -71,6 +83,7 @@ type Webhook struct {
 	m        *Metrics
 	log      *slog.Logger
 	refusals *refusalLog
+	slots    chan struct{} // one per request being read
 	cert     *reloadable[*tls.Certificate]
 	ca       *reloadable[*x509.CertPool]
 	names    map[string]bool
@@ -94,13 +107,17 @@ func NewWebhook(opts WebhookOptions, sink Sink) (*Webhook, error) {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if opts.MaxConcurrentRequests <= 0 {
+		opts.MaxConcurrentRequests = DefaultMaxConcurrentRequests
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(nil)
 	}
-	w := &Webhook{opts: opts, sink: sink, m: opts.Metrics, log: opts.Logger, refusals: newRefusalLog(RefusalLogInterval), names: names}
+	w := &Webhook{opts: opts, sink: sink, m: opts.Metrics, log: opts.Logger, refusals: newRefusalLog(RefusalLogInterval), names: names,
+		slots: make(chan struct{}, opts.MaxConcurrentRequests)}
 	if w.cert, err = newReloadable(loadKeyPair, opts.CertFile, opts.KeyFile); err != nil {
 		return nil, fmt.Errorf("audit webhook: certificate %s, key %s: %w", opts.CertFile, opts.KeyFile, err)
 	}
@@ -246,24 +263,75 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		http.Error(rw, "not accepting audit events: standing by", http.StatusServiceUnavailable)
 		return
 	}
-	body := http.MaxBytesReader(rw, r.Body, w.opts.MaxBodyBytes)
-	var recs []Record
-	n, err := DecodeEventList(body, func(rec Record) { recs = append(recs, rec) })
-	// What decoded before an error is kept: the events are whole, and a
-	// retry of the same batch is deduplicated by auditID.
-	w.sink.Add(SourceWebhook, recs, n-len(recs))
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			w.refuse(rw, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("audit event list larger than %d bytes", tooLarge.Limit))
-			return
-		}
-		w.m.decodeErrorsBy[SourceWebhook].Inc()
-		w.refuse(rw, r, http.StatusBadRequest, err.Error())
+	select {
+	case w.slots <- struct{}{}:
+		defer func() { <-w.slots }()
+	default:
+		// client-go's webhook client retries a 429 after Retry-After.
+		rw.Header().Set("Retry-After", "1")
+		w.refuse(rw, r, http.StatusTooManyRequests, fmt.Sprintf("%d audit event lists are being read: retry", cap(w.slots)))
 		return
+	}
+	body := http.MaxBytesReader(rw, r.Body, w.opts.MaxBodyBytes)
+	batch := requestEvents{limit: w.opts.MaxBodyBytes / 4}
+	counts, err := DecodeEventList(body, batch.add)
+	if err != nil {
+		// Nothing of a refused request is kept: the apiserver does not
+		// retry a 400 or a 413, and what it retries comes whole.
+		var tooLarge *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooLarge):
+			w.refuse(rw, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("audit event list larger than %d bytes", tooLarge.Limit))
+		case errors.Is(err, ErrEventJSONTooLarge), errors.Is(err, errRequestKeepsTooMuch):
+			w.refuse(rw, r, http.StatusRequestEntityTooLarge, err.Error())
+		default:
+			w.m.decodeErrorsBy[SourceWebhook].Inc()
+			w.refuse(rw, r, http.StatusBadRequest, err.Error())
+		}
+		return
+	}
+	if counts.TooLarge > 0 {
+		w.m.tooLargeBy[SourceWebhook].Add(float64(counts.TooLarge))
+	}
+	ignored := counts.Items - counts.TooLarge - batch.n
+	if len(batch.chunks) == 0 && ignored > 0 {
+		w.sink.Add(SourceWebhook, nil, ignored)
+	}
+	for _, recs := range batch.chunks {
+		w.sink.Add(SourceWebhook, recs, ignored)
+		ignored = 0
 	}
 	w.m.webhookCode(http.StatusOK)
 	rw.WriteHeader(http.StatusOK)
+}
+
+// errRequestKeepsTooMuch is the error of a request whose events would
+// keep more than a quarter of the body limit.
+var errRequestKeepsTooMuch = errors.New("the audit events of the request keep more than a quarter of the body limit; send smaller batches (--audit-webhook-batch-max-size)")
+
+// requestEvents collects the events of one request, to add them once it
+// was read whole, up to limit bytes of them (Record plus keptBytes), in
+// chunks that never need a larger copy.
+type requestEvents struct {
+	limit, bytes int64
+	chunks       [][]Record
+	n            int
+}
+
+const requestChunk = 256
+
+func (q *requestEvents) add(rec Record) error {
+	q.bytes += int64(recordBytes + rec.keptBytes())
+	if q.bytes > q.limit {
+		return errRequestKeepsTooMuch
+	}
+	if len(q.chunks) == 0 || len(q.chunks[len(q.chunks)-1]) == requestChunk {
+		q.chunks = append(q.chunks, make([]Record, 0, requestChunk))
+	}
+	last := &q.chunks[len(q.chunks)-1]
+	*last = append(*last, rec)
+	q.n++
+	return nil
 }
 
 // authenticate returns 0 for a request with valid credentials, 401 for
@@ -360,7 +428,7 @@ func (w *Webhook) refuse(rw http.ResponseWriter, r *http.Request, code int, why 
 func (w *Webhook) refuseClient(rw http.ResponseWriter, r *http.Request, code int, why, reason, client string) {
 	w.m.webhookCode(code)
 	if suppressed, ok := w.refusals.allow(fmt.Sprint(code, reason), time.Now()); ok {
-		attrs := []any{"code", code, "reason", why, "remote", r.RemoteAddr}
+		attrs := []any{"code", code, "reason", truncate(why, 512), "remote", r.RemoteAddr}
 		if reason != "" {
 			attrs = append(attrs, "refused", reason)
 		}

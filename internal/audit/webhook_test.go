@@ -146,9 +146,12 @@ func TestWebhookAuthentication(t *testing.T) {
 	lines := readLines(t, apiserverLog)
 	body := eventList(lines[:10])
 
-	huge := eventList(slices.Concat(lines, lines, lines)) // over 64 KiB
-	if len(huge) <= 64<<10 {
-		t.Fatalf("test body of %d bytes is not over the limit", len(huge))
+	// over 64 KiB after ten events (seven kept)
+	huge := eventList(append(slices.Clone(lines[:10]), []byte(`{"userAgent":"`+strings.Repeat("x", 64<<10)+`"}`)))
+	// under 64 KiB, of events that keep more than 16 KiB (a quarter)
+	many := eventList(slices.Concat(lines, lines)[:50])
+	if len(huge) <= 64<<10 || len(many) > 64<<10 {
+		t.Fatalf("test bodies of %d and %d bytes", len(huge), len(many))
 	}
 	for _, tc := range []struct {
 		name            string
@@ -170,8 +173,9 @@ func TestWebhookAuthentication(t *testing.T) {
 		{"certificate of another CA", httpsClient(t, p.ca.CertPEM, p.impostorCert, p.impostorKey), "POST", "", "", body, 403, 0},
 		{"server certificate as client", httpsClient(t, p.ca.CertPEM, p.serverCertPEM, p.serverKeyPEM), "POST", "", "", body, 403, 0},
 		{"GET", httpsClient(t, p.ca.CertPEM, p.clientCert, p.clientKey), "GET", "", "", nil, 405, 0},
-		{"too large", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", p.token, "", huge, 413, -1},
-		{"malformed", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", p.token, "", []byte(`{"items":[{"stage":1}]}`), 400, 0},
+		{"too large", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", p.token, "", huge, 413, 0},
+		{"keeps too much", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", p.token, "", many, 413, 0},
+		{"malformed", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", p.token, "", eventList(append(slices.Clone(lines[:10]), []byte(`{"stage":1}`))), 400, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := len(sink.ids())
@@ -198,12 +202,12 @@ func TestWebhookAuthentication(t *testing.T) {
 			if got := len(sink.ids()) - before; tc.wantIndexedMore >= 0 && got != tc.wantIndexedMore {
 				t.Errorf("%d records added, want %d", got, tc.wantIndexedMore)
 			}
-			if tc.wantCode == 413 && !strings.Contains(string(msg), "larger than 65536 bytes") {
-				t.Errorf("413 body %q", msg)
+			if want := map[string]string{"too large": "larger than 65536 bytes", "keeps too much": "keep more than a quarter of the body limit"}[tc.name]; want != "" && !strings.Contains(string(msg), want) {
+				t.Errorf("413 body %q, want it to say %q", msg, want)
 			}
 		})
 	}
-	for code, want := range map[string]float64{"200": 4, "401": 1, "403": 5, "405": 1, "413": 1, "400": 1} {
+	for code, want := range map[string]float64{"200": 4, "401": 1, "403": 5, "405": 1, "413": 2, "400": 1} {
 		if got := value(t, m.webhookRequests.WithLabelValues(code)); got != want {
 			t.Errorf("webhook_requests_total{code=%s} = %v, want %v", code, got, want)
 		}
@@ -437,5 +441,152 @@ func TestWebhookStandingBy(t *testing.T) {
 	accepting.Unlock()
 	if resp := post(p.token); resp.StatusCode != 200 || len(sink.ids()) == 0 {
 		t.Errorf("leading: %d, %d records", resp.StatusCode, len(sink.ids()))
+	}
+}
+
+// TestWebhookAllOrNothing: a request that is refused (a malformed item, a
+// body over the limit) adds nothing to the index, however many events
+// came before the refusal; the same events sent again whole are indexed,
+// and sent once more (a retry of a batch that went through) are
+// duplicates.
+func TestWebhookAllOrNothing(t *testing.T) {
+	p := newWebhookPKI(t, t.TempDir())
+	m := NewMetrics(nil)
+	ix := NewIndex(IndexOptions{Metrics: m})
+	w, err := NewWebhook(WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, TokenFile: p.tokenFile, MaxBodyBytes: 64 << 10,
+		Metrics: m, Logger: slog.New(slog.DiscardHandler)}, ix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := serveWebhook(t, w)
+	client := httpsClient(t, p.ca.CertPEM, nil, nil)
+	good := readLines(t, apiserverLog)[:10]
+	held := 0
+	for _, l := range good {
+		if rec, keep, _ := DecodeEvent(l); keep && rec.Succeeded() {
+			held++
+		}
+	}
+	post := func(body []byte) int {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+p.token)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, tc := range []struct {
+		name     string
+		body     []byte
+		wantCode int
+		wantHeld int
+	}{
+		{"a malformed item after the events", eventList(append(slices.Clone(good), []byte(`{"stageTimestamp":5}`))), 400, 0},
+		{"over the body limit after the events", eventList(append(slices.Clone(good), []byte(`{"userAgent":"`+strings.Repeat("x", 64<<10)+`"}`))), 413, 0},
+		{"the events", eventList(good), 200, held},
+		{"the events again", eventList(good), 200, held},
+	} {
+		if code := post(tc.body); code != tc.wantCode || ix.Len() != tc.wantHeld {
+			t.Errorf("%s: %d, %d held; want %d, %d", tc.name, code, ix.Len(), tc.wantCode, tc.wantHeld)
+		}
+	}
+	for result, want := range map[string]int{"indexed": held, "duplicate": held} {
+		if got := value(t, m.events.WithLabelValues(SourceWebhook, result)); got != float64(want) {
+			t.Errorf("events_total{result=%s} = %v, want %v", result, got, want)
+		}
+	}
+}
+
+// TestWebhookConcurrencyLimit: while MaxConcurrentRequests posts are being
+// read (their bodies still coming), another gets 429 with Retry-After,
+// unread; once they are done, the same post goes through, and the events
+// of all are indexed once.
+func TestWebhookConcurrencyLimit(t *testing.T) {
+	p := newWebhookPKI(t, t.TempDir())
+	m := NewMetrics(nil)
+	ix := NewIndex(IndexOptions{Metrics: m})
+	w, err := NewWebhook(WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, TokenFile: p.tokenFile, MaxConcurrentRequests: 2,
+		Metrics: m, Logger: slog.New(slog.DiscardHandler)}, ix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := serveWebhook(t, w)
+	lines := readLines(t, apiserverLog)
+	post := func(body io.Reader) (*http.Response, error) {
+		req, err := http.NewRequest(http.MethodPost, url, body)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+p.token)
+		resp, err := httpsClient(t, p.ca.CertPEM, nil, nil).Do(req)
+		if err != nil {
+			return nil, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp, nil
+	}
+	// Two slow posts: half their body now, the rest later.
+	var writers []*io.PipeWriter
+	done := make(chan int, 2)
+	for i := range 2 {
+		body := eventList(lines[10*i : 10*i+10])
+		pr, pw := io.Pipe()
+		t.Cleanup(func() { _ = pw.CloseWithError(errors.New("test over")) })
+		writers = append(writers, pw)
+		go func() {
+			resp, err := post(pr)
+			if err != nil {
+				t.Error(err)
+				done <- 0
+				return
+			}
+			done <- resp.StatusCode
+		}()
+		go func() { _, _ = pw.Write(body[:len(body)/2]) }()
+	}
+	testenv.Eventually(t, 10*time.Second, "both slow posts being read", func() bool { return len(w.slots) == 2 })
+	third := eventList(lines[20:30])
+	resp, err := post(bytes.NewReader(third))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" {
+		t.Errorf("a third post while two are read: %d Retry-After %q, want 429 1", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if ix.Len() != 0 {
+		t.Errorf("%d events held before the slow posts ended", ix.Len())
+	}
+	for i, pw := range writers {
+		body := eventList(lines[10*i : 10*i+10])
+		_, _ = pw.Write(body[len(body)/2:])
+		_ = pw.Close()
+	}
+	for range 2 {
+		if code := <-done; code != http.StatusOK {
+			t.Errorf("a slow post: %d", code)
+		}
+	}
+	if resp, err := post(bytes.NewReader(third)); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("the retry: %v %v", resp, err)
+	}
+	want := 0
+	for _, l := range lines[:30] {
+		if rec, keep, _ := DecodeEvent(l); keep && rec.Succeeded() {
+			want++
+		}
+	}
+	if ix.Len() != want || value(t, m.events.WithLabelValues(SourceWebhook, "duplicate")) != 0 {
+		t.Errorf("%d held, %v duplicates; want %d, 0", ix.Len(), value(t, m.events.WithLabelValues(SourceWebhook, "duplicate")), want)
+	}
+	if got := value(t, m.webhookRequests.WithLabelValues("429")); got != 1 {
+		t.Errorf("webhook_requests_total{code=429} = %v, want 1", got)
 	}
 }
