@@ -132,6 +132,9 @@ func TestAuditOverlay(t *testing.T) {
 			t.Errorf("--%s=%s is not in the mounted Secret (%s)", f, flags[f], mount)
 		}
 	}
+	if flags["audit-webhook-client-name"] == "" {
+		t.Errorf("--audit-webhook-client-ca-file without --audit-webhook-client-name: fieldwatch refuses to start")
+	}
 	port := ""
 	for _, p := range c.Ports {
 		if p.Name == svc.Spec.Ports[0].TargetPort.String() {

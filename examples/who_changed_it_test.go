@@ -66,7 +66,8 @@ func TestWhoChangedIt(t *testing.T) {
 			HTTPAddr: "127.0.0.1:0", Ready: func(a string) { addrc <- a },
 			Logger: slog.New(slog.NewJSONHandler(&fw.logs, nil)), Stdout: &fw.stdout,
 			Audit: app.AuditConfig{WebhookAddr: "127.0.0.1:0", WebhookReady: px.SetTarget,
-				WebhookCertFile: certs.CertFile, WebhookKeyFile: certs.KeyFile, WebhookClientCAFile: certs.CAFile},
+				WebhookCertFile: certs.CertFile, WebhookKeyFile: certs.KeyFile, WebhookClientCAFile: certs.CAFile,
+				WebhookClientNames: []string{certs.ClientName}},
 		})
 	}()
 	t.Cleanup(func() {

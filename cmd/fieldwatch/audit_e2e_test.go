@@ -77,7 +77,7 @@ rules:
 `)
 	p := startFieldwatch(t, env.WriteKubeconfig(t), "--rules", rules, "--audit-webhook-addr", "127.0.0.1:0",
 		"--audit-webhook-cert-file", certs.CertFile, "--audit-webhook-key-file", certs.KeyFile,
-		"--audit-webhook-client-ca-file", certs.CAFile, "--audit-webhook-token-file", token[0])
+		"--audit-webhook-client-ca-file", certs.CAFile, "--audit-webhook-client-name", certs.ClientName, "--audit-webhook-token-file", token[0])
 	px.SetTarget(p.loggedAddr("audit webhook listening"))
 
 	// The apiserver retries its first batches until fieldwatch listens:

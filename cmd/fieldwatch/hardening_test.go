@@ -71,7 +71,7 @@ func TestHTTPServersUnderIdleConnectionFlood(t *testing.T) {
 			listeners := 1
 			if tc.audit {
 				args = append(args, "--audit-webhook-addr", "127.0.0.1:0", "--audit-webhook-cert-file", at.CertFile,
-					"--audit-webhook-key-file", at.KeyFile, "--audit-webhook-client-ca-file", at.CAFile)
+					"--audit-webhook-key-file", at.KeyFile, "--audit-webhook-client-ca-file", at.CAFile, "--audit-webhook-client-name", at.ClientName)
 				listeners = 2
 			}
 			p := launchUnder(t, []string{"prlimit", fmt.Sprintf("--nofile=%d:%d", fdLimit, fdLimit), "--"}, kc, args...)

@@ -26,6 +26,21 @@ type files []string
 func (f *files) String() string     { return strings.Join(*f, ",") }
 func (f *files) Set(v string) error { *f = append(*f, v); return nil }
 
+// nameList is a repeatable flag whose values may also be comma lists.
+type nameList []string
+
+func (n *nameList) String() string { return strings.Join(*n, ",") }
+func (n *nameList) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			return errors.New("an empty name")
+		}
+		*n = append(*n, s)
+	}
+	return nil
+}
+
 func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fieldwatch run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -61,18 +76,22 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"longest one CRD change's impact scan runs, list included; beyond, the payload says the counts are lower bounds")
 	au := &cfg.Audit
 	maxBody := byteSize(audit.DefaultMaxBodyBytes)
+	indexBytes := byteSize(audit.DefaultMaxBytes)
 	fs.StringVar(&au.WebhookAddr, "audit-webhook-addr", "", "attribution: address of the HTTPS receiver for the apiserver's audit webhook backend, such as :8443 (empty: none)")
 	fs.StringVar(&au.WebhookCertFile, "audit-webhook-cert-file", "", "attribution: the receiver's serving certificate (PEM; reloaded when it changes)")
 	fs.StringVar(&au.WebhookKeyFile, "audit-webhook-key-file", "", "attribution: the receiver's serving key (PEM)")
-	fs.StringVar(&au.WebhookClientCAFile, "audit-webhook-client-ca-file", "", "attribution: accept posts with a client certificate signed by these CAs")
+	fs.StringVar(&au.WebhookClientCAFile, "audit-webhook-client-ca-file", "", "attribution: accept posts with a client certificate signed by these CAs that names one of --audit-webhook-client-name (use a CA of its own for the apiserver's certificate, not the cluster CA)")
+	fs.Var((*nameList)(&au.WebhookClientNames), "audit-webhook-client-name", "attribution: the apiserver's client certificate: its CN, or a DNS or URI SAN, matched exactly (repeat, or a comma list, for several). Required with --audit-webhook-client-ca-file")
 	fs.StringVar(&au.WebhookTokenFile, "audit-webhook-token-file", "", "attribution: accept posts with this bearer token")
-	fs.Var(&maxBody, "audit-webhook-max-body", "attribution: largest audit event list accepted (bytes, or a quantity such as 32Mi)")
+	fs.Var(&maxBody, "audit-webhook-max-body", "attribution: largest audit event list accepted (bytes, or a quantity such as 32Mi); the events one keeps may take a quarter of it")
+	fs.IntVar(&au.WebhookMaxRequests, "audit-webhook-max-requests", audit.DefaultMaxConcurrentRequests, "attribution: audit event lists read at once; more get 429 and the apiserver retries them")
 	fs.StringVar(&au.LogPath, "audit-log", "", "attribution: the apiserver's JSON audit log to follow (--audit-log-path), across rotation and truncation")
 	fs.StringVar(&au.LogStateFile, "audit-log-state", "", "attribution: where to record how far the audit log was read (default <state-dir>/audit-log.state with --state-dir)")
 	fs.DurationVar(&au.Wait, "audit-wait", audit.DefaultWait, "attribution: how long a change waits at most for its audit event")
 	fs.DurationVar(&au.MatchWindow, "audit-match-window", audit.DefaultWindow, "attribution: how far apart an audit event and a change may be to match without a resourceVersion")
 	fs.DurationVar(&au.ClockSkew, "audit-clock-skew", audit.DefaultClockSkew, "attribution: how far the apiserver's clock may run ahead of fieldwatch's")
 	fs.IntVar(&au.IndexMaxEvents, "audit-index-max-events", audit.DefaultMaxEvents, "attribution: audit events held for matching at most")
+	fs.Var(&indexBytes, "audit-index-max-bytes", "attribution: bytes the audit events held for matching take at most (a quantity such as 64Mi)")
 	fs.DurationVar(&au.IndexMaxAge, "audit-index-max-age", audit.DefaultMaxAge, "attribution: how long an audit event is held for matching")
 	fs.IntVar(&au.MaxWaiting, "audit-max-waiting", audit.DefaultMaxWaiting, "attribution: changes waiting for their audit event or actions at most; beyond it the watcher slows down")
 	if err := fs.Parse(args); err != nil {
@@ -82,6 +101,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cfg.PprofAddr = ""
 	}
 	au.WebhookMaxBodyBytes = int64(maxBody)
+	au.IndexMaxBytes = int64(indexBytes)
 	if au.LogPath != "" && au.LogStateFile == "" && cfg.StateDir != "" {
 		au.LogStateFile = filepath.Join(cfg.StateDir, "audit-log.state")
 	}

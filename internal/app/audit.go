@@ -22,12 +22,17 @@ import (
 type AuditConfig struct {
 	// WebhookAddr is where the audit webhook receiver listens (":8443");
 	// "" runs none. It needs WebhookCertFile and WebhookKeyFile, and
-	// WebhookClientCAFile or WebhookTokenFile (or both).
+	// WebhookClientCAFile with WebhookClientNames (the names of the
+	// apiserver's client certificate) or WebhookTokenFile (or both).
 	WebhookAddr                     string
 	WebhookCertFile, WebhookKeyFile string
 	WebhookClientCAFile             string
+	WebhookClientNames              []string
 	WebhookTokenFile                string
-	WebhookMaxBodyBytes             int64
+	// WebhookMaxBodyBytes and WebhookMaxRequests bound a request's body
+	// and the requests read at once (audit.WebhookOptions).
+	WebhookMaxBodyBytes int64
+	WebhookMaxRequests  int
 	// WebhookReady, if set, is called with the receiver's address once it
 	// listens (tests use it with WebhookAddr "127.0.0.1:0").
 	WebhookReady func(addr string)
@@ -39,10 +44,11 @@ type AuditConfig struct {
 	// beyond which the watcher slows down).
 	Wait       time.Duration
 	MaxWaiting int
-	// MatchWindow, ClockSkew, IndexMaxEvents and IndexMaxAge bound the
-	// index of audit events (audit.IndexOptions).
+	// MatchWindow, ClockSkew, IndexMaxEvents, IndexMaxBytes and
+	// IndexMaxAge bound the index of audit events (audit.IndexOptions).
 	MatchWindow, ClockSkew time.Duration
 	IndexMaxEvents         int
+	IndexMaxBytes          int64
 	IndexMaxAge            time.Duration
 }
 
@@ -54,8 +60,15 @@ func (c *AuditConfig) check(totalShards int) error {
 	if c.WebhookAddr != "" && totalShards > 1 {
 		return errors.New("--audit-webhook-addr with --total-shards > 1: the apiserver sends each audit event to one receiver, so the other shards would see none; use --audit-log (each replica reads the log) or run one shard")
 	}
-	if c.WebhookAddr == "" && (c.WebhookCertFile != "" || c.WebhookKeyFile != "" || c.WebhookClientCAFile != "" || c.WebhookTokenFile != "") {
+	if c.WebhookAddr == "" && (c.WebhookCertFile != "" || c.WebhookKeyFile != "" || c.WebhookClientCAFile != "" || c.WebhookTokenFile != "" || len(c.WebhookClientNames) > 0) {
 		return errors.New("the --audit-webhook-* files are given but --audit-webhook-addr is not")
+	}
+	if c.WebhookClientCAFile != "" && len(c.WebhookClientNames) == 0 {
+		return errors.New("--audit-webhook-client-ca-file needs --audit-webhook-client-name: the name of the apiserver's client certificate (its CN, or a DNS or URI SAN). " +
+			"Without it every client certificate of that CA (with a cluster CA: every kubelet's) could post audit events naming anyone as the author of a change")
+	}
+	if c.WebhookClientCAFile == "" && len(c.WebhookClientNames) > 0 {
+		return errors.New("--audit-webhook-client-name without --audit-webhook-client-ca-file: the names are those of the client certificates of that CA to accept")
 	}
 	if c.LogPath == "" && c.LogStateFile != "" {
 		return errors.New("--audit-log-state without --audit-log")
@@ -141,11 +154,11 @@ func (a *App) startAuditWebhook(ctx context.Context, bg interface{ Go(func()) })
 	}
 	wh, err := audit.NewWebhook(audit.WebhookOptions{
 		CertFile: c.WebhookCertFile, KeyFile: c.WebhookKeyFile,
-		ClientCAFile: c.WebhookClientCAFile, TokenFile: c.WebhookTokenFile,
-		MaxBodyBytes: c.WebhookMaxBodyBytes,
-		Logger:       a.log,
-		Metrics:      a.auditMetrics,
-		Accepting:    a.auditSink.accepting,
+		ClientCAFile: c.WebhookClientCAFile, ClientNames: c.WebhookClientNames, TokenFile: c.WebhookTokenFile,
+		MaxBodyBytes: c.WebhookMaxBodyBytes, MaxConcurrentRequests: c.WebhookMaxRequests,
+		Logger:    a.log,
+		Metrics:   a.auditMetrics,
+		Accepting: a.auditSink.accepting,
 
 		MaxConnections: a.connCaps[audit.ServerName],
 		IdleTimeout:    a.cfg.HTTPIdleTimeout,
@@ -198,7 +211,7 @@ func (a *App) startAttribution(ctx context.Context) (*attribution, error) {
 		return nil, nil
 	}
 	ix := audit.NewIndex(audit.IndexOptions{
-		MaxEvents: c.IndexMaxEvents, MaxAge: c.IndexMaxAge,
+		MaxEvents: c.IndexMaxEvents, MaxBytes: c.IndexMaxBytes, MaxAge: c.IndexMaxAge,
 		Window: c.MatchWindow, ClockSkew: c.ClockSkew,
 		Keep:    func(group, resource string) bool { return a.auditScope.Load().keeps(group, resource) },
 		Metrics: a.auditMetrics,

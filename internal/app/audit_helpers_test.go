@@ -39,6 +39,7 @@ type auditPlane struct {
 	// The receiver's files: serving certificate and key, the CA of the
 	// apiserver's client certificate, a token it does not use.
 	certFile, keyFile, clientCAFile, tokenFile string
+	clientName                                 string
 	caPEM                                      []byte
 	token                                      string
 }
@@ -86,6 +87,7 @@ func newAuditPlane() (*auditPlane, error) {
 		return nil, err
 	}
 	p.certFile, p.keyFile, p.clientCAFile, p.tokenFile = certs.CertFile, certs.KeyFile, certs.CAFile, token[0]
+	p.clientName = certs.ClientName
 	p.caPEM = certs.CAPEM
 	if p.hook, err = newGatedProxy(false); err != nil {
 		return nil, err
@@ -304,7 +306,7 @@ func runFieldwatch(t *testing.T, plane *auditPlane, src string, edit func(*Confi
 		Stdout: r.out, Logger: slog.New(slog.NewJSONHandler(r.logs, nil)), GracePeriod: 10 * time.Second,
 		Audit: AuditConfig{
 			WebhookAddr: "127.0.0.1:0", WebhookCertFile: plane.certFile, WebhookKeyFile: plane.keyFile,
-			WebhookClientCAFile: plane.clientCAFile, WebhookTokenFile: plane.tokenFile,
+			WebhookClientCAFile: plane.clientCAFile, WebhookClientNames: []string{plane.clientName}, WebhookTokenFile: plane.tokenFile,
 			WebhookReady: func(addr string) { plane.hook.setTarget(addr) },
 		},
 	}

@@ -136,14 +136,16 @@ func TestAttributorOrderPerObject(t *testing.T) {
 // TestAttributorLateEventResolvesInOrder: the event of the first change
 // arrives after the second's: both resolve when the first's does.
 func TestAttributorLateEventResolvesInOrder(t *testing.T) {
-	ix, a, _ := newTestAttributor(AttributorOptions{})
+	ix, a, clk := newTestAttributor(AttributorOptions{})
 	defer a.Close()
 	var r results
 	ctx := context.Background()
 	c1, c2 := chg(change.Created, "a"), chg(change.Updated, "a")
 	c2.Time = t0.Add(100 * time.Millisecond)
 	mustSubmit(t, a, ctx, c1, r.cb("created"))
+	clk.Step(100 * time.Millisecond)
 	mustSubmit(t, a, ctx, c2, r.cb("updated"))
+	clk.Step(50 * time.Millisecond) // the events come after both changes
 	ix.Add(SourceWebhook, []Record{rec("e2", "bob", "patch", "a", 120*time.Millisecond)}, 0)
 	if got := r.list(); len(got) != 0 {
 		t.Fatalf("got %v before the creation's event", got)
@@ -152,6 +154,39 @@ func TestAttributorLateEventResolvesInOrder(t *testing.T) {
 	got := r.waitFor(t, 2)
 	if fmt.Sprint(got) != "[created:window:alice updated:window:bob]" {
 		t.Errorf("got %v", got)
+	}
+}
+
+// TestAttributorEarlyEventWaits: an event posted ahead of a change (alice
+// named for bob's patch) does not decide it when it is submitted: the
+// change waits, and the apiserver's event, when it comes, makes it
+// ambiguous; alone, an early event decides at the bound.
+func TestAttributorEarlyEventWaits(t *testing.T) {
+	ix, a, clk := newTestAttributor(AttributorOptions{Wait: 2 * time.Second})
+	defer a.Close()
+	var r results
+	ctx := context.Background()
+	ix.Add(SourceWebhook, []Record{rec("forged", "alice", "patch", "a", 0), rec("early", "carol", "patch", "b", 0)}, 0)
+	clk.Step(10 * time.Millisecond)
+	ca, cb := chg(change.Updated, "a"), chg(change.Updated, "b")
+	ca.Time, cb.Time = clk.Now(), clk.Now()
+	mustSubmit(t, a, ctx, ca, r.cb("a"))
+	mustSubmit(t, a, ctx, cb, r.cb("b"))
+	if got := r.list(); len(got) != 0 {
+		t.Fatalf("decided on events held before the changes: %v", got)
+	}
+	clk.Step(300 * time.Millisecond)
+	ix.Add(SourceWebhook, []Record{rec("real", "bob", "patch", "a", 20*time.Millisecond)}, 0)
+	if got := r.waitFor(t, 1); got[0] != "a:ambiguous:" {
+		t.Fatalf("got %v, want a ambiguous as soon as bob's event came", got)
+	}
+	clk.Step(1699 * time.Millisecond)
+	if got := r.list(); len(got) != 1 {
+		t.Fatalf("b decided before its bound: %v", got)
+	}
+	clk.Step(time.Millisecond)
+	if got := r.waitFor(t, 2); got[1] != "b:window:carol" {
+		t.Fatalf("got %v, want b a window match of carol's at its bound", got)
 	}
 }
 

@@ -33,7 +33,7 @@ type wireEvent struct {
 	Verb                     string                   `json:"verb"`
 	User                     wireUser                 `json:"user"`
 	ImpersonatedUser         *wireUser                `json:"impersonatedUser"`
-	SourceIPs                []string                 `json:"sourceIPs"`
+	SourceIPs                wireStrings              `json:"sourceIPs"`
 	UserAgent                string                   `json:"userAgent"`
 	ObjectRef                *auditv1.ObjectReference `json:"objectRef"`
 	ResponseStatus           *wireStatus              `json:"responseStatus"`
@@ -44,9 +44,33 @@ type wireEvent struct {
 }
 
 type wireUser struct {
-	Username string   `json:"username"`
-	UID      string   `json:"uid"`
-	Groups   []string `json:"groups"`
+	Username string      `json:"username"`
+	UID      string      `json:"uid"`
+	Groups   wireStrings `json:"groups"`
+}
+
+func (u *wireUser) info() UserInfo {
+	return UserInfo{Username: u.Username, UID: u.UID, Groups: u.Groups}
+}
+
+// wireStrings is a list of strings (groups, source IPs) that is refused
+// unread when its JSON is longer than maxListJSON: ten million empty
+// strings are 30 MB of JSON and 160 MB of string headers.
+type wireStrings []string
+
+// maxListJSON is the most JSON a list of strings may have: six times
+// MaxEventBytes, so that no list an event may keep is refused (a kept
+// string costs 16 bytes besides its own, an escape takes at most six
+// bytes of JSON per byte), and decoding a list allocates at most about
+// twelve times MaxEventBytes.
+const maxListJSON = 6 * MaxEventBytes
+
+// UnmarshalJSON decodes the list unless its JSON is too long.
+func (s *wireStrings) UnmarshalJSON(data []byte) error {
+	if len(data) > maxListJSON {
+		return ErrEventTooLarge
+	}
+	return json.Unmarshal(data, (*[]string)(s))
 }
 
 type wireStatus struct {
@@ -99,99 +123,177 @@ func (m *wireMeta) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
+// The bounds of one event.
+const (
+	// MaxEventBytes bounds what attribution keeps of an event: its
+	// strings (auditID, user, groups, impersonated user, user agent,
+	// source IPs, object reference, uids, resourceVersions, generateName)
+	// and lists, at 16 bytes a string besides its bytes (Record.keptBytes).
+	// Extra, annotations and bodies are never kept.
+	MaxEventBytes = 64 << 10
+	// MaxEventJSONBytes bounds the JSON of one item of an EventList (a
+	// RequestResponse event of an object at etcd's 1.5 MiB limit, in the
+	// request and the response, is about 3 MiB): the decoder holds one item
+	// at a time.
+	MaxEventJSONBytes = 4 << 20
+)
+
+// ErrEventTooLarge is the error of an event of which attribution would
+// keep more than MaxEventBytes.
+var ErrEventTooLarge = fmt.Errorf("the audit event keeps more than %d bytes (user, groups, impersonated user, user agent, source IPs, names)", MaxEventBytes)
+
+// ErrEventJSONTooLarge is the error of an EventList item of more than
+// MaxEventJSONBytes of JSON.
+var ErrEventJSONTooLarge = fmt.Errorf("an audit event larger than %d bytes of JSON", MaxEventJSONBytes)
+
 // DecodeEvent decodes one audit.k8s.io/v1 Event, such as a line of the
 // apiserver's JSON audit log. keep is false, at no further cost, for the
 // events attribution ignores: stages other than ResponseComplete and Panic,
 // reads, non-resource requests and dry runs. A Panic is kept as a failure
-// (Code 500).
+// (Code 500). An event that would keep more than MaxEventBytes fails with
+// ErrEventTooLarge.
 func DecodeEvent(data []byte) (rec Record, keep bool, err error) {
 	var w wireEvent
 	if err := json.Unmarshal(data, &w); err != nil {
 		return Record{}, false, fmt.Errorf("decode audit event: %w", err)
 	}
-	return w.record()
+	rec, keep, err = w.record()
+	if err != nil {
+		return Record{}, false, fmt.Errorf("decode audit event: %w", err)
+	}
+	return rec, keep, nil
+}
+
+// ListCounts says what DecodeEventList read.
+type ListCounts struct {
+	// Items is how many items of the list were decoded.
+	Items int
+	// TooLarge is how many of them were skipped because attribution
+	// would keep more than MaxEventBytes of them (ErrEventTooLarge).
+	TooLarge int
 }
 
 // DecodeEventList decodes an audit.k8s.io/v1 EventList from r, one item at
-// a time (memory grows with the largest event, not with the list), and
-// calls fn with every event DecodeEvent would keep. It returns the number
-// of items decoded. A malformed item stops the decoding with an error that
-// names its index; fn has then been called for the items before it.
-func DecodeEventList(r io.Reader, fn func(Record)) (int, error) {
-	dec := json.NewDecoder(r)
+// a time (memory grows with the largest item, at most MaxEventJSONBytes,
+// not with the list), and calls fn with every event DecodeEvent would
+// keep; an error of fn stops the decoding and is returned. An item that
+// would keep more than MaxEventBytes is skipped and counted, and the list
+// goes on. A malformed item, or one of more than MaxEventJSONBytes
+// (ErrEventJSONTooLarge), stops the decoding with an error that names its
+// index; fn has then been called for the items before it.
+func DecodeEventList(r io.Reader, fn func(Record) error) (ListCounts, error) {
+	lim := &itemLimiter{r: r, until: MaxEventJSONBytes}
+	dec := json.NewDecoder(lim)
+	var counts ListCounts
 	if err := expectDelim(dec, '{'); err != nil {
-		return 0, fmt.Errorf("decode audit event list: %w", err)
+		return counts, fmt.Errorf("decode audit event list: %w", err)
 	}
-	n := 0
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return n, fmt.Errorf("decode audit event list: %w", err)
+			return counts, fmt.Errorf("decode audit event list: %w", err)
 		}
 		key, _ := tok.(string)
+		lim.from(dec.InputOffset())
 		switch key {
 		case "items":
-			if n, err = decodeItems(dec, fn); err != nil {
-				return n, err
+			if err = decodeItems(dec, lim, fn, &counts); err != nil {
+				return counts, err
 			}
 		case "kind", "apiVersion":
 			var s string
 			if err := dec.Decode(&s); err != nil {
-				return n, fmt.Errorf("decode audit event list: %s: %w", key, err)
+				return counts, fmt.Errorf("decode audit event list: %s: %w", key, err)
 			}
 			if key == "kind" && s != "EventList" {
-				return n, fmt.Errorf("decode audit event list: kind %q, want EventList", s)
+				return counts, fmt.Errorf("decode audit event list: kind %q, want EventList", s)
 			}
 			if key == "apiVersion" && s != APIVersion {
-				return n, fmt.Errorf("decode audit event list: apiVersion %q, want %s", s, APIVersion)
+				return counts, fmt.Errorf("decode audit event list: apiVersion %q, want %s", s, APIVersion)
 			}
 		default:
 			var skip json.RawMessage
 			if err := dec.Decode(&skip); err != nil {
-				return n, fmt.Errorf("decode audit event list: %s: %w", key, err)
+				return counts, fmt.Errorf("decode audit event list: %s: %w", key, err)
+			}
+		}
+		lim.from(dec.InputOffset())
+	}
+	if err := expectDelim(dec, '}'); err != nil {
+		return counts, fmt.Errorf("decode audit event list: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return counts, errors.New("decode audit event list: data after the list")
+	}
+	return counts, nil
+}
+
+func decodeItems(dec *json.Decoder, lim *itemLimiter, fn func(Record) error, counts *ListCounts) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return fmt.Errorf("decode audit event list: items: %w", err)
+	}
+	if tok == nil { // "items": null
+		return nil
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '[' {
+		return fmt.Errorf("decode audit event list: items: %v, want an array", tok)
+	}
+	var w wireEvent
+	for lim.from(dec.InputOffset()); dec.More(); lim.from(dec.InputOffset()) {
+		w = wireEvent{}
+		// An error of an item's own (not of the input) leaves the decoder
+		// after the item: a too large one is skipped.
+		err := dec.Decode(&w)
+		var rec Record
+		keep := false
+		if err == nil {
+			rec, keep, err = w.record()
+		}
+		if errors.Is(err, ErrEventTooLarge) {
+			counts.Items++
+			counts.TooLarge++
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("decode audit event list: items[%d]: %w", counts.Items, err)
+		}
+		counts.Items++
+		if keep {
+			if err := fn(rec); err != nil {
+				return err
 			}
 		}
 	}
-	if err := expectDelim(dec, '}'); err != nil {
-		return n, fmt.Errorf("decode audit event list: %w", err)
+	if err := expectDelim(dec, ']'); err != nil {
+		return fmt.Errorf("decode audit event list: items: %w", err)
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return n, errors.New("decode audit event list: data after the list")
-	}
-	return n, nil
+	return nil
 }
 
-func decodeItems(dec *json.Decoder, fn func(Record)) (int, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		return 0, fmt.Errorf("decode audit event list: items: %w", err)
+// itemLimiter lets a json.Decoder read at most MaxEventJSONBytes (and a
+// little for the delimiters) past the start of what it decodes next, so
+// that its buffer never holds more than one item of that size.
+type itemLimiter struct {
+	r     io.Reader
+	read  int64 // bytes handed to the decoder
+	until int64 // how far it may read
+}
+
+// from lets the decoder read MaxEventJSONBytes past offset.
+func (l *itemLimiter) from(offset int64) { l.until = offset + MaxEventJSONBytes + 64 }
+
+func (l *itemLimiter) Read(p []byte) (int, error) {
+	room := l.until - l.read
+	if room <= 0 {
+		return 0, ErrEventJSONTooLarge
 	}
-	if tok == nil { // "items": null
-		return 0, nil
+	if int64(len(p)) > room {
+		p = p[:room]
 	}
-	if d, ok := tok.(json.Delim); !ok || d != '[' {
-		return 0, fmt.Errorf("decode audit event list: items: %v, want an array", tok)
-	}
-	n := 0
-	var w wireEvent
-	for dec.More() {
-		w = wireEvent{}
-		if err := dec.Decode(&w); err != nil {
-			return n, fmt.Errorf("decode audit event list: items[%d]: %w", n, err)
-		}
-		rec, keep, err := w.record()
-		if err != nil {
-			return n, fmt.Errorf("decode audit event list: items[%d]: %w", n, err)
-		}
-		n++
-		if keep {
-			fn(rec)
-		}
-	}
-	if err := expectDelim(dec, ']'); err != nil {
-		return n, fmt.Errorf("decode audit event list: items: %w", err)
-	}
-	return n, nil
+	n, err := l.r.Read(p)
+	l.read += int64(n)
+	return n, err
 }
 
 func expectDelim(dec *json.Decoder, want json.Delim) error {
@@ -245,7 +347,7 @@ func (w *wireEvent) record() (Record, bool, error) {
 		Code:        code,
 		Received:    w.RequestReceivedTimestamp.Time,
 		Completed:   w.StageTimestamp.Time,
-		User:        UserInfo(w.User),
+		User:        w.User.info(),
 		UserAgent:   w.UserAgent,
 		SourceIPs:   w.SourceIPs,
 		RefUID:      string(ref.UID),
@@ -254,7 +356,7 @@ func (w *wireEvent) record() (Record, bool, error) {
 		rec.RefResourceVersion = ref.ResourceVersion
 	}
 	if w.ImpersonatedUser != nil {
-		u := UserInfo(*w.ImpersonatedUser)
+		u := w.ImpersonatedUser.info()
 		rec.ImpersonatedUser = &u
 	}
 	if resp := w.ResponseObject; resp != nil && resp.UID != "" {
@@ -274,6 +376,9 @@ func (w *wireEvent) record() (Record, bool, error) {
 	}
 	if req := w.RequestObject; req != nil && rec.Verb == "create" {
 		rec.GenerateName = req.GenerateName
+	}
+	if rec.keptBytes() > MaxEventBytes {
+		return Record{}, false, ErrEventTooLarge
 	}
 	return rec, true, nil
 }

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -218,12 +220,12 @@ func TestDecodeEventList(t *testing.T) {
 		}
 	}
 	var got []Record
-	n, err := DecodeEventList(bytes.NewReader(eventList(lines)), func(r Record) { got = append(got, r) })
+	counts, err := DecodeEventList(bytes.NewReader(eventList(lines)), func(r Record) error { got = append(got, r); return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != len(lines) {
-		t.Errorf("decoded %d items, want %d", n, len(lines))
+	if counts.Items != len(lines) || counts.TooLarge != 0 {
+		t.Errorf("decoded %+v items, want %d", counts, len(lines))
 	}
 	gj, _ := json.Marshal(got)
 	wj, _ := json.Marshal(want)
@@ -248,7 +250,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"data after", `{"items":[]} {}`, "data after the list"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := DecodeEventList(strings.NewReader(tc.body), func(Record) {})
+			_, err := DecodeEventList(strings.NewReader(tc.body), func(Record) error { return nil })
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %v, want it to contain %q", err, tc.want)
 			}
@@ -318,10 +320,11 @@ func FuzzDecodeEventList(f *testing.F) {
 	f.Add([]byte(`{"items":[{"stage":"Panic","verb":"create","objectRef":{}}]}`))
 	f.Add([]byte(`{"items":[{"requestObject":[[[[]]]],"responseObject":{"metadata":{"uid":1}}}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		_, _ = DecodeEventList(bytes.NewReader(data), func(r Record) {
+		_, _ = DecodeEventList(bytes.NewReader(data), func(r Record) error {
 			if r.Verb == "" {
 				t.Errorf("kept a record without a verb: %+v", r)
 			}
+			return nil
 		})
 		_, _, _ = DecodeEvent(data)
 	})
@@ -356,5 +359,85 @@ func TestNoBodiesKept(t *testing.T) {
 	bad := strings.Replace(line, `"password":"`+secret+`"}}`, `"password":`+secret+`}}`, 1)
 	if _, _, err := DecodeEvent([]byte(bad)); err == nil || strings.Contains(err.Error(), secret) {
 		t.Errorf("malformed body: error %v", err)
+	}
+}
+
+// boundsEvent is a kept Metadata-level patch with the given user JSON and
+// fields after it.
+func boundsEvent(id, user, more string) string {
+	return `{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"` + id + `","stage":"ResponseComplete",` +
+		`"verb":"patch","user":` + user + `,"objectRef":{"resource":"configmaps","namespace":"n","name":"c","apiVersion":"v1"},` +
+		`"responseStatus":{"code":200}` + more + `}`
+}
+
+// TestDecodeBounds: an event that would keep more than MaxEventBytes (a
+// long username, many groups, a list of too much JSON) is skipped and
+// counted and the list goes on; one of more than MaxEventJSONBytes stops
+// it; one just under that, of bodies only, decodes.
+func TestDecodeBounds(t *testing.T) {
+	groups := func(n int, g string) string {
+		return `{"username":"u","groups":["` + strings.Repeat(g+`","`, n-1) + g + `"]}`
+	}
+	ok := boundsEvent("ok", `{"username":"alice","groups":["devs"],"extra":{"k":["v"]}}`, "")
+	for _, tc := range []struct {
+		name     string
+		item     string
+		tooLarge bool
+		err      error
+	}{
+		{"a long username", boundsEvent("x", `{"username":"`+strings.Repeat("u", MaxEventBytes)+`"}`, ""), true, nil},
+		{"many groups", boundsEvent("x", groups(5000, "group-name"), ""), true, nil},
+		{"a million empty groups", boundsEvent("x", groups(1_000_000, ""), ""), true, nil},
+		{"many source IPs", boundsEvent("x", `{"username":"u"}`, `,"sourceIPs":["`+strings.Repeat(`10.0.0.1","`, 5000)+`10.0.0.1"]`), true, nil},
+		{"an impersonated user of many groups", boundsEvent("x", `{"username":"u"}`, `,"impersonatedUser":`+groups(5000, "group-name")), true, nil},
+		{"a large extra is not kept", boundsEvent("x", `{"username":"u","extra":{"k":["`+strings.Repeat("v", 1<<20)+`"]}}`, ""), false, nil},
+		{"bodies just under the JSON bound", boundsEvent("x", `{"username":"u"}`, `,"requestObject":{"data":"`+strings.Repeat("b", MaxEventJSONBytes-1024)+`"}`), false, nil},
+		{"over the JSON bound", boundsEvent("x", `{"username":"u"}`, `,"requestObject":{"data":"`+strings.Repeat("b", MaxEventJSONBytes)+`"}`), false, ErrEventJSONTooLarge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var kept []string
+			body := `{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` + ok + "," + tc.item + "," + strings.Replace(ok, `"ok"`, `"ok2"`, 1) + `]}`
+			counts, err := DecodeEventList(strings.NewReader(body), func(r Record) error { kept = append(kept, r.AuditID); return nil })
+			if tc.err != nil {
+				if !errors.Is(err, tc.err) || !strings.Contains(err.Error(), "items[1]") {
+					t.Fatalf("error %v, want items[1]: %v", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantKept := []string{"ok", "x", "ok2"}
+			if tc.tooLarge {
+				wantKept = []string{"ok", "ok2"}
+			}
+			if !slices.Equal(kept, wantKept) || counts.Items != 3 || counts.TooLarge != map[bool]int{true: 1}[tc.tooLarge] {
+				t.Errorf("kept %v, %+v; want %v", kept, counts, wantKept)
+			}
+			_, _, err = DecodeEvent([]byte(tc.item))
+			if got := errors.Is(err, ErrEventTooLarge); got != tc.tooLarge {
+				t.Errorf("DecodeEvent: %v, want too large %v", err, tc.tooLarge)
+			}
+		})
+	}
+}
+
+// TestDecodeDoesNotAmplify: decoding an event of a million empty groups (3
+// MB of JSON, 16 MB as string headers) allocates what the decoder's
+// buffer takes to hold the item (doubling up to its size), not the
+// strings: the list is refused unread.
+func TestDecodeDoesNotAmplify(t *testing.T) {
+	body := []byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` +
+		boundsEvent("x", `{"username":"u","groups":[`+strings.Repeat(`"",`, 1_000_000)+`""]}`, "") + `]}`)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	counts, err := DecodeEventList(bytes.NewReader(body), func(Record) error { return nil })
+	runtime.ReadMemStats(&after)
+	if err != nil || counts.TooLarge != 1 {
+		t.Fatalf("%+v, %v", counts, err)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 4*uint64(len(body)) {
+		t.Errorf("decoding %d bytes allocated %d", len(body), alloc)
 	}
 }

@@ -17,7 +17,11 @@
 //     was observed (plus the allowed clock skew) and which completed within
 //     the match window of it. When the candidates are several writes by
 //     the same identity, the user is certain and the request-level fields
-//     that differ between them (auditID at least) are left out;
+//     that differ between them (auditID at least) are left out. When every
+//     candidate was held before the change was observed, the change is
+//     decided only when its wait is over: such an event may be another
+//     request's (a no-op write, an event posted ahead of the apiserver's),
+//     and the change's own, when it comes, makes it ambiguous or exact;
 //   - ambiguous: candidates by different identities: the usernames are
 //     listed and no user is named. fieldwatch never guesses;
 //   - none: nothing fitted within the wait bound (the policy does not audit
@@ -38,10 +42,20 @@
 //
 // Attribution at Metadata level is as good as the timing: a no-op patch
 // (audited, but producing no watch event) by another user shortly before a
-// real change can be taken for it when the real change's own audit event
-// has not arrived yet (a no-op update is recognised when the change gives
-// its previous resourceVersion). Exact matching (RequestResponse level for
-// the resources where it matters) has no such limit.
+// real change can be taken for it when its event arrives after the change
+// was observed and before the real change's own (a no-op update is
+// recognised when the change gives its previous resourceVersion). Exact
+// matching (RequestResponse level for the resources where it matters) has
+// no such limit.
+//
+// The webhook accepts only the apiserver: a client certificate of the
+// client CA that names one of WebhookOptions.ClientNames, or the token.
+// Whoever can post can name anyone as the author of a change. What a post
+// may cost is bounded: MaxConcurrentRequests read at once (more get 429),
+// MaxBodyBytes of body of which a quarter of events kept, MaxEventJSONBytes
+// of JSON and MaxEventBytes kept an event (a larger event is dropped and
+// counted), all or nothing per post; the Index bounds its events by count,
+// bytes (IndexOptions.MaxBytes) and age.
 //
 // What each audit level tells (kube-apiserver v1.37, checked by the tests):
 // every level has the user, the impersonated user, the user agent, the
@@ -62,8 +76,9 @@
 // --audit-webhook-batch-max-size events (400) or after
 // --audit-webhook-batch-max-wait, 30s by default: longer than the
 // Attributor's wait, so set it to about 1s. --audit-webhook-truncate-enabled
-// keeps batches under 10 MB (below DefaultMaxBodyBytes) by dropping the
-// bodies of large events, which then match by window instead of exactly.
+// keeps batches under 10 MB (below DefaultMaxBodyBytes) and events under
+// 100 KB (below MaxEventJSONBytes) by dropping the bodies of large events,
+// which then match by window instead of exactly.
 //
 // audit must not import fieldwatch's rules, watcher or app packages, nor
 // client-go (TestDependencies keeps it so): it works on plain values

@@ -35,6 +35,7 @@ type hookFixture struct {
 	url     string
 	certs   *testenv.AuditTLS
 	webhook *Webhook
+	metrics *Metrics
 	stop    func()
 
 	mu   sync.Mutex
@@ -101,8 +102,9 @@ func newHookFixture() (*hookFixture, error) {
 		return nil, err
 	}
 	h := &hookFixture{certs: certs}
+	h.metrics = NewMetrics(nil)
 	h.webhook, err = NewWebhook(WebhookOptions{CertFile: certs.CertFile, KeyFile: certs.KeyFile, ClientCAFile: certs.CAFile,
-		Logger: slog.New(slog.DiscardHandler)}, h)
+		ClientNames: []string{certs.ClientName}, Metrics: h.metrics, Logger: slog.New(slog.DiscardHandler)}, h)
 	if err != nil {
 		return nil, err
 	}

@@ -4,11 +4,13 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unsafe"
 )
 
 // The defaults of IndexOptions.
 const (
 	DefaultMaxEvents = 100000
+	DefaultMaxBytes  = 64 << 20
 	DefaultMaxAge    = 30 * time.Second
 	DefaultWindow    = 2 * time.Second
 	DefaultClockSkew = time.Second
@@ -19,6 +21,11 @@ type IndexOptions struct {
 	// MaxEvents is how many audit events it holds at most (default
 	// 100000); past it the oldest are evicted.
 	MaxEvents int
+	// MaxBytes bounds the bytes its events take (default 64 MiB), counted
+	// as entryBytes each whether held or matched (a matched one stays, to
+	// recognise a redelivery, until it is the oldest); past it the oldest
+	// are evicted.
+	MaxBytes int64
 	// MaxAge is how long it holds an event after it arrived (default 30s).
 	MaxAge time.Duration
 	// Window bounds window matching: an event fits a change when it
@@ -42,6 +49,9 @@ type IndexOptions struct {
 func (o *IndexOptions) defaults() {
 	if o.MaxEvents <= 0 {
 		o.MaxEvents = DefaultMaxEvents
+	}
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = DefaultMaxBytes
 	}
 	if o.MaxAge <= 0 {
 		o.MaxAge = DefaultMaxAge
@@ -82,12 +92,25 @@ type objectKey struct {
 type entry struct {
 	rec     Record
 	arrived time.Time
+	// bytes is what it is counted for in Index.bytes.
+	bytes int64
 	// removed: consumed by a match or evicted; no longer a candidate.
 	removed bool
 	// sibling: another request of the same identity fitted the same change
 	// when it was attributed; a later match on this one names no auditID.
 	sibling bool
 }
+
+// entryOverhead is what an entry takes besides its record's strings and
+// lists: itself, its slots in fifo and in its byKey bucket, its byID map
+// entry, a byKey map entry of its own (an object written once) and the
+// interning of its name, with the maps' own overhead (measured by
+// BenchmarkIndexMemory and BenchmarkWebhookMemory: what is counted is
+// more than what is taken).
+const entryOverhead = int(unsafe.Sizeof(entry{})) + 256
+
+// entryBytes is what holding rec costs at most.
+func entryBytes(rec *Record) int64 { return int64(entryOverhead + rec.keptBytes()) }
 
 func (e *entry) key() objectKey {
 	return objectKey{group: e.rec.Group, resource: e.rec.Resource, namespace: e.rec.Namespace, name: e.rec.Name}
@@ -98,8 +121,8 @@ func (e *entry) key() objectKey {
 func (e *entry) multi() bool { return e.rec.Verb == "deletecollection" }
 
 // Index holds recent successful writes of the audit stream, keyed by
-// object, bounded by count and by age, for matching watched changes. It
-// is safe for concurrent use.
+// object, bounded by count, bytes and age, for matching watched changes.
+// It is safe for concurrent use.
 type Index struct {
 	opts IndexOptions
 	m    *Metrics
@@ -114,6 +137,8 @@ type Index struct {
 	fifo []*entry
 	head int
 	live int
+	// bytes is what fifo's entries take (entryBytes each).
+	bytes int64
 
 	// notify is told the keys that got new events (the Attributor).
 	notify func(keys []objectKey)
@@ -123,13 +148,32 @@ type Index struct {
 	lists map[string][]string
 	users map[string]*UserInfo
 	key   []byte // scratch for the lookups in lists and users
+	// interned is the bytes strs, lists and users hold (of strings that
+	// held events may no longer share).
+	interned int
 }
 
 var _ interner = &Index{}
 
-// maxInterned bounds each of Index.strs, Index.lists and Index.users; past
-// it, the map starts over (sharing is lost for a while, nothing else).
-const maxInterned = 16384
+// maxInterned bounds each of Index.strs, Index.lists and Index.users, and
+// maxInternedBytes what they hold together; past either, they start over
+// (sharing is lost for a while, nothing else).
+const (
+	maxInterned      = 16384
+	maxInternedBytes = 4 << 20
+)
+
+// intern counts n more bytes held by the maps, and starts them over past
+// maxInternedBytes.
+func (ix *Index) intern(n int) {
+	ix.interned += n
+	if ix.interned > maxInternedBytes {
+		clear(ix.strs)
+		clear(ix.lists)
+		clear(ix.users)
+		ix.interned = 0
+	}
+}
 
 // str returns a string equal to s that other held events may share. The
 // caller holds ix.mu.
@@ -144,6 +188,7 @@ func (ix *Index) str(s string) string {
 		clear(ix.strs)
 	}
 	ix.strs[s] = s
+	ix.intern(stringBytes + len(s))
 	return s
 }
 
@@ -165,6 +210,7 @@ func (ix *Index) list(ss []string) []string {
 		v[i] = ix.str(s)
 	}
 	ix.lists[string(ix.key)] = v
+	ix.intern(len(ix.key) + stringBytes*len(v))
 	return v
 }
 
@@ -181,6 +227,7 @@ func (ix *Index) user(u *UserInfo) *UserInfo {
 	k := string(ix.key)
 	v := &UserInfo{Username: ix.str(u.Username), UID: ix.str(u.UID), Groups: ix.list(u.Groups)}
 	ix.users[k] = v
+	ix.intern(len(k) + userBytes)
 	return v
 }
 
@@ -215,8 +262,9 @@ func (ix *Index) Len() int {
 }
 
 // Add holds the successful writes of recs; failures, resources Keep
-// rejects and auditIDs already held are counted and dropped. ignored is
-// the number of events the source decoded and dropped itself.
+// rejects, auditIDs already held and records that keep more than
+// MaxEventBytes are counted and dropped. ignored is the number of events
+// the source decoded and dropped itself.
 func (ix *Index) Add(source string, recs []Record, ignored int) {
 	if ignored > 0 {
 		ix.m.ignoredBy[source].Add(float64(ignored))
@@ -228,12 +276,15 @@ func (ix *Index) Add(source string, recs []Record, ignored int) {
 	ix.mu.Lock()
 	now := ix.opts.Clock.Now()
 	ix.expireLocked(now)
-	var indexed, failed, filtered, dup int
+	var indexed, failed, filtered, dup, tooLarge int
 	for i := range recs {
 		rec := &recs[i]
 		switch {
 		case !rec.Succeeded():
 			failed++
+			continue
+		case rec.keptBytes() > MaxEventBytes:
+			tooLarge++
 			continue
 		case ix.opts.Keep != nil && !ix.opts.Keep(rec.Group, rec.Resource):
 			filtered++
@@ -243,10 +294,11 @@ func (ix *Index) Add(source string, recs []Record, ignored int) {
 			continue
 		}
 		rec.compact(ix)
-		e := &entry{rec: *rec, arrived: now}
+		e := &entry{rec: *rec, arrived: now, bytes: entryBytes(rec)}
 		key := e.key()
 		ix.byKey[key] = append(ix.byKey[key], e)
 		ix.fifo = append(ix.fifo, e)
+		ix.bytes += e.bytes
 		if rec.AuditID != "" {
 			ix.byID[rec.AuditID] = e
 		}
@@ -258,9 +310,15 @@ func (ix *Index) Add(source string, recs []Record, ignored int) {
 		for ix.live > ix.opts.MaxEvents {
 			ix.evictOldestLocked()
 		}
+		for ix.bytes > ix.opts.MaxBytes && ix.head < len(ix.fifo) {
+			if e := ix.popLocked(); !e.removed {
+				ix.removeLocked(e)
+				ix.m.evictedBytes.Inc()
+			}
+		}
 	}
 	ix.compactLocked()
-	ix.m.held.Set(float64(ix.live))
+	ix.setGaugesLocked()
 	notify := ix.notify
 	ix.mu.Unlock()
 
@@ -274,6 +332,9 @@ func (ix *Index) Add(source string, recs []Record, ignored int) {
 	if dup > 0 {
 		ix.m.duplicateBy[source].Add(float64(dup))
 	}
+	if tooLarge > 0 {
+		ix.m.tooLargeBy[source].Add(float64(tooLarge))
+	}
 	if notify != nil && len(keys) > 0 {
 		notify(keys)
 	}
@@ -286,7 +347,19 @@ func (ix *Index) expire() {
 	defer ix.mu.Unlock()
 	ix.expireLocked(ix.opts.Clock.Now())
 	ix.compactLocked()
+	ix.setGaugesLocked()
+}
+
+// Bytes returns what the index's events take (see IndexOptions.MaxBytes).
+func (ix *Index) Bytes() int64 {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return ix.bytes
+}
+
+func (ix *Index) setGaugesLocked() {
 	ix.m.held.Set(float64(ix.live))
+	ix.m.heldBytes.Set(float64(ix.bytes))
 }
 
 func (ix *Index) expireLocked(now time.Time) {
@@ -316,6 +389,7 @@ func (ix *Index) popLocked() *entry {
 	e := ix.fifo[ix.head]
 	ix.fifo[ix.head] = nil
 	ix.head++
+	ix.bytes -= e.bytes
 	if e.rec.AuditID != "" && ix.byID[e.rec.AuditID] == e {
 		delete(ix.byID, e.rec.AuditID)
 	}

@@ -3,6 +3,7 @@ package audit
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -246,6 +247,76 @@ func TestMatch(t *testing.T) {
 	}
 }
 
+// TestMatchEarlyEvents: events that were held before the change was
+// observed decide it only at the bound (final), unless one that arrives
+// after it joins them: another identity's makes the change ambiguous, an
+// exact one wins. An event posted ahead of the apiserver's never outweighs
+// the apiserver's.
+func TestMatchEarlyEvents(t *testing.T) {
+	exact := func(r Record) Record {
+		r.Level, r.ResponseUID, r.ResponseResourceVersion = "RequestResponse", "uid-a", "10"
+		return r
+	}
+	for _, tc := range []struct {
+		name        string
+		early, late []Record
+		// before is the result of a match before the late events came,
+		// final the one at the bound; after the one once they came.
+		before, final, after string
+	}{
+		{"early alone: at the bound", []Record{rec("f", "alice", "patch", "a", 0)}, nil,
+			"undecided", "window alice f", ""},
+		{"a later one of another user: ambiguous", []Record{rec("f", "alice", "patch", "a", 0)}, []Record{rec("e", "bob", "patch", "a", 20*time.Millisecond)},
+			"undecided", "", "ambiguous alice,bob"},
+		{"a later exact one wins", []Record{rec("f", "alice", "patch", "a", 0)}, []Record{exact(rec("e", "bob", "patch", "a", 20*time.Millisecond))},
+			"undecided", "", "exact bob e"},
+		{"a later one of the same user", []Record{rec("f", "alice", "patch", "a", 0)}, []Record{rec("e", "alice", "patch", "a", 20*time.Millisecond)},
+			"undecided", "", "window alice -"},
+		{"two early users: ambiguous at the bound", []Record{rec("f", "alice", "patch", "a", 0), rec("g", "bob", "patch", "a", 0)}, nil,
+			"undecided", "ambiguous alice,bob", ""},
+		{"an early exact one decides at once", []Record{exact(rec("e", "alice", "patch", "a", 0))}, nil,
+			"exact alice e", "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newFakeClock()
+			ix := NewIndex(IndexOptions{Clock: clk})
+			ix.Add(SourceWebhook, slices.Clone(tc.early), 0)
+			c := chg(change.Updated, "a")
+			c.Time = t0.Add(10 * time.Millisecond)
+			clk.Step(10 * time.Millisecond)
+			describe := func(final bool) string {
+				a, ok := ix.match(&c, final)
+				switch {
+				case !ok:
+					return "undecided"
+				case a.Match == MatchAmbiguous:
+					return "ambiguous " + joinComma(a.Candidates)
+				case a.AuditID == "":
+					return fmt.Sprintf("%s %s -", a.Match, a.Username())
+				}
+				return fmt.Sprintf("%s %s %s", a.Match, a.Username(), a.AuditID)
+			}
+			if got := describe(false); got != tc.before {
+				t.Fatalf("before the later events: %s, want %s", got, tc.before)
+			}
+			if tc.final != "" {
+				if got := describe(true); got != tc.final {
+					t.Errorf("at the bound: %s, want %s", got, tc.final)
+				}
+				return
+			}
+			if tc.after == "" {
+				return
+			}
+			clk.Step(100 * time.Millisecond)
+			ix.Add(SourceWebhook, slices.Clone(tc.late), 0)
+			if got := describe(false); got != tc.after {
+				t.Errorf("once the later events came: %s, want %s", got, tc.after)
+			}
+		})
+	}
+}
+
 func joinComma(ss []string) string {
 	out := ""
 	for i, s := range ss {
@@ -383,4 +454,67 @@ func value(t testing.TB, m prometheus.Metric) float64 {
 	}
 	t.Fatalf("metric %v is no counter, gauge or histogram", m.Desc())
 	return 0
+}
+
+// TestIndexBytes: the index evicts the oldest events past MaxBytes
+// (counted by reason bytes), matched ones included, keeps its gauge, and
+// drops a record that would keep more than MaxEventBytes; the interning
+// maps never hold more than maxInternedBytes of strings that held events
+// no longer share.
+func TestIndexBytes(t *testing.T) {
+	clk := newFakeClock()
+	m := NewMetrics(nil)
+	one := entryBytes(ptr(rec("e00", "alice", "patch", "o00", 0)))
+	ix := NewIndex(IndexOptions{Clock: clk, Metrics: m, MaxBytes: 10*one + one/2})
+	for i := range 20 {
+		ix.Add(SourceWebhook, []Record{rec(fmt.Sprintf("e%02d", i), "alice", "patch", fmt.Sprintf("o%02d", i), 0)}, 0)
+		if i == 4 {
+			c := chg(change.Updated, "o04")
+			if _, ok := ix.match(&c, false); !ok {
+				t.Fatal("o04 not matched")
+			}
+		}
+	}
+	if ix.Bytes() > 10*one+one/2 || ix.Bytes() != 10*one || value(t, m.heldBytes) != float64(ix.Bytes()) {
+		t.Errorf("%d bytes (gauge %v), want 10 events' %d", ix.Bytes(), value(t, m.heldBytes), 10*one)
+	}
+	// The ten oldest went, o04 (matched) among them: nine were evicted.
+	if ix.Len() != 10 || value(t, m.evictedBytes) != 9 {
+		t.Errorf("held %d, %v evicted by bytes; want 10, 9", ix.Len(), value(t, m.evictedBytes))
+	}
+	big := rec("big", strings.Repeat("u", MaxEventBytes), "patch", "o20", 0)
+	ix.Add(SourceWebhook, []Record{big}, 0)
+	if ix.Len() != 10 || value(t, m.tooLargeBy[SourceWebhook]) != 1 {
+		t.Errorf("a record over MaxEventBytes: held %d, too_large %v", ix.Len(), value(t, m.tooLargeBy[SourceWebhook]))
+	}
+
+	// Distinct 60 KiB user agents: held events are evicted by bytes, and
+	// the interning maps start over rather than keep them all.
+	ix = NewIndex(IndexOptions{Clock: clk, Metrics: NewMetrics(nil), MaxBytes: 1 << 20})
+	for i := range 200 {
+		r := rec(fmt.Sprint("u", i), "alice", "patch", fmt.Sprint("o", i), 0)
+		r.UserAgent = fmt.Sprintf("%06d", i) + strings.Repeat("a", 60<<10)
+		ix.Add(SourceWebhook, []Record{r}, 0)
+		interned := 0
+		for s := range ix.strs {
+			interned += len(s)
+		}
+		if interned > maxInternedBytes || ix.interned > maxInternedBytes || ix.Bytes() > 1<<20 {
+			t.Fatalf("after %d events: %d bytes interned (counted %d), %d held", i+1, interned, ix.interned, ix.Bytes())
+		}
+	}
+}
+
+// TestEntryBytesBound: what the index counts for an event is at least
+// what it takes on the heap (BenchmarkIndexMemory measures that).
+func TestEntryBytesBound(t *testing.T) {
+	r, keep, err := DecodeEvent(benchEvent(t, 1, "config-1", "user-1", t0))
+	if err != nil || !keep {
+		t.Fatal(keep, err)
+	}
+	// An apiserver event's record as held: measured 595 bytes an event
+	// (30,000 of them, interned).
+	if got := entryBytes(&r); got < 600 {
+		t.Errorf("entryBytes %d, less than the 595 bytes an event takes", got)
+	}
 }

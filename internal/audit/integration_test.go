@@ -1,9 +1,13 @@
 package audit
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -251,10 +255,12 @@ func TestAttributionTwoUsersOneObject(t *testing.T) {
 	}
 }
 
-// TestAttributionTiming: audit events that arrive before the watch event
-// (early), after it (late: the receiver holds the apiserver's POST), or
-// never (the policy leaves the namespace out): every callback comes within
-// the wait bound, in order per object.
+// TestAttributionTiming: audit events that arrive before the changes are
+// submitted (early: after they were watched, but the pipeline is behind),
+// after it (late: the receiver holds the apiserver's POST), or never (the
+// policy leaves the namespace out): every callback comes within the wait
+// bound, in order per object. (Events that came before the change was
+// watched decide only at the bound: TestAttributionForgedEvent.)
 func TestAttributionTiming(t *testing.T) {
 	env := testenv.Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -550,4 +556,201 @@ func currentRV(t *testing.T, env *testenv.Env, ns string) string {
 		t.Fatal(err)
 	}
 	return l.GetResourceVersion()
+}
+
+// forgedEventList is an EventList of one Metadata-level patch of
+// configmap ns/name by user, as if the apiserver had completed it now: what
+// a client that may post could send ahead of the apiserver's real event.
+func forgedEventList(t *testing.T, ns, name, user string) []byte {
+	t.Helper()
+	now := time.Now().UTC()
+	ev := map[string]any{
+		"kind": "Event", "apiVersion": "audit.k8s.io/v1", "level": "Metadata",
+		"auditID": fmt.Sprintf("forged-%d", now.UnixNano()), "stage": "ResponseComplete",
+		"requestURI": "/api/v1/namespaces/" + ns + "/configmaps/" + name, "verb": "patch",
+		"user":      map[string]any{"username": user, "groups": []string{"system:authenticated"}},
+		"sourceIPs": []string{"10.0.0.66"}, "userAgent": "kubectl/v1.37.2",
+		"objectRef":                map[string]any{"resource": "configmaps", "namespace": ns, "name": name, "apiVersion": "v1"},
+		"responseStatus":           map[string]any{"code": 200},
+		"requestReceivedTimestamp": now.Add(-5 * time.Millisecond).Format(microTime),
+		"stageTimestamp":           now.Format(microTime),
+	}
+	line, err := json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eventList([][]byte{line})
+}
+
+// postToReceiver posts body to the shared receiver with a client
+// certificate and returns the status code.
+func postToReceiver(t *testing.T, certPEM, keyPEM, body []byte) int {
+	t.Helper()
+	resp, err := httpsClient(t, receiver.certs.CAPEM, certPEM, keyPEM).Post(receiver.url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestAttributionForgedEvent: the apiserver really posts the audit event
+// of bob's patch; before it, another client posts an event naming alice
+// for the same patch. A certificate of the receiver's CA for another
+// client (a kubelet's) is refused (403) and counted: bob's change is his.
+// A client the receiver does accept (a token holder, the apiserver's
+// certificate) gets its event in, but it came before the change, so it
+// does not decide it: the apiserver's event makes the change ambiguous
+// between alice and bob (at Metadata level) or exact, bob's (at
+// RequestResponse level), never alice's.
+func TestAttributionForgedEvent(t *testing.T) {
+	env := testenv.Shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	bob := env.Impersonating(t, "bob")
+	kubeletCert, kubeletKey, err := receiver.certs.CA.ClientCert("system:node:worker-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, ns, object string
+		cert, key        []byte
+		wantCode         int
+		want             Match
+		wantCandidates   []string
+	}{
+		{"another client of the CA", "forged", "kubelet", kubeletCert, kubeletKey, http.StatusForbidden, MatchWindow, nil},
+		{"an accepted client, Metadata level", "forged", "accepted", receiver.certs.ClientCertPEM, receiver.certs.ClientKeyPEM, http.StatusOK, MatchAmbiguous, []string{"alice", "bob"}},
+		{"an accepted client, RequestResponse level", "exact", "forged-accepted", receiver.certs.ClientCertPEM, receiver.certs.ClientKeyPEM, http.StatusOK, MatchExact, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env.EnsureNamespace(t, tc.ns)
+			admin := env.Dynamic(t).Resource(configmaps).Namespace(tc.ns)
+			created, err := admin.Create(ctx, configMap(tc.object, map[string]any{"k": "0"}), metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				if err := admin.Delete(context.Background(), tc.object, metav1.DeleteOptions{}); err != nil {
+					t.Errorf("clean up: %v", err)
+				}
+			})
+			_, a := newAttribution(t, IndexOptions{}, AttributorOptions{Wait: 10 * time.Second})
+			o := observe(t, ctx, env, a, configmaps, tc.ns, created.GetResourceVersion(), nil)
+			refused := value(t, receiver.metrics.refusedBy[RefusedCertificateName])
+
+			if code := postToReceiver(t, tc.cert, tc.key, forgedEventList(t, tc.ns, tc.object, "alice")); code != tc.wantCode {
+				t.Fatalf("the forged event: %d, want %d", code, tc.wantCode)
+			}
+			if got := value(t, receiver.metrics.refusedBy[RefusedCertificateName]) - refused; got != map[bool]float64{true: 1, false: 0}[tc.wantCode == http.StatusForbidden] {
+				t.Errorf("webhook_refused_total{reason=certificate_name} grew by %v", got)
+			}
+			// The apiserver's event of bob's patch is held until the change
+			// was watched and submitted: the forged one is all there is then.
+			release := receiver.hold()
+			defer release()
+			if _, err := bob.Dynamic.Resource(configmaps).Namespace(tc.ns).Patch(ctx, tc.object, types.MergePatchType, []byte(`{"data":{"k":"1"}}`), metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			testenv.Eventually(t, 10*time.Second, "bob's change submitted", func() bool {
+				cs := o.snapshot()
+				return len(cs) == 1 && !cs[0].submitted.IsZero()
+			})
+			release()
+			c := o.waitResolved(t, 1, 15*time.Second)[0]
+			r := c.result
+			switch tc.want {
+			case MatchAmbiguous:
+				if r.Match != MatchAmbiguous || !slices.Equal(r.Candidates, tc.wantCandidates) || r.User != nil {
+					t.Errorf("bob's change: %s %q %v, want ambiguous between %v", r.Match, r.Username(), r.Candidates, tc.wantCandidates)
+				}
+			default:
+				if r.Match != tc.want || r.Username() != "bob" {
+					t.Errorf("bob's change: %s %q %v, want %s bob", r.Match, r.Username(), r.Candidates, tc.want)
+				}
+			}
+		})
+	}
+}
+
+// TestAttributionRetriedBatch: while the receiver reads as many posts as
+// it may at once (slow ones, their bodies still coming), the apiserver's
+// batch gets 429 with Retry-After; its webhook client retries it, the
+// retry goes through once the slow posts are done, and alice's patch is
+// attributed to her, its event indexed once.
+func TestAttributionRetriedBatch(t *testing.T) {
+	env := testenv.Shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const ns = "retried"
+	env.EnsureNamespace(t, ns)
+	alice := env.Impersonating(t, "alice")
+	admin := env.Dynamic(t).Resource(configmaps).Namespace(ns)
+	m := NewMetrics(nil)
+	ix, a := newAttribution(t, IndexOptions{Metrics: m}, AttributorOptions{Wait: 30 * time.Second})
+	created, err := admin.Create(ctx, configMap("busy", map[string]any{"k": "0"}), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := admin.Delete(context.Background(), "busy", metav1.DeleteOptions{}); err != nil {
+			t.Errorf("clean up: %v", err)
+		}
+	})
+	testenv.Eventually(t, 10*time.Second, "the create's event held", func() bool {
+		ix.mu.Lock()
+		defer ix.mu.Unlock()
+		return slices.ContainsFunc(ix.byKey[objectKey{resource: "configmaps", namespace: ns, name: "busy"}], func(e *entry) bool { return e.rec.Verb == "create" })
+	})
+	held, indexed := ix.Len(), value(t, m.indexedBy[SourceWebhook])
+	o := observe(t, ctx, env, a, configmaps, ns, created.GetResourceVersion(), nil)
+
+	// Fill the receiver's slots with posts whose bodies do not end yet.
+	body := []byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[]}`)
+	var slow []*io.PipeWriter
+	done := make(chan int, DefaultMaxConcurrentRequests)
+	for range DefaultMaxConcurrentRequests {
+		pr, pw := io.Pipe()
+		t.Cleanup(func() { _ = pw.CloseWithError(io.ErrUnexpectedEOF) })
+		slow = append(slow, pw)
+		go func() {
+			resp, err := httpsClient(t, receiver.certs.CAPEM, receiver.certs.ClientCertPEM, receiver.certs.ClientKeyPEM).Post(receiver.url, "application/json", pr)
+			if err != nil {
+				done <- 0
+				return
+			}
+			_ = resp.Body.Close()
+			done <- resp.StatusCode
+		}()
+		go func() { _, _ = pw.Write(body[:10]) }()
+	}
+	testenv.Eventually(t, 10*time.Second, "the receiver's slots taken", func() bool { return len(receiver.webhook.slots) == DefaultMaxConcurrentRequests })
+	busy := value(t, receiver.metrics.webhookRequests.WithLabelValues("429"))
+
+	if _, err := alice.Dynamic.Resource(configmaps).Namespace(ns).Patch(ctx, "busy", types.MergePatchType, []byte(`{"data":{"k":"1"}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, "the apiserver's batch refused with 429", func() bool {
+		return value(t, receiver.metrics.webhookRequests.WithLabelValues("429")) > busy
+	})
+	if n := ix.Len(); n != held {
+		t.Errorf("%d events held while the receiver was busy, want the %d before", n, held)
+	}
+	for _, pw := range slow {
+		_, _ = pw.Write(body[10:])
+		_ = pw.Close()
+	}
+	for range slow {
+		if code := <-done; code != http.StatusOK {
+			t.Errorf("a slow post: %d", code)
+		}
+	}
+	c := o.waitResolved(t, 1, 20*time.Second)[0]
+	if c.result.Match != MatchWindow || c.result.Username() != "alice" {
+		t.Errorf("alice's patch: %s %q, want window alice", c.result.Match, c.result.Username())
+	}
+	if got := value(t, m.indexedBy[SourceWebhook]) - indexed; got != 1 || value(t, m.duplicateBy[SourceWebhook]) != 0 {
+		t.Errorf("indexed %v more, %v duplicates: want the patch's event once", got, value(t, m.duplicateBy[SourceWebhook]))
+	}
 }

@@ -3,6 +3,7 @@ package audit
 import (
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/fieldwatch/fieldwatch/change"
 )
@@ -25,7 +26,13 @@ const (
 // Attributor). Strong fits are preferred; when only weak ones fit, the
 // change is decided only when final (its wait is over), since the request
 // that made it may still be on its way and the weak candidate be the next
-// change's. An exact or window match consumes the event it used, so that
+// change's. So is a change whose every candidate was already held when it
+// was observed: the apiserver sends a request's event after the request,
+// so an event that came before the change may be another request's (a
+// no-op write, an event posted ahead of the apiserver's), and the
+// change's own, still on its way, must make it ambiguous (or exact), not
+// lose to it. An exact match decides at once: it names the change's
+// version. An exact or window match consumes the event it used, so that
 // the next change of the object is matched with the rest.
 func (ix *Index) match(c *Change, final bool) (a Attribution, ok bool) {
 	ix.mu.Lock()
@@ -67,6 +74,8 @@ func (ix *Index) matchLocked(c *Change, final bool) (Attribution, bool) {
 	switch {
 	case len(cands) == 0:
 		return Attribution{}, false
+	case !final && allBefore(cands, c.Time):
+		return Attribution{}, false
 	case len(cands) == 1:
 		e := cands[0]
 		if !e.multi() {
@@ -98,6 +107,16 @@ func (ix *Index) matchLocked(c *Change, final bool) (Attribution, bool) {
 		}
 	}
 	return a, true
+}
+
+// allBefore reports whether every candidate arrived before t.
+func allBefore(cands []*entry, t time.Time) bool {
+	for _, e := range cands {
+		if !e.arrived.Before(t) {
+			return false
+		}
+	}
+	return true
 }
 
 // exact reports whether e's response names c's object version: its uid
@@ -224,7 +243,7 @@ func (ix *Index) consumeLocked(e *entry) {
 		return
 	}
 	ix.removeLocked(e)
-	ix.m.held.Set(float64(ix.live))
+	ix.setGaugesLocked()
 }
 
 // attribution describes e as the match for a change that all of cands fit

@@ -12,7 +12,9 @@ type Metrics struct {
 	events          *prometheus.CounterVec
 	decodeErrors    *prometheus.CounterVec
 	webhookRequests *prometheus.CounterVec
+	webhookRefused  *prometheus.CounterVec
 	held            prometheus.Gauge
+	heldBytes       prometheus.Gauge
 	evictions       *prometheus.CounterVec
 	matches         *prometheus.CounterVec
 	unmatched       prometheus.Counter
@@ -26,7 +28,10 @@ type Metrics struct {
 	evictedAge, evictedCount             prometheus.Counter
 	matchExact, matchWindow, matchAmbig  prometheus.Counter
 	webhookOK                            prometheus.Counter
+	refusedBy                            map[string]prometheus.Counter
+	evictedBytes                         prometheus.Counter
 	indexedBy, ignoredBy, duplicateBy    map[string]prometheus.Counter
+	tooLargeBy                           map[string]prometheus.Counter
 	filteredBy, failedBy, decodeErrorsBy map[string]prometheus.Counter
 }
 
@@ -43,7 +48,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "events_total",
-			Help: "Audit events decoded, by source and result: indexed (a successful write held for matching), ignored (another stage, a read, a dry run), failed (a write that did not succeed), filtered (a resource no rule watches), duplicate (an auditID already held).",
+			Help: "Audit events decoded, by source and result: indexed (a successful write held for matching), ignored (another stage, a read, a dry run), failed (a write that did not succeed), filtered (a resource no rule watches), duplicate (an auditID already held), too_large (its user, groups and names take more than 64 KiB).",
 		}, []string{"source", "result"}),
 		decodeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "decode_errors_total",
@@ -51,15 +56,23 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"source"}),
 		webhookRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "webhook_requests_total",
-			Help: "Requests to the audit webhook, by response code (401: no credentials, 403: wrong credentials, 413: body too large, 503: standing by).",
+			Help: "Requests to the audit webhook, by response code (401: no credentials, 403: wrong credentials, 413: body, event or the events kept too large, 429: too many at once, 503: standing by).",
 		}, []string{"code"}),
+		webhookRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "webhook_refused_total",
+			Help: "Clients the audit webhook refused, by reason: no_credentials (401), wrong_token, untrusted_certificate (not signed by the client CA for client authentication), certificate_name (signed by it, naming none of the client names) (403).",
+		}, []string{"reason"}),
 		held: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "index_events",
 			Help: "Audit events held in the index for matching.",
 		}),
+		heldBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "index_bytes",
+			Help: "Bytes the audit events in the index take at most (held ones, and matched ones kept to recognise a redelivery).",
+		}),
 		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "index_evictions_total",
-			Help: "Audit events removed from the index unmatched, by reason: age (older than the maximum age) or count (the index was full).",
+			Help: "Audit events removed from the index unmatched, by reason: age (older than the maximum age), count (the index held its maximum of events) or bytes (its maximum of bytes).",
 		}, []string{"reason"}),
 		matches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "matches_total",
@@ -92,16 +105,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.events, m.decodeErrors, m.webhookRequests, m.held, m.evictions,
+		reg.MustRegister(m.events, m.decodeErrors, m.webhookRequests, m.webhookRefused, m.held, m.heldBytes, m.evictions,
 			m.matches, m.unmatched, m.waiting, m.wait, m.logReopens, m.logSkipped, m.logOpenFailures)
 	}
 	m.evictedAge = m.evictions.WithLabelValues("age")
 	m.evictedCount = m.evictions.WithLabelValues("count")
+	m.evictedBytes = m.evictions.WithLabelValues("bytes")
 	m.matchExact = m.matches.WithLabelValues(string(MatchExact))
 	m.matchWindow = m.matches.WithLabelValues(string(MatchWindow))
 	m.matchAmbig = m.matches.WithLabelValues(string(MatchAmbiguous))
 	m.webhookOK = m.webhookRequests.WithLabelValues("200")
+	m.refusedBy = map[string]prometheus.Counter{}
+	for _, r := range refusedReasons {
+		m.refusedBy[r] = m.webhookRefused.WithLabelValues(r)
+	}
 	m.indexedBy, m.ignoredBy, m.duplicateBy = map[string]prometheus.Counter{}, map[string]prometheus.Counter{}, map[string]prometheus.Counter{}
+	m.tooLargeBy = map[string]prometheus.Counter{}
 	m.filteredBy, m.failedBy, m.decodeErrorsBy = map[string]prometheus.Counter{}, map[string]prometheus.Counter{}, map[string]prometheus.Counter{}
 	for _, src := range []string{SourceWebhook, SourceLog} {
 		m.indexedBy[src] = m.events.WithLabelValues(src, "indexed")
@@ -109,6 +128,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.duplicateBy[src] = m.events.WithLabelValues(src, "duplicate")
 		m.filteredBy[src] = m.events.WithLabelValues(src, "filtered")
 		m.failedBy[src] = m.events.WithLabelValues(src, "failed")
+		m.tooLargeBy[src] = m.events.WithLabelValues(src, "too_large")
 		m.decodeErrorsBy[src] = m.decodeErrors.WithLabelValues(src)
 	}
 	return m

@@ -2,6 +2,7 @@ package audit
 
 import (
 	"time"
+	"unsafe"
 
 	"github.com/fieldwatch/fieldwatch/change"
 )
@@ -68,6 +69,38 @@ func (r *Record) identity() string {
 		return r.User.Username + "\x00" + r.ImpersonatedUser.Username
 	}
 	return r.User.Username
+}
+
+// recordBytes is what a Record takes besides the bytes of its strings and
+// lists; stringBytes a string header, userBytes an impersonated user.
+const (
+	recordBytes = int(unsafe.Sizeof(Record{}))
+	stringBytes = int(unsafe.Sizeof(""))
+	userBytes   = int(unsafe.Sizeof(UserInfo{}))
+)
+
+// keptBytes is what r holds beside the Record itself: the bytes of its
+// strings, and of its lists and impersonated user, counted as if none were
+// shared (the most they can take).
+func (r *Record) keptBytes() int {
+	n := len(r.AuditID) + len(r.Level) + len(r.Verb) + len(r.Group) + len(r.Version) + len(r.Resource) +
+		len(r.Subresource) + len(r.Namespace) + len(r.Name) + userInfoBytes(&r.User) + len(r.UserAgent) +
+		listBytes(r.SourceIPs) + len(r.RefUID) + len(r.RefResourceVersion) + len(r.ResponseUID) +
+		len(r.ResponseResourceVersion) + len(r.GenerateName)
+	if r.ImpersonatedUser != nil {
+		n += userBytes + userInfoBytes(r.ImpersonatedUser)
+	}
+	return n
+}
+
+func userInfoBytes(u *UserInfo) int { return len(u.Username) + len(u.UID) + listBytes(u.Groups) }
+
+func listBytes(ss []string) int {
+	n := stringBytes * len(ss)
+	for _, s := range ss {
+		n += len(s)
+	}
+	return n
 }
 
 // Succeeded is true for a 2xx response.

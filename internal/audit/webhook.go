@@ -23,6 +23,11 @@ import (
 // --audit-webhook-truncate-enabled) keeps its batches below it.
 const DefaultMaxBodyBytes = 32 << 20
 
+// DefaultMaxConcurrentRequests is how many EventList POSTs the webhook
+// reads at once by default: each may hold a body's events and an item of
+// MaxEventJSONBytes.
+const DefaultMaxConcurrentRequests = 4
+
 // WebhookOptions configure the receiver of the apiserver's audit webhook
 // backend.
 type WebhookOptions struct {
@@ -30,16 +35,30 @@ type WebhookOptions struct {
 	// loaded again when either file changes.
 	CertFile, KeyFile string
 	// ClientCAFile, when set, accepts requests with a client certificate
-	// signed by one of its CAs (the apiserver's kubeconfig
-	// client-certificate).
+	// signed by one of its CAs, for client authentication, that names one
+	// of ClientNames (the apiserver's kubeconfig client-certificate).
 	ClientCAFile string
+	// ClientNames are the identities a client certificate may name: its
+	// subject common name or one of its DNS or URI subject alternative
+	// names, compared exactly. Required with ClientCAFile: a CA signs other
+	// clients too (a cluster CA signs every kubelet's and every approved
+	// CSR's), and any of them could otherwise post audit events naming
+	// anyone.
+	ClientNames []string
 	// TokenFile, when set, accepts requests with this bearer token (the
 	// kubeconfig's token); surrounding white space is ignored. At least one
 	// of ClientCAFile and TokenFile is required.
 	TokenFile string
 	// MaxBodyBytes bounds a request body (default DefaultMaxBodyBytes);
-	// larger ones get 413.
+	// larger ones get 413, as do those with an event of more than
+	// MaxEventJSONBytes or whose events would keep more than a quarter of
+	// it (Record plus keptBytes each). Nothing of a refused request is
+	// kept.
 	MaxBodyBytes int64
+	// MaxConcurrentRequests bounds the requests read at once (default
+	// DefaultMaxConcurrentRequests); more get 429 with Retry-After: 1,
+	// which the apiserver's webhook client retries.
+	MaxConcurrentRequests int
 	// Logger receives refusals and decoding errors (default slog.Default()).
 	Logger *slog.Logger
 	// Metrics receive the request counts (default unregistered ones).
@@ -80,15 +99,20 @@ const (
 // webhook backend (batch or blocking mode) over HTTPS, on any path, and
 // adds their events to a Sink. Only a client that presents one of the configured
 // credentials may post: without credentials it gets 401, with wrong ones
-// 403; both are counted and logged.
+// (a token that is not the one, a certificate that the client CA did not
+// sign or that names none of ClientNames) 403; each is counted by reason
+// and logged, at most once per reason every RefusalLogInterval.
 type Webhook struct {
-	opts  WebhookOptions
-	sink  Sink
-	m     *Metrics
-	log   *slog.Logger
-	cert  *reloadable[*tls.Certificate]
-	ca    *reloadable[*x509.CertPool]
-	token *reloadable[[32]byte]
+	opts     WebhookOptions
+	sink     Sink
+	m        *Metrics
+	log      *slog.Logger
+	refusals *refusalLog
+	slots    chan struct{} // one per request being read
+	cert     *reloadable[*tls.Certificate]
+	ca       *reloadable[*x509.CertPool]
+	names    map[string]bool
+	token    *reloadable[[32]byte]
 }
 
 var _ http.Handler = &Webhook{}
@@ -101,8 +125,15 @@ func NewWebhook(opts WebhookOptions, sink Sink) (*Webhook, error) {
 	if opts.ClientCAFile == "" && opts.TokenFile == "" {
 		return nil, errors.New("audit webhook: a client CA file or a token file is required, so that only the apiserver can post")
 	}
+	names, err := clientNames(opts.ClientCAFile, opts.ClientNames)
+	if err != nil {
+		return nil, err
+	}
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opts.MaxConcurrentRequests <= 0 {
+		opts.MaxConcurrentRequests = DefaultMaxConcurrentRequests
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -113,8 +144,8 @@ func NewWebhook(opts WebhookOptions, sink Sink) (*Webhook, error) {
 	if opts.IdleTimeout <= 0 {
 		opts.IdleTimeout = connlimit.DefaultIdleTimeout
 	}
-	w := &Webhook{opts: opts, sink: sink, m: opts.Metrics, log: opts.Logger}
-	var err error
+	w := &Webhook{opts: opts, sink: sink, m: opts.Metrics, log: opts.Logger, refusals: newRefusalLog(RefusalLogInterval), names: names,
+		slots: make(chan struct{}, opts.MaxConcurrentRequests)}
 	if w.cert, err = newReloadable(loadKeyPair, opts.CertFile, opts.KeyFile); err != nil {
 		return nil, fmt.Errorf("audit webhook: certificate %s, key %s: %w", opts.CertFile, opts.KeyFile, err)
 	}
@@ -129,6 +160,29 @@ func NewWebhook(opts WebhookOptions, sink Sink) (*Webhook, error) {
 		}
 	}
 	return w, nil
+}
+
+// clientNames checks the names a client certificate may carry: required
+// with a client CA, and only with one.
+func clientNames(caFile string, list []string) (map[string]bool, error) {
+	if caFile == "" {
+		if len(list) > 0 {
+			return nil, errors.New("audit webhook: client names without a client CA file: they name the certificates of that CA to accept")
+		}
+		return nil, nil
+	}
+	if len(list) == 0 {
+		return nil, fmt.Errorf("audit webhook: the client CA file %s needs the names of the apiserver's client certificate to accept (its CN, or a DNS or URI SAN): "+
+			"a CA signs other clients too, and any of them could post audit events naming anyone", caFile)
+	}
+	names := make(map[string]bool, len(list))
+	for _, n := range list {
+		if n == "" || strings.TrimSpace(n) != n {
+			return nil, fmt.Errorf("audit webhook: client name %q: empty or with surrounding white space", n)
+		}
+		names[n] = true
+	}
+	return names, nil
 }
 
 func loadKeyPair(data [][]byte) (*tls.Certificate, error) {
@@ -227,11 +281,16 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		w.refuse(rw, r, http.StatusMethodNotAllowed, "only POST")
 		return
 	}
-	if code, why := w.authenticate(r); code != 0 {
+	if code, reason, client := w.authenticate(r); code != 0 {
 		if code == http.StatusUnauthorized {
 			rw.Header().Set("WWW-Authenticate", `Bearer realm="fieldwatch-audit"`)
 		}
-		w.refuse(rw, r, code, why)
+		w.m.refusedBy[reason].Inc()
+		why := "wrong credentials"
+		if code == http.StatusUnauthorized {
+			why = "no credentials"
+		}
+		w.refuseClient(rw, r, code, why, reason, client)
 		return
 	}
 	if w.opts.Accepting != nil && !w.opts.Accepting() {
@@ -241,54 +300,142 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		http.Error(rw, "not accepting audit events: standing by", http.StatusServiceUnavailable)
 		return
 	}
-	body := http.MaxBytesReader(rw, r.Body, w.opts.MaxBodyBytes)
-	var recs []Record
-	n, err := DecodeEventList(body, func(rec Record) { recs = append(recs, rec) })
-	// What decoded before an error is kept: the events are whole, and a
-	// retry of the same batch is deduplicated by auditID.
-	w.sink.Add(SourceWebhook, recs, n-len(recs))
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			w.refuse(rw, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("audit event list larger than %d bytes", tooLarge.Limit))
-			return
-		}
-		w.m.decodeErrorsBy[SourceWebhook].Inc()
-		w.refuse(rw, r, http.StatusBadRequest, err.Error())
+	select {
+	case w.slots <- struct{}{}:
+		defer func() { <-w.slots }()
+	default:
+		// client-go's webhook client retries a 429 after Retry-After.
+		rw.Header().Set("Retry-After", "1")
+		w.refuse(rw, r, http.StatusTooManyRequests, fmt.Sprintf("%d audit event lists are being read: retry", cap(w.slots)))
 		return
+	}
+	body := http.MaxBytesReader(rw, r.Body, w.opts.MaxBodyBytes)
+	batch := requestEvents{limit: w.opts.MaxBodyBytes / 4}
+	counts, err := DecodeEventList(body, batch.add)
+	if err != nil {
+		// Nothing of a refused request is kept: the apiserver does not
+		// retry a 400 or a 413, and what it retries comes whole.
+		var tooLarge *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooLarge):
+			w.refuse(rw, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("audit event list larger than %d bytes", tooLarge.Limit))
+		case errors.Is(err, ErrEventJSONTooLarge), errors.Is(err, errRequestKeepsTooMuch):
+			w.refuse(rw, r, http.StatusRequestEntityTooLarge, err.Error())
+		default:
+			w.m.decodeErrorsBy[SourceWebhook].Inc()
+			w.refuse(rw, r, http.StatusBadRequest, err.Error())
+		}
+		return
+	}
+	if counts.TooLarge > 0 {
+		w.m.tooLargeBy[SourceWebhook].Add(float64(counts.TooLarge))
+	}
+	ignored := counts.Items - counts.TooLarge - batch.n
+	if len(batch.chunks) == 0 && ignored > 0 {
+		w.sink.Add(SourceWebhook, nil, ignored)
+	}
+	for _, recs := range batch.chunks {
+		w.sink.Add(SourceWebhook, recs, ignored)
+		ignored = 0
 	}
 	w.m.webhookCode(http.StatusOK)
 	rw.WriteHeader(http.StatusOK)
 }
 
+// errRequestKeepsTooMuch is the error of a request whose events would
+// keep more than a quarter of the body limit.
+var errRequestKeepsTooMuch = errors.New("the audit events of the request keep more than a quarter of the body limit; send smaller batches (--audit-webhook-batch-max-size)")
+
+// requestEvents collects the events of one request, to add them once it
+// was read whole, up to limit bytes of them (Record plus keptBytes), in
+// chunks that never need a larger copy.
+type requestEvents struct {
+	limit, bytes int64
+	chunks       [][]Record
+	n            int
+}
+
+const requestChunk = 256
+
+func (q *requestEvents) add(rec Record) error {
+	q.bytes += int64(recordBytes + rec.keptBytes())
+	if q.bytes > q.limit {
+		return errRequestKeepsTooMuch
+	}
+	if len(q.chunks) == 0 || len(q.chunks[len(q.chunks)-1]) == requestChunk {
+		q.chunks = append(q.chunks, make([]Record, 0, requestChunk))
+	}
+	last := &q.chunks[len(q.chunks)-1]
+	*last = append(*last, rec)
+	q.n++
+	return nil
+}
+
 // authenticate returns 0 for a request with valid credentials, 401 for
-// one with none, 403 for one with wrong ones.
-func (w *Webhook) authenticate(r *http.Request) (int, string) {
-	presented := false
+// one with none, 403 for one with wrong ones; reason says which (a
+// RefusedReason) and client is the name of a refused certificate.
+func (w *Webhook) authenticate(r *http.Request) (code int, reason, client string) {
+	reason = RefusedNoCredentials
 	if auth := r.Header.Get("Authorization"); auth != "" {
-		presented = true
-		tok, ok := strings.CutPrefix(auth, "Bearer ")
+		reason = RefusedToken
+		tok, ok := bearerToken(auth)
 		if ok && w.token != nil {
 			want, err := w.token.get()
 			if err != nil {
 				w.log.Error("audit webhook: reload token file; using the previous token", "error", err)
 			}
-			got := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+			got := sha256.Sum256([]byte(tok))
 			if subtle.ConstantTimeCompare(got[:], want[:]) == 1 {
-				return 0, ""
+				return 0, "", ""
 			}
 		}
 	}
 	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
-		presented = true
-		if w.ca != nil && w.verifyClient(r.TLS.PeerCertificates) {
-			return 0, ""
+		leaf := r.TLS.PeerCertificates[0]
+		switch {
+		case w.ca == nil || !w.verifyClient(r.TLS.PeerCertificates):
+			reason = RefusedCertificate
+		case !w.nameAllowed(leaf):
+			reason = RefusedCertificateName
+		default:
+			return 0, "", ""
+		}
+		client = leaf.Subject.CommonName
+	}
+	if reason == RefusedNoCredentials {
+		return http.StatusUnauthorized, reason, ""
+	}
+	return http.StatusForbidden, reason, client
+}
+
+// nameAllowed reports whether c names one of ClientNames: as its common
+// name or a DNS or URI subject alternative name.
+func (w *Webhook) nameAllowed(c *x509.Certificate) bool {
+	if w.names[c.Subject.CommonName] {
+		return true
+	}
+	for _, n := range c.DNSNames {
+		if w.names[n] {
+			return true
 		}
 	}
-	if !presented {
-		return http.StatusUnauthorized, "no credentials"
+	for _, u := range c.URIs {
+		if w.names[u.String()] {
+			return true
+		}
 	}
-	return http.StatusForbidden, "wrong credentials"
+	return false
+}
+
+// bearerToken returns the credentials of an Authorization header of the
+// Bearer scheme, whose name is case-insensitive (RFC 7235: "bearer" is
+// Bearer too).
+func bearerToken(auth string) (string, bool) {
+	scheme, tok, ok := strings.Cut(auth, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimSpace(tok), true
 }
 
 func (w *Webhook) verifyClient(chain []*x509.Certificate) bool {
@@ -309,7 +456,26 @@ func (w *Webhook) verifyClient(chain []*x509.Certificate) bool {
 }
 
 func (w *Webhook) refuse(rw http.ResponseWriter, r *http.Request, code int, why string) {
+	w.refuseClient(rw, r, code, why, "", "")
+}
+
+// refuseClient answers code, counts it and logs it, unless a refusal of
+// the same code and reason was logged less than RefusalLogInterval ago
+// (the next line says how many were not).
+func (w *Webhook) refuseClient(rw http.ResponseWriter, r *http.Request, code int, why, reason, client string) {
 	w.m.webhookCode(code)
-	w.log.Warn("audit webhook: refused a request", "code", code, "reason", why, "remote", r.RemoteAddr)
+	if suppressed, ok := w.refusals.allow(fmt.Sprint(code, reason), time.Now()); ok {
+		attrs := []any{"code", code, "reason", truncate(why, 512), "remote", r.RemoteAddr}
+		if reason != "" {
+			attrs = append(attrs, "refused", reason)
+		}
+		if client != "" {
+			attrs = append(attrs, "client", truncate(client, 256))
+		}
+		if suppressed > 0 {
+			attrs = append(attrs, "suppressed", suppressed)
+		}
+		w.log.Warn("audit webhook: refused a request", attrs...)
+	}
 	http.Error(rw, why, code)
 }

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -55,6 +56,7 @@ type webhookPKI struct {
 	caFile, tokenFile            string
 	clientCert, clientKey        []byte
 	impostorCert, impostorKey    []byte
+	kubeletCert, kubeletKey      []byte // the same CA, another client
 	token                        string
 	serverCertPEM, serverKeyPEM  []byte
 	otherCA                      *testenv.CA
@@ -80,6 +82,8 @@ func newWebhookPKI(t testing.TB, dir string) *webhookPKI {
 	p.clientCert, p.clientKey, err = p.ca.ClientCert("kube-apiserver")
 	must(err)
 	p.impostorCert, p.impostorKey, err = p.otherCA.ClientCert("kube-apiserver")
+	must(err)
+	p.kubeletCert, p.kubeletKey, err = p.ca.ClientCert("system:node:worker-1")
 	must(err)
 	p.otherServerCert, p.otherServer, err = p.otherCA.ServerCert("fieldwatch-audit")
 	must(err)
@@ -133,8 +137,8 @@ func TestWebhookAuthentication(t *testing.T) {
 	p := newWebhookPKI(t, t.TempDir())
 	sink := &recordingSink{}
 	m := NewMetrics(nil)
-	w, err := NewWebhook(WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, ClientCAFile: p.caFile, TokenFile: p.tokenFile,
-		MaxBodyBytes: 64 << 10, Metrics: m, Logger: slog.New(slog.DiscardHandler)}, sink)
+	w, err := NewWebhook(WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, ClientCAFile: p.caFile, ClientNames: []string{"kube-apiserver"},
+		TokenFile: p.tokenFile, MaxBodyBytes: 64 << 10, Metrics: m, Logger: slog.New(slog.DiscardHandler)}, sink)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,27 +146,36 @@ func TestWebhookAuthentication(t *testing.T) {
 	lines := readLines(t, apiserverLog)
 	body := eventList(lines[:10])
 
-	huge := eventList(slices.Concat(lines, lines, lines)) // over 64 KiB
-	if len(huge) <= 64<<10 {
-		t.Fatalf("test body of %d bytes is not over the limit", len(huge))
+	// over 64 KiB after ten events (seven kept)
+	huge := eventList(append(slices.Clone(lines[:10]), []byte(`{"userAgent":"`+strings.Repeat("x", 64<<10)+`"}`)))
+	// under 64 KiB, of events that keep more than 16 KiB (a quarter)
+	many := eventList(slices.Concat(lines, lines)[:50])
+	if len(huge) <= 64<<10 || len(many) > 64<<10 {
+		t.Fatalf("test bodies of %d and %d bytes", len(huge), len(many))
 	}
 	for _, tc := range []struct {
 		name            string
 		client          *http.Client
 		method, token   string
+		auth            string // the Authorization header as sent, instead of "Bearer " + token
 		body            []byte
 		wantCode        int
 		wantIndexedMore int
 	}{
-		{"client certificate", httpsClient(t, p.ca.CertPEM, p.clientCert, p.clientKey), "POST", "", body, 200, 7},
-		{"bearer token", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", p.token, body, 200, 7},
-		{"no credentials", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", "", body, 401, 0},
-		{"wrong token", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", "s3cret-tokem", body, 403, 0},
-		{"certificate of another CA", httpsClient(t, p.ca.CertPEM, p.impostorCert, p.impostorKey), "POST", "", body, 403, 0},
-		{"server certificate as client", httpsClient(t, p.ca.CertPEM, p.serverCertPEM, p.serverKeyPEM), "POST", "", body, 403, 0},
-		{"GET", httpsClient(t, p.ca.CertPEM, p.clientCert, p.clientKey), "GET", "", nil, 405, 0},
-		{"too large", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", p.token, huge, 413, -1},
-		{"malformed", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", p.token, []byte(`{"items":[{"stage":1}]}`), 400, 0},
+		{"client certificate", httpsClient(t, p.ca.CertPEM, p.clientCert, p.clientKey), "POST", "", "", body, 200, 7},
+		{"bearer token", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", p.token, "", body, 200, 7},
+		{"bearer in lower case", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", "", "bearer " + p.token, body, 200, 7},
+		{"BEARER, two spaces", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", "", "BEARER  " + p.token, body, 200, 7},
+		{"the token in another scheme", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", "", "Basic " + p.token, body, 403, 0},
+		{"no credentials", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", "", "", body, 401, 0},
+		{"wrong token", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", "s3cret-tokem", "", body, 403, 0},
+		{"certificate of the CA naming another client", httpsClient(t, p.ca.CertPEM, p.kubeletCert, p.kubeletKey), "POST", "", "", body, 403, 0},
+		{"certificate of another CA", httpsClient(t, p.ca.CertPEM, p.impostorCert, p.impostorKey), "POST", "", "", body, 403, 0},
+		{"server certificate as client", httpsClient(t, p.ca.CertPEM, p.serverCertPEM, p.serverKeyPEM), "POST", "", "", body, 403, 0},
+		{"GET", httpsClient(t, p.ca.CertPEM, p.clientCert, p.clientKey), "GET", "", "", nil, 405, 0},
+		{"too large", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", p.token, "", huge, 413, 0},
+		{"keeps too much", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", p.token, "", many, 413, 0},
+		{"malformed", httpsClient(t, p.ca.CertPEM, nil, nil), "POST", p.token, "", eventList(append(slices.Clone(lines[:10]), []byte(`{"stage":1}`))), 400, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := len(sink.ids())
@@ -173,6 +186,9 @@ func TestWebhookAuthentication(t *testing.T) {
 			req.Header.Set("Content-Type", "application/json")
 			if tc.token != "" {
 				req.Header.Set("Authorization", "Bearer "+tc.token)
+			}
+			if tc.auth != "" {
+				req.Header.Set("Authorization", tc.auth)
 			}
 			resp, err := tc.client.Do(req)
 			if err != nil {
@@ -186,12 +202,12 @@ func TestWebhookAuthentication(t *testing.T) {
 			if got := len(sink.ids()) - before; tc.wantIndexedMore >= 0 && got != tc.wantIndexedMore {
 				t.Errorf("%d records added, want %d", got, tc.wantIndexedMore)
 			}
-			if tc.wantCode == 413 && !strings.Contains(string(msg), "larger than 65536 bytes") {
-				t.Errorf("413 body %q", msg)
+			if want := map[string]string{"too large": "larger than 65536 bytes", "keeps too much": "keep more than a quarter of the body limit"}[tc.name]; want != "" && !strings.Contains(string(msg), want) {
+				t.Errorf("413 body %q, want it to say %q", msg, want)
 			}
 		})
 	}
-	for code, want := range map[string]float64{"200": 2, "401": 1, "403": 3, "405": 1, "413": 1, "400": 1} {
+	for code, want := range map[string]float64{"200": 4, "401": 1, "403": 5, "405": 1, "413": 2, "400": 1} {
 		if got := value(t, m.webhookRequests.WithLabelValues(code)); got != want {
 			t.Errorf("webhook_requests_total{code=%s} = %v, want %v", code, got, want)
 		}
@@ -214,7 +230,10 @@ func TestWebhookOptionsRequired(t *testing.T) {
 		{"missing key", WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile + ".missing", TokenFile: p.tokenFile}, "no such file"},
 		{"key of another cert", WebhookOptions{CertFile: p.certFile, KeyFile: p.caFile, TokenFile: p.tokenFile}, "key"},
 		{"empty token", WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, TokenFile: emptyFile}, "empty token"},
-		{"CA file without certificates", WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, ClientCAFile: p.tokenFile}, "no PEM certificate"},
+		{"CA file without certificates", WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, ClientCAFile: p.tokenFile, ClientNames: []string{"kube-apiserver"}}, "no PEM certificate"},
+		{"client CA without client names", WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, ClientCAFile: p.caFile, TokenFile: p.tokenFile}, "needs the names of the apiserver's client certificate"},
+		{"client names without a client CA", WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, TokenFile: p.tokenFile, ClientNames: []string{"kube-apiserver"}}, "client names without a client CA file"},
+		{"an empty client name", WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, ClientCAFile: p.caFile, ClientNames: []string{"kube-apiserver", ""}}, `client name "": empty`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := NewWebhook(tc.opts, &recordingSink{})
@@ -222,6 +241,110 @@ func TestWebhookOptionsRequired(t *testing.T) {
 				t.Errorf("error %v, want it to contain %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestWebhookClientNames: a certificate of the client CA is accepted only
+// when its common name or a DNS or URI SAN is one of the client names;
+// the others are refused (403), counted by reason, and logged at most once
+// per RefusalLogInterval however many come.
+func TestWebhookClientNames(t *testing.T) {
+	p := newWebhookPKI(t, t.TempDir())
+	issue := func(cn string, dns []string, uris ...string) [2][]byte {
+		t.Helper()
+		var us []*url.URL
+		for _, u := range uris {
+			parsed, err := url.Parse(u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			us = append(us, parsed)
+		}
+		c, k, err := p.ca.ClientCertSANs(cn, dns, us)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return [2][]byte{c, k}
+	}
+	certs := map[string][2][]byte{
+		"cn":        {p.clientCert, p.clientKey},
+		"dns":       issue("apiserver-1", []string{"kube-apiserver.control-plane"}),
+		"uri":       issue("apiserver-2", nil, "spiffe://cluster.local/ns/kube-system/sa/kube-apiserver"),
+		"kubelet":   {p.kubeletCert, p.kubeletKey},
+		"prefix":    issue("kube-apiserver-impostor", []string{"kube-apiserver.control-plane.evil"}),
+		"case":      issue("Kube-Apiserver", nil),
+		"other-ca":  {p.impostorCert, p.impostorKey},
+		"other-san": issue("someone", []string{"someone.example"}, "spiffe://cluster.local/ns/default/sa/someone"),
+	}
+	sink := &recordingSink{}
+	m := NewMetrics(nil)
+	var logs testenv.SyncBuffer
+	w, err := NewWebhook(WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, ClientCAFile: p.caFile,
+		ClientNames: []string{"kube-apiserver", "kube-apiserver.control-plane", "spiffe://cluster.local/ns/kube-system/sa/kube-apiserver"},
+		Metrics:     m, Logger: slog.New(slog.NewJSONHandler(&logs, nil))}, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := serveWebhook(t, w)
+	body := eventList(readLines(t, apiserverLog)[:10])
+	post := func(cert [2][]byte) int {
+		t.Helper()
+		resp, err := httpsClient(t, p.ca.CertPEM, cert[0], cert[1]).Post(url, "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, tc := range []struct {
+		cert string
+		want int
+	}{
+		{"cn", 200}, {"dns", 200}, {"uri", 200},
+		{"kubelet", 403}, {"prefix", 403}, {"case", 403}, {"other-san", 403}, {"other-ca", 403},
+	} {
+		if got := post(certs[tc.cert]); got != tc.want {
+			t.Errorf("certificate %s: %d, want %d", tc.cert, got, tc.want)
+		}
+	}
+	if got := len(sink.ids()); got != 3*7 {
+		t.Errorf("%d records reached the sink, want those of the 3 accepted posts (21)", got)
+	}
+	// A flood: counted in full, logged once per reason.
+	for range 30 {
+		post(certs["kubelet"])
+	}
+	for reason, want := range map[string]float64{RefusedCertificateName: 34, RefusedCertificate: 1, RefusedToken: 0, RefusedNoCredentials: 0} {
+		if got := value(t, m.refusedBy[reason]); got != want {
+			t.Errorf("webhook_refused_total{reason=%s} = %v, want %v", reason, got, want)
+		}
+	}
+	lines := strings.Count(logs.String(), `"msg":"audit webhook: refused a request"`)
+	named := strings.Count(logs.String(), `"refused":"certificate_name","client":"system:node:worker-1"`)
+	if lines != 2 || named != 1 {
+		t.Errorf("%d refusal lines (%d naming the kubelet's certificate), want 2: one per reason within the interval\n%s", lines, named, logs.String())
+	}
+}
+
+// TestRefusalLog: one line per key and interval, the next one with the
+// count of those left out.
+func TestRefusalLog(t *testing.T) {
+	l := newRefusalLog(10 * time.Second)
+	var got []string
+	for i, at := range []time.Duration{0, time.Second, 2 * time.Second, 11 * time.Second, 12 * time.Second, 30 * time.Second} {
+		for _, key := range []string{"403" + RefusedToken, "401" + RefusedNoCredentials} {
+			if key != "403"+RefusedToken && i%2 == 1 {
+				continue
+			}
+			if n, ok := l.allow(key, t0.Add(at)); ok {
+				got = append(got, fmt.Sprintf("%s@%s+%d", key, at, n))
+			}
+		}
+	}
+	want := []string{"403wrong_token@0s+0", "401no_credentials@0s+0", "403wrong_token@11s+2", "401no_credentials@12s+1", "403wrong_token@30s+1"}
+	if !slices.Equal(got, want) {
+		t.Errorf("logged %q, want %q", got, want)
 	}
 }
 
@@ -322,5 +445,152 @@ func TestWebhookStandingBy(t *testing.T) {
 	accepting.Unlock()
 	if resp := post(p.token); resp.StatusCode != 200 || len(sink.ids()) == 0 {
 		t.Errorf("leading: %d, %d records", resp.StatusCode, len(sink.ids()))
+	}
+}
+
+// TestWebhookAllOrNothing: a request that is refused (a malformed item, a
+// body over the limit) adds nothing to the index, however many events
+// came before the refusal; the same events sent again whole are indexed,
+// and sent once more (a retry of a batch that went through) are
+// duplicates.
+func TestWebhookAllOrNothing(t *testing.T) {
+	p := newWebhookPKI(t, t.TempDir())
+	m := NewMetrics(nil)
+	ix := NewIndex(IndexOptions{Metrics: m})
+	w, err := NewWebhook(WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, TokenFile: p.tokenFile, MaxBodyBytes: 64 << 10,
+		Metrics: m, Logger: slog.New(slog.DiscardHandler)}, ix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := serveWebhook(t, w)
+	client := httpsClient(t, p.ca.CertPEM, nil, nil)
+	good := readLines(t, apiserverLog)[:10]
+	held := 0
+	for _, l := range good {
+		if rec, keep, _ := DecodeEvent(l); keep && rec.Succeeded() {
+			held++
+		}
+	}
+	post := func(body []byte) int {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+p.token)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, tc := range []struct {
+		name     string
+		body     []byte
+		wantCode int
+		wantHeld int
+	}{
+		{"a malformed item after the events", eventList(append(slices.Clone(good), []byte(`{"stageTimestamp":5}`))), 400, 0},
+		{"over the body limit after the events", eventList(append(slices.Clone(good), []byte(`{"userAgent":"`+strings.Repeat("x", 64<<10)+`"}`))), 413, 0},
+		{"the events", eventList(good), 200, held},
+		{"the events again", eventList(good), 200, held},
+	} {
+		if code := post(tc.body); code != tc.wantCode || ix.Len() != tc.wantHeld {
+			t.Errorf("%s: %d, %d held; want %d, %d", tc.name, code, ix.Len(), tc.wantCode, tc.wantHeld)
+		}
+	}
+	for result, want := range map[string]int{"indexed": held, "duplicate": held} {
+		if got := value(t, m.events.WithLabelValues(SourceWebhook, result)); got != float64(want) {
+			t.Errorf("events_total{result=%s} = %v, want %v", result, got, want)
+		}
+	}
+}
+
+// TestWebhookConcurrencyLimit: while MaxConcurrentRequests posts are being
+// read (their bodies still coming), another gets 429 with Retry-After,
+// unread; once they are done, the same post goes through, and the events
+// of all are indexed once.
+func TestWebhookConcurrencyLimit(t *testing.T) {
+	p := newWebhookPKI(t, t.TempDir())
+	m := NewMetrics(nil)
+	ix := NewIndex(IndexOptions{Metrics: m})
+	w, err := NewWebhook(WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, TokenFile: p.tokenFile, MaxConcurrentRequests: 2,
+		Metrics: m, Logger: slog.New(slog.DiscardHandler)}, ix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := serveWebhook(t, w)
+	lines := readLines(t, apiserverLog)
+	post := func(body io.Reader) (*http.Response, error) {
+		req, err := http.NewRequest(http.MethodPost, url, body)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+p.token)
+		resp, err := httpsClient(t, p.ca.CertPEM, nil, nil).Do(req)
+		if err != nil {
+			return nil, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp, nil
+	}
+	// Two slow posts: half their body now, the rest later.
+	var writers []*io.PipeWriter
+	done := make(chan int, 2)
+	for i := range 2 {
+		body := eventList(lines[10*i : 10*i+10])
+		pr, pw := io.Pipe()
+		t.Cleanup(func() { _ = pw.CloseWithError(errors.New("test over")) })
+		writers = append(writers, pw)
+		go func() {
+			resp, err := post(pr)
+			if err != nil {
+				t.Error(err)
+				done <- 0
+				return
+			}
+			done <- resp.StatusCode
+		}()
+		go func() { _, _ = pw.Write(body[:len(body)/2]) }()
+	}
+	testenv.Eventually(t, 10*time.Second, "both slow posts being read", func() bool { return len(w.slots) == 2 })
+	third := eventList(lines[20:30])
+	resp, err := post(bytes.NewReader(third))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" {
+		t.Errorf("a third post while two are read: %d Retry-After %q, want 429 1", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if ix.Len() != 0 {
+		t.Errorf("%d events held before the slow posts ended", ix.Len())
+	}
+	for i, pw := range writers {
+		body := eventList(lines[10*i : 10*i+10])
+		_, _ = pw.Write(body[len(body)/2:])
+		_ = pw.Close()
+	}
+	for range 2 {
+		if code := <-done; code != http.StatusOK {
+			t.Errorf("a slow post: %d", code)
+		}
+	}
+	if resp, err := post(bytes.NewReader(third)); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("the retry: %v %v", resp, err)
+	}
+	want := 0
+	for _, l := range lines[:30] {
+		if rec, keep, _ := DecodeEvent(l); keep && rec.Succeeded() {
+			want++
+		}
+	}
+	if ix.Len() != want || value(t, m.events.WithLabelValues(SourceWebhook, "duplicate")) != 0 {
+		t.Errorf("%d held, %v duplicates; want %d, 0", ix.Len(), value(t, m.events.WithLabelValues(SourceWebhook, "duplicate")), want)
+	}
+	if got := value(t, m.webhookRequests.WithLabelValues("429")); got != 1 {
+		t.Errorf("webhook_requests_total{code=429} = %v, want 1", got)
 	}
 }

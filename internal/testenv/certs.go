@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -61,7 +62,13 @@ func (ca *CA) ClientCert(name string) (certPEM, keyPEM []byte, err error) {
 	return ca.issue(name, x509.ExtKeyUsageClientAuth, nil, nil)
 }
 
-func (ca *CA) issue(name string, usage x509.ExtKeyUsage, ips []net.IP, dns []string) ([]byte, []byte, error) {
+// ClientCertSANs issues a client certificate whose common name is name,
+// with DNS and URI subject alternative names.
+func (ca *CA) ClientCertSANs(name string, dns []string, uris []*url.URL) (certPEM, keyPEM []byte, err error) {
+	return ca.issue(name, x509.ExtKeyUsageClientAuth, nil, dns, uris...)
+}
+
+func (ca *CA) issue(name string, usage x509.ExtKeyUsage, ips []net.IP, dns []string, uris ...*url.URL) ([]byte, []byte, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
@@ -75,6 +82,7 @@ func (ca *CA) issue(name string, usage x509.ExtKeyUsage, ips []net.IP, dns []str
 		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
 		IPAddresses:  ips,
 		DNSNames:     dns,
+		URIs:         uris,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
@@ -124,10 +132,14 @@ func pemBlock(typ string, der []byte) []byte {
 // a directory.
 type AuditTLS struct {
 	// CAPEM is the CA: the apiserver trusts it for the receiver, the
-	// receiver for the apiserver's client certificate.
+	// receiver for the apiserver's client certificate. CA issues more
+	// certificates of it (other clients of the same CA).
 	CAPEM []byte
-	// ClientCertPEM and ClientKeyPEM are the apiserver's client certificate.
+	CA    *CA
+	// ClientCertPEM and ClientKeyPEM are the apiserver's client certificate,
+	// whose common name is ClientName (for the receiver's client names).
 	ClientCertPEM, ClientKeyPEM []byte
+	ClientName                  string
 	// CertFile, KeyFile and CAFile are the receiver's serving certificate,
 	// its key and the CA it checks client certificates against.
 	CertFile, KeyFile, CAFile string
@@ -145,7 +157,8 @@ func NewAuditTLS(dir, name string) (*AuditTLS, error) {
 	if err != nil {
 		return nil, err
 	}
-	clientCert, clientKey, err := ca.ClientCert("kube-apiserver")
+	const clientName = "kube-apiserver"
+	clientCert, clientKey, err := ca.ClientCert(clientName)
 	if err != nil {
 		return nil, err
 	}
@@ -156,7 +169,7 @@ func NewAuditTLS(dir, name string) (*AuditTLS, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &AuditTLS{CAPEM: ca.CertPEM, ClientCertPEM: clientCert, ClientKeyPEM: clientKey,
+	return &AuditTLS{CAPEM: ca.CertPEM, CA: ca, ClientCertPEM: clientCert, ClientKeyPEM: clientKey, ClientName: clientName,
 		CertFile: paths[0], KeyFile: paths[1], CAFile: paths[2]}, nil
 }
 
