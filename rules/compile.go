@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/fieldwatch/fieldwatch/change"
-	"github.com/fieldwatch/fieldwatch/internal/yamlstrict"
+	"github.com/fieldwatch/fieldwatch/internal/fieldpath"
 )
 
 // Compile validates and compiles rules written as plain structs. Every
@@ -41,7 +41,7 @@ func compileFile(f *File) ([]*Rule, ErrorList) {
 	var c compiler
 	rules := make([]*Rule, len(f.Rules))
 	for i := range f.Rules {
-		rules[i] = c.rule(&f.Rules[i], yamlstrict.IndexPath("rules", i))
+		rules[i] = c.rule(&f.Rules[i], fieldpath.Item("rules", i))
 	}
 	return rules, c.errs
 }
@@ -88,7 +88,7 @@ func (c *compiler) rule(rs *RuleSpec, p string) *Rule {
 	c.match(r, rs.Match, p+".match")
 	c.on(r, rs.On, p+".on")
 	for i := range rs.Fields {
-		if f := c.field(&rs.Fields[i], yamlstrict.IndexPath(p+".fields", i)); f != nil {
+		if f := c.field(&rs.Fields[i], fieldpath.Item(p+".fields", i)); f != nil {
 			r.fields = append(r.fields, f)
 		}
 	}
@@ -114,7 +114,7 @@ func (c *compiler) rule(rs *RuleSpec, p string) *Rule {
 		c.errorf(p+".actions", "at least one action is required")
 	}
 	for i := range rs.Actions {
-		r.Actions = append(r.Actions, c.action(rs.Actions[i], yamlstrict.IndexPath(p+".actions", i)))
+		r.Actions = append(r.Actions, c.action(rs.Actions[i], fieldpath.Item(p+".actions", i)))
 	}
 	if len(c.errs) == nerr {
 		r.compileProjection()
@@ -131,7 +131,7 @@ func (c *compiler) match(r *Rule, m *MatchSpec, p string) {
 		c.errorf(p+".resources", "at least one resource selector is required")
 	}
 	for i, s := range m.Resources {
-		sp := yamlstrict.IndexPath(p+".resources", i)
+		sp := fieldpath.Item(p+".resources", i)
 		sel := change.Selector{Version: s.Version, Kind: s.Kind, Resource: s.Resource, Custom: m.Custom}
 		if s.Group == nil {
 			c.errorf(sp+".group", `required ("" for the core group, "*" for any group)`)
@@ -154,7 +154,7 @@ func (c *compiler) match(r *Rule, m *MatchSpec, p string) {
 	}{{"namespaces", m.Namespaces}, {"excludeNamespaces", m.ExcludeNamespaces}} {
 		for i, ns := range list.vals {
 			if ns == "" {
-				c.errorf(yamlstrict.IndexPath(p+"."+list.key, i), "empty namespace name")
+				c.errorf(fieldpath.Item(p+"."+list.key, i), "empty namespace name")
 			}
 		}
 	}
@@ -162,7 +162,7 @@ func (c *compiler) match(r *Rule, m *MatchSpec, p string) {
 	r.filter.excludeNamespaces = m.ExcludeNamespaces
 	for i, g := range m.Names {
 		if _, err := path.Match(g, ""); err != nil || g == "" {
-			c.errorf(yamlstrict.IndexPath(p+".names", i), "%q is not a valid name glob (path.Match syntax: *, ?, [a-z])", g)
+			c.errorf(fieldpath.Item(p+".names", i), "%q is not a valid name glob (path.Match syntax: *, ?, [a-z])", g)
 		}
 	}
 	r.filter.names = m.Names
@@ -196,11 +196,11 @@ func (c *compiler) on(r *Rule, on []string, p string) {
 		case "delete":
 			t = change.Deleted
 		default:
-			c.errorf(yamlstrict.IndexPath(p, i), "%q is not a change type: use create, update or delete", s)
+			c.errorf(fieldpath.Item(p, i), "%q is not a change type: use create, update or delete", s)
 			continue
 		}
 		if r.on&changeBit(t) != 0 {
-			c.errorf(yamlstrict.IndexPath(p, i), "%q listed twice", s)
+			c.errorf(fieldpath.Item(p, i), "%q listed twice", s)
 			continue
 		}
 		r.on |= changeBit(t)
@@ -245,7 +245,7 @@ func (c *compiler) paths(srcs []string, p string) []*fieldPath {
 	for i, s := range srcs {
 		fp, err := compilePath(s)
 		if err != nil {
-			c.errorf(yamlstrict.IndexPath(p, i), "invalid path %q: %v", s, err)
+			c.errorf(fieldpath.Item(p, i), "invalid path %q: %v", s, err)
 			continue
 		}
 		out = append(out, fp)

@@ -40,7 +40,8 @@
 //
 // # How it works
 //
-// Rules are compiled once: paths into lists of segments walked without
+// Rules are compiled once: paths (parsed by internal/fieldpath, the one
+// parser of the path syntax) into lists of segments walked without
 // parsing (and, for paths without [*], without allocation), CEL
 // expressions into programs, metered only when their cost could grow
 // beyond linear; a rule also computes its Projection, the parts of the

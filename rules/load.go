@@ -10,6 +10,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/fieldwatch/fieldwatch/internal/fieldpath"
 	"github.com/fieldwatch/fieldwatch/internal/yamlstrict"
 )
 
@@ -97,11 +98,11 @@ func parseFile(name string, data []byte) ([]*Rule, ErrorList) {
 	}
 	for i := range f.Rules {
 		// A null list is an empty one: `on:` alone is as wrong as `on: []`.
-		if p := yamlstrict.IndexPath("rules", i) + ".on"; pos.Has(p) && f.Rules[i].On == nil {
+		if p := fieldpath.Item("rules", i) + ".on"; pos.Has(p) && f.Rules[i].On == nil {
 			f.Rules[i].On = []string{}
 		}
 		// `crd:` alone is `crd: {}`.
-		if p := yamlstrict.IndexPath("rules", i) + ".crd"; pos.Has(p) && f.Rules[i].CRD == nil {
+		if p := fieldpath.Item("rules", i) + ".crd"; pos.Has(p) && f.Rules[i].CRD == nil {
 			f.Rules[i].CRD = &CRDSpec{}
 		}
 	}
@@ -110,7 +111,7 @@ func parseFile(name string, data []byte) ([]*Rule, ErrorList) {
 		place(name, pos, e)
 	}
 	for i, r := range rules {
-		p := yamlstrict.IndexPath("rules", i)
+		p := fieldpath.Item("rules", i)
 		line, col := pos.At(p)
 		r.Source = fmt.Sprintf("%s:%d:%d", name, line, col)
 		r.nameErr.File = name

@@ -14,7 +14,8 @@
 // Result.Impact.
 //
 // The package uses only the API types (k8s.io/apiextensions-apiserver's
-// pkg/apis/apiextensions/v1 and k8s.io/apimachinery): it must not import
+// pkg/apis/apiextensions/v1 and k8s.io/apimachinery) and, of fieldwatch,
+// internal/fieldpath (Check.Field's path syntax): it must not import
 // k8s.io/client-go (deps_test.go checks it). Its cost is linear in the
 // size of the two CRDs.
 //

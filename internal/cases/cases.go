@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/internal/fieldpath"
 	"github.com/fieldwatch/fieldwatch/internal/yamlstrict"
 	"github.com/fieldwatch/fieldwatch/rules"
 )
@@ -128,7 +129,7 @@ func Parse(name string, data []byte, at time.Time) ([]Case, error) {
 	cases := make([]Case, 0, len(f.Cases))
 	names := map[string]bool{}
 	for i := range f.Cases {
-		p := yamlstrict.IndexPath("cases", i)
+		p := fieldpath.Item("cases", i)
 		c := l.compile(&f.Cases[i], p)
 		if names[c.Name] {
 			l.errorf(p+".name", "duplicate case name %q", c.Name)
@@ -202,11 +203,11 @@ func (l *loader) compile(cs *caseSpec, p string) Case {
 		for rule, v := range cs.Expect.Changes {
 			list, ok := v.([]any)
 			if !ok {
-				l.errorf(yamlstrict.JoinPath(p+".expect.changes", rule), "must be a list of changes")
+				l.errorf(fieldpath.Child(p+".expect.changes", rule), "must be a list of changes")
 				continue
 			}
 			if !slices.Contains(c.Expect.Fire, rule) {
-				l.errorf(yamlstrict.JoinPath(p+".expect.changes", rule), "changes of rule %q, which is not in expect.fire", rule)
+				l.errorf(fieldpath.Child(p+".expect.changes", rule), "changes of rule %q, which is not in expect.fire", rule)
 			}
 			c.Expect.Changes[rule] = list
 		}
@@ -214,7 +215,7 @@ func (l *loader) compile(cs *caseSpec, p string) Case {
 	if cs.Expect.CRD != nil {
 		c.Expect.CRD = map[string]any{}
 		for rule, v := range cs.Expect.CRD {
-			rp := yamlstrict.JoinPath(p+".expect.crd", rule)
+			rp := fieldpath.Child(p+".expect.crd", rule)
 			if _, ok := v.(map[string]any); !ok {
 				l.errorf(rp, "must be a mapping: the keys of the payload's crd to check")
 				continue
@@ -247,7 +248,7 @@ func (l *loader) objects(v *any, ch rules.Change, p string) []map[string]any {
 	for i, item := range list {
 		m, ok := item.(map[string]any)
 		if !ok {
-			l.errorf(yamlstrict.IndexPath(p, i), "must be a mapping (a custom resource)")
+			l.errorf(fieldpath.Item(p, i), "must be a mapping (a custom resource)")
 			continue
 		}
 		out = append(out, m)

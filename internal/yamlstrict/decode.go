@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/fieldwatch/fieldwatch/internal/fieldpath"
 )
 
 // Error is one problem of a document: where it is (1-based line and
@@ -242,21 +244,6 @@ var (
 	shorthandType       = reflect.TypeFor[Shorthand]()
 )
 
-// JoinPath appends a map key to a field path: path.key, or path["key"]
-// for keys that are empty or hold dots, brackets, quotes or spaces.
-func JoinPath(path, key string) string {
-	if path == "" {
-		return key
-	}
-	if key == "" || strings.ContainsAny(key, `.[]"' `) {
-		return path + "[" + strconv.Quote(key) + "]"
-	}
-	return path + "." + key
-}
-
-// IndexPath appends a list index to a field path: path[i].
-func IndexPath(path string, i int) string { return path + "[" + strconv.Itoa(i) + "]" }
-
 // resolve follows aliases.
 func resolve(n *yaml.Node) *yaml.Node {
 	for i := 0; n.Kind == yaml.AliasNode && n.Alias != nil && i < 100; i++ {
@@ -402,7 +389,7 @@ func (d *decoder) decodeText(n *yaml.Node, v reflect.Value, path string) {
 func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 	if n.Kind == yaml.ScalarNode && v.Addr().Type().Implements(shorthandType) {
 		key := v.Addr().Interface().(Shorthand).YAMLShorthand()
-		d.decode(n, v.FieldByIndex(fieldsOf(v.Type()).index[key]), JoinPath(path, key))
+		d.decode(n, v.FieldByIndex(fieldsOf(v.Type()).index[key]), fieldpath.Child(path, key))
 		return
 	}
 	if n.Kind != yaml.MappingNode {
@@ -414,10 +401,10 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 		k, val := kv[0], kv[1]
 		idx, ok := info.index[k.Value]
 		if !ok {
-			d.errorf(k, JoinPath(path, k.Value), "unknown key %q (known keys: %s)", k.Value, strings.Join(info.names, ", "))
+			d.errorf(k, fieldpath.Child(path, k.Value), "unknown key %q (known keys: %s)", k.Value, strings.Join(info.names, ", "))
 			continue
 		}
-		d.decode(val, v.FieldByIndex(idx), JoinPath(path, k.Value))
+		d.decode(val, v.FieldByIndex(idx), fieldpath.Child(path, k.Value))
 	}
 }
 
@@ -428,7 +415,7 @@ func (d *decoder) decodeSlice(n *yaml.Node, v reflect.Value, path string) {
 	}
 	s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
 	for i, c := range n.Content {
-		d.decode(c, s.Index(i), IndexPath(path, i))
+		d.decode(c, s.Index(i), fieldpath.Item(path, i))
 	}
 	v.Set(s)
 }
@@ -445,7 +432,7 @@ func (d *decoder) decodeMap(n *yaml.Node, v reflect.Value, path string) {
 	m := reflect.MakeMap(t)
 	for _, kv := range d.pairs(n, path) {
 		k, val := kv[0], kv[1]
-		p := JoinPath(path, k.Value)
+		p := fieldpath.Child(path, k.Value)
 		e := reflect.New(t.Elem()).Elem()
 		if t.Elem().Kind() == reflect.String {
 			// Map values such as headers and env accept any scalar as
@@ -495,7 +482,7 @@ func (d *decoder) pairs(n *yaml.Node, path string) [][2]*yaml.Node {
 			continue
 		}
 		if seen[k.Value] {
-			d.errorf(k, JoinPath(path, k.Value), "duplicate key %q", k.Value)
+			d.errorf(k, fieldpath.Child(path, k.Value), "duplicate key %q", k.Value)
 			continue
 		}
 		seen[k.Value] = true
@@ -554,13 +541,13 @@ func (d *decoder) decodeAny(n *yaml.Node, path string, depth int) any {
 	case yaml.MappingNode:
 		m := make(map[string]any, len(n.Content)/2)
 		for _, kv := range d.pairs(n, path) {
-			m[kv[0].Value] = d.decodeAny(kv[1], JoinPath(path, kv[0].Value), depth+1)
+			m[kv[0].Value] = d.decodeAny(kv[1], fieldpath.Child(path, kv[0].Value), depth+1)
 		}
 		return m
 	case yaml.SequenceNode:
 		l := make([]any, len(n.Content))
 		for i, c := range n.Content {
-			l[i] = d.decodeAny(c, IndexPath(path, i), depth+1)
+			l[i] = d.decodeAny(c, fieldpath.Item(path, i), depth+1)
 		}
 		return l
 	case yaml.ScalarNode:

@@ -16,6 +16,8 @@
 // out-of-memory; positions are kept for what is written, not for what
 // aliases expand to.
 //
-// yamlstrict knows nothing of fieldwatch: it must not import other
-// fieldwatch packages.
+// Field paths are written in fieldwatch's path syntax (package
+// internal/fieldpath, the one fieldwatch package yamlstrict imports:
+// deps_test.go checks it); otherwise yamlstrict knows nothing of
+// fieldwatch.
 package yamlstrict
