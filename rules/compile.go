@@ -9,11 +9,12 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/fileerr"
 	"github.com/fieldwatch/fieldwatch/internal/fieldpath"
 )
 
 // Compile validates and compiles rules written as plain structs. Every
-// error comes back together, as an ErrorList whose errors carry the field
+// error comes back together, as a fileerr.List whose errors carry the field
 // path (rules[2].fields[0].path: ...) but no file position: Load and Parse
 // add those. With any error there is no Set.
 func Compile(f File) (*Set, error) {
@@ -27,17 +28,17 @@ func Compile(f File) (*Set, error) {
 
 // compiler collects the errors of one compilation.
 type compiler struct {
-	errs ErrorList
+	errs fileerr.List
 }
 
 // errorf records an error about the field at path.
 func (c *compiler) errorf(path, format string, args ...any) {
-	c.errs = append(c.errs, &Error{Path: path, Msg: fmt.Sprintf(format, args...)})
+	c.errs = append(c.errs, &fileerr.Error{Path: path, Msg: fmt.Sprintf(format, args...)})
 }
 
 // compileFile compiles every rule of f. When there are errors, the rules
 // are only good for checking duplicate names.
-func compileFile(f *File) ([]*Rule, ErrorList) {
+func compileFile(f *File) ([]*Rule, fileerr.List) {
 	var c compiler
 	rules := make([]*Rule, len(f.Rules))
 	for i := range f.Rules {
@@ -47,8 +48,8 @@ func compileFile(f *File) ([]*Rule, ErrorList) {
 }
 
 // duplicateNames reports rules whose name an earlier rule has.
-func duplicateNames(rules []*Rule) ErrorList {
-	var errs ErrorList
+func duplicateNames(rules []*Rule) fileerr.List {
+	var errs fileerr.List
 	first := map[string]*Rule{}
 	for _, r := range rules {
 		if r.Name == "" {
@@ -77,7 +78,7 @@ func (c *compiler) rule(rs *RuleSpec, p string) *Rule {
 		Description:   rs.Description,
 		Source:        p,
 		IncludeObject: rs.IncludeObject,
-		nameErr:       Error{Path: p + ".name"},
+		nameErr:       fileerr.Error{Path: p + ".name"},
 	}
 	switch {
 	case rs.Name == "":
@@ -301,7 +302,7 @@ func (c *compiler) when(src, p string, withCRD bool) *celExpr {
 	}
 	x, issues := compileCEL(src, withCRD)
 	for _, is := range issues {
-		c.errs = append(c.errs, &Error{Path: p, Msg: "CEL: " + is.msg, exprLine: is.line, exprCol: is.col})
+		c.errs = append(c.errs, &fileerr.Error{Path: p, Msg: "CEL: " + is.msg, ExprLine: is.line, ExprCol: is.col})
 	}
 	return x
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/fileerr"
 )
 
 // rule wraps one rule's YAML body (indented by four spaces) into a file.
@@ -264,9 +265,9 @@ func TestParseErrors(t *testing.T) {
 			if set != nil {
 				t.Error("Parse returned a Set with an error")
 			}
-			var list ErrorList
+			var list fileerr.List
 			if !errors.As(err, &list) {
-				t.Fatalf("error is %T, not an ErrorList", err)
+				t.Fatalf("error is %T, not a fileerr.List", err)
 			}
 			got := err.Error()
 			for _, w := range tt.want {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fieldwatch/fieldwatch/crd/diff"
 	"github.com/fieldwatch/fieldwatch/crd/impact"
+	"github.com/fieldwatch/fieldwatch/fileerr"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 )
 
@@ -194,7 +195,7 @@ func readObjects(path string) ([]diff.Manifest, error) {
 		return nil
 	})
 	if err != nil {
-		var e *diff.Error
+		var e *fileerr.Error
 		if errors.As(err, &e) {
 			return nil, e
 		}

@@ -16,33 +16,10 @@ import (
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
+
+	"github.com/fieldwatch/fieldwatch/fileerr"
+	"github.com/fieldwatch/fieldwatch/internal/fieldpath"
 )
-
-// Error is an error in a file, with where it is.
-type Error struct {
-	File string
-	// Line and Col are 1-based; 0 when unknown.
-	Line, Col int
-	// Path is the field path inside the document ("" for the document).
-	Path string
-	Msg  string
-}
-
-// Error formats e as FILE:LINE:COL: PATH: MESSAGE, on one line.
-func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString(e.File)
-	if e.Line > 0 {
-		fmt.Fprintf(&b, ":%d:%d", e.Line, max(e.Col, 1))
-	}
-	b.WriteString(": ")
-	if e.Path != "" {
-		b.WriteString(e.Path)
-		b.WriteString(": ")
-	}
-	b.WriteString(e.Msg)
-	return strings.ReplaceAll(b.String(), "\n", `\n`)
-}
 
 // Manifest is one object of a YAML or JSON file.
 type Manifest struct {
@@ -73,18 +50,18 @@ func ParseManifests(name string, data []byte) ([]Manifest, error) {
 		js, err := yaml.YAMLToJSONStrict(d.data)
 		if err != nil {
 			line, msg := yamlErrorLine(err)
-			return nil, &Error{File: name, Line: d.line + max(line, 1) - 1, Msg: msg}
+			return nil, &fileerr.Error{File: name, Line: d.line + max(line, 1) - 1, Msg: msg}
 		}
 		var v any
 		if err := utiljson.Unmarshal(js, &v); err != nil {
-			return nil, &Error{File: name, Line: d.line, Msg: err.Error()}
+			return nil, &fileerr.Error{File: name, Line: d.line, Msg: err.Error()}
 		}
 		if v == nil {
 			continue
 		}
 		obj, ok := v.(map[string]any)
 		if !ok {
-			return nil, &Error{File: name, Line: d.line, Msg: fmt.Sprintf("a document must be an object, not %s", jsonKind(v))}
+			return nil, &fileerr.Error{File: name, Line: d.line, Msg: fmt.Sprintf("a document must be an object, not %s", jsonKind(v))}
 		}
 		m := Manifest{Object: obj, File: name, Line: d.line, doc: d.data, docLine: d.line}
 		items, isList := listItems(obj)
@@ -95,7 +72,7 @@ func ParseManifests(name string, data []byte) ([]Manifest, error) {
 		for i, it := range items {
 			o, ok := it.(map[string]any)
 			if !ok {
-				return nil, &Error{File: name, Line: d.line, Path: "items[" + strconv.Itoa(i) + "]", Msg: fmt.Sprintf("a list item must be an object, not %s", jsonKind(it))}
+				return nil, &fileerr.Error{File: name, Line: d.line, Path: fieldpath.Item("items", i), Msg: fmt.Sprintf("a list item must be an object, not %s", jsonKind(it))}
 			}
 			prefix := []string{"items", strconv.Itoa(i)}
 			line := d.line
@@ -206,7 +183,7 @@ var goStructField = regexp.MustCompile(`^json: cannot unmarshal (\w+) into Go st
 // decodeManifest decodes one CRD manifest strictly, locating errors.
 func decodeManifest(m Manifest) (*apiextensionsv1.CustomResourceDefinition, error) {
 	fail := func(path, kind, msg string) error {
-		e := &Error{File: m.File, Line: m.Line, Path: path, Msg: msg}
+		e := &fileerr.Error{File: m.File, Line: m.Line, Path: path, Msg: msg}
 		if path != "" && m.doc != nil {
 			if l := locate(m.doc, append(slices.Clip(m.prefix), splitPath(path)...), kind); l > 0 {
 				e.Line = m.docLine + l - 1

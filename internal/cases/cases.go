@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/fileerr"
 	"github.com/fieldwatch/fieldwatch/internal/fieldpath"
 	"github.com/fieldwatch/fieldwatch/internal/yamlstrict"
 	"github.com/fieldwatch/fieldwatch/rules"
@@ -102,7 +103,7 @@ type expectSpec struct {
 }
 
 // Load reads a cases file. A case without a time gets at, so that its
-// payloads are reproducible. Errors are a rules.ErrorList, as rules.Load's.
+// payloads are reproducible. Errors are a fileerr.List, as rules.Load's.
 func Load(path string, at time.Time) ([]Case, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -118,8 +119,9 @@ func Parse(name string, data []byte, at time.Time) ([]Case, error) {
 	pos, derrs := yamlstrict.Unmarshal(data, &f)
 	l := &loader{file: name, pos: pos, at: at}
 	for _, e := range derrs {
-		l.errs = append(l.errs, &rules.Error{File: name, Line: e.Line, Col: e.Col, Path: e.Path, Msg: e.Msg})
+		e.File = name
 	}
+	l.errs = derrs
 	if pos.Node("") == nil {
 		return nil, l.errs.Err()
 	}
@@ -148,14 +150,14 @@ type loader struct {
 	file string
 	pos  *yamlstrict.Positions
 	at   time.Time
-	errs rules.ErrorList
+	errs fileerr.List
 }
 
 // errorf records an error about the field at path, located where that
 // field (or, when it is missing, its closest present parent) was written.
 func (l *loader) errorf(path, format string, args ...any) {
 	line, col := l.pos.At(path)
-	l.errs = append(l.errs, &rules.Error{File: l.file, Line: line, Col: col, Path: path, Msg: fmt.Sprintf(format, args...)})
+	l.errs = append(l.errs, &fileerr.Error{File: l.file, Line: line, Col: col, Path: path, Msg: fmt.Sprintf(format, args...)})
 }
 
 func (l *loader) compile(cs *caseSpec, p string) Case {

@@ -16,27 +16,9 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/fieldwatch/fieldwatch/fileerr"
 	"github.com/fieldwatch/fieldwatch/internal/fieldpath"
 )
-
-// Error is one problem of a document: where it is (1-based line and
-// column; 0 when the document as a whole is meant), which field it is
-// about and what is wrong.
-type Error struct {
-	Line, Col int
-	// Path is the field path ("" for the document itself).
-	Path string
-	Msg  string
-}
-
-// Error formats e as LINE:COL: PATH: MESSAGE.
-func (e *Error) Error() string {
-	s := fmt.Sprintf("%d:%d: ", e.Line, e.Col)
-	if e.Path != "" {
-		s += e.Path + ": "
-	}
-	return s + e.Msg
-}
 
 // MaxNodes bounds the number of YAML values one document decodes to,
 // aliases expanded, and of the keys that merge keys (<<) bring in, so that
@@ -122,10 +104,10 @@ func (p *Positions) At(path string) (line, col int) {
 // more than MaxNodes values or too many bytes of field paths are errors.
 //
 // Other types make it panic: that is a programming error, not bad input.
-func Unmarshal(data []byte, v any) (*Positions, []*Error) {
+func Unmarshal(data []byte, v any) (*Positions, fileerr.List) {
 	d := &decoder{pos: &Positions{nodes: map[string]*yaml.Node{}}}
 	if len(data) > MaxBytes {
-		d.errs = append(d.errs, &Error{Line: 1, Col: 1, Msg: fmt.Sprintf("the file is %d bytes, more than the %d a file may have", len(data), MaxBytes)})
+		d.errs = append(d.errs, &fileerr.Error{Line: 1, Col: 1, Msg: fmt.Sprintf("the file is %d bytes, more than the %d a file may have", len(data), MaxBytes)})
 		return d.pos, d.errs
 	}
 	d.size, d.pathBudget = len(data), min(maxPathBytes, minPathBytes+pathBytesPerByte*len(data))
@@ -148,7 +130,7 @@ type Shorthand interface{ YAMLShorthand() string }
 
 // decoder decodes YAML nodes into Go values, collecting errors.
 type decoder struct {
-	errs []*Error
+	errs fileerr.List
 	pos  *Positions
 	// work counts decoded nodes and merged keys against MaxNodes.
 	work int
@@ -189,7 +171,7 @@ func (d *decoder) at(path string, n *yaml.Node) {
 
 // errorf records an error about the field at path, located at node n.
 func (d *decoder) errorf(n *yaml.Node, path, format string, args ...any) {
-	d.errs = append(d.errs, &Error{Line: n.Line, Col: n.Column, Path: path, Msg: fmt.Sprintf(format, args...)})
+	d.errs = append(d.errs, &fileerr.Error{Line: n.Line, Col: n.Column, Path: path, Msg: fmt.Sprintf(format, args...)})
 }
 
 // parseDocument parses data as exactly one YAML document. It returns nil
@@ -199,7 +181,7 @@ func (d *decoder) parseDocument(data []byte) *yaml.Node {
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			d.errs = append(d.errs, &Error{Line: 1, Col: 1, Msg: "empty file"})
+			d.errs = append(d.errs, &fileerr.Error{Line: 1, Col: 1, Msg: "empty file"})
 			return nil
 		}
 		d.syntaxError(err)
@@ -213,7 +195,7 @@ func (d *decoder) parseDocument(data []byte) *yaml.Node {
 		d.syntaxError(err)
 	}
 	if len(doc.Content) == 0 {
-		d.errs = append(d.errs, &Error{Line: 1, Col: 1, Msg: "empty file"})
+		d.errs = append(d.errs, &fileerr.Error{Line: 1, Col: 1, Msg: "empty file"})
 		return nil
 	}
 	return doc.Content[0]
@@ -232,7 +214,7 @@ func (d *decoder) syntaxError(err error) {
 	} else {
 		msg = strings.TrimPrefix(msg, "yaml: ")
 	}
-	d.errs = append(d.errs, &Error{Line: line, Col: 1, Msg: "invalid YAML: " + msg})
+	d.errs = append(d.errs, &fileerr.Error{Line: line, Col: 1, Msg: "invalid YAML: " + msg})
 }
 
 var (
