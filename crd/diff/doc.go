@@ -5,8 +5,8 @@
 //
 // Compare takes the old and the new CRD as apiextensions.k8s.io/v1 types
 // (FromMap converts the map[string]any the watcher hands rules; Parse and
-// ReadFile read YAML or JSON manifests with FILE:LINE:COL errors, a
-// *fileerr.Error) and returns a Result: every difference as a Check
+// ReadCRDs read YAML or JSON manifests, files or directories, with
+// FILE:LINE:COL errors, a *fileerr.Error) and returns a Result: every difference as a Check
 // {version, path, field, check, old, new, severity, message}, and counts.
 // A Result marshals to the JSON fieldwatch payloads carry and
 // Result.Value gives the same as plain values for CEL. The impact of the breaking checks on custom

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -94,13 +96,60 @@ func listItems(obj map[string]any) ([]any, bool) {
 	return items, true
 }
 
-// ReadManifests reads the objects of a file (see ParseManifests).
-func ReadManifests(path string) ([]Manifest, error) {
-	data, err := os.ReadFile(path)
+// ReadManifests reads the objects of files and directories, in the order
+// given: a file's objects (see ParseManifests: multi-document YAML or
+// JSON, the items of a List such as `kubectl get -o yaml` writes), and
+// under a directory those of every *.yaml, *.yml and *.json file, in
+// lexical order. It is the file walker of `fieldwatch crd-diff` and
+// `fieldwatch rbac --crds`.
+func ReadManifests(paths ...string) ([]Manifest, error) {
+	var out []Manifest
+	for _, path := range paths {
+		files, err := manifestFiles(path)
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				return nil, err
+			}
+			ms, err := ParseManifests(f, data)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, ms...)
+		}
+	}
+	return out, nil
+}
+
+// manifestFiles returns path when it is a file and, when it is a
+// directory, every *.yaml, *.yml and *.json file under it, in lexical
+// order.
+func manifestFiles(path string) ([]string, error) {
+	info, err := os.Stat(path)
 	if err != nil {
 		return nil, err
 	}
-	return ParseManifests(path, data)
+	if !info.IsDir() {
+		return []string{path}, nil
+	}
+	var files []string
+	err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		switch strings.ToLower(filepath.Ext(p)) {
+		case ".yaml", ".yml", ".json":
+			files = append(files, p)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return files, nil
 }
 
 // Document is one CustomResourceDefinition read from a file.
@@ -121,6 +170,22 @@ func Parse(name string, data []byte) ([]Document, error) {
 	if err != nil {
 		return nil, err
 	}
+	return documents(ms)
+}
+
+// ReadCRDs reads the CustomResourceDefinitions of files and directories
+// (ReadManifests reads them; see Parse).
+func ReadCRDs(paths ...string) ([]Document, error) {
+	ms, err := ReadManifests(paths...)
+	if err != nil {
+		return nil, err
+	}
+	return documents(ms)
+}
+
+// documents decodes the CustomResourceDefinitions among ms, skipping
+// other kinds.
+func documents(ms []Manifest) ([]Document, error) {
 	var out []Document
 	var errs []error
 	for _, m := range ms {
@@ -135,15 +200,6 @@ func Parse(name string, data []byte) ([]Document, error) {
 		out = append(out, Document{CRD: crd, File: m.File, Line: m.Line})
 	}
 	return out, errors.Join(errs...)
-}
-
-// ReadFile reads the CustomResourceDefinitions of a file (see Parse).
-func ReadFile(path string) ([]Document, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	return Parse(path, data)
 }
 
 // FromMap converts a CustomResourceDefinition given as plain JSON values
