@@ -101,8 +101,8 @@ func checkLoopback(addr string) error {
 	return nil
 }
 
-// App is one running `fieldwatch run`.
-type App struct {
+// app is one running `fieldwatch run`.
+type app struct {
 	cfg     Config
 	log     *slog.Logger
 	reg     *prometheus.Registry
@@ -134,7 +134,7 @@ func Run(ctx context.Context, cfg Config) error {
 	return a.run(ctx)
 }
 
-func newApp(cfg Config) (*App, error) {
+func newApp(cfg Config) (*app, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -164,7 +164,7 @@ func newApp(cfg Config) (*App, error) {
 			return nil, err
 		}
 	}
-	a := &App{cfg: cfg, log: cfg.Logger, reg: prometheus.NewRegistry()}
+	a := &app{cfg: cfg, log: cfg.Logger, reg: prometheus.NewRegistry()}
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.metrics = newMetrics(a.reg)
 
@@ -178,7 +178,7 @@ func newApp(cfg Config) (*App, error) {
 	if err := a.checkRules(set); err != nil {
 		return nil, err
 	}
-	if cfg.Audit.Enabled() {
+	if cfg.Audit.enabled() {
 		a.auditMetrics = audit.NewMetrics(a.reg)
 	}
 	a.auditScope.Store(newAuditScope(set.Selectors()))
@@ -195,7 +195,7 @@ func newApp(cfg Config) (*App, error) {
 	return a, nil
 }
 
-func (a *App) run(ctx context.Context) error {
+func (a *app) run(ctx context.Context) error {
 	var bg sync.WaitGroup
 	defer bg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
@@ -270,7 +270,7 @@ func (r *replica) close(log *slog.Logger, sink *auditSwitch) {
 
 // newReplica opens the baseline and builds the watcher, a standby one for
 // leader election.
-func (a *App) newReplica(ctx context.Context, standby bool) (*replica, error) {
+func (a *app) newReplica(ctx context.Context, standby bool) (*replica, error) {
 	shard, err := a.shard(ctx)
 	if err != nil {
 		return nil, err
@@ -309,7 +309,7 @@ func (a *App) newReplica(ctx context.Context, standby bool) (*replica, error) {
 
 // newDispatcher starts the actions; a leader's hand over what they cannot
 // deliver on shutdown.
-func (a *App) newDispatcher(handOver bool) (*action.Dispatcher, error) {
+func (a *app) newDispatcher(handOver bool) (*action.Dispatcher, error) {
 	disp, err := action.New(action.Options{
 		HandOver:   handOver,
 		Logger:     a.log,
@@ -331,7 +331,7 @@ func (a *App) newDispatcher(handOver bool) (*action.Dispatcher, error) {
 // drains: the watcher hands over its queued changes, the actions deliver
 // or dead-letter their queued firings, and only then is the baseline
 // closed.
-func (a *App) serve(ctx context.Context) error {
+func (a *app) serve(ctx context.Context) error {
 	r, err := a.newReplica(ctx, false)
 	if err != nil {
 		return err
@@ -359,7 +359,7 @@ func (a *App) serve(ctx context.Context) error {
 }
 
 // openStore opens the restart baseline in the state directory, if any.
-func (a *App) openStore() (*watcher.Store, error) {
+func (a *app) openStore() (*watcher.Store, error) {
 	if a.cfg.StateDir == "" {
 		return nil, nil
 	}
@@ -370,7 +370,7 @@ func (a *App) openStore() (*watcher.Store, error) {
 }
 
 // serveHTTP listens on HTTPAddr for /metrics, /healthz and /readyz.
-func (a *App) serveHTTP() (*http.Server, net.Listener, error) {
+func (a *app) serveHTTP() (*http.Server, net.Listener, error) {
 	ln, err := net.Listen("tcp", a.cfg.HTTPAddr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("listen on %s: %w", a.cfg.HTTPAddr, err)
@@ -396,7 +396,7 @@ func (a *App) serveHTTP() (*http.Server, net.Listener, error) {
 }
 
 // servePprof listens on PprofAddr, a loopback address, for /debug/pprof/.
-func (a *App) servePprof() (*http.Server, net.Listener, error) {
+func (a *app) servePprof() (*http.Server, net.Listener, error) {
 	ln, err := net.Listen("tcp", a.cfg.PprofAddr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("listen on %s: %w", a.cfg.PprofAddr, err)
@@ -417,7 +417,7 @@ func (a *App) servePprof() (*http.Server, net.Listener, error) {
 
 // ready says whether the process is ready, and why not. A standby is
 // ready once its informers have synced: it can take over then.
-func (a *App) ready() (bool, string) {
+func (a *app) ready() (bool, string) {
 	w := a.watcher.Load()
 	switch {
 	case w == nil:

@@ -46,8 +46,8 @@ type AuditConfig struct {
 	IndexMaxAge            time.Duration
 }
 
-// Enabled reports whether an audit source is configured.
-func (c *AuditConfig) Enabled() bool { return c.WebhookAddr != "" || c.LogPath != "" }
+// enabled reports whether an audit source is configured.
+func (c *AuditConfig) enabled() bool { return c.WebhookAddr != "" || c.LogPath != "" }
 
 // check rejects configurations that cannot work.
 func (c *AuditConfig) check(totalShards int) error {
@@ -72,8 +72,8 @@ func errNeedsAudit(names []string) error {
 }
 
 // checkRules rejects a rule set that this process cannot run.
-func (a *App) checkRules(set *rules.Set) error {
-	if a.cfg.Audit.Enabled() {
+func (a *app) checkRules(set *rules.Set) error {
+	if a.cfg.Audit.enabled() {
 		return nil
 	}
 	if names := set.UsesAttribution(); len(names) > 0 {
@@ -134,7 +134,7 @@ func (s *auditSwitch) accepting() bool { return s.ix.Load() != nil }
 
 // startAuditWebhook starts the audit webhook receiver, when configured,
 // for the life of the process.
-func (a *App) startAuditWebhook(ctx context.Context, bg interface{ Go(func()) }) error {
+func (a *app) startAuditWebhook(ctx context.Context, bg interface{ Go(func()) }) error {
 	c := &a.cfg.Audit
 	if c.WebhookAddr == "" {
 		return nil
@@ -188,9 +188,9 @@ type attribution struct {
 
 // startAttribution starts attribution for a replica, or returns nil when no
 // audit source is configured.
-func (a *App) startAttribution(ctx context.Context) (*attribution, error) {
+func (a *app) startAttribution(ctx context.Context) (*attribution, error) {
 	c := &a.cfg.Audit
-	if !c.Enabled() {
+	if !c.enabled() {
 		return nil, nil
 	}
 	ix := audit.NewIndex(audit.IndexOptions{
@@ -228,7 +228,7 @@ func (a *App) startAttribution(ctx context.Context) (*attribution, error) {
 // attributionDrain is how long the last changes may wait for their audit
 // events and their actions' queues on shutdown: their bound and a second,
 // within half the grace period.
-func (a *App) attributionDrain() time.Duration {
+func (a *app) attributionDrain() time.Duration {
 	wait := a.cfg.Audit.Wait
 	if wait <= 0 {
 		wait = audit.DefaultWait

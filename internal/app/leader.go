@@ -36,7 +36,7 @@ var errLostLeadership = errors.New("lost leadership")
 // had not confirmed. It renews the Lease with its own watermarks. It stops
 // delivering at once when it cannot renew within the renew deadline, and on
 // SIGTERM drains while still holding the Lease, then releases it.
-func (a *App) elect(ctx context.Context) error {
+func (a *app) elect(ctx context.Context) error {
 	id := a.cfg.Identity
 	if id == "" {
 		host, err := os.Hostname()
@@ -159,7 +159,7 @@ func (r *result) wait() error {
 // stops delivery at once: what was not done is left, unrecorded, to the
 // next leader. Stopping drains within the grace period while the Lease is
 // still held, and hands over what is left.
-func (a *App) lead(ctx, lctx context.Context, r *replica, lock *watermarkLease, watched *result, stopWatch context.CancelFunc) error {
+func (a *app) lead(ctx, lctx context.Context, r *replica, lock *watermarkLease, watched *result, stopWatch context.CancelFunc) error {
 	lost := lock.guard(lctx, a.cfg.RenewDeadline)
 	disp, err := a.newDispatcher(true)
 	if err != nil {
@@ -209,7 +209,7 @@ func (a *App) lead(ctx, lctx context.Context, r *replica, lock *watermarkLease, 
 }
 
 // abort stops delivering at once.
-func (a *App) abort(r *replica, disp *action.Dispatcher) {
+func (a *app) abort(r *replica, disp *action.Dispatcher) {
 	a.log.Error("lost the Lease (or could not renew it in time): stopping delivery at once; the next leader delivers what was not done")
 	if r.att != nil {
 		r.att.abort(&a.auditSink) // the changes waiting for their events are left undone

@@ -27,7 +27,7 @@ import (
 // event or for room in an action's queue): when it is full, Handle blocks
 // and the watcher slows down.
 type pipeline struct {
-	app *App
+	app *app
 	// errLog lets one evaluation error a second through to the log.
 	errLog rate.Sometimes
 	// att is nil without an audit source.

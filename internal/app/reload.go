@@ -39,7 +39,7 @@ func loadRules(files []string) (*rules.Set, string, error) {
 // (which also reopens the log action's files). It watches the files'
 // directories rather than the files, so that it sees the symlink swap with
 // which Kubernetes updates a mounted ConfigMap.
-func (a *App) watchRules(ctx context.Context) {
+func (a *app) watchRules(ctx context.Context) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -76,7 +76,7 @@ func (a *App) watchRules(ctx context.Context) {
 					a.log.Error("reopen log files", "err", err)
 				}
 			}
-			a.Reload()
+			a.reloadRules()
 		case <-events:
 			// Editors and ConfigMap updates write in several steps:
 			// reload once they settle.
@@ -85,15 +85,15 @@ func (a *App) watchRules(ctx context.Context) {
 			a.log.Warn("watching rules files", "err", err)
 		case <-settle:
 			settle = nil
-			a.Reload()
+			a.reloadRules()
 		}
 	}
 }
 
-// Reload loads the rules files again. Invalid rules are logged and counted
+// reloadRules loads the rules files again. Invalid rules are logged and counted
 // and the running rules stay; valid ones replace them, and the watcher
 // adjusts its informers (those of resources still in use keep running).
-func (a *App) Reload() {
+func (a *app) reloadRules() {
 	a.reload.Lock()
 	defer a.reload.Unlock()
 	set, digest, err := loadRules(a.cfg.RulesFiles)

@@ -12,7 +12,7 @@ import (
 // shard returns this replica's shard and finds out whether the apiserver
 // filters by shard itself (ShardedListAndWatch): it echoes a list's shard
 // selector in metadata.shardInfo when it does.
-func (a *App) shard(ctx context.Context) (watcher.Shard, error) {
+func (a *app) shard(ctx context.Context) (watcher.Shard, error) {
 	s := watcher.Shard{Index: a.cfg.Shard, Total: a.cfg.TotalShards}
 	if err := s.Validate(); err != nil {
 		return s, err
