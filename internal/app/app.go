@@ -38,30 +38,35 @@ type Config struct {
 	HTTPAddr string
 	// StateDir holds the dead-letter file and the restart baseline.
 	StateDir string
-	// Workers is the number of changes evaluated in parallel.
+	// Workers is the number of changes evaluated in parallel (default
+	// DefaultWorkers).
 	Workers int
 	// DryRun makes patch actions log instead of patching.
 	DryRun bool
 	// LeaderElect makes replicas elect one leader through a Lease; only
 	// the leader watches and acts.
 	LeaderElect bool
-	// LeaseNamespace and LeaseName name the Lease.
+	// LeaseNamespace and LeaseName name the Lease (LeaseName default
+	// DefaultLeaseName; with TotalShards > 1 that default becomes
+	// fieldwatch-shard-N-of-M: each shard elects its own leader).
 	LeaseNamespace, LeaseName string
 	// Identity names this replica in the Lease (default: host name).
 	Identity string
 	// LeaseDuration, RenewDeadline and RetryPeriod time the leader
-	// election (defaults 15s, 10s, 2s): a standby takes over
-	// LeaseDuration after the leader's last renewal; a leader that could
-	// not renew for RenewDeadline stops delivering; renewals (and the
-	// watermarks published with them) come every RetryPeriod.
+	// election (defaults DefaultLeaseDuration, DefaultRenewDeadline,
+	// DefaultRetryPeriod): a standby takes over LeaseDuration after the
+	// leader's last renewal; a leader that could not renew for
+	// RenewDeadline stops delivering; renewals (and the watermarks
+	// published with them) come every RetryPeriod.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// Shard and TotalShards split the objects between replicas (0 and 0
 	// or 1: no sharding).
 	Shard, TotalShards int
 	// GracePeriod bounds the drain of queued changes and actions on
-	// shutdown. Then what is left is dead-lettered; a leader (leader
-	// election) drains while still holding its Lease and hands what is
-	// left over to the next leader instead.
+	// shutdown (default DefaultGracePeriod). Then what is left is
+	// dead-lettered; a leader (leader election) drains while still
+	// holding its Lease and hands what is left over to the next leader
+	// instead.
 	GracePeriod time.Duration
 	// Logger is the process logger; Stdout the log action's output.
 	Logger *slog.Logger
@@ -135,30 +140,7 @@ func Run(ctx context.Context, cfg Config) error {
 }
 
 func newApp(cfg Config) (*app, error) {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Workers <= 0 {
-		cfg.Workers = 4
-	}
-	if cfg.GracePeriod <= 0 {
-		cfg.GracePeriod = 20 * time.Second
-	}
-	if cfg.CRDImpactMaxObjects <= 0 {
-		cfg.CRDImpactMaxObjects = DefaultCRDImpactMaxObjects
-	}
-	if cfg.CRDImpactTimeout <= 0 {
-		cfg.CRDImpactTimeout = DefaultCRDImpactTimeout
-	}
-	if cfg.LeaseDuration <= 0 {
-		cfg.LeaseDuration = DefaultLeaseDuration
-	}
-	if cfg.RenewDeadline <= 0 {
-		cfg.RenewDeadline = DefaultRenewDeadline
-	}
-	if cfg.RetryPeriod <= 0 {
-		cfg.RetryPeriod = DefaultRetryPeriod
-	}
+	cfg = cfg.withDefaults()
 	if cfg.PprofAddr != "" {
 		if err := checkLoopback(cfg.PprofAddr); err != nil {
 			return nil, err

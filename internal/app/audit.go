@@ -32,7 +32,8 @@ type AuditConfig struct {
 	// listens (tests use it with WebhookAddr "127.0.0.1:0").
 	WebhookReady func(addr string)
 	// LogPath is the apiserver's audit log to follow (JSON lines); "" for
-	// none. LogStateFile records how far it was read.
+	// none. LogStateFile records how far it was read (default
+	// audit-log.state in Config.StateDir, if any).
 	LogPath, LogStateFile string
 	// Wait bounds how long a change waits for its audit event (default
 	// 2s); MaxWaiting how many changes may wait at once (default 10000,

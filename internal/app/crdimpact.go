@@ -36,12 +36,6 @@ import (
 // fails or stops early leaves an impactError in the payload, with what
 // was found so far, and the rules still fire.
 
-// Defaults of the impact scan's bounds.
-const (
-	DefaultCRDImpactMaxObjects = 50000
-	DefaultCRDImpactTimeout    = 30 * time.Second
-)
-
 // listPageSize is the page size of the list the impact scan falls back
 // to.
 const listPageSize = 500

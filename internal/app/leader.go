@@ -7,22 +7,11 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"k8s.io/client-go/tools/leaderelection"
 
 	"github.com/fieldwatch/fieldwatch/action"
 	"github.com/fieldwatch/fieldwatch/watcher"
-)
-
-// Lease timing defaults: a standby takes over about DefaultLeaseDuration
-// after the leader last renewed; a leader that could not renew for
-// DefaultRenewDeadline stops delivering, before its Lease can expire for
-// the others.
-const (
-	DefaultLeaseDuration = 15 * time.Second
-	DefaultRenewDeadline = 10 * time.Second
-	DefaultRetryPeriod   = 2 * time.Second
 )
 
 // errLostLeadership ends the process of a replica that stopped leading, so
