@@ -90,7 +90,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	rest, err := kube.config()
 	if err != nil {
-		logger.Error("cannot reach the cluster", "err", err)
+		logger.Error("cannot reach the cluster", "error", err)
 		return 1
 	}
 	cfg.RulesFiles = ruleFiles
@@ -98,7 +98,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg.Logger = logger
 	cfg.Stdout = stdout
 	if err := app.Run(ctx, cfg); err != nil {
-		logger.Error("fieldwatch stopped", "err", err)
+		logger.Error("fieldwatch stopped", "error", err)
 		return 1
 	}
 	return 0

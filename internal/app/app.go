@@ -186,7 +186,7 @@ func (a *app) run(ctx context.Context) error {
 	serve := func(srv *http.Server, ln net.Listener) {
 		bg.Go(func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				a.log.Error("http server", "addr", ln.Addr().String(), "err", err)
+				a.log.Error("http server", "addr", ln.Addr().String(), "error", err)
 			}
 		})
 	}
@@ -246,7 +246,7 @@ func (r *replica) close(log *slog.Logger, sink *auditSwitch) {
 		return
 	}
 	if err := r.store.Close(); err != nil {
-		log.Error("closing the baseline", "err", err)
+		log.Error("closing the baseline", "error", err)
 	}
 }
 
@@ -327,7 +327,7 @@ func (a *app) serve(ctx context.Context) error {
 		closeCtx, done := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.GracePeriod/2)
 		defer done()
 		if err := disp.Close(closeCtx); err != nil {
-			a.log.Error("closing actions", "err", err)
+			a.log.Error("closing actions", "error", err)
 		}
 	}()
 	if r.att != nil {

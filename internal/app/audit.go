@@ -161,7 +161,7 @@ func (a *app) startAuditWebhook(ctx context.Context, bg interface{ Go(func()) })
 	}
 	bg.Go(func() {
 		if err := wh.Serve(ctx, ln); err != nil {
-			a.log.Error("audit webhook", "err", err)
+			a.log.Error("audit webhook", "error", err)
 		}
 	})
 	return nil
@@ -219,7 +219,7 @@ func (a *app) startAttribution(ctx context.Context) (*attribution, error) {
 		go func() {
 			defer close(att.logDone)
 			if err := fl.Run(lctx); err != nil {
-				a.log.Error("audit log follower stopped; changes are no longer attributed from the log", "err", err)
+				a.log.Error("audit log follower stopped; changes are no longer attributed from the log", "error", err)
 			}
 		}()
 	}

@@ -87,7 +87,7 @@ func (a *app) crdImpact(ctx context.Context, c *watcher.Change, rc *rules.Change
 		res.ImpactError = fmt.Sprintf("%v; %d objects read: the counts are lower bounds", err, res.Scanned)
 	}
 	m.impactFailures.WithLabelValues(reason).Inc()
-	log.Warn("the impact of a CRD change is incomplete", "err", res.ImpactError)
+	log.Warn("the impact of a CRD change is incomplete", "error", res.ImpactError)
 }
 
 // scanImpact runs the objects of the CRD's resource through the impact

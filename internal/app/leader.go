@@ -184,7 +184,7 @@ func (a *app) lead(ctx, lctx context.Context, r *replica, lock *watermarkLease, 
 		closeCtx, done := context.WithTimeout(context.Background(), a.cfg.GracePeriod/2)
 		defer done()
 		if err := disp.Close(closeCtx); err != nil {
-			a.log.Warn("grace period over: what is not delivered is left to the next leader", "err", err)
+			a.log.Warn("grace period over: what is not delivered is left to the next leader", "error", err)
 		}
 	}()
 	select {

@@ -78,7 +78,7 @@ func (l *watermarkLease) read(lease *coordinationv1.Lease) {
 	var wm watcher.Watermarks
 	if err := json.Unmarshal([]byte(raw), &wm); err != nil {
 		if !l.badFormat.Swap(true) {
-			l.log.Error("the Lease's watermarks do not decode; ignoring them", "annotation", watermarksAnnotation, "err", err)
+			l.log.Error("the Lease's watermarks do not decode; ignoring them", "annotation", watermarksAnnotation, "error", err)
 		}
 		return
 	}

@@ -46,7 +46,7 @@ func (a *app) watchRules(ctx context.Context) {
 
 	fw, err := fsnotify.NewWatcher()
 	if err != nil {
-		a.log.Error("cannot watch the rules files; reload with SIGHUP", "err", err)
+		a.log.Error("cannot watch the rules files; reload with SIGHUP", "error", err)
 	} else {
 		defer func() { _ = fw.Close() }()
 		dirs := map[string]bool{}
@@ -55,7 +55,7 @@ func (a *app) watchRules(ctx context.Context) {
 		}
 		for d := range dirs {
 			if err := fw.Add(d); err != nil {
-				a.log.Error("cannot watch a rules directory; reload with SIGHUP", "dir", d, "err", err)
+				a.log.Error("cannot watch a rules directory; reload with SIGHUP", "dir", d, "error", err)
 			}
 		}
 	}
@@ -73,7 +73,7 @@ func (a *app) watchRules(ctx context.Context) {
 			a.log.Info("SIGHUP: reloading rules and reopening log files")
 			if d := a.disp.Load(); d != nil {
 				if err := d.Reopen(); err != nil {
-					a.log.Error("reopen log files", "err", err)
+					a.log.Error("reopen log files", "error", err)
 				}
 			}
 			a.reloadRules()
@@ -82,7 +82,7 @@ func (a *app) watchRules(ctx context.Context) {
 			// reload once they settle.
 			settle = time.After(250 * time.Millisecond)
 		case err := <-errs:
-			a.log.Warn("watching rules files", "err", err)
+			a.log.Warn("watching rules files", "error", err)
 		case <-settle:
 			settle = nil
 			a.reloadRules()
@@ -102,7 +102,7 @@ func (a *app) reloadRules() {
 	}
 	if err != nil {
 		a.metrics.reloadFails.Inc()
-		a.log.Error("rules reload failed; the previous rules keep running", "err", err)
+		a.log.Error("rules reload failed; the previous rules keep running", "error", err)
 		return
 	}
 	if digest == a.digest {

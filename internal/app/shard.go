@@ -26,7 +26,7 @@ func (a *app) shard(ctx context.Context) (watcher.Shard, error) {
 		// Without permission to list namespaces (the generated RBAC does
 		// not grant it) the probe cannot tell: filter on the client,
 		// which is correct everywhere.
-		a.log.Warn("cannot probe server-side sharding; filtering on the client", "err", err)
+		a.log.Warn("cannot probe server-side sharding; filtering on the client", "error", err)
 	} else {
 		meta, _ := list.Object["metadata"].(map[string]any)
 		_, s.ServerSide = meta["shardInfo"]
