@@ -22,7 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	sigsyaml "sigs.k8s.io/yaml"
 
-	"github.com/fieldwatch/fieldwatch/internal/app"
+	"github.com/fieldwatch/fieldwatch/internal/rbac"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 	"github.com/fieldwatch/fieldwatch/rules"
 )
@@ -115,11 +115,11 @@ func TestDefaultRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	crds, err := app.CRDResources("../examples/crds")
+	crds, err := rbac.CRDResources("../examples/crds")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := app.RBAC(set, app.RBACOptions{LeaderElection: true, CRDs: crds})
+	want, err := rbac.Generate(set, rbac.Options{LeaderElection: true, CRDs: crds})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,8 +21,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/apiserver/pkg/audit/policy"
 
-	"github.com/fieldwatch/fieldwatch/internal/app"
 	"github.com/fieldwatch/fieldwatch/internal/cases"
+	"github.com/fieldwatch/fieldwatch/internal/rbac"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 	"github.com/fieldwatch/fieldwatch/rules"
 )
@@ -272,7 +272,7 @@ func TestRBACApplies(t *testing.T) {
 	env := testenv.Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	crds, err := app.CRDResources("crds")
+	crds, err := rbac.CRDResources("crds")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +290,7 @@ func TestRBACApplies(t *testing.T) {
 					ensureNamespace(t, ns)
 				}
 			}
-			out, err := app.RBAC(set, app.RBACOptions{Name: "fieldwatch-example-" + dir, CRDs: crds})
+			out, err := rbac.Generate(set, rbac.Options{Name: "fieldwatch-example-" + dir, CRDs: crds})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/fieldwatch/fieldwatch/change"
-	"github.com/fieldwatch/fieldwatch/internal/yamlstrict"
+	"github.com/fieldwatch/fieldwatch/internal/fieldpath"
 )
 
 // The user selectors of a rule's match (users, excludeUsers) and the
@@ -47,7 +47,7 @@ func (c *compiler) userGlobs(entries []string, p string) *userGlobs {
 	}
 	var names, groups []string
 	for i, e := range entries {
-		ep := yamlstrict.IndexPath(p, i)
+		ep := fieldpath.Item(p, i)
 		glob, isGroup := strings.CutPrefix(e, groupPrefix)
 		re, err := globRegexp(glob)
 		switch {

@@ -9,11 +9,12 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/fieldwatch/fieldwatch/change"
-	"github.com/fieldwatch/fieldwatch/internal/yamlstrict"
+	"github.com/fieldwatch/fieldwatch/fileerr"
+	"github.com/fieldwatch/fieldwatch/internal/fieldpath"
 )
 
 // Compile validates and compiles rules written as plain structs. Every
-// error comes back together, as an ErrorList whose errors carry the field
+// error comes back together, as a fileerr.List whose errors carry the field
 // path (rules[2].fields[0].path: ...) but no file position: Load and Parse
 // add those. With any error there is no Set.
 func Compile(f File) (*Set, error) {
@@ -27,28 +28,28 @@ func Compile(f File) (*Set, error) {
 
 // compiler collects the errors of one compilation.
 type compiler struct {
-	errs ErrorList
+	errs fileerr.List
 }
 
 // errorf records an error about the field at path.
 func (c *compiler) errorf(path, format string, args ...any) {
-	c.errs = append(c.errs, &Error{Path: path, Msg: fmt.Sprintf(format, args...)})
+	c.errs = append(c.errs, &fileerr.Error{Path: path, Msg: fmt.Sprintf(format, args...)})
 }
 
 // compileFile compiles every rule of f. When there are errors, the rules
 // are only good for checking duplicate names.
-func compileFile(f *File) ([]*Rule, ErrorList) {
+func compileFile(f *File) ([]*Rule, fileerr.List) {
 	var c compiler
 	rules := make([]*Rule, len(f.Rules))
 	for i := range f.Rules {
-		rules[i] = c.rule(&f.Rules[i], yamlstrict.IndexPath("rules", i))
+		rules[i] = c.rule(&f.Rules[i], fieldpath.Item("rules", i))
 	}
 	return rules, c.errs
 }
 
 // duplicateNames reports rules whose name an earlier rule has.
-func duplicateNames(rules []*Rule) ErrorList {
-	var errs ErrorList
+func duplicateNames(rules []*Rule) fileerr.List {
+	var errs fileerr.List
 	first := map[string]*Rule{}
 	for _, r := range rules {
 		if r.Name == "" {
@@ -77,7 +78,7 @@ func (c *compiler) rule(rs *RuleSpec, p string) *Rule {
 		Description:   rs.Description,
 		Source:        p,
 		IncludeObject: rs.IncludeObject,
-		nameErr:       Error{Path: p + ".name"},
+		nameErr:       fileerr.Error{Path: p + ".name"},
 	}
 	switch {
 	case rs.Name == "":
@@ -88,7 +89,7 @@ func (c *compiler) rule(rs *RuleSpec, p string) *Rule {
 	c.match(r, rs.Match, p+".match")
 	c.on(r, rs.On, p+".on")
 	for i := range rs.Fields {
-		if f := c.field(&rs.Fields[i], yamlstrict.IndexPath(p+".fields", i)); f != nil {
+		if f := c.field(&rs.Fields[i], fieldpath.Item(p+".fields", i)); f != nil {
 			r.fields = append(r.fields, f)
 		}
 	}
@@ -114,7 +115,7 @@ func (c *compiler) rule(rs *RuleSpec, p string) *Rule {
 		c.errorf(p+".actions", "at least one action is required")
 	}
 	for i := range rs.Actions {
-		r.Actions = append(r.Actions, c.action(rs.Actions[i], yamlstrict.IndexPath(p+".actions", i)))
+		r.Actions = append(r.Actions, c.action(rs.Actions[i], fieldpath.Item(p+".actions", i)))
 	}
 	if len(c.errs) == nerr {
 		r.compileProjection()
@@ -131,7 +132,7 @@ func (c *compiler) match(r *Rule, m *MatchSpec, p string) {
 		c.errorf(p+".resources", "at least one resource selector is required")
 	}
 	for i, s := range m.Resources {
-		sp := yamlstrict.IndexPath(p+".resources", i)
+		sp := fieldpath.Item(p+".resources", i)
 		sel := change.Selector{Version: s.Version, Kind: s.Kind, Resource: s.Resource, Custom: m.Custom}
 		if s.Group == nil {
 			c.errorf(sp+".group", `required ("" for the core group, "*" for any group)`)
@@ -154,7 +155,7 @@ func (c *compiler) match(r *Rule, m *MatchSpec, p string) {
 	}{{"namespaces", m.Namespaces}, {"excludeNamespaces", m.ExcludeNamespaces}} {
 		for i, ns := range list.vals {
 			if ns == "" {
-				c.errorf(yamlstrict.IndexPath(p+"."+list.key, i), "empty namespace name")
+				c.errorf(fieldpath.Item(p+"."+list.key, i), "empty namespace name")
 			}
 		}
 	}
@@ -162,7 +163,7 @@ func (c *compiler) match(r *Rule, m *MatchSpec, p string) {
 	r.filter.excludeNamespaces = m.ExcludeNamespaces
 	for i, g := range m.Names {
 		if _, err := path.Match(g, ""); err != nil || g == "" {
-			c.errorf(yamlstrict.IndexPath(p+".names", i), "%q is not a valid name glob (path.Match syntax: *, ?, [a-z])", g)
+			c.errorf(fieldpath.Item(p+".names", i), "%q is not a valid name glob (path.Match syntax: *, ?, [a-z])", g)
 		}
 	}
 	r.filter.names = m.Names
@@ -196,11 +197,11 @@ func (c *compiler) on(r *Rule, on []string, p string) {
 		case "delete":
 			t = change.Deleted
 		default:
-			c.errorf(yamlstrict.IndexPath(p, i), "%q is not a change type: use create, update or delete", s)
+			c.errorf(fieldpath.Item(p, i), "%q is not a change type: use create, update or delete", s)
 			continue
 		}
 		if r.on&changeBit(t) != 0 {
-			c.errorf(yamlstrict.IndexPath(p, i), "%q listed twice", s)
+			c.errorf(fieldpath.Item(p, i), "%q listed twice", s)
 			continue
 		}
 		r.on |= changeBit(t)
@@ -245,7 +246,7 @@ func (c *compiler) paths(srcs []string, p string) []*fieldPath {
 	for i, s := range srcs {
 		fp, err := compilePath(s)
 		if err != nil {
-			c.errorf(yamlstrict.IndexPath(p, i), "invalid path %q: %v", s, err)
+			c.errorf(fieldpath.Item(p, i), "invalid path %q: %v", s, err)
 			continue
 		}
 		out = append(out, fp)
@@ -301,7 +302,7 @@ func (c *compiler) when(src, p string, withCRD bool) *celExpr {
 	}
 	x, issues := compileCEL(src, withCRD)
 	for _, is := range issues {
-		c.errs = append(c.errs, &Error{Path: p, Msg: "CEL: " + is.msg, exprLine: is.line, exprCol: is.col})
+		c.errs = append(c.errs, &fileerr.Error{Path: p, Msg: "CEL: " + is.msg, ExprLine: is.line, ExprCol: is.col})
 	}
 	return x
 }

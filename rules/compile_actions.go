@@ -7,8 +7,9 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/fieldwatch/fieldwatch/internal/yamlstrict"
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/fieldwatch/fieldwatch/internal/fieldpath"
 )
 
 // action checks one entry of a rule's actions, at field path p: exactly
@@ -134,7 +135,7 @@ func (c *compiler) webhook(w *WebhookAction, p string) {
 	}
 	for k := range w.Headers {
 		if !httpguts.ValidHeaderFieldName(k) {
-			c.errorf(yamlstrict.JoinPath(p+".headers", k), "%q is not a valid header name", k)
+			c.errorf(fieldpath.Child(p+".headers", k), "%q is not a valid header name", k)
 		}
 	}
 	if (w.CertFile == "") != (w.KeyFile == "") {
@@ -162,15 +163,15 @@ func (c *compiler) exec(e *ExecAction, p string) {
 	}
 	for i, arg := range e.Command {
 		if mentionsCredentials(arg) {
-			c.errorf(yamlstrict.IndexPath(p+".command", i), "names the service account's credentials (%s): a rule may not read them", strings.Join(CredentialDirs, ", "))
+			c.errorf(fieldpath.Item(p+".command", i), "names the service account's credentials (%s): a rule may not read them", strings.Join(CredentialDirs, ", "))
 		}
 	}
 	for k, v := range e.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
-			c.errorf(yamlstrict.JoinPath(p+".env", k), "%q is not a valid environment variable name", k)
+			c.errorf(fieldpath.Child(p+".env", k), "%q is not a valid environment variable name", k)
 		}
 		if mentionsCredentials(v) {
-			c.errorf(yamlstrict.JoinPath(p+".env", k), "names the service account's credentials (%s): a rule may not read them", strings.Join(CredentialDirs, ", "))
+			c.errorf(fieldpath.Child(p+".env", k), "names the service account's credentials (%s): a rule may not read them", strings.Join(CredentialDirs, ", "))
 		}
 	}
 	c.retry(e.Retry, p+".retry")
@@ -201,7 +202,7 @@ func (c *compiler) patch(a *PatchAction, p string) {
 		c.errorf(p+".json", "an empty JSON patch does nothing")
 	}
 	for i, op := range a.JSON {
-		c.jsonPatchOp(op, yamlstrict.IndexPath(p+".json", i))
+		c.jsonPatchOp(op, fieldpath.Item(p+".json", i))
 	}
 	if a.Subresource != "" && a.Subresource != "status" {
 		c.errorf(p+".subresource", "%q is not a patchable subresource: leave it out, or use status", a.Subresource)

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/fieldwatch/fieldwatch/fileerr"
 )
 
 // TestCompile compiles rules written as plain structs: errors carry their
@@ -41,9 +43,9 @@ func TestCompile(t *testing.T) {
 	bad.When = "object.x +"
 	bad.Actions = []Action{{Webhook: &WebhookAction{URL: "ftp://x", Template: &Template{src: "{{"}}}}
 	_, err = Compile(File{Rules: []RuleSpec{valid, bad}})
-	var list ErrorList
+	var list fileerr.List
 	if !errors.As(err, &list) {
-		t.Fatalf("error %v is not an ErrorList", err)
+		t.Fatalf("error %v is not a fileerr.List", err)
 	}
 	want := []string{
 		`rules[1].fields[0].path: invalid path "a..b"`,

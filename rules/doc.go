@@ -13,14 +13,14 @@
 // JSON fixtures alone: it must not import k8s.io/client-go (directly or
 // not), nor the watcher or action packages. It uses package change (the
 // vocabulary it shares with the watcher: resources, selectors, projections,
-// change types), gopkg.in/yaml.v3, github.com/google/cel-go and
-// k8s.io/apimachinery/pkg/labels.
+// change types), package fileerr (its errors), gopkg.in/yaml.v3,
+// github.com/google/cel-go and k8s.io/apimachinery/pkg/labels.
 //
 // # Using it
 //
 // Compile turns rules written as plain structs (File, RuleSpec and the
 // action specs, with yaml and json tags) into a Set; every error comes back
-// together, each with its field path:
+// together (a fileerr.List), each with its field path:
 //
 //	rules[2].fields[0].path: message
 //
@@ -40,7 +40,8 @@
 //
 // # How it works
 //
-// Rules are compiled once: paths into lists of segments walked without
+// Rules are compiled once: paths (parsed by internal/fieldpath, the one
+// parser of the path syntax) into lists of segments walked without
 // parsing (and, for paths without [*], without allocation), CEL
 // expressions into programs, metered only when their cost could grow
 // beyond linear; a rule also computes its Projection, the parts of the

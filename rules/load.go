@@ -10,19 +10,21 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/fieldwatch/fieldwatch/fileerr"
+	"github.com/fieldwatch/fieldwatch/internal/fieldpath"
 	"github.com/fieldwatch/fieldwatch/internal/yamlstrict"
 )
 
 // Load reads, compiles and merges rules files: the rules of all files, in
 // the order the paths are given, with names unique across files. Every
-// error of every file is reported (an ErrorList, one FILE:LINE:COL:
+// error of every file is reported (a fileerr.List, one FILE:LINE:COL:
 // PATH: MESSAGE per line); when there is any, Load returns no Set.
 func Load(paths ...string) (*Set, error) {
 	if len(paths) == 0 {
 		return nil, errors.New("no rules file given")
 	}
 	var all []*Rule
-	var errs ErrorList
+	var errs fileerr.List
 	for _, p := range paths {
 		data, err := readFile(p)
 		if err != nil {
@@ -30,7 +32,7 @@ func Load(paths ...string) (*Set, error) {
 			if errors.As(err, &pe) {
 				err = pe.Err // the path is already in the message
 			}
-			errs = append(errs, &Error{File: p, Msg: fmt.Sprintf("read: %v", err)})
+			errs = append(errs, &fileerr.Error{File: p, Msg: fmt.Sprintf("read: %v", err)})
 			continue
 		}
 		rules, ferrs := parseFile(p, data)
@@ -75,7 +77,7 @@ func Parse(name string, data []byte) (*Set, error) {
 }
 
 // Validate loads the files and returns what Load would: nil when they are
-// valid, an ErrorList otherwise. It is `fieldwatch validate`.
+// valid, a fileerr.List otherwise. It is `fieldwatch validate`.
 func Validate(paths ...string) error {
 	_, err := Load(paths...)
 	return err
@@ -84,24 +86,27 @@ func Validate(paths ...string) error {
 // parseFile decodes and compiles one file, and places every error in it.
 // It returns its rules and every error; when there are errors, the rules
 // are only good for checking duplicate names.
-func parseFile(name string, data []byte) ([]*Rule, ErrorList) {
+func parseFile(name string, data []byte) ([]*Rule, fileerr.List) {
 	var f File
 	pos, derrs := yamlstrict.Unmarshal(data, &f)
-	errs := fileErrors(name, derrs)
+	errs := derrs
+	for _, e := range errs {
+		e.File = name
+	}
 	if pos.Node("") == nil {
 		return nil, errs // not a document
 	}
 	if !pos.Has("rules") {
 		line, col := pos.At("rules")
-		errs = append(errs, &Error{File: name, Line: line, Col: col, Path: "rules", Msg: "required: a rules file is a mapping with a rules list"})
+		errs = append(errs, &fileerr.Error{File: name, Line: line, Col: col, Path: "rules", Msg: "required: a rules file is a mapping with a rules list"})
 	}
 	for i := range f.Rules {
 		// A null list is an empty one: `on:` alone is as wrong as `on: []`.
-		if p := yamlstrict.IndexPath("rules", i) + ".on"; pos.Has(p) && f.Rules[i].On == nil {
+		if p := fieldpath.Item("rules", i) + ".on"; pos.Has(p) && f.Rules[i].On == nil {
 			f.Rules[i].On = []string{}
 		}
 		// `crd:` alone is `crd: {}`.
-		if p := yamlstrict.IndexPath("rules", i) + ".crd"; pos.Has(p) && f.Rules[i].CRD == nil {
+		if p := fieldpath.Item("rules", i) + ".crd"; pos.Has(p) && f.Rules[i].CRD == nil {
 			f.Rules[i].CRD = &CRDSpec{}
 		}
 	}
@@ -110,7 +115,7 @@ func parseFile(name string, data []byte) ([]*Rule, ErrorList) {
 		place(name, pos, e)
 	}
 	for i, r := range rules {
-		p := yamlstrict.IndexPath("rules", i)
+		p := fieldpath.Item("rules", i)
 		line, col := pos.At(p)
 		r.Source = fmt.Sprintf("%s:%d:%d", name, line, col)
 		r.nameErr.File = name
@@ -119,32 +124,23 @@ func parseFile(name string, data []byte) ([]*Rule, ErrorList) {
 	return rules, append(errs, cerrs...)
 }
 
-// fileErrors turns the decoding errors of a file into an ErrorList.
-func fileErrors(file string, errs []*yamlstrict.Error) ErrorList {
-	out := make(ErrorList, 0, len(errs))
-	for _, e := range errs {
-		out = append(out, &Error{File: file, Line: e.Line, Col: e.Col, Path: e.Path, Msg: e.Msg})
-	}
-	return out
-}
-
 // place sets the file position of a compile error: where its field was
 // written or, when the file lacks it, its closest parent. A CEL error in
 // a one-line expression points into the expression.
-func place(file string, pos *yamlstrict.Positions, e *Error) {
+func place(file string, pos *yamlstrict.Positions, e *fileerr.Error) {
 	e.File = file
 	e.Line, e.Col = pos.At(e.Path)
 	n := pos.Node(e.Path)
-	if e.exprLine == 0 || n == nil || strings.Contains(n.Value, "\n") {
+	if e.ExprLine == 0 || n == nil || strings.Contains(n.Value, "\n") {
 		return
 	}
 	switch n.Style {
 	case 0:
-		e.Col = n.Column + e.exprCol - 1
+		e.Col = n.Column + e.ExprCol - 1
 	case yaml.SingleQuotedStyle, yaml.DoubleQuotedStyle:
-		e.Col = n.Column + e.exprCol
+		e.Col = n.Column + e.ExprCol
 	default:
 		return
 	}
-	e.exprLine, e.exprCol = 0, 0
+	e.ExprLine, e.ExprCol = 0, 0
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/fileerr"
 )
 
 // rule wraps one rule's YAML body (indented by four spaces) into a file.
@@ -211,6 +212,7 @@ func TestParseErrors(t *testing.T) {
 		{"webhook bad duration", rule(match + "    actions: [{webhook: {url: 'http://x', timeout: 5}}]\n"), []string{`rules[0].actions[0].webhook.timeout: must be a duration such as 5s or 1m30s, not "5"`}},
 		{"webhook negative duration", rule(match + "    actions: [{webhook: {url: 'http://x', timeout: -1s}}]\n"), []string{"rules[0].actions[0].webhook.timeout: must not be negative"}},
 		{"webhook bad header", rule(match + "    actions: [{webhook: {url: 'http://x', headers: {'X Y': a}}}]\n"), []string{`"X Y" is not a valid header name`}},
+		{"webhook header with =", rule(match + "    actions: [{webhook: {url: 'http://x', headers: {'X=Y': a}}}]\n"), []string{`f.yaml:4:60: rules[0].actions[0].webhook.headers["X=Y"]: "X=Y" is not a valid header name`}},
 		{"webhook header not a string", rule(match + "    actions: [{webhook: {url: 'http://x', headers: {X: [a]}}}]\n"), []string{"rules[0].actions[0].webhook.headers.X: must be a string, not a list"}},
 		{"webhook cert without key", rule(match + "    actions: [{webhook: {url: 'http://x', certFile: c}}]\n"), []string{"certFile and keyFile go together"}},
 		{"webhook two secrets", rule(match + "    actions: [{webhook: {url: 'http://x', signing: {secretEnv: A, secretFile: b}}}]\n"), []string{"rules[0].actions[0].webhook.signing: exactly one of secretFile and secretEnv"}},
@@ -263,9 +265,9 @@ func TestParseErrors(t *testing.T) {
 			if set != nil {
 				t.Error("Parse returned a Set with an error")
 			}
-			var list ErrorList
+			var list fileerr.List
 			if !errors.As(err, &list) {
-				t.Fatalf("error is %T, not an ErrorList", err)
+				t.Fatalf("error is %T, not a fileerr.List", err)
 			}
 			got := err.Error()
 			for _, w := range tt.want {

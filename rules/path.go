@@ -1,288 +1,55 @@
 package rules
 
 import (
-	"errors"
-	"fmt"
 	"maps"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/fieldwatch/fieldwatch/internal/fieldpath"
 )
 
-// A field path names values inside an object. Syntax (doc.go has the user
-// documentation):
-//
-//	spec.size                         map keys separated by dots
-//	metadata.annotations["a.b/c"]     a quoted key: any characters ('single' quotes work too)
-//	spec.containers[0].image          list item by index
-//	spec.containers[*].image          every item of a list (or every value of a map, by key order)
-//	spec.containers[name=web].image   the first list item whose key field equals the value
-//	spec.ports[port=80]               unquoted values also match numbers and booleans by their text
-//	spec.ports[name="80"]             quoted values match strings only
-//
-// A path is compiled once (compilePath) into a list of segments; reading a
-// value is then a loop over the segments with no parsing and, for paths
-// without [*], no allocation.
+// A field path names values inside an object, in the syntax of package
+// internal/fieldpath (docs/rules.md has the user documentation). A path is
+// compiled once (compilePath) into a list of segments; reading a value is
+// then a loop over the segments with no parsing and, for paths without
+// [*], no allocation.
 
 // fieldPath is a compiled field path.
 type fieldPath struct {
-	src  string
-	segs []segment
+	segs []fieldpath.Segment
 	// multi is true when the path has a [*]: its value is the list of
 	// every selected value.
 	multi bool
 }
 
-type segKind uint8
-
-const (
-	segField segKind = iota // .name or ["name"]
-	segIndex                // [n]
-	segAll                  // [*]
-	segMatch                // [key=value]
-)
-
-type segment struct {
-	kind  segKind
-	name  string // field name, or the key of [key=value]
-	index int    // [n]
-	value string // value of [key=value]
-	// quoted is true when the value of [key=value] was quoted: it then
-	// matches strings only.
-	quoted bool
-}
-
-// maxPathLen bounds the length of a path's source text.
-const maxPathLen = 1024
-
 // compilePath parses a field path.
 func compilePath(src string) (*fieldPath, error) {
-	if src == "" {
-		return nil, errors.New("empty path")
+	segs, err := fieldpath.Parse(src)
+	if err != nil {
+		return nil, err
 	}
-	if len(src) > maxPathLen {
-		return nil, fmt.Errorf("path longer than %d characters", maxPathLen)
-	}
-	if src[0] == '.' {
-		return nil, fmt.Errorf("a path starts with a field name, not %q (write %q)", ".", strings.TrimLeft(src, "."))
-	}
-	p := &fieldPath{src: src}
-	i := 0
-	for i < len(src) {
-		switch {
-		case src[i] == '[':
-			seg, n, err := parseBracket(src, i)
-			if err != nil {
-				return nil, err
-			}
-			if len(p.segs) == 0 && seg.kind != segField {
-				return nil, fmt.Errorf("a path starts with a field name, not %q", src[i:i+n])
-			}
-			p.segs = append(p.segs, seg)
-			p.multi = p.multi || seg.kind == segAll
-			i += n
-		case i > 0 && src[i] == '.':
-			i++
-			if i == len(src) {
-				return nil, fmt.Errorf("path ends with %q", ".")
-			}
-			if !isNameByte(src[i]) {
-				return nil, fmt.Errorf("expected a field name at offset %d, found %q", i, src[i])
-			}
-		case isNameByte(src[i]) && (i == 0 || src[i-1] == '.'):
-			j := i
-			for j < len(src) && isNameByte(src[j]) {
-				j++
-			}
-			p.segs = append(p.segs, segment{kind: segField, name: src[i:j]})
-			i = j
-		default:
-			return nil, fmt.Errorf("unexpected %q at offset %d (a field name follows a dot; quote keys with special characters: [%q])", src[i], i, "a.b")
-		}
+	p := &fieldPath{segs: segs}
+	for _, s := range segs {
+		p.multi = p.multi || s.Kind == fieldpath.All
 	}
 	return p, nil
 }
 
-// isNameByte reports whether c may appear in an unquoted field name.
-func isNameByte(c byte) bool {
-	switch c {
-	case '.', '[', ']', '"', '\'', '=', ' ', '\t', '\n', '\r':
-		return false
-	}
-	return c >= 0x20 && c != 0x7f
-}
-
-// parseBracket parses the bracket at src[i] and returns its segment and
-// length.
-func parseBracket(src string, i int) (segment, int, error) {
-	start := i
-	i++ // '['
-	if i >= len(src) {
-		return segment{}, 0, fmt.Errorf("unterminated %q at offset %d", "[", start)
-	}
-	var seg segment
-	switch c := src[i]; {
-	case c == '"' || c == '\'':
-		s, n, err := parseQuoted(src, i)
-		if err != nil {
-			return segment{}, 0, err
-		}
-		i += n
-		if i < len(src) && src[i] == '=' {
-			seg.kind = segMatch
-			seg.name = s
-			break
-		}
-		seg = segment{kind: segField, name: s}
-	case c == '*':
-		seg.kind = segAll
-		i++
-	case c >= '0' && c <= '9':
-		j := i
-		for j < len(src) && src[j] >= '0' && src[j] <= '9' {
-			j++
-		}
-		n, err := strconv.Atoi(src[i:j])
-		if err != nil || n > math.MaxInt32 {
-			return segment{}, 0, fmt.Errorf("list index %q out of range", src[i:j])
-		}
-		seg = segment{kind: segIndex, index: n}
-		i = j
-	case c == '-':
-		return segment{}, 0, fmt.Errorf("negative list index at offset %d", i)
-	default:
-		j := i
-		for j < len(src) && isNameByte(src[j]) {
-			j++
-		}
-		if j == i || j >= len(src) || src[j] != '=' {
-			return segment{}, 0, fmt.Errorf("bad selector at offset %d: use [n], [*], [key=value] or [\"key\"]", start)
-		}
-		seg = segment{kind: segMatch, name: src[i:j]}
-		i = j
-	}
-	if seg.kind == segMatch {
-		i++ // '='
-		if i >= len(src) {
-			return segment{}, 0, fmt.Errorf("unterminated %q at offset %d", "[", start)
-		}
-		if c := src[i]; c == '"' || c == '\'' {
-			s, n, err := parseQuoted(src, i)
-			if err != nil {
-				return segment{}, 0, err
-			}
-			seg.value, seg.quoted = s, true
-			i += n
-		} else {
-			j := i
-			for j < len(src) && src[j] != ']' && src[j] != '[' {
-				j++
-			}
-			if j == i {
-				return segment{}, 0, fmt.Errorf("empty value in selector at offset %d (write [%s=\"\"] for the empty string)", start, seg.name)
-			}
-			seg.value = src[i:j]
-			i = j
-		}
-	}
-	if i >= len(src) || src[i] != ']' {
-		return segment{}, 0, fmt.Errorf("unterminated %q at offset %d", "[", start)
-	}
-	return seg, i + 1 - start, nil
-}
-
-// parseQuoted parses a quoted string at src[i]: "double" with Go escapes,
-// or 'single' taken literally. It returns the string and the quoted
-// length.
-func parseQuoted(src string, i int) (string, int, error) {
-	q := src[i]
-	for j := i + 1; j < len(src); j++ {
-		switch src[j] {
-		case '\\':
-			if q == '"' {
-				j++
-			}
-		case q:
-			if q == '\'' {
-				return src[i+1 : j], j + 1 - i, nil
-			}
-			s, err := strconv.Unquote(src[i : j+1])
-			if err != nil {
-				return "", 0, fmt.Errorf("bad quoted key %s at offset %d", src[i:j+1], i)
-			}
-			return s, j + 1 - i, nil
-		}
-	}
-	return "", 0, fmt.Errorf("unterminated quote at offset %d", i)
-}
-
 // String returns the path's canonical text (which compiles to the same
 // path).
-func (p *fieldPath) String() string {
-	var b strings.Builder
-	for i, s := range p.segs {
-		switch s.kind {
-		case segField:
-			if isPlainName(s.name) {
-				if i > 0 {
-					b.WriteByte('.')
-				}
-				b.WriteString(s.name)
-			} else {
-				b.WriteString("[" + strconv.Quote(s.name) + "]")
-			}
-		case segIndex:
-			b.WriteString("[" + strconv.Itoa(s.index) + "]")
-		case segAll:
-			b.WriteString("[*]")
-		case segMatch:
-			b.WriteByte('[')
-			if isPlainName(s.name) && !strings.ContainsAny(s.name[:1], "*-0123456789") {
-				b.WriteString(s.name)
-			} else {
-				b.WriteString(strconv.Quote(s.name))
-			}
-			b.WriteByte('=')
-			if s.quoted || !isPlainValue(s.value) {
-				b.WriteString(strconv.Quote(s.value))
-			} else {
-				b.WriteString(s.value)
-			}
-			b.WriteByte(']')
-		}
-	}
-	return b.String()
-}
-
-func isPlainName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if !isNameByte(s[i]) {
-			return false
-		}
-	}
-	return true
-}
-
-func isPlainValue(s string) bool {
-	if s == "" || s[0] == '"' || s[0] == '\'' {
-		return false
-	}
-	return !strings.ContainsAny(s, "[]")
-}
+func (p *fieldPath) String() string { return fieldpath.Format(p.segs) }
 
 // prefix returns the leading field names of p, up to its first list
 // selector: the part of objects a projection must keep for p.
 func (p *fieldPath) prefix() []string {
 	var out []string
 	for _, s := range p.segs {
-		if s.kind != segField {
+		if s.Kind != fieldpath.Field {
 			break
 		}
-		out = append(out, s.name)
+		out = append(out, s.Name)
 	}
 	return out
 }
@@ -335,11 +102,11 @@ func (p *fieldPath) everyLocation(obj map[string]any, fn func(toks []string)) {
 // walk there. [*] visits list items in order and map values in key order;
 // [key=value] visits the first item it selects, or every one when
 // allMatches is set.
-func walk(cur any, present bool, segs []segment, toks []string, allMatches bool, visit func(v any, present bool, toks []string)) {
+func walk(cur any, present bool, segs []fieldpath.Segment, toks []string, allMatches bool, visit func(v any, present bool, toks []string)) {
 	for i := range segs {
 		s := &segs[i]
-		switch s.kind {
-		case segField:
+		switch s.Kind {
+		case fieldpath.Field:
 			var next any
 			ok := false
 			if present {
@@ -347,11 +114,11 @@ func walk(cur any, present bool, segs []segment, toks []string, allMatches bool,
 				if !isMap {
 					return
 				}
-				next, ok = m[s.name]
+				next, ok = m[s.Name]
 			}
-			toks = appendTok(toks, s.name)
+			toks = appendTok(toks, s.Name)
 			cur, present = next, ok
-		case segIndex:
+		case fieldpath.Index:
 			var next any
 			ok := false
 			if present {
@@ -359,25 +126,25 @@ func walk(cur any, present bool, segs []segment, toks []string, allMatches bool,
 				if !isList {
 					return
 				}
-				if s.index < len(l) {
-					next, ok = l[s.index], true
+				if s.Index < len(l) {
+					next, ok = l[s.Index], true
 				}
 			}
 			if toks != nil {
-				toks = append(toks, strconv.Itoa(s.index))
+				toks = append(toks, strconv.Itoa(s.Index))
 			}
 			cur, present = next, ok
-		case segMatch:
+		case fieldpath.Match:
 			l, isList := cur.([]any)
 			if !present || !isList {
 				return
 			}
-			j := s.find(l, 0)
+			j := find(s, l, 0)
 			if j < 0 {
 				return
 			}
 			if allMatches {
-				for ; j >= 0; j = s.find(l, j+1) {
+				for ; j >= 0; j = find(s, l, j+1) {
 					var next []string
 					if toks != nil {
 						next = append(toks, strconv.Itoa(j))
@@ -390,7 +157,7 @@ func walk(cur any, present bool, segs []segment, toks []string, allMatches bool,
 				toks = append(toks, strconv.Itoa(j))
 			}
 			cur = l[j]
-		case segAll:
+		case fieldpath.All:
 			if !present {
 				return
 			}
@@ -425,25 +192,25 @@ func appendTok(toks []string, tok string) []string {
 }
 
 // find returns the index of the first item of l from index from on that
-// [key=value] selects, or -1.
-func (s *segment) find(l []any, from int) int {
+// the [key=value] s selects, or -1.
+func find(s *fieldpath.Segment, l []any, from int) int {
 	for i := from; i < len(l); i++ {
 		item := l[i]
 		m, ok := item.(map[string]any)
 		if !ok {
 			continue
 		}
-		v, ok := m[s.name]
+		v, ok := m[s.Name]
 		if !ok {
 			continue
 		}
 		if str, isStr := v.(string); isStr {
-			if str == s.value {
+			if str == s.Value {
 				return i
 			}
 			continue
 		}
-		if !s.quoted && scalarText(v) == s.value {
+		if !s.Quoted && scalarText(v) == s.Value {
 			return i
 		}
 	}

@@ -1,6 +1,9 @@
 package rules
 
-import "github.com/fieldwatch/fieldwatch/change"
+import (
+	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/internal/fieldpath"
+)
 
 // The projection of a rule says which parts of the
 // objects it matches it reads, so that the watcher's cache can keep only
@@ -53,8 +56,8 @@ func hashedPaths(paths []*fieldPath) [][]string {
 		h := make([]string, len(p.segs))
 		for i, s := range p.segs {
 			h[i] = change.AnyKey
-			if s.kind == segField {
-				h[i] = s.name
+			if s.Kind == fieldpath.Field {
+				h[i] = s.Name
 			}
 		}
 		out = append(out, h)

@@ -1,6 +1,9 @@
 package rules
 
-import "github.com/fieldwatch/fieldwatch/change"
+import (
+	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/fileerr"
+)
 
 // Rule is one compiled rule of a rules file. Its exported fields are what
 // the user wrote (and what actions need); the rest is the compiled form
@@ -34,7 +37,7 @@ type Rule struct {
 	when       *celExpr
 	crd        crdMode
 	projection change.Projection
-	nameErr    Error // where the name is, for duplicate-name errors
+	nameErr    fileerr.Error // where the name is, for duplicate-name errors
 }
 
 // UsesAttribution reports whether r needs to know who made a change from

@@ -261,7 +261,7 @@ func (w *Watcher) startWatch(ctx context.Context, res change.Resource, namespace
 	rw.record = w.cfg.Store != nil && deliver && (st.mode == quietStart || st.covered != nil)
 	if w.cfg.Store != nil && deliver {
 		if err := w.cfg.Store.track(res); err != nil {
-			w.log.Error("cannot record a resource in the baseline", "gvr", res.String(), "err", err)
+			w.log.Error("cannot record a resource in the baseline", "gvr", res.String(), "error", err)
 		}
 	}
 	if gvr(res) == gvr(crdResource) || gvr(res) == gvr(apiServiceResource) {
@@ -281,7 +281,7 @@ func (w *Watcher) noteFailures(failed map[schema.GroupVersion]error) {
 		w.metrics.discoveryFails.WithLabelValues(gv.String()).Inc()
 		if !w.failedGV[gv] {
 			w.log.Warn("discovery of a group version failed; its resources keep their informers and it is retried",
-				"groupVersion", gv.String(), "err", err, "retry", w.cfg.RediscoveryInterval)
+				"groupVersion", gv.String(), "error", err, "retry", w.cfg.RediscoveryInterval)
 		}
 		w.failedGV[gv] = true
 		w.everFailed[gv] = true
@@ -304,7 +304,7 @@ func (w *Watcher) markForbidden(res change.Resource, err error) {
 	w.forbiddenMu.Unlock()
 	if !already {
 		w.log.Error("not allowed to list or watch a selected resource; it is not watched (grant get/list/watch, see `fieldwatch rbac`)",
-			"gvr", res.String(), "err", err, "retry", forbiddenRetry)
+			"gvr", res.String(), "error", err, "retry", forbiddenRetry)
 	}
 	w.triggerDiscovery()
 }
@@ -328,7 +328,7 @@ func (w *Watcher) storedBaseline(res change.Resource, namespace string, loaded r
 	case store.hasResource(gr):
 		prev, err := store.scope(gr)
 		if err != nil {
-			w.log.Error("cannot read the baseline of a resource; starting it without one", "gvr", res.String(), "err", err)
+			w.log.Error("cannot read the baseline of a resource; starting it without one", "gvr", res.String(), "error", err)
 			return start{mode: quietStart}
 		}
 		if namespace != "" && prev != nil && !slices.Contains(prev, namespace) {
@@ -337,7 +337,7 @@ func (w *Watcher) storedBaseline(res change.Resource, namespace string, loaded r
 		}
 		base, err := loaded.get(store, gr, res)
 		if err != nil {
-			w.log.Error("cannot read the baseline of a resource; starting it without one", "gvr", res.String(), "err", err)
+			w.log.Error("cannot read the baseline of a resource; starting it without one", "gvr", res.String(), "error", err)
 			return start{mode: quietStart}
 		}
 		if namespace != "" {
@@ -373,14 +373,14 @@ func (w *Watcher) syncStore(served map[schema.GroupResource]bool, failed map[sch
 	store := w.cfg.Store
 	stored, err := store.resources()
 	if err != nil {
-		w.log.Error("cannot read the baseline's resources", "err", err)
+		w.log.Error("cannot read the baseline's resources", "error", err)
 		return
 	}
 	selected := map[schema.GroupResource]bool{}
 	for gr, sc := range watchedNamespaces(wants) {
 		selected[gr] = true
 		if err := store.setScope(sc.res, sc.namespaces); err != nil {
-			w.log.Error("cannot record the namespaces of a resource in the baseline", "gvr", sc.res.String(), "err", err)
+			w.log.Error("cannot record the namespaces of a resource in the baseline", "gvr", sc.res.String(), "error", err)
 		}
 	}
 	for gr, res := range stored {
@@ -388,12 +388,12 @@ func (w *Watcher) syncStore(served map[schema.GroupResource]bool, failed map[sch
 		case selected[gr], failed[groupVersion(res)] != nil:
 		case served[gr]:
 			if err := store.dropResource(gr); err != nil {
-				w.log.Error("cannot forget a resource in the baseline", "gvr", res.String(), "err", err)
+				w.log.Error("cannot forget a resource in the baseline", "gvr", res.String(), "error", err)
 			}
 		case !w.gone[gr]:
 			objs, err := store.load(gr, res)
 			if err != nil {
-				w.log.Error("cannot read the baseline of a vanished resource", "gvr", res.String(), "err", err)
+				w.log.Error("cannot read the baseline of a vanished resource", "gvr", res.String(), "error", err)
 				continue
 			}
 			w.gone[gr] = true
@@ -405,7 +405,7 @@ func (w *Watcher) syncStore(served map[schema.GroupResource]bool, failed map[sch
 	}
 	if !sameSet(served, w.storedKnown) {
 		if err := store.setKnown(served); err != nil {
-			w.log.Error("cannot record the served resources in the baseline", "err", err)
+			w.log.Error("cannot record the served resources in the baseline", "error", err)
 			return
 		}
 		w.storedKnown = served
@@ -453,12 +453,12 @@ func (w *Watcher) pruneStore(wants map[watchKey]*want, loaded recorded) {
 		}
 		prev, err := store.scope(gr)
 		if err != nil {
-			w.log.Error("cannot read the baseline of a resource", "gvr", sc.res.String(), "err", err)
+			w.log.Error("cannot read the baseline of a resource", "gvr", sc.res.String(), "error", err)
 			continue
 		}
 		objs, err := loaded.get(store, gr, sc.res)
 		if err != nil {
-			w.log.Error("cannot read the baseline of a resource", "gvr", sc.res.String(), "err", err)
+			w.log.Error("cannot read the baseline of a resource", "gvr", sc.res.String(), "error", err)
 			continue
 		}
 		for uid, o := range objs {

@@ -110,7 +110,7 @@ func OpenStore(path string, log *slog.Logger) (*Store, error) {
 			return nil, fmt.Errorf("baseline %s is unusable (%v) and cannot be moved aside: %w", path, err, rerr)
 		}
 		log.Error("baseline file is unusable; moved aside, starting with an empty baseline",
-			"path", path, "movedTo", aside, "err", err)
+			"path", path, "movedTo", aside, "error", err)
 		if db, err = openChecked(path); err != nil {
 			return nil, fmt.Errorf("create baseline %s: %w", path, err)
 		}
@@ -495,7 +495,7 @@ func (s *Store) flush() {
 		s.mu.Lock()
 		s.err = err
 		s.mu.Unlock()
-		s.log.Error("writing the baseline failed; changes since will be reported again after a restart", "path", s.path, "err", err)
+		s.log.Error("writing the baseline failed; changes since will be reported again after a restart", "path", s.path, "error", err)
 	}
 }
 

@@ -245,7 +245,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		if err == nil {
 			break
 		}
-		w.log.Error("discovery failed; retrying", "err", err)
+		w.log.Error("discovery failed; retrying", "error", err)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -293,7 +293,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		case <-ticker.C:
 		}
 		if err := w.reconcile(ctx); err != nil {
-			w.log.Error("discovery failed; keeping the current resources", "err", err)
+			w.log.Error("discovery failed; keeping the current resources", "error", err)
 		}
 	}
 }
@@ -341,7 +341,7 @@ func (w *Watcher) waitForSync(ctx context.Context) bool {
 		case <-w.trigger:
 			// A resource turned out forbidden, or CRDs changed.
 			if err := w.reconcile(ctx); err != nil {
-				w.log.Error("discovery failed", "err", err)
+				w.log.Error("discovery failed", "error", err)
 			}
 		case <-tick.C:
 		}
@@ -505,7 +505,7 @@ func (w *Watcher) processNext(ctx context.Context) bool {
 			w.pending.putBack(k, list[i:])
 			w.metrics.handlerErrors.Inc()
 			w.log.Warn("handling change failed; will retry", "gvr", c.Resource.String(),
-				"namespace", k.namespace, "name", k.name, "type", c.Type, "err", err)
+				"namespace", k.namespace, "name", k.name, "type", c.Type, "error", err)
 			w.queue.AddRateLimited(k)
 			return true
 		}

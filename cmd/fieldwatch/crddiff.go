@@ -3,14 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
-	"path/filepath"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/fieldwatch/fieldwatch/crd/diff"
@@ -105,13 +100,9 @@ func crdDiff(ctx context.Context, oldPath, newPath string, objectPaths []string)
 	if err != nil {
 		return nil, err
 	}
-	var manifests []diff.Manifest
-	for _, p := range objectPaths {
-		ms, err := readObjects(p)
-		if err != nil {
-			return nil, err
-		}
-		manifests = append(manifests, ms...)
+	manifests, err := diff.ReadManifests(objectPaths...)
+	if err != nil {
+		return nil, err
 	}
 	crds := func(docs []diff.Document) []*apiextensionsv1.CustomResourceDefinition {
 		out := make([]*apiextensionsv1.CustomResourceDefinition, len(docs))
@@ -152,8 +143,9 @@ func findDoc(docs []diff.Document, name string) *diff.Document {
 	return nil
 }
 
+// readCRDs reads the CRDs of a file or directory.
 func readCRDs(path string) ([]diff.Document, error) {
-	docs, err := diff.ReadFile(path)
+	docs, err := diff.ReadCRDs(path)
 	if err != nil {
 		return nil, err
 	}
@@ -161,46 +153,6 @@ func readCRDs(path string) ([]diff.Document, error) {
 		return nil, fmt.Errorf("%s: no apiextensions.k8s.io/v1 CustomResourceDefinition in the file", path)
 	}
 	return docs, nil
-}
-
-// readObjects reads a manifest file, or every *.yaml, *.yml and *.json file
-// under a directory in lexical order.
-func readObjects(path string) ([]diff.Manifest, error) {
-	info, err := os.Stat(path)
-	if err != nil {
-		return nil, err
-	}
-	if !info.IsDir() {
-		return diff.ReadManifests(path)
-	}
-	var out []diff.Manifest
-	err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		switch strings.ToLower(filepath.Ext(p)) {
-		case ".yaml", ".yml", ".json":
-		default:
-			return nil
-		}
-		if d.IsDir() {
-			return nil
-		}
-		ms, err := diff.ReadManifests(p)
-		if err != nil {
-			return err
-		}
-		out = append(out, ms...)
-		return nil
-	})
-	if err != nil {
-		var e *diff.Error
-		if errors.As(err, &e) {
-			return nil, e
-		}
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	return out, nil
 }
 
 // printCRDDiff prints the results as tables: the checks, then the impact

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/fieldwatch/fieldwatch/internal/app"
+	"github.com/fieldwatch/fieldwatch/internal/rbac"
 	"github.com/fieldwatch/fieldwatch/rules"
 	"github.com/fieldwatch/fieldwatch/watcher"
 )
@@ -17,7 +17,7 @@ func rbacCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var (
 		kube      kubeFlags
 		ruleFiles files
-		opts      app.RBACOptions
+		opts      rbac.Options
 	)
 	kube.register(fs)
 	fs.Var(&ruleFiles, "rules", "rules file (repeat for several). Required")
@@ -46,7 +46,7 @@ func rbacCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			_, _ = fmt.Fprintln(stderr, "fieldwatch rbac: --crds goes with --offline (online, the cluster says which CRDs it serves)")
 			return 2
 		}
-		if opts.CRDs, err = app.CRDResources(crds...); err != nil {
+		if opts.CRDs, err = rbac.CRDResources(crds...); err != nil {
 			_, _ = fmt.Fprintf(stderr, "fieldwatch rbac: --crds: %v\n", err)
 			return 1
 		}
@@ -61,7 +61,7 @@ func rbacCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	out, err := app.RBAC(set, opts)
+	out, err := rbac.Generate(set, opts)
 	if err != nil {
 		_, _ = fmt.Fprintf(stderr, "fieldwatch rbac: %v\n", err)
 		return 1

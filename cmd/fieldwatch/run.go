@@ -8,9 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
-	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2"
@@ -55,18 +53,18 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", ":8080", "address for /metrics, /healthz and /readyz (\"\" to disable; port 0 picks a free port, logged as \"http server listening\")")
 	fs.DurationVar(&cfg.HTTPIdleTimeout, "http-idle-timeout", connlimit.DefaultIdleTimeout, "close a keep-alive connection of the HTTP servers (--http-addr, --pprof-addr, --audit-webhook-addr) after this long without a request")
 	fs.StringVar(&cfg.StateDir, "state-dir", "", "directory for the restart baseline (baseline.db) and the dead-letter file (dead-letter.jsonl); on a volume that outlives the pod, nothing is lost across restarts and rollouts")
-	fs.IntVar(&cfg.Workers, "workers", 4, "changes evaluated in parallel")
+	fs.IntVar(&cfg.Workers, "workers", app.DefaultWorkers, "changes evaluated in parallel")
 	fs.BoolVar(&cfg.DryRun, "dry-run", false, "patch actions log the patch instead of sending it")
 	fs.BoolVar(&cfg.LeaderElect, "leader-elect", false, "elect one active replica through a coordination.k8s.io Lease")
 	fs.StringVar(&cfg.LeaseNamespace, "leader-elect-namespace", podNamespace(), "namespace of the leader election Lease")
-	fs.StringVar(&cfg.LeaseName, "leader-elect-name", "fieldwatch", "name of the leader election Lease")
+	fs.StringVar(&cfg.LeaseName, "leader-elect-name", app.DefaultLeaseName, "name of the leader election Lease (with --total-shards > 1, the default is fieldwatch-shard-N-of-M: each shard elects its own leader)")
 	fs.StringVar(&cfg.Identity, "leader-elect-identity", "", "this replica's identity in the Lease (default: host name)")
 	fs.DurationVar(&cfg.LeaseDuration, "leader-elect-lease-duration", app.DefaultLeaseDuration, "how long after the leader's last renewal a standby takes over")
 	fs.DurationVar(&cfg.RenewDeadline, "leader-elect-renew-deadline", app.DefaultRenewDeadline, "how long a leader that cannot renew its Lease keeps acting; it then stops delivering at once (must be less than the lease duration)")
 	fs.DurationVar(&cfg.RetryPeriod, "leader-elect-retry-period", app.DefaultRetryPeriod, "how often the leader renews its Lease (with its watermarks) and a standby reads it")
 	fs.IntVar(&cfg.Shard, "shard", 0, "this replica's shard, 0 <= shard < total-shards")
 	fs.IntVar(&cfg.TotalShards, "total-shards", 1, "number of shards the objects are split into (by the FNV-1a hash of their UID)")
-	fs.DurationVar(&cfg.GracePeriod, "grace-period", 20*time.Second, "on SIGTERM, how long queued changes and actions may drain; then what is left is dead-lettered (with --leader-elect: left to the next leader)")
+	fs.DurationVar(&cfg.GracePeriod, "grace-period", app.DefaultGracePeriod, "on SIGTERM, how long queued changes and actions may drain; then what is left is dead-lettered (with --leader-elect: left to the next leader)")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	pprof := fs.Bool("pprof", false, "serve Go profiles under /debug/pprof/ on --pprof-addr")
 	fs.StringVar(&cfg.PprofAddr, "pprof-addr", "127.0.0.1:6060", "loopback address for --pprof (other addresses are refused; use kubectl port-forward)")
@@ -102,9 +100,6 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	au.WebhookMaxBodyBytes = int64(maxBody)
 	au.IndexMaxBytes = int64(indexBytes)
-	if au.LogPath != "" && au.LogStateFile == "" && cfg.StateDir != "" {
-		au.LogStateFile = filepath.Join(cfg.StateDir, "audit-log.state")
-	}
 	if len(ruleFiles) == 0 || fs.NArg() > 0 {
 		_, _ = fmt.Fprintln(stderr, "fieldwatch run: --rules FILE is required and no arguments are taken")
 		fs.Usage()
@@ -117,19 +112,15 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	rest, err := kube.config()
 	if err != nil {
-		logger.Error("cannot reach the cluster", "err", err)
+		logger.Error("cannot reach the cluster", "error", err)
 		return 1
-	}
-	if cfg.TotalShards > 1 && cfg.LeaderElect && cfg.LeaseName == "fieldwatch" {
-		// Each shard elects its own leader.
-		cfg.LeaseName = fmt.Sprintf("fieldwatch-shard-%d-of-%d", cfg.Shard, cfg.TotalShards)
 	}
 	cfg.RulesFiles = ruleFiles
 	cfg.Rest = rest
 	cfg.Logger = logger
 	cfg.Stdout = stdout
 	if err := app.Run(ctx, cfg); err != nil {
-		logger.Error("fieldwatch stopped", "err", err)
+		logger.Error("fieldwatch stopped", "error", err)
 		return 1
 	}
 	return 0

@@ -5,18 +5,19 @@
 //
 // Compare takes the old and the new CRD as apiextensions.k8s.io/v1 types
 // (FromMap converts the map[string]any the watcher hands rules; Parse and
-// ReadFile read YAML or JSON manifests with FILE:LINE:COL errors) and
-// returns a Result: every difference as a Check {version, path, field,
-// check, old, new, severity, message}, and counts. A Result marshals to
-// the JSON fieldwatch payloads carry and Result.Value gives the same as
-// plain values for CEL. The impact of the breaking checks on custom
+// ReadCRDs read YAML or JSON manifests, files or directories, with
+// FILE:LINE:COL errors, a *fileerr.Error) and returns a Result: every difference as a Check
+// {version, path, field, check, old, new, severity, message}, and counts.
+// A Result marshals to the JSON fieldwatch payloads carry and
+// Result.Value gives the same as plain values for CEL. The impact of the breaking checks on custom
 // resources is computed by package crd/impact, which fills
 // Result.Impact.
 //
 // The package uses only the API types (k8s.io/apiextensions-apiserver's
-// pkg/apis/apiextensions/v1 and k8s.io/apimachinery): it must not import
-// k8s.io/client-go (deps_test.go checks it). Its cost is linear in the
-// size of the two CRDs.
+// pkg/apis/apiextensions/v1 and k8s.io/apimachinery) and, of fieldwatch,
+// internal/fieldpath (Check.Field's path syntax) and fileerr (the errors
+// of its readers): it must not import k8s.io/client-go (deps_test.go
+// checks it). Its cost is linear in the size of the two CRDs.
 //
 // # Checks
 //

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -16,33 +18,10 @@ import (
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
+
+	"github.com/fieldwatch/fieldwatch/fileerr"
+	"github.com/fieldwatch/fieldwatch/internal/fieldpath"
 )
-
-// Error is an error in a file, with where it is.
-type Error struct {
-	File string
-	// Line and Col are 1-based; 0 when unknown.
-	Line, Col int
-	// Path is the field path inside the document ("" for the document).
-	Path string
-	Msg  string
-}
-
-// Error formats e as FILE:LINE:COL: PATH: MESSAGE, on one line.
-func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString(e.File)
-	if e.Line > 0 {
-		fmt.Fprintf(&b, ":%d:%d", e.Line, max(e.Col, 1))
-	}
-	b.WriteString(": ")
-	if e.Path != "" {
-		b.WriteString(e.Path)
-		b.WriteString(": ")
-	}
-	b.WriteString(e.Msg)
-	return strings.ReplaceAll(b.String(), "\n", `\n`)
-}
 
 // Manifest is one object of a YAML or JSON file.
 type Manifest struct {
@@ -73,18 +52,18 @@ func ParseManifests(name string, data []byte) ([]Manifest, error) {
 		js, err := yaml.YAMLToJSONStrict(d.data)
 		if err != nil {
 			line, msg := yamlErrorLine(err)
-			return nil, &Error{File: name, Line: d.line + max(line, 1) - 1, Msg: msg}
+			return nil, &fileerr.Error{File: name, Line: d.line + max(line, 1) - 1, Msg: msg}
 		}
 		var v any
 		if err := utiljson.Unmarshal(js, &v); err != nil {
-			return nil, &Error{File: name, Line: d.line, Msg: err.Error()}
+			return nil, &fileerr.Error{File: name, Line: d.line, Msg: err.Error()}
 		}
 		if v == nil {
 			continue
 		}
 		obj, ok := v.(map[string]any)
 		if !ok {
-			return nil, &Error{File: name, Line: d.line, Msg: fmt.Sprintf("a document must be an object, not %s", jsonKind(v))}
+			return nil, &fileerr.Error{File: name, Line: d.line, Msg: fmt.Sprintf("a document must be an object, not %s", jsonKind(v))}
 		}
 		m := Manifest{Object: obj, File: name, Line: d.line, doc: d.data, docLine: d.line}
 		items, isList := listItems(obj)
@@ -95,7 +74,7 @@ func ParseManifests(name string, data []byte) ([]Manifest, error) {
 		for i, it := range items {
 			o, ok := it.(map[string]any)
 			if !ok {
-				return nil, &Error{File: name, Line: d.line, Path: "items[" + strconv.Itoa(i) + "]", Msg: fmt.Sprintf("a list item must be an object, not %s", jsonKind(it))}
+				return nil, &fileerr.Error{File: name, Line: d.line, Path: fieldpath.Item("items", i), Msg: fmt.Sprintf("a list item must be an object, not %s", jsonKind(it))}
 			}
 			prefix := []string{"items", strconv.Itoa(i)}
 			line := d.line
@@ -117,13 +96,60 @@ func listItems(obj map[string]any) ([]any, bool) {
 	return items, true
 }
 
-// ReadManifests reads the objects of a file (see ParseManifests).
-func ReadManifests(path string) ([]Manifest, error) {
-	data, err := os.ReadFile(path)
+// ReadManifests reads the objects of files and directories, in the order
+// given: a file's objects (see ParseManifests: multi-document YAML or
+// JSON, the items of a List such as `kubectl get -o yaml` writes), and
+// under a directory those of every *.yaml, *.yml and *.json file, in
+// lexical order. It is the file walker of `fieldwatch crd-diff` and
+// `fieldwatch rbac --crds`.
+func ReadManifests(paths ...string) ([]Manifest, error) {
+	var out []Manifest
+	for _, path := range paths {
+		files, err := manifestFiles(path)
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				return nil, err
+			}
+			ms, err := ParseManifests(f, data)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, ms...)
+		}
+	}
+	return out, nil
+}
+
+// manifestFiles returns path when it is a file and, when it is a
+// directory, every *.yaml, *.yml and *.json file under it, in lexical
+// order.
+func manifestFiles(path string) ([]string, error) {
+	info, err := os.Stat(path)
 	if err != nil {
 		return nil, err
 	}
-	return ParseManifests(path, data)
+	if !info.IsDir() {
+		return []string{path}, nil
+	}
+	var files []string
+	err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		switch strings.ToLower(filepath.Ext(p)) {
+		case ".yaml", ".yml", ".json":
+			files = append(files, p)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return files, nil
 }
 
 // Document is one CustomResourceDefinition read from a file.
@@ -144,6 +170,22 @@ func Parse(name string, data []byte) ([]Document, error) {
 	if err != nil {
 		return nil, err
 	}
+	return documents(ms)
+}
+
+// ReadCRDs reads the CustomResourceDefinitions of files and directories
+// (ReadManifests reads them; see Parse).
+func ReadCRDs(paths ...string) ([]Document, error) {
+	ms, err := ReadManifests(paths...)
+	if err != nil {
+		return nil, err
+	}
+	return documents(ms)
+}
+
+// documents decodes the CustomResourceDefinitions among ms, skipping
+// other kinds.
+func documents(ms []Manifest) ([]Document, error) {
 	var out []Document
 	var errs []error
 	for _, m := range ms {
@@ -158,15 +200,6 @@ func Parse(name string, data []byte) ([]Document, error) {
 		out = append(out, Document{CRD: crd, File: m.File, Line: m.Line})
 	}
 	return out, errors.Join(errs...)
-}
-
-// ReadFile reads the CustomResourceDefinitions of a file (see Parse).
-func ReadFile(path string) ([]Document, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	return Parse(path, data)
 }
 
 // FromMap converts a CustomResourceDefinition given as plain JSON values
@@ -206,7 +239,7 @@ var goStructField = regexp.MustCompile(`^json: cannot unmarshal (\w+) into Go st
 // decodeManifest decodes one CRD manifest strictly, locating errors.
 func decodeManifest(m Manifest) (*apiextensionsv1.CustomResourceDefinition, error) {
 	fail := func(path, kind, msg string) error {
-		e := &Error{File: m.File, Line: m.Line, Path: path, Msg: msg}
+		e := &fileerr.Error{File: m.File, Line: m.Line, Path: path, Msg: msg}
 		if path != "" && m.doc != nil {
 			if l := locate(m.doc, append(slices.Clip(m.prefix), splitPath(path)...), kind); l > 0 {
 				e.Line = m.docLine + l - 1

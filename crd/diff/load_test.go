@@ -1,12 +1,17 @@
 package diff
 
 import (
+	"errors"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+
+	"github.com/fieldwatch/fieldwatch/fileerr"
 )
 
 func TestParseManifests(t *testing.T) {
@@ -45,6 +50,83 @@ items:
 	if spec["size"] != int64(3) || spec["ratio"] != 0.5 {
 		t.Errorf("numbers %#v, want int64(3) and 0.5", spec)
 	}
+}
+
+// TestReadManifests checks the file walker: files and directories in the
+// order given, a directory's *.yaml, *.yml and *.json files (in
+// subdirectories too) in lexical order and nothing else, Lists read item
+// by item, and errors with their file.
+func TestReadManifests(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cm := func(name string) string { return "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: " + name + "}\n" }
+	write("objs/b.yaml", cm("b"))
+	write("objs/a.json", `{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}}`)
+	write("objs/sub/c.YML", cm("c"))
+	write("objs/notes.txt", "not a manifest")
+	write("objs/list.yaml", "apiVersion: v1\nkind: List\nitems:\n  - "+strings.ReplaceAll(strings.TrimSpace(cm("l1")), "\n", "\n    ")+"\n  - {apiVersion: v1, kind: ConfigMap, metadata: {name: l2}}\n")
+	single := write("single.manifest", cm("s"))
+	ms, err := ReadManifests(single, filepath.Join(dir, "objs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range ms {
+		rel, _ := filepath.Rel(dir, m.File)
+		got = append(got, m.Object["metadata"].(map[string]any)["name"].(string)+"@"+filepath.ToSlash(rel)+":"+strconv.Itoa(m.Line))
+	}
+	want := "s@single.manifest:1 a@objs/a.json:1 b@objs/b.yaml:1 l1@objs/list.yaml:4 l2@objs/list.yaml:7 c@objs/sub/c.YML:1"
+	if strings.Join(got, " ") != want {
+		t.Errorf("manifests %s\nwant      %s", strings.Join(got, " "), want)
+	}
+
+	bad := write("bad/x.yaml", "- a\n")
+	for _, tt := range []struct{ path, want string }{
+		{filepath.Join(dir, "bad"), "^" + regexp.QuoteMeta(bad) + `:1:1: a document must be an object, not an array$`},
+		{filepath.Join(dir, "missing"), `^stat .*missing: no such file or directory$`},
+	} {
+		_, err := ReadManifests(tt.path)
+		if err == nil || !regexp.MustCompile(tt.want).MatchString(err.Error()) {
+			t.Errorf("ReadManifests(%s) = %v, want an error matching %s", tt.path, err, tt.want)
+		}
+	}
+	var e *fileerr.Error
+	if _, err := ReadManifests(filepath.Join(dir, "bad")); !errors.As(err, &e) || e.File != bad {
+		t.Errorf("error %v is not a *fileerr.Error of %s", err, bad)
+	}
+
+	crd := write("crds/list.yaml", "apiVersion: v1\nkind: List\nitems:\n"+indent(strings.TrimPrefix(baseCRD, "\n"), "  - ", "    "))
+	write("crds/cm.yaml", cm("skipped"))
+	docs, err := ReadCRDs(filepath.Join(dir, "crds"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(docs) != 1 || docs[0].File != crd || docs[0].CRD.Name != "widgets.example.com" {
+		t.Errorf("ReadCRDs = %+v, want the one CRD of %s", docs, crd)
+	}
+}
+
+// indent prefixes the first line of s with first and the others with rest.
+func indent(s, first, rest string) string {
+	lines := strings.Split(strings.TrimSuffix(s, "\n"), "\n")
+	for i := range lines {
+		if i == 0 {
+			lines[i] = first + lines[i]
+		} else {
+			lines[i] = rest + lines[i]
+		}
+	}
+	return strings.Join(lines, "\n") + "\n"
 }
 
 func TestParseErrors(t *testing.T) {

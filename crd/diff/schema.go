@@ -13,6 +13,8 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
+
+	"github.com/fieldwatch/fieldwatch/internal/fieldpath"
 )
 
 // walker compares the schemas of one version.
@@ -476,12 +478,12 @@ func (w *walker) compareRequired(path, field string, o, n *apiextensionsv1.JSONS
 		if p, ok := n.Properties[name]; ok && p.Default != nil {
 			msg = "%s is now required (it has a default, which the apiserver sets before validating)"
 		}
-		child := childField(field, name)
+		child := fieldpath.Child(field, name)
 		w.add(path+"/required", child, "required-added", Breaking, nil, name, msg, child)
 	}
 	for _, name := range o.Required {
 		if !slices.Contains(n.Required, name) {
-			child := childField(field, name)
+			child := fieldpath.Child(field, name)
 			w.add(path+"/required", child, "required-removed", Safe, name, nil, "%s is no longer required", child)
 		}
 	}
@@ -494,7 +496,7 @@ func (w *walker) compareProperties(path, field string, o, n *apiextensionsv1.JSO
 	for _, name := range sortedNames(o.Properties, n.Properties) {
 		op, inOld := o.Properties[name]
 		np, inNew := n.Properties[name]
-		p, child := path+"/properties/"+escapePointer(name), childField(field, name)
+		p, child := path+"/properties/"+escapePointer(name), fieldpath.Child(field, name)
 		switch {
 		case inOld && inNew:
 			w.compare(p, child, &op, &np, composed)
@@ -532,7 +534,7 @@ func (w *walker) compareItems(path, field string, o, n *apiextensionsv1.JSONSche
 	if ni != nil && ni.Schema != nil {
 		ns = ni.Schema
 	}
-	w.compare(path+"/items", field+"[*]", os, ns, composed || oi == nil || ni == nil)
+	w.compare(path+"/items", fieldpath.Every(field), os, ns, composed || oi == nil || ni == nil)
 }
 
 func (w *walker) compareAdditional(path, field string, o, n *apiextensionsv1.JSONSchemaProps, composed bool) {
@@ -541,16 +543,16 @@ func (w *walker) compareAdditional(path, field string, o, n *apiextensionsv1.JSO
 	switch {
 	case oa == nil && na == nil:
 	case oa != nil && na != nil:
-		w.compare(path+"/additionalProperties", field+"[*]", oa, na, composed)
+		w.compare(path+"/additionalProperties", fieldpath.Every(field), oa, na, composed)
 	case composed && oa != nil:
-		w.compare(path+"/additionalProperties", field+"[*]", oa, empty, true)
+		w.compare(path+"/additionalProperties", fieldpath.Every(field), oa, empty, true)
 	case composed:
-		w.compare(path+"/additionalProperties", field+"[*]", empty, na, true)
+		w.compare(path+"/additionalProperties", fieldpath.Every(field), empty, na, true)
 	case oa != nil:
-		w.add(path+"/additionalProperties", field+"[*]", "additional-properties-removed", Breaking, nil, nil,
+		w.add(path+"/additionalProperties", fieldpath.Every(field), "additional-properties-removed", Breaking, nil, nil,
 			"%s no longer accepts arbitrary keys: the apiserver prunes the ones the schema does not name", f)
 	default:
-		w.add(path+"/additionalProperties", field+"[*]", "additional-properties-added", Safe, nil, nil, "%s accepts arbitrary keys", f)
+		w.add(path+"/additionalProperties", fieldpath.Every(field), "additional-properties-added", Safe, nil, nil, "%s accepts arbitrary keys", f)
 	}
 }
 
@@ -702,37 +704,6 @@ func escapePointer(s string) string {
 		return s
 	}
 	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
-}
-
-// childField appends a field name to a field path in the rules path
-// syntax: a dot and the name, or ["name"] when it has characters a plain
-// name cannot.
-func childField(field, name string) string {
-	if isPlainName(name) {
-		if field == "" {
-			return name
-		}
-		return field + "." + name
-	}
-	return field + "[" + strconv.Quote(name) + "]"
-}
-
-// isPlainName reports whether name needs no quotes in a rules path.
-func isPlainName(name string) bool {
-	if name == "" || name == "*" {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		switch c := name[i]; c {
-		case '.', '[', ']', '"', '\'', '=', ' ', '\t', '\n', '\r':
-			return false
-		default:
-			if c < 0x20 || c == 0x7f {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // mustJSON marshals a value that is known to marshal (API types).

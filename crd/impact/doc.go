@@ -46,5 +46,6 @@
 // object is deep-copied once, then pruned, defaulted and validated.
 //
 // The package must not import k8s.io/client-go (deps_test.go checks it),
-// so that rules can use it.
+// so that rules can use it; of fieldwatch it imports package diff and
+// internal/fieldpath (the path syntax of a check's field) only.
 package impact

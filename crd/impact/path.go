@@ -2,49 +2,37 @@ package impact
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
+
+	"github.com/fieldwatch/fieldwatch/internal/fieldpath"
 )
 
 // wildcard is the segment of a check's field path that matches any key or
 // index ([*]).
 const wildcard = "\x00*"
 
-// splitField splits a check's field path (package diff's rules path syntax:
-// spec.items[*].name, spec["a.b"]) into segments.
+// splitField splits a check's field path (package diff writes it in the
+// rules path syntax, internal/fieldpath: spec.items[*].name,
+// spec["a.b"]) into segments: map keys, and wildcard for [*]. "" is the
+// object root, with no segment. A check names no list index nor
+// [key=value]: such a path is an error.
 func splitField(path string) ([]string, error) {
-	var segs []string
-	for i := 0; i < len(path); {
-		switch path[i] {
-		case '.':
-			i++
-		case '[':
-			switch {
-			case strings.HasPrefix(path[i:], "[*]"):
-				segs = append(segs, wildcard)
-				i += 3
-			case strings.HasPrefix(path[i:], `["`):
-				q, err := strconv.QuotedPrefix(path[i+1:])
-				if err != nil {
-					return nil, fmt.Errorf("field %q: %w", path, err)
-				}
-				name, _ := strconv.Unquote(q)
-				segs = append(segs, name)
-				i += 1 + len(q)
-				if i >= len(path) || path[i] != ']' {
-					return nil, fmt.Errorf("field %q: missing ]", path)
-				}
-				i++
-			default:
-				return nil, fmt.Errorf("field %q: unexpected [ at %d", path, i)
-			}
+	if path == "" {
+		return nil, nil
+	}
+	parsed, err := fieldpath.Parse(path)
+	if err != nil {
+		return nil, fmt.Errorf("field %q: %w", path, err)
+	}
+	segs := make([]string, len(parsed))
+	for i, s := range parsed {
+		switch s.Kind {
+		case fieldpath.Field:
+			segs[i] = s.Name
+		case fieldpath.All:
+			segs[i] = wildcard
 		default:
-			j := i
-			for j < len(path) && path[j] != '.' && path[j] != '[' {
-				j++
-			}
-			segs = append(segs, path[i:j])
-			i = j
+			return nil, fmt.Errorf("field %q: a check's field has map keys and [*] only", path)
 		}
 	}
 	return segs, nil

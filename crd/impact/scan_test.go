@@ -248,13 +248,16 @@ func TestSplitPaths(t *testing.T) {
 		{"spec.items[*].name", []string{"spec", "items", wildcard, "name"}},
 		{`spec["a.b"].c`, []string{"spec", "a.b", "c"}},
 		{`spec.x/y[*][*]`, []string{"spec", "x/y", wildcard, wildcard}},
+		{`["a.b"]`, []string{"a.b"}},
+		{`spec["*"]`, []string{"spec", "*"}},
+		{`spec["x[y"]["\x01"]`, []string{"spec", "x[y", "\x01"}},
 	} {
 		got, err := splitField(tt.field)
 		if err != nil || !slices.Equal(got, tt.segs) {
 			t.Errorf("splitField(%q) = %q, %v; want %q", tt.field, got, err, tt.segs)
 		}
 	}
-	for _, bad := range []string{`spec["a`, `spec[3]`, `spec["a"`} {
+	for _, bad := range []string{`spec["a`, `spec[3]`, `spec["a"`, "spec[name=x]", "spec..a"} {
 		if _, err := splitField(bad); err == nil {
 			t.Errorf("splitField(%q): no error", bad)
 		}

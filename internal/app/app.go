@@ -43,30 +43,35 @@ type Config struct {
 	HTTPIdleTimeout time.Duration
 	// StateDir holds the dead-letter file and the restart baseline.
 	StateDir string
-	// Workers is the number of changes evaluated in parallel.
+	// Workers is the number of changes evaluated in parallel (default
+	// DefaultWorkers).
 	Workers int
 	// DryRun makes patch actions log instead of patching.
 	DryRun bool
 	// LeaderElect makes replicas elect one leader through a Lease; only
 	// the leader watches and acts.
 	LeaderElect bool
-	// LeaseNamespace and LeaseName name the Lease.
+	// LeaseNamespace and LeaseName name the Lease (LeaseName default
+	// DefaultLeaseName; with TotalShards > 1 that default becomes
+	// fieldwatch-shard-N-of-M: each shard elects its own leader).
 	LeaseNamespace, LeaseName string
 	// Identity names this replica in the Lease (default: host name).
 	Identity string
 	// LeaseDuration, RenewDeadline and RetryPeriod time the leader
-	// election (defaults 15s, 10s, 2s): a standby takes over
-	// LeaseDuration after the leader's last renewal; a leader that could
-	// not renew for RenewDeadline stops delivering; renewals (and the
-	// watermarks published with them) come every RetryPeriod.
+	// election (defaults DefaultLeaseDuration, DefaultRenewDeadline,
+	// DefaultRetryPeriod): a standby takes over LeaseDuration after the
+	// leader's last renewal; a leader that could not renew for
+	// RenewDeadline stops delivering; renewals (and the watermarks
+	// published with them) come every RetryPeriod.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// Shard and TotalShards split the objects between replicas (0 and 0
 	// or 1: no sharding).
 	Shard, TotalShards int
 	// GracePeriod bounds the drain of queued changes and actions on
-	// shutdown. Then what is left is dead-lettered; a leader (leader
-	// election) drains while still holding its Lease and hands what is
-	// left over to the next leader instead.
+	// shutdown (default DefaultGracePeriod). Then what is left is
+	// dead-lettered; a leader (leader election) drains while still
+	// holding its Lease and hands what is left over to the next leader
+	// instead.
 	GracePeriod time.Duration
 	// Logger is the process logger; Stdout the log action's output.
 	Logger *slog.Logger
@@ -106,8 +111,8 @@ func checkLoopback(addr string) error {
 	return nil
 }
 
-// App is one running `fieldwatch run`.
-type App struct {
+// app is one running `fieldwatch run`.
+type app struct {
 	cfg     Config
 	log     *slog.Logger
 	reg     *prometheus.Registry
@@ -144,40 +149,14 @@ func Run(ctx context.Context, cfg Config) error {
 	return a.run(ctx)
 }
 
-func newApp(cfg Config) (*App, error) {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Workers <= 0 {
-		cfg.Workers = 4
-	}
-	if cfg.GracePeriod <= 0 {
-		cfg.GracePeriod = 20 * time.Second
-	}
-	if cfg.CRDImpactMaxObjects <= 0 {
-		cfg.CRDImpactMaxObjects = DefaultCRDImpactMaxObjects
-	}
-	if cfg.CRDImpactTimeout <= 0 {
-		cfg.CRDImpactTimeout = DefaultCRDImpactTimeout
-	}
-	if cfg.LeaseDuration <= 0 {
-		cfg.LeaseDuration = DefaultLeaseDuration
-	}
-	if cfg.RenewDeadline <= 0 {
-		cfg.RenewDeadline = DefaultRenewDeadline
-	}
-	if cfg.RetryPeriod <= 0 {
-		cfg.RetryPeriod = DefaultRetryPeriod
-	}
-	if cfg.HTTPIdleTimeout <= 0 {
-		cfg.HTTPIdleTimeout = connlimit.DefaultIdleTimeout
-	}
+func newApp(cfg Config) (*app, error) {
+	cfg = cfg.withDefaults()
 	if cfg.PprofAddr != "" {
 		if err := checkLoopback(cfg.PprofAddr); err != nil {
 			return nil, err
 		}
 	}
-	a := &App{cfg: cfg, log: cfg.Logger, reg: prometheus.NewRegistry()}
+	a := &app{cfg: cfg, log: cfg.Logger, reg: prometheus.NewRegistry()}
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.metrics = newMetrics(a.reg)
 	a.conns = connlimit.NewMetrics(a.reg)
@@ -193,7 +172,7 @@ func newApp(cfg Config) (*App, error) {
 	if err := a.checkRules(set); err != nil {
 		return nil, err
 	}
-	if cfg.Audit.Enabled() {
+	if cfg.Audit.enabled() {
 		a.auditMetrics = audit.NewMetrics(a.reg)
 	}
 	a.auditScope.Store(newAuditScope(set.Selectors()))
@@ -210,7 +189,7 @@ func newApp(cfg Config) (*App, error) {
 	return a, nil
 }
 
-func (a *App) run(ctx context.Context) error {
+func (a *app) run(ctx context.Context) error {
 	var bg sync.WaitGroup
 	defer bg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
@@ -219,7 +198,7 @@ func (a *App) run(ctx context.Context) error {
 	serve := func(srv *http.Server, ln net.Listener) {
 		bg.Go(func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				a.log.Error("http server", "addr", ln.Addr().String(), "err", err)
+				a.log.Error("http server", "addr", ln.Addr().String(), "error", err)
 			}
 		})
 	}
@@ -279,13 +258,13 @@ func (r *replica) close(log *slog.Logger, sink *auditSwitch) {
 		return
 	}
 	if err := r.store.Close(); err != nil {
-		log.Error("closing the baseline", "err", err)
+		log.Error("closing the baseline", "error", err)
 	}
 }
 
 // newReplica opens the baseline and builds the watcher, a standby one for
 // leader election.
-func (a *App) newReplica(ctx context.Context, standby bool) (*replica, error) {
+func (a *app) newReplica(ctx context.Context, standby bool) (*replica, error) {
 	shard, err := a.shard(ctx)
 	if err != nil {
 		return nil, err
@@ -324,7 +303,7 @@ func (a *App) newReplica(ctx context.Context, standby bool) (*replica, error) {
 
 // newDispatcher starts the actions; a leader's hand over what they cannot
 // deliver on shutdown.
-func (a *App) newDispatcher(handOver bool) (*action.Dispatcher, error) {
+func (a *app) newDispatcher(handOver bool) (*action.Dispatcher, error) {
 	disp, err := action.New(action.Options{
 		HandOver:   handOver,
 		Logger:     a.log,
@@ -346,7 +325,7 @@ func (a *App) newDispatcher(handOver bool) (*action.Dispatcher, error) {
 // drains: the watcher hands over its queued changes, the actions deliver
 // or dead-letter their queued firings, and only then is the baseline
 // closed.
-func (a *App) serve(ctx context.Context) error {
+func (a *app) serve(ctx context.Context) error {
 	r, err := a.newReplica(ctx, false)
 	if err != nil {
 		return err
@@ -360,7 +339,7 @@ func (a *App) serve(ctx context.Context) error {
 		closeCtx, done := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.GracePeriod/2)
 		defer done()
 		if err := disp.Close(closeCtx); err != nil {
-			a.log.Error("closing actions", "err", err)
+			a.log.Error("closing actions", "error", err)
 		}
 	}()
 	if r.att != nil {
@@ -374,7 +353,7 @@ func (a *App) serve(ctx context.Context) error {
 }
 
 // openStore opens the restart baseline in the state directory, if any.
-func (a *App) openStore() (*watcher.Store, error) {
+func (a *app) openStore() (*watcher.Store, error) {
 	if a.cfg.StateDir == "" {
 		return nil, nil
 	}
@@ -399,7 +378,7 @@ const pprofMaxConns = 32
 // limit first (connlimit.FileLimit, connlimit.Caps): half of it is shared
 // by the listeners, the other half kept for the watcher, the state files
 // and the actions.
-func (a *App) connectionCaps() map[string]int {
+func (a *app) connectionCaps() map[string]int {
 	var wants []connlimit.Want
 	if a.cfg.HTTPAddr != "" {
 		wants = append(wants, connlimit.Want{Name: serverHTTP})
@@ -412,7 +391,7 @@ func (a *App) connectionCaps() map[string]int {
 	}
 	limit, err := connlimit.FileLimit()
 	if err != nil {
-		a.log.Warn("file descriptor limit", "err", err)
+		a.log.Warn("file descriptor limit", "error", err)
 	}
 	caps := map[string]int{}
 	for i, c := range connlimit.Caps(limit, wants...) {
@@ -425,7 +404,7 @@ func (a *App) connectionCaps() map[string]int {
 }
 
 // listen listens on addr for the server name, with its connection cap.
-func (a *App) listen(name, addr string) (*connlimit.Listener, error) {
+func (a *app) listen(name, addr string) (*connlimit.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
@@ -437,7 +416,7 @@ func (a *App) listen(name, addr string) (*connlimit.Listener, error) {
 // connection has a deadline (a request's header and body, its response,
 // the wait for the next request), and ln knows which connections are
 // serving a request.
-func (a *App) httpServer(ln *connlimit.Listener, handler http.Handler, write time.Duration) *http.Server {
+func (a *app) httpServer(ln *connlimit.Listener, handler http.Handler, write time.Duration) *http.Server {
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -451,7 +430,7 @@ func (a *App) httpServer(ln *connlimit.Listener, handler http.Handler, write tim
 }
 
 // serveHTTP listens on HTTPAddr for /metrics, /healthz and /readyz.
-func (a *App) serveHTTP() (*http.Server, net.Listener, error) {
+func (a *app) serveHTTP() (*http.Server, net.Listener, error) {
 	ln, err := a.listen(serverHTTP, a.cfg.HTTPAddr)
 	if err != nil {
 		return nil, nil, err
@@ -477,7 +456,7 @@ func (a *App) serveHTTP() (*http.Server, net.Listener, error) {
 }
 
 // servePprof listens on PprofAddr, a loopback address, for /debug/pprof/.
-func (a *App) servePprof() (*http.Server, net.Listener, error) {
+func (a *app) servePprof() (*http.Server, net.Listener, error) {
 	ln, err := a.listen(serverPprof, a.cfg.PprofAddr)
 	if err != nil {
 		return nil, nil, err
@@ -504,7 +483,7 @@ const pprofWriteTimeout = 2 * time.Minute
 
 // ready says whether the process is ready, and why not. A standby is
 // ready once its informers have synced: it can take over then.
-func (a *App) ready() (bool, string) {
+func (a *app) ready() (bool, string) {
 	w := a.watcher.Load()
 	switch {
 	case w == nil:

@@ -37,7 +37,8 @@ type AuditConfig struct {
 	// listens (tests use it with WebhookAddr "127.0.0.1:0").
 	WebhookReady func(addr string)
 	// LogPath is the apiserver's audit log to follow (JSON lines); "" for
-	// none. LogStateFile records how far it was read.
+	// none. LogStateFile records how far it was read (default
+	// audit-log.state in Config.StateDir, if any).
 	LogPath, LogStateFile string
 	// Wait bounds how long a change waits for its audit event (default
 	// 2s); MaxWaiting how many changes may wait at once (default 10000,
@@ -52,8 +53,8 @@ type AuditConfig struct {
 	IndexMaxAge            time.Duration
 }
 
-// Enabled reports whether an audit source is configured.
-func (c *AuditConfig) Enabled() bool { return c.WebhookAddr != "" || c.LogPath != "" }
+// enabled reports whether an audit source is configured.
+func (c *AuditConfig) enabled() bool { return c.WebhookAddr != "" || c.LogPath != "" }
 
 // check rejects configurations that cannot work.
 func (c *AuditConfig) check(totalShards int) error {
@@ -85,8 +86,8 @@ func errNeedsAudit(names []string) error {
 }
 
 // checkRules rejects a rule set that this process cannot run.
-func (a *App) checkRules(set *rules.Set) error {
-	if a.cfg.Audit.Enabled() {
+func (a *app) checkRules(set *rules.Set) error {
+	if a.cfg.Audit.enabled() {
 		return nil
 	}
 	if names := set.UsesAttribution(); len(names) > 0 {
@@ -147,7 +148,7 @@ func (s *auditSwitch) accepting() bool { return s.ix.Load() != nil }
 
 // startAuditWebhook starts the audit webhook receiver, when configured,
 // for the life of the process.
-func (a *App) startAuditWebhook(ctx context.Context, bg interface{ Go(func()) }) error {
+func (a *app) startAuditWebhook(ctx context.Context, bg interface{ Go(func()) }) error {
 	c := &a.cfg.Audit
 	if c.WebhookAddr == "" {
 		return nil
@@ -177,7 +178,7 @@ func (a *App) startAuditWebhook(ctx context.Context, bg interface{ Go(func()) })
 	}
 	bg.Go(func() {
 		if err := wh.Serve(ctx, ln); err != nil {
-			a.log.Error("audit webhook", "err", err)
+			a.log.Error("audit webhook", "error", err)
 		}
 	})
 	return nil
@@ -205,9 +206,9 @@ type attribution struct {
 
 // startAttribution starts attribution for a replica, or returns nil when no
 // audit source is configured.
-func (a *App) startAttribution(ctx context.Context) (*attribution, error) {
+func (a *app) startAttribution(ctx context.Context) (*attribution, error) {
 	c := &a.cfg.Audit
-	if !c.Enabled() {
+	if !c.enabled() {
 		return nil, nil
 	}
 	ix := audit.NewIndex(audit.IndexOptions{
@@ -235,7 +236,7 @@ func (a *App) startAttribution(ctx context.Context) (*attribution, error) {
 		go func() {
 			defer close(att.logDone)
 			if err := fl.Run(lctx); err != nil {
-				a.log.Error("audit log follower stopped; changes are no longer attributed from the log", "err", err)
+				a.log.Error("audit log follower stopped; changes are no longer attributed from the log", "error", err)
 			}
 		}()
 	}
@@ -245,7 +246,7 @@ func (a *App) startAttribution(ctx context.Context) (*attribution, error) {
 // attributionDrain is how long the last changes may wait for their audit
 // events and their actions' queues on shutdown: their bound and a second,
 // within half the grace period.
-func (a *App) attributionDrain() time.Duration {
+func (a *app) attributionDrain() time.Duration {
 	wait := a.cfg.Audit.Wait
 	if wait <= 0 {
 		wait = audit.DefaultWait

@@ -283,7 +283,7 @@ func (s *stampedLines) waitFor(t *testing.T, timeout time.Duration, n int, keep 
 
 // fieldwatchRun is a fieldwatch running in process for one test.
 type fieldwatchRun struct {
-	app         *App
+	app         *app
 	out         *stampedLines
 	logs        *testenv.SyncBuffer
 	webhookAddr string

@@ -623,7 +623,7 @@ func TestAttributionNeedsASource(t *testing.T) {
 	if err := writeTestFile(file, needs); err != nil {
 		t.Fatal(err)
 	}
-	a.Reload()
+	a.reloadRules()
 	if got := a.set.Load().Rules(); len(got) != 1 || got[0].Name != "plain" {
 		t.Errorf("after a refused reload the rules are %v", got)
 	}

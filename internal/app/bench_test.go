@@ -223,7 +223,7 @@ func BenchmarkCRDImpact(b *testing.B) {
 	})
 	for _, source := range []string{"list", "cache"} {
 		b.Run("scan-"+source, func(b *testing.B) {
-			a := &App{cfg: Config{CRDImpactMaxObjects: 2 * benchCRs, CRDImpactTimeout: 10 * time.Minute}, log: slog.New(slog.DiscardHandler),
+			a := &app{cfg: Config{CRDImpactMaxObjects: 2 * benchCRs, CRDImpactTimeout: 10 * time.Minute}, log: slog.New(slog.DiscardHandler),
 				metrics: newMetrics(prometheus.NewRegistry()), dyn: env.Dynamic(b)}
 			if source == "cache" {
 				a.watcher.Store(w)

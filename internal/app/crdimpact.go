@@ -36,12 +36,6 @@ import (
 // fails or stops early leaves an impactError in the payload, with what
 // was found so far, and the rules still fire.
 
-// Defaults of the impact scan's bounds.
-const (
-	DefaultCRDImpactMaxObjects = 50000
-	DefaultCRDImpactTimeout    = 30 * time.Second
-)
-
 // listPageSize is the page size of the list the impact scan falls back
 // to.
 const listPageSize = 500
@@ -53,7 +47,7 @@ var errLimit = errors.New("object limit")
 // checks, scans the custom resources for their impact; it sets rc.CRD.
 // When the CRDs cannot be read it leaves rc.CRD nil: the rules compare
 // them again and report why.
-func (a *App) crdImpact(ctx context.Context, c *watcher.Change, rc *rules.Change) {
+func (a *app) crdImpact(ctx context.Context, c *watcher.Change, rc *rules.Change) {
 	oldCRD, err := diff.FromMap(rc.Old)
 	if err != nil {
 		return
@@ -93,13 +87,13 @@ func (a *App) crdImpact(ctx context.Context, c *watcher.Change, rc *rules.Change
 		res.ImpactError = fmt.Sprintf("%v; %d objects read: the counts are lower bounds", err, res.Scanned)
 	}
 	m.impactFailures.WithLabelValues(reason).Inc()
-	log.Warn("the impact of a CRD change is incomplete", "err", res.ImpactError)
+	log.Warn("the impact of a CRD change is incomplete", "error", res.ImpactError)
 }
 
 // scanImpact runs the objects of the CRD's resource through the impact
 // scan and records what it found in res, also when it stops early. It
 // returns where the objects came from: cache or list.
-func (a *App) scanImpact(ctx context.Context, oldCRD, newCRD *apiextensionsv1.CustomResourceDefinition, res *diff.Result) (string, error) {
+func (a *app) scanImpact(ctx context.Context, oldCRD, newCRD *apiextensionsv1.CustomResourceDefinition, res *diff.Result) (string, error) {
 	s, err := impact.New(newCRD, res)
 	if err != nil {
 		return "none", fmt.Errorf("the new CRD: %w", err)
@@ -159,7 +153,7 @@ func (a *App) scanImpact(ctx context.Context, oldCRD, newCRD *apiextensionsv1.Cu
 // first one of a fieldwatch started after the change, has the removed
 // fields pruned). resourceVersions are etcd revisions, compared as
 // numbers; ones that are not numbers are not compared.
-func (a *App) cacheUnusable(gr schema.GroupResource, changed string) string {
+func (a *app) cacheUnusable(gr schema.GroupResource, changed string) string {
 	w := a.watcher.Load()
 	if w == nil {
 		return "not watching"

@@ -106,7 +106,7 @@ func TestCRDImpactList(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a := &App{cfg: Config{CRDImpactMaxObjects: tt.maxObjects, CRDImpactTimeout: tt.timeout}, log: slog.New(slog.DiscardHandler),
+			a := &app{cfg: Config{CRDImpactMaxObjects: tt.maxObjects, CRDImpactTimeout: tt.timeout}, log: slog.New(slog.DiscardHandler),
 				metrics: newMetrics(prometheus.NewRegistry()), dyn: tt.dyn}
 			now := time.Now()
 			rc := &rules.Change{Type: change.Updated, Resource: crdRes, Old: tt.old, New: tt.new, Time: now}
@@ -241,8 +241,8 @@ func TestCRDImpactCache(t *testing.T) {
 	}
 	before := startWatcher()
 	newCRD := apply(gadgetsCRD(group, "[red, blue]", false, false))
-	scan := func(w *watcher.Watcher) (*App, *diff.Result) {
-		a := &App{cfg: Config{CRDImpactMaxObjects: 100, CRDImpactTimeout: time.Minute}, log: slog.New(slog.DiscardHandler),
+	scan := func(w *watcher.Watcher) (*app, *diff.Result) {
+		a := &app{cfg: Config{CRDImpactMaxObjects: 100, CRDImpactTimeout: time.Minute}, log: slog.New(slog.DiscardHandler),
 			metrics: newMetrics(prometheus.NewRegistry()), dyn: env.Dynamic(t)}
 		a.watcher.Store(w)
 		now := time.Now()

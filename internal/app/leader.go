@@ -7,22 +7,11 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"k8s.io/client-go/tools/leaderelection"
 
 	"github.com/fieldwatch/fieldwatch/action"
 	"github.com/fieldwatch/fieldwatch/watcher"
-)
-
-// Lease timing defaults: a standby takes over about DefaultLeaseDuration
-// after the leader last renewed; a leader that could not renew for
-// DefaultRenewDeadline stops delivering, before its Lease can expire for
-// the others.
-const (
-	DefaultLeaseDuration = 15 * time.Second
-	DefaultRenewDeadline = 10 * time.Second
-	DefaultRetryPeriod   = 2 * time.Second
 )
 
 // errLostLeadership ends the process of a replica that stopped leading, so
@@ -36,7 +25,7 @@ var errLostLeadership = errors.New("lost leadership")
 // had not confirmed. It renews the Lease with its own watermarks. It stops
 // delivering at once when it cannot renew within the renew deadline, and on
 // SIGTERM drains while still holding the Lease, then releases it.
-func (a *App) elect(ctx context.Context) error {
+func (a *app) elect(ctx context.Context) error {
 	id := a.cfg.Identity
 	if id == "" {
 		host, err := os.Hostname()
@@ -159,7 +148,7 @@ func (r *result) wait() error {
 // stops delivery at once: what was not done is left, unrecorded, to the
 // next leader. Stopping drains within the grace period while the Lease is
 // still held, and hands over what is left.
-func (a *App) lead(ctx, lctx context.Context, r *replica, lock *watermarkLease, watched *result, stopWatch context.CancelFunc) error {
+func (a *app) lead(ctx, lctx context.Context, r *replica, lock *watermarkLease, watched *result, stopWatch context.CancelFunc) error {
 	lost := lock.guard(lctx, a.cfg.RenewDeadline)
 	disp, err := a.newDispatcher(true)
 	if err != nil {
@@ -195,7 +184,7 @@ func (a *App) lead(ctx, lctx context.Context, r *replica, lock *watermarkLease, 
 		closeCtx, done := context.WithTimeout(context.Background(), a.cfg.GracePeriod/2)
 		defer done()
 		if err := disp.Close(closeCtx); err != nil {
-			a.log.Warn("grace period over: what is not delivered is left to the next leader", "err", err)
+			a.log.Warn("grace period over: what is not delivered is left to the next leader", "error", err)
 		}
 	}()
 	select {
@@ -209,7 +198,7 @@ func (a *App) lead(ctx, lctx context.Context, r *replica, lock *watermarkLease, 
 }
 
 // abort stops delivering at once.
-func (a *App) abort(r *replica, disp *action.Dispatcher) {
+func (a *app) abort(r *replica, disp *action.Dispatcher) {
 	a.log.Error("lost the Lease (or could not renew it in time): stopping delivery at once; the next leader delivers what was not done")
 	if r.att != nil {
 		r.att.abort(&a.auditSink) // the changes waiting for their events are left undone

@@ -17,12 +17,12 @@ import (
 	"github.com/fieldwatch/fieldwatch/watcher"
 )
 
-// WatermarksAnnotation is the annotation of the leader election Lease in
+// watermarksAnnotation is the annotation of the leader election Lease in
 // which the leader publishes, at every renewal, its watermarks: a JSON
 // object from informer ("resource.version.group", with "/namespace" when
 // it watches one namespace) to the resourceVersion up to which every
 // change of that informer is handled.
-const WatermarksAnnotation = "fieldwatch.io/watermarks"
+const watermarksAnnotation = "fieldwatch.io/watermarks"
 
 // maxWatermarksSize bounds the annotation, well under the 256 KiB that all
 // annotations of an object may take.
@@ -71,14 +71,14 @@ func (l *watermarkLease) Get(ctx context.Context) (*resourcelock.LeaderElectionR
 
 // read takes the watermarks of lease.
 func (l *watermarkLease) read(lease *coordinationv1.Lease) {
-	raw, ok := lease.Annotations[WatermarksAnnotation]
+	raw, ok := lease.Annotations[watermarksAnnotation]
 	if !ok {
 		return
 	}
 	var wm watcher.Watermarks
 	if err := json.Unmarshal([]byte(raw), &wm); err != nil {
 		if !l.badFormat.Swap(true) {
-			l.log.Error("the Lease's watermarks do not decode; ignoring them", "annotation", WatermarksAnnotation, "err", err)
+			l.log.Error("the Lease's watermarks do not decode; ignoring them", "annotation", watermarksAnnotation, "error", err)
 		}
 		return
 	}
@@ -152,14 +152,14 @@ func (l *watermarkLease) annotate(lease *coordinationv1.Lease) {
 	if len(raw) > maxWatermarksSize {
 		// Standbys fire everything they hold at a takeover rather than
 		// trust an old value.
-		delete(lease.Annotations, WatermarksAnnotation)
+		delete(lease.Annotations, watermarksAnnotation)
 		if !l.tooLarge.Swap(true) {
 			l.log.Error("too many informers to publish their watermarks on the Lease: a standby that takes over fires every change it holds",
 				"informers", len(wm), "bytes", len(raw), "max", maxWatermarksSize)
 		}
 		return
 	}
-	lease.Annotations[WatermarksAnnotation] = string(raw)
+	lease.Annotations[watermarksAnnotation] = string(raw)
 }
 
 // wrote notes a successful write of ler, sent at sent.

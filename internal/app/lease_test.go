@@ -95,7 +95,7 @@ func TestWatermarkLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := lease.Annotations[WatermarksAnnotation]; got != `{"configmaps.v1/ns":"7"}` {
+	if got := lease.Annotations[watermarksAnnotation]; got != `{"configmaps.v1/ns":"7"}` {
 		t.Errorf("after the standby acquired, the annotation is %q", got)
 	}
 	if *lease.Spec.HolderIdentity != "b" {

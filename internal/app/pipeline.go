@@ -27,7 +27,7 @@ import (
 // event or for room in an action's queue): when it is full, Handle blocks
 // and the watcher slows down.
 type pipeline struct {
-	app *App
+	app *app
 	// errLog lets one evaluation error a second through to the log.
 	errLog rate.Sometimes
 	// att is nil without an audit source.
@@ -78,7 +78,7 @@ func (p *pipeline) Handle(ctx context.Context, c *watcher.Change) error {
 		if err := p.deliver(p.att.deliverCtx, firings, done); err != nil {
 			o := c.Object()
 			p.app.log.Warn("actions closed while delivering; what was not queued is dead-lettered or handed over", "gvr", c.Resource.String(),
-				"namespace", o.GetNamespace(), "name", o.GetName(), "err", err)
+				"namespace", o.GetNamespace(), "name", o.GetName(), "error", err)
 		}
 	})
 	if err != nil {
@@ -103,7 +103,7 @@ func (p *pipeline) evaluate(set *rules.Set, c *watcher.Change, rc *rules.Change)
 		p.errLog.Do(func() {
 			o := c.Object()
 			p.app.log.Warn("rule evaluation failed", "gvr", c.Resource.String(),
-				"namespace", o.GetNamespace(), "name", o.GetName(), "err", err)
+				"namespace", o.GetNamespace(), "name", o.GetName(), "error", err)
 		})
 	}
 	return firings

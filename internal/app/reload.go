@@ -39,14 +39,14 @@ func loadRules(files []string) (*rules.Set, string, error) {
 // (which also reopens the log action's files). It watches the files'
 // directories rather than the files, so that it sees the symlink swap with
 // which Kubernetes updates a mounted ConfigMap.
-func (a *App) watchRules(ctx context.Context) {
+func (a *app) watchRules(ctx context.Context) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
 	fw, err := fsnotify.NewWatcher()
 	if err != nil {
-		a.log.Error("cannot watch the rules files; reload with SIGHUP", "err", err)
+		a.log.Error("cannot watch the rules files; reload with SIGHUP", "error", err)
 	} else {
 		defer func() { _ = fw.Close() }()
 		dirs := map[string]bool{}
@@ -55,7 +55,7 @@ func (a *App) watchRules(ctx context.Context) {
 		}
 		for d := range dirs {
 			if err := fw.Add(d); err != nil {
-				a.log.Error("cannot watch a rules directory; reload with SIGHUP", "dir", d, "err", err)
+				a.log.Error("cannot watch a rules directory; reload with SIGHUP", "dir", d, "error", err)
 			}
 		}
 	}
@@ -73,27 +73,27 @@ func (a *App) watchRules(ctx context.Context) {
 			a.log.Info("SIGHUP: reloading rules and reopening log files")
 			if d := a.disp.Load(); d != nil {
 				if err := d.Reopen(); err != nil {
-					a.log.Error("reopen log files", "err", err)
+					a.log.Error("reopen log files", "error", err)
 				}
 			}
-			a.Reload()
+			a.reloadRules()
 		case <-events:
 			// Editors and ConfigMap updates write in several steps:
 			// reload once they settle.
 			settle = time.After(250 * time.Millisecond)
 		case err := <-errs:
-			a.log.Warn("watching rules files", "err", err)
+			a.log.Warn("watching rules files", "error", err)
 		case <-settle:
 			settle = nil
-			a.Reload()
+			a.reloadRules()
 		}
 	}
 }
 
-// Reload loads the rules files again. Invalid rules are logged and counted
+// reloadRules loads the rules files again. Invalid rules are logged and counted
 // and the running rules stay; valid ones replace them, and the watcher
 // adjusts its informers (those of resources still in use keep running).
-func (a *App) Reload() {
+func (a *app) reloadRules() {
 	a.reload.Lock()
 	defer a.reload.Unlock()
 	set, digest, err := loadRules(a.cfg.RulesFiles)
@@ -102,7 +102,7 @@ func (a *App) Reload() {
 	}
 	if err != nil {
 		a.metrics.reloadFails.Inc()
-		a.log.Error("rules reload failed; the previous rules keep running", "err", err)
+		a.log.Error("rules reload failed; the previous rules keep running", "error", err)
 		return
 	}
 	if digest == a.digest {

@@ -12,7 +12,7 @@ import (
 // shard returns this replica's shard and finds out whether the apiserver
 // filters by shard itself (ShardedListAndWatch): it echoes a list's shard
 // selector in metadata.shardInfo when it does.
-func (a *App) shard(ctx context.Context) (watcher.Shard, error) {
+func (a *app) shard(ctx context.Context) (watcher.Shard, error) {
 	s := watcher.Shard{Index: a.cfg.Shard, Total: a.cfg.TotalShards}
 	if err := s.Validate(); err != nil {
 		return s, err
@@ -26,7 +26,7 @@ func (a *App) shard(ctx context.Context) (watcher.Shard, error) {
 		// Without permission to list namespaces (the generated RBAC does
 		// not grant it) the probe cannot tell: filter on the client,
 		// which is correct everywhere.
-		a.log.Warn("cannot probe server-side sharding; filtering on the client", "err", err)
+		a.log.Warn("cannot probe server-side sharding; filtering on the client", "error", err)
 	} else {
 		meta, _ := list.Object["metadata"].(map[string]any)
 		_, s.ServerSide = meta["shardInfo"]

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/fileerr"
+	"github.com/fieldwatch/fieldwatch/internal/fieldpath"
 	"github.com/fieldwatch/fieldwatch/internal/yamlstrict"
 	"github.com/fieldwatch/fieldwatch/rules"
 )
@@ -101,7 +103,7 @@ type expectSpec struct {
 }
 
 // Load reads a cases file. A case without a time gets at, so that its
-// payloads are reproducible. Errors are a rules.ErrorList, as rules.Load's.
+// payloads are reproducible. Errors are a fileerr.List, as rules.Load's.
 func Load(path string, at time.Time) ([]Case, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -117,8 +119,9 @@ func Parse(name string, data []byte, at time.Time) ([]Case, error) {
 	pos, derrs := yamlstrict.Unmarshal(data, &f)
 	l := &loader{file: name, pos: pos, at: at}
 	for _, e := range derrs {
-		l.errs = append(l.errs, &rules.Error{File: name, Line: e.Line, Col: e.Col, Path: e.Path, Msg: e.Msg})
+		e.File = name
 	}
+	l.errs = derrs
 	if pos.Node("") == nil {
 		return nil, l.errs.Err()
 	}
@@ -128,7 +131,7 @@ func Parse(name string, data []byte, at time.Time) ([]Case, error) {
 	cases := make([]Case, 0, len(f.Cases))
 	names := map[string]bool{}
 	for i := range f.Cases {
-		p := yamlstrict.IndexPath("cases", i)
+		p := fieldpath.Item("cases", i)
 		c := l.compile(&f.Cases[i], p)
 		if names[c.Name] {
 			l.errorf(p+".name", "duplicate case name %q", c.Name)
@@ -147,14 +150,14 @@ type loader struct {
 	file string
 	pos  *yamlstrict.Positions
 	at   time.Time
-	errs rules.ErrorList
+	errs fileerr.List
 }
 
 // errorf records an error about the field at path, located where that
 // field (or, when it is missing, its closest present parent) was written.
 func (l *loader) errorf(path, format string, args ...any) {
 	line, col := l.pos.At(path)
-	l.errs = append(l.errs, &rules.Error{File: l.file, Line: line, Col: col, Path: path, Msg: fmt.Sprintf(format, args...)})
+	l.errs = append(l.errs, &fileerr.Error{File: l.file, Line: line, Col: col, Path: path, Msg: fmt.Sprintf(format, args...)})
 }
 
 func (l *loader) compile(cs *caseSpec, p string) Case {
@@ -202,11 +205,11 @@ func (l *loader) compile(cs *caseSpec, p string) Case {
 		for rule, v := range cs.Expect.Changes {
 			list, ok := v.([]any)
 			if !ok {
-				l.errorf(yamlstrict.JoinPath(p+".expect.changes", rule), "must be a list of changes")
+				l.errorf(fieldpath.Child(p+".expect.changes", rule), "must be a list of changes")
 				continue
 			}
 			if !slices.Contains(c.Expect.Fire, rule) {
-				l.errorf(yamlstrict.JoinPath(p+".expect.changes", rule), "changes of rule %q, which is not in expect.fire", rule)
+				l.errorf(fieldpath.Child(p+".expect.changes", rule), "changes of rule %q, which is not in expect.fire", rule)
 			}
 			c.Expect.Changes[rule] = list
 		}
@@ -214,7 +217,7 @@ func (l *loader) compile(cs *caseSpec, p string) Case {
 	if cs.Expect.CRD != nil {
 		c.Expect.CRD = map[string]any{}
 		for rule, v := range cs.Expect.CRD {
-			rp := yamlstrict.JoinPath(p+".expect.crd", rule)
+			rp := fieldpath.Child(p+".expect.crd", rule)
 			if _, ok := v.(map[string]any); !ok {
 				l.errorf(rp, "must be a mapping: the keys of the payload's crd to check")
 				continue
@@ -247,7 +250,7 @@ func (l *loader) objects(v *any, ch rules.Change, p string) []map[string]any {
 	for i, item := range list {
 		m, ok := item.(map[string]any)
 		if !ok {
-			l.errorf(yamlstrict.IndexPath(p, i), "must be a mapping (a custom resource)")
+			l.errorf(fieldpath.Item(p, i), "must be a mapping (a custom resource)")
 			continue
 		}
 		out = append(out, m)

@@ -2,6 +2,7 @@ package depcheck
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -11,16 +12,16 @@ import (
 // import path starts with one of banned.
 func Check(t testing.TB, dir, pkg string, banned ...string) {
 	t.Helper()
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("go tool not in PATH: %v", err)
-	}
-	out, err := exec.Command(goTool, "list", "-deps", dir).Output()
-	if err != nil {
-		t.Fatalf("go list -deps %s: %v", dir, err)
-	}
-	for _, dep := range strings.Fields(string(out)) {
-		if dep == pkg {
+	CheckExcept(t, dir, pkg, nil, banned...)
+}
+
+// CheckExcept is Check for a package that may depend on some packages
+// under a banned prefix: a dependency whose import path is one of allowed
+// passes.
+func CheckExcept(t testing.TB, dir, pkg string, allowed []string, banned ...string) {
+	t.Helper()
+	for _, dep := range deps(t, dir) {
+		if dep == pkg || slices.Contains(allowed, dep) {
 			continue
 		}
 		for _, b := range banned {
@@ -29,4 +30,31 @@ func Check(t testing.TB, dir, pkg string, banned ...string) {
 			}
 		}
 	}
+}
+
+// StdlibOnly fails t for every package outside the standard library (an
+// import path whose first element has a dot) that the package in dir
+// depends on.
+func StdlibOnly(t testing.TB, dir, pkg string) {
+	t.Helper()
+	for _, dep := range deps(t, dir) {
+		if first, _, _ := strings.Cut(dep, "/"); dep != pkg && strings.Contains(first, ".") {
+			t.Errorf("%s depends on %s, outside the standard library", pkg, dep)
+		}
+	}
+}
+
+// deps returns the import paths `go list -deps` names for the package in
+// dir.
+func deps(t testing.TB, dir string) []string {
+	t.Helper()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("go tool not in PATH: %v", err)
+	}
+	out, err := exec.Command(goTool, "list", "-deps", dir).Output()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v", dir, err)
+	}
+	return strings.Fields(string(out))
 }

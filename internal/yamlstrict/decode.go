@@ -15,26 +15,10 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/fieldwatch/fieldwatch/fileerr"
+	"github.com/fieldwatch/fieldwatch/internal/fieldpath"
 )
-
-// Error is one problem of a document: where it is (1-based line and
-// column; 0 when the document as a whole is meant), which field it is
-// about and what is wrong.
-type Error struct {
-	Line, Col int
-	// Path is the field path ("" for the document itself).
-	Path string
-	Msg  string
-}
-
-// Error formats e as LINE:COL: PATH: MESSAGE.
-func (e *Error) Error() string {
-	s := fmt.Sprintf("%d:%d: ", e.Line, e.Col)
-	if e.Path != "" {
-		s += e.Path + ": "
-	}
-	return s + e.Msg
-}
 
 // MaxNodes bounds the number of YAML values one document decodes to,
 // aliases expanded, and of the keys that merge keys (<<) bring in, so that
@@ -120,10 +104,10 @@ func (p *Positions) At(path string) (line, col int) {
 // more than MaxNodes values or too many bytes of field paths are errors.
 //
 // Other types make it panic: that is a programming error, not bad input.
-func Unmarshal(data []byte, v any) (*Positions, []*Error) {
+func Unmarshal(data []byte, v any) (*Positions, fileerr.List) {
 	d := &decoder{pos: &Positions{nodes: map[string]*yaml.Node{}}}
 	if len(data) > MaxBytes {
-		d.errs = append(d.errs, &Error{Line: 1, Col: 1, Msg: fmt.Sprintf("the file is %d bytes, more than the %d a file may have", len(data), MaxBytes)})
+		d.errs = append(d.errs, &fileerr.Error{Line: 1, Col: 1, Msg: fmt.Sprintf("the file is %d bytes, more than the %d a file may have", len(data), MaxBytes)})
 		return d.pos, d.errs
 	}
 	d.size, d.pathBudget = len(data), min(maxPathBytes, minPathBytes+pathBytesPerByte*len(data))
@@ -146,7 +130,7 @@ type Shorthand interface{ YAMLShorthand() string }
 
 // decoder decodes YAML nodes into Go values, collecting errors.
 type decoder struct {
-	errs []*Error
+	errs fileerr.List
 	pos  *Positions
 	// work counts decoded nodes and merged keys against MaxNodes.
 	work int
@@ -187,7 +171,7 @@ func (d *decoder) at(path string, n *yaml.Node) {
 
 // errorf records an error about the field at path, located at node n.
 func (d *decoder) errorf(n *yaml.Node, path, format string, args ...any) {
-	d.errs = append(d.errs, &Error{Line: n.Line, Col: n.Column, Path: path, Msg: fmt.Sprintf(format, args...)})
+	d.errs = append(d.errs, &fileerr.Error{Line: n.Line, Col: n.Column, Path: path, Msg: fmt.Sprintf(format, args...)})
 }
 
 // parseDocument parses data as exactly one YAML document. It returns nil
@@ -197,7 +181,7 @@ func (d *decoder) parseDocument(data []byte) *yaml.Node {
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			d.errs = append(d.errs, &Error{Line: 1, Col: 1, Msg: "empty file"})
+			d.errs = append(d.errs, &fileerr.Error{Line: 1, Col: 1, Msg: "empty file"})
 			return nil
 		}
 		d.syntaxError(err)
@@ -211,7 +195,7 @@ func (d *decoder) parseDocument(data []byte) *yaml.Node {
 		d.syntaxError(err)
 	}
 	if len(doc.Content) == 0 {
-		d.errs = append(d.errs, &Error{Line: 1, Col: 1, Msg: "empty file"})
+		d.errs = append(d.errs, &fileerr.Error{Line: 1, Col: 1, Msg: "empty file"})
 		return nil
 	}
 	return doc.Content[0]
@@ -230,7 +214,7 @@ func (d *decoder) syntaxError(err error) {
 	} else {
 		msg = strings.TrimPrefix(msg, "yaml: ")
 	}
-	d.errs = append(d.errs, &Error{Line: line, Col: 1, Msg: "invalid YAML: " + msg})
+	d.errs = append(d.errs, &fileerr.Error{Line: line, Col: 1, Msg: "invalid YAML: " + msg})
 }
 
 var (
@@ -241,21 +225,6 @@ var (
 	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
 	shorthandType       = reflect.TypeFor[Shorthand]()
 )
-
-// JoinPath appends a map key to a field path: path.key, or path["key"]
-// for keys that are empty or hold dots, brackets, quotes or spaces.
-func JoinPath(path, key string) string {
-	if path == "" {
-		return key
-	}
-	if key == "" || strings.ContainsAny(key, `.[]"' `) {
-		return path + "[" + strconv.Quote(key) + "]"
-	}
-	return path + "." + key
-}
-
-// IndexPath appends a list index to a field path: path[i].
-func IndexPath(path string, i int) string { return path + "[" + strconv.Itoa(i) + "]" }
 
 // resolve follows aliases.
 func resolve(n *yaml.Node) *yaml.Node {
@@ -402,7 +371,7 @@ func (d *decoder) decodeText(n *yaml.Node, v reflect.Value, path string) {
 func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 	if n.Kind == yaml.ScalarNode && v.Addr().Type().Implements(shorthandType) {
 		key := v.Addr().Interface().(Shorthand).YAMLShorthand()
-		d.decode(n, v.FieldByIndex(fieldsOf(v.Type()).index[key]), JoinPath(path, key))
+		d.decode(n, v.FieldByIndex(fieldsOf(v.Type()).index[key]), fieldpath.Child(path, key))
 		return
 	}
 	if n.Kind != yaml.MappingNode {
@@ -414,10 +383,10 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 		k, val := kv[0], kv[1]
 		idx, ok := info.index[k.Value]
 		if !ok {
-			d.errorf(k, JoinPath(path, k.Value), "unknown key %q (known keys: %s)", k.Value, strings.Join(info.names, ", "))
+			d.errorf(k, fieldpath.Child(path, k.Value), "unknown key %q (known keys: %s)", k.Value, strings.Join(info.names, ", "))
 			continue
 		}
-		d.decode(val, v.FieldByIndex(idx), JoinPath(path, k.Value))
+		d.decode(val, v.FieldByIndex(idx), fieldpath.Child(path, k.Value))
 	}
 }
 
@@ -428,7 +397,7 @@ func (d *decoder) decodeSlice(n *yaml.Node, v reflect.Value, path string) {
 	}
 	s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
 	for i, c := range n.Content {
-		d.decode(c, s.Index(i), IndexPath(path, i))
+		d.decode(c, s.Index(i), fieldpath.Item(path, i))
 	}
 	v.Set(s)
 }
@@ -445,7 +414,7 @@ func (d *decoder) decodeMap(n *yaml.Node, v reflect.Value, path string) {
 	m := reflect.MakeMap(t)
 	for _, kv := range d.pairs(n, path) {
 		k, val := kv[0], kv[1]
-		p := JoinPath(path, k.Value)
+		p := fieldpath.Child(path, k.Value)
 		e := reflect.New(t.Elem()).Elem()
 		if t.Elem().Kind() == reflect.String {
 			// Map values such as headers and env accept any scalar as
@@ -495,7 +464,7 @@ func (d *decoder) pairs(n *yaml.Node, path string) [][2]*yaml.Node {
 			continue
 		}
 		if seen[k.Value] {
-			d.errorf(k, JoinPath(path, k.Value), "duplicate key %q", k.Value)
+			d.errorf(k, fieldpath.Child(path, k.Value), "duplicate key %q", k.Value)
 			continue
 		}
 		seen[k.Value] = true
@@ -554,13 +523,13 @@ func (d *decoder) decodeAny(n *yaml.Node, path string, depth int) any {
 	case yaml.MappingNode:
 		m := make(map[string]any, len(n.Content)/2)
 		for _, kv := range d.pairs(n, path) {
-			m[kv[0].Value] = d.decodeAny(kv[1], JoinPath(path, kv[0].Value), depth+1)
+			m[kv[0].Value] = d.decodeAny(kv[1], fieldpath.Child(path, kv[0].Value), depth+1)
 		}
 		return m
 	case yaml.SequenceNode:
 		l := make([]any, len(n.Content))
 		for i, c := range n.Content {
-			l[i] = d.decodeAny(c, IndexPath(path, i), depth+1)
+			l[i] = d.decodeAny(c, fieldpath.Item(path, i), depth+1)
 		}
 		return l
 	case yaml.ScalarNode:

@@ -197,20 +197,6 @@ func TestMergeKeys(t *testing.T) {
 	}
 }
 
-func TestPaths(t *testing.T) {
-	for _, tt := range []struct{ got, want string }{
-		{JoinPath("", "rules"), "rules"},
-		{JoinPath("m", "a"), "m.a"},
-		{JoinPath("m", "a.b/c"), `m["a.b/c"]`},
-		{JoinPath("m", ""), `m[""]`},
-		{IndexPath("rules", 2), "rules[2]"},
-	} {
-		if tt.got != tt.want {
-			t.Errorf("got %q, want %q", tt.got, tt.want)
-		}
-	}
-}
-
 // FuzzUnmarshal checks that no input makes Unmarshal panic or report an
 // error without a position.
 func FuzzUnmarshal(f *testing.F) {

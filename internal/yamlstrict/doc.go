@@ -16,6 +16,9 @@
 // out-of-memory; positions are kept for what is written, not for what
 // aliases expand to.
 //
-// yamlstrict knows nothing of fieldwatch: it must not import other
-// fieldwatch packages.
+// Errors are fileerr.Errors without a file (the caller sets File), their
+// field paths written in fieldwatch's path syntax (package
+// internal/fieldpath): those two are the fieldwatch packages yamlstrict
+// imports (deps_test.go checks it); otherwise it knows nothing of
+// fieldwatch.
 package yamlstrict

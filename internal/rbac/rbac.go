@@ -1,12 +1,9 @@
-package app
+package rbac
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -22,8 +19,9 @@ import (
 	"github.com/fieldwatch/fieldwatch/rules"
 )
 
-// RBACOptions say whom `fieldwatch rbac` grants the permissions to.
-type RBACOptions struct {
+// Options say whom `fieldwatch rbac` grants the permissions to, and what
+// the cluster serves.
+type Options struct {
 	// Name names the ClusterRole and bindings (default fieldwatch).
 	Name string
 	// Namespace and ServiceAccount are the subject (default fieldwatch,
@@ -47,7 +45,7 @@ type RBACOptions struct {
 	AllowWildcardPatch bool
 }
 
-// RBAC returns the least-privilege ClusterRole and ClusterRoleBinding, a
+// Generate returns the least-privilege ClusterRole and ClusterRoleBinding, a
 // Role and RoleBinding in each namespace rules are restricted to, and with
 // leader election a Role and RoleBinding for the Lease, that `fieldwatch
 // run` needs for set: get, list and watch on what the rules select and on CRDs and
@@ -59,7 +57,7 @@ type RBACOptions struct {
 // granted the resources discovery (or, offline, the CRDs given) shows it
 // matches, or refused offline. A patch action of a rule with a wildcard
 // selector is refused unless opts.AllowWildcardPatch.
-func RBAC(set *rules.Set, opts RBACOptions) ([]byte, error) {
+func Generate(set *rules.Set, opts Options) ([]byte, error) {
 	if opts.Name == "" {
 		opts.Name = "fieldwatch"
 	}
@@ -248,7 +246,7 @@ func isWildcard(s change.Selector) bool {
 // core Secrets; offline, a wildcard over the core group or every group is
 // an error, and one over the kinds of another group stays "*" (no Secrets
 // there).
-func resolve(s change.Selector, opts RBACOptions) ([]target, error) {
+func resolve(s change.Selector, opts Options) ([]target, error) {
 	wildGroup := s.Group == "*"
 	wildName := (s.Resource == "" || s.Resource == "*") && (s.Kind == "" || s.Kind == "*")
 	discovered := opts.Resources
@@ -406,47 +404,25 @@ func (g grants) rules() []rbacv1.PolicyRule {
 }
 
 // CRDResources reads CustomResourceDefinition manifests (files, or every
-// *.yaml, *.yml and *.json file under a directory) and returns the custom
-// resources they define, one per served version, for RBACOptions.CRDs.
+// *.yaml, *.yml and *.json file under a directory; Lists such as `kubectl
+// get crd -o yaml` writes included) and returns the custom resources they
+// define, one per served version, for Options.CRDs.
 func CRDResources(paths ...string) ([]change.Resource, error) {
+	docs, err := diff.ReadCRDs(paths...)
+	if err != nil {
+		return nil, err
+	}
 	var out []change.Resource
-	for _, path := range paths {
-		files := []string{path}
-		if info, err := os.Stat(path); err != nil {
-			return nil, err
-		} else if info.IsDir() {
-			files = nil
-			err := filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
-				if err != nil || d.IsDir() {
-					return err
-				}
-				switch strings.ToLower(filepath.Ext(p)) {
-				case ".yaml", ".yml", ".json":
-					files = append(files, p)
-				}
-				return nil
+	for _, d := range docs {
+		crd := d.CRD
+		for _, v := range crd.Spec.Versions {
+			if !v.Served {
+				continue
+			}
+			out = append(out, change.Resource{
+				Group: crd.Spec.Group, Version: v.Name, Resource: crd.Spec.Names.Plural, Kind: crd.Spec.Names.Kind,
+				Namespaced: crd.Spec.Scope == apiextensionsv1.NamespaceScoped, Custom: true, Preferred: v.Storage,
 			})
-			if err != nil {
-				return nil, err
-			}
-		}
-		for _, f := range files {
-			docs, err := diff.ReadFile(f)
-			if err != nil {
-				return nil, err
-			}
-			for _, d := range docs {
-				crd := d.CRD
-				for _, v := range crd.Spec.Versions {
-					if !v.Served {
-						continue
-					}
-					out = append(out, change.Resource{
-						Group: crd.Spec.Group, Version: v.Name, Resource: crd.Spec.Names.Plural, Kind: crd.Spec.Names.Kind,
-						Namespaced: crd.Spec.Scope == apiextensionsv1.NamespaceScoped, Custom: true, Preferred: v.Storage,
-					})
-				}
-			}
 		}
 	}
 	if len(out) == 0 {

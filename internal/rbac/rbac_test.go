@@ -1,4 +1,4 @@
-package app
+package rbac
 
 import (
 	"strings"
@@ -78,7 +78,7 @@ func grantsOf(t *testing.T, out []byte) []string {
 	return lines
 }
 
-func TestRBAC(t *testing.T) {
+func TestGenerate(t *testing.T) {
 	tests := []struct {
 		name       string
 		rules      string
@@ -290,7 +290,7 @@ func TestRBAC(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			out, err := RBAC(set, RBACOptions{Resources: tt.discovered, CRDs: tt.crds, AllowWildcardPatch: tt.wildPatch})
+			out, err := Generate(set, Options{Resources: tt.discovered, CRDs: tt.crds, AllowWildcardPatch: tt.wildPatch})
 			if tt.err != "" {
 				if err == nil || err.Error() != tt.err {
 					t.Errorf("error %v, want %q", err, tt.err)

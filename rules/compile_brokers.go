@@ -5,7 +5,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/fieldwatch/fieldwatch/internal/yamlstrict"
+	"github.com/fieldwatch/fieldwatch/internal/fieldpath"
 )
 
 // cloudEvents checks a cloudEvents block at field path p; nil is fine.
@@ -83,7 +83,7 @@ func (c *compiler) kafka(k *KafkaAction, p string) {
 	}
 	for i, b := range k.Brokers {
 		if !validHostPort(b) {
-			c.errorf(yamlstrict.IndexPath(p+".brokers", i), "%q is not host:port", b)
+			c.errorf(fieldpath.Item(p+".brokers", i), "%q is not host:port", b)
 		}
 	}
 	if k.Topic == nil && !c.hasError(p+".topic") {
