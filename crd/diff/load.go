@@ -333,15 +333,21 @@ func splitPath(path string) []string {
 // set, is the JSON kind the node must have ("string", "number", "bool",
 // "object", "array"); the first node found wins. 0 when nothing matches.
 func locate(doc []byte, path []string, kind string) int {
+	line, _ := locateCol(doc, path, kind)
+	return line
+}
+
+// locateCol is locate with the column (1-based) of the node.
+func locateCol(doc []byte, path []string, kind string) (line, col int) {
 	var root yamlv3.Node
 	if err := yamlv3.Unmarshal(doc, &root); err != nil || len(root.Content) == 0 {
-		return 0
+		return 0, 0
 	}
 	n := find(root.Content[0], path, kind)
 	if n == nil {
-		return 0
+		return 0, 0
 	}
-	return n.Line
+	return n.Line, n.Column
 }
 
 func find(n *yamlv3.Node, path []string, kind string) *yamlv3.Node {
