@@ -63,7 +63,9 @@ func TestCompareBetweenVersions(t *testing.T) {
 	}{
 		{
 			name: "served versions without conversion: an enum of v2 that v1's values violate",
-			old:  func(t *testing.T) *apiextensionsv1.CustomResourceDefinition { return versionsCRD(t, "None", nil, ver{"v1", true, true, colors}) },
+			old: func(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
+				return versionsCRD(t, "None", nil, ver{"v1", true, true, colors})
+			},
 			new: func(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
 				return versionsCRD(t, "None", nil, ver{"v1", true, true, colors}, ver{"v2", true, false, red})
 			},
@@ -72,7 +74,9 @@ func TestCompareBetweenVersions(t *testing.T) {
 		},
 		{
 			name: "served versions without conversion: a type that differs, older first in Kubernetes version order",
-			old:  func(t *testing.T) *apiextensionsv1.CustomResourceDefinition { return versionsCRD(t, "", nil, ver{"v1", true, true, colors}) },
+			old: func(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
+				return versionsCRD(t, "", nil, ver{"v1", true, true, colors})
+			},
 			new: func(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
 				return versionsCRD(t, "", nil, ver{"v1", true, true, colors}, ver{"v1beta1", true, false, sizeStr})
 			},
@@ -89,7 +93,9 @@ func TestCompareBetweenVersions(t *testing.T) {
 		},
 		{
 			name: "served versions with a conversion webhook are converted, not compared",
-			old:  func(t *testing.T) *apiextensionsv1.CustomResourceDefinition { return versionsCRD(t, "Webhook", nil, ver{"v1", true, true, colors}) },
+			old: func(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
+				return versionsCRD(t, "Webhook", nil, ver{"v1", true, true, colors})
+			},
 			new: func(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
 				return versionsCRD(t, "Webhook", nil, ver{"v1", true, true, colors}, ver{"v2", true, false, red})
 			},
@@ -97,7 +103,9 @@ func TestCompareBetweenVersions(t *testing.T) {
 		},
 		{
 			name: "storage switch v2 -> v3 after a safe change to v2 is safe",
-			old:  func(t *testing.T) *apiextensionsv1.CustomResourceDefinition { return versionsCRD(t, "None", nil, ver{"v2", true, true, noSize}) },
+			old: func(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
+				return versionsCRD(t, "None", nil, ver{"v2", true, true, noSize})
+			},
 			new: func(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
 				return versionsCRD(t, "None", nil, ver{"v2", true, false, colors}, ver{"v3", true, true, colors})
 			},
@@ -118,8 +126,12 @@ func TestCompareBetweenVersions(t *testing.T) {
 		},
 		{
 			name: "conversion None -> Webhook while one version is served and stored",
-			old:  func(t *testing.T) *apiextensionsv1.CustomResourceDefinition { return versionsCRD(t, "None", []string{"v1"}, ver{"v1", true, true, colors}) },
-			new:  func(t *testing.T) *apiextensionsv1.CustomResourceDefinition { return versionsCRD(t, "Webhook", nil, ver{"v1", true, true, colors}) },
+			old: func(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
+				return versionsCRD(t, "None", []string{"v1"}, ver{"v1", true, true, colors})
+			},
+			new: func(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
+				return versionsCRD(t, "Webhook", nil, ver{"v1", true, true, colors})
+			},
 			want: []string{"conversion-changed safe  /spec/conversion/strategy"},
 		},
 		{
@@ -138,7 +150,9 @@ func TestCompareBetweenVersions(t *testing.T) {
 			old: func(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
 				return versionsCRD(t, "Webhook", []string{"v1"}, ver{"v1alpha2", true, false, sizeStr}, ver{"v1", true, true, colors})
 			},
-			new: func(t *testing.T) *apiextensionsv1.CustomResourceDefinition { return versionsCRD(t, "None", nil, ver{"v1", true, true, colors}) },
+			new: func(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
+				return versionsCRD(t, "None", nil, ver{"v1", true, true, colors})
+			},
 			want: []string{"conversion-changed safe  /spec/conversion/strategy", "served-version-removed breaking  /spec/versions/0"},
 		},
 		{
@@ -155,7 +169,9 @@ func TestCompareBetweenVersions(t *testing.T) {
 		},
 		{
 			name: "nullable added to a field with a default",
-			old:  func(t *testing.T) *apiextensionsv1.CustomResourceDefinition { return withSchema(t, `{type: object, properties: {size: {type: integer, default: 1}}}`) },
+			old: func(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
+				return withSchema(t, `{type: object, properties: {size: {type: integer, default: 1}}}`)
+			},
 			new: func(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
 				return withSchema(t, `{type: object, properties: {size: {type: integer, default: 1, nullable: true}}}`)
 			},
@@ -164,8 +180,12 @@ func TestCompareBetweenVersions(t *testing.T) {
 		},
 		{
 			name: "nullable added to a field without a default",
-			old:  func(t *testing.T) *apiextensionsv1.CustomResourceDefinition { return withSchema(t, `{type: object, properties: {size: {type: integer}}}`) },
-			new:  func(t *testing.T) *apiextensionsv1.CustomResourceDefinition { return withSchema(t, `{type: object, properties: {size: {type: integer, nullable: true}}}`) },
+			old: func(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
+				return withSchema(t, `{type: object, properties: {size: {type: integer}}}`)
+			},
+			new: func(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
+				return withSchema(t, `{type: object, properties: {size: {type: integer, nullable: true}}}`)
+			},
 			want: []string{"nullable-added safe spec.size /properties/spec/properties/size/nullable"},
 		},
 	}
