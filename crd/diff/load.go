@@ -132,6 +132,50 @@ type Document struct {
 	// File and Line say where its document starts.
 	File string
 	Line int
+	// m is the manifest it was decoded from, to locate fields.
+	m Manifest
+}
+
+// Locate returns the line and column in File of the field at path, a
+// field path as the apiserver's validation reports it
+// (spec.versions[0].schema.openAPIV3Schema.properties[spec].type), or of
+// the closest enclosing field the file has (a missing field is reported
+// at its parent); the document's first line and column 0 when none is
+// found.
+func (d Document) Locate(path string) (line, col int) {
+	var root yamlv3.Node
+	if d.m.doc == nil || yamlv3.Unmarshal(d.m.doc, &root) != nil || len(root.Content) == 0 {
+		return d.Line, 0
+	}
+	n := root.Content[0]
+	best := n
+	for _, seg := range append(slices.Clip(d.m.prefix), splitPath(path)...) {
+		for n.Kind == yamlv3.AliasNode && n.Alias != nil {
+			n = n.Alias
+		}
+		var next *yamlv3.Node
+		switch n.Kind {
+		case yamlv3.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				if n.Content[i].Value == seg {
+					best, next = n.Content[i], n.Content[i+1]
+					if next.Kind == yamlv3.ScalarNode {
+						best = next
+					}
+					break
+				}
+			}
+		case yamlv3.SequenceNode:
+			if i, err := strconv.Atoi(seg); err == nil && i >= 0 && i < len(n.Content) {
+				best, next = n.Content[i], n.Content[i]
+			}
+		}
+		if next == nil {
+			break
+		}
+		n = next
+	}
+	return d.m.docLine + best.Line - 1, best.Column
 }
 
 // Parse reads every apiextensions.k8s.io/v1 CustomResourceDefinition of a
@@ -155,7 +199,7 @@ func Parse(name string, data []byte) ([]Document, error) {
 			errs = append(errs, err)
 			continue
 		}
-		out = append(out, Document{CRD: crd, File: m.File, Line: m.Line})
+		out = append(out, Document{CRD: crd, File: m.File, Line: m.Line, m: m})
 	}
 	return out, errors.Join(errs...)
 }
