@@ -1,6 +1,9 @@
 package rules
 
-import "github.com/fieldwatch/fieldwatch/change"
+import (
+	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/crd/diff"
+)
 
 // Rule is one compiled rule of a rules file. Its exported fields are what
 // the user wrote (and what actions need); the rest is the compiled form
@@ -33,6 +36,8 @@ type Rule struct {
 	noiseTree  *locTree   // noise as a tree, shared (read only) by the changes without ignoreFields
 	when       *celExpr
 	crd        crdMode
+	// crdPolicy is the crd block's policy (nil: the default).
+	crdPolicy *diff.Policy
 	projection change.Projection
 	nameErr    Error // where the name is, for duplicate-name errors
 }
