@@ -74,7 +74,7 @@ func TestCRDDiff(t *testing.T) {
 		{name: "a crdify configuration: enum Warn", args: []string{"crd-diff", old, new, "--policy", crdify}, code: 1,
 			stdout: `safe\s+enum-added\s+v1\s+spec\.color`},
 		{name: "a policy with an unknown check", args: []string{"crd-diff", old, new, "--policy", badPolicy}, code: 2,
-			stderr: `^\S*bad-policy\.yaml:2:3: checks\.enum-value-added: unknown check`},
+			stderr: `^\S*bad-policy\.yaml:2:21: checks\.enum-value-added: unknown check`},
 	}
 	runCLICases(t, tests)
 }

@@ -143,13 +143,28 @@ type Document struct {
 // at its parent); the document's first line and column 0 when none is
 // found.
 func (d Document) Locate(path string) (line, col int) {
-	var root yamlv3.Node
-	if d.m.doc == nil || yamlv3.Unmarshal(d.m.doc, &root) != nil || len(root.Content) == 0 {
+	if d.m.doc == nil {
 		return d.Line, 0
+	}
+	l, c := locateExact(d.m.doc, append(slices.Clip(d.m.prefix), splitPath(path)...))
+	if l == 0 {
+		return d.Line, 0
+	}
+	return d.m.docLine + l - 1, c
+}
+
+// locateExact returns the line and column (1-based, inside doc) of the
+// node at path, matching every key exactly, or of its closest ancestor:
+// a scalar value's own position, the key's for a mapping or a list. 0, 0
+// when doc does not parse.
+func locateExact(doc []byte, path []string) (line, col int) {
+	var root yamlv3.Node
+	if yamlv3.Unmarshal(doc, &root) != nil || len(root.Content) == 0 {
+		return 0, 0
 	}
 	n := root.Content[0]
 	best := n
-	for _, seg := range append(slices.Clip(d.m.prefix), splitPath(path)...) {
+	for _, seg := range path {
 		for n.Kind == yamlv3.AliasNode && n.Alias != nil {
 			n = n.Alias
 		}
@@ -175,7 +190,7 @@ func (d Document) Locate(path string) (line, col int) {
 		}
 		n = next
 	}
-	return d.m.docLine + best.Line - 1, best.Column
+	return best.Line, best.Column
 }
 
 // Parse reads every apiextensions.k8s.io/v1 CustomResourceDefinition of a
@@ -377,21 +392,15 @@ func splitPath(path string) []string {
 // set, is the JSON kind the node must have ("string", "number", "bool",
 // "object", "array"); the first node found wins. 0 when nothing matches.
 func locate(doc []byte, path []string, kind string) int {
-	line, _ := locateCol(doc, path, kind)
-	return line
-}
-
-// locateCol is locate with the column (1-based) of the node.
-func locateCol(doc []byte, path []string, kind string) (line, col int) {
 	var root yamlv3.Node
 	if err := yamlv3.Unmarshal(doc, &root); err != nil || len(root.Content) == 0 {
-		return 0, 0
+		return 0
 	}
 	n := find(root.Content[0], path, kind)
 	if n == nil {
-		return 0, 0
+		return 0
 	}
-	return n.Line, n.Column
+	return n.Line
 }
 
 func find(n *yamlv3.Node, path []string, kind string) *yamlv3.Node {

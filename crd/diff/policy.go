@@ -416,7 +416,7 @@ func ParsePolicy(name string, data []byte) (*Policy, error) {
 			continue
 		}
 		fe := &Error{File: name, Path: pe.Path, Msg: pe.Msg}
-		fe.Line, fe.Col = locateCol(data, splitPath(pe.Path), "")
+		fe.Line, fe.Col = locateExact(data, splitPath(pe.Path))
 		out = append(out, fe)
 	}
 	return nil, errors.Join(out...)
