@@ -163,12 +163,15 @@ func parseInterspersed(fset *flag.FlagSet, args []string) ([]string, error) {
 
 // crdDiff compares the CRDs of two files and scans the objects.
 func crdDiff(ctx context.Context, oldPath, newPath string, opts crdDiffOptions) ([]*diff.Result, error) {
-	oldDocs, err := readCRDs(ctx, oldPath)
+	oldDocs, err := readCRDs(oldPath)
 	if err != nil {
 		return nil, err
 	}
-	newDocs, err := readCRDs(ctx, newPath)
+	newDocs, err := readCRDs(newPath)
 	if err != nil {
+		return nil, err
+	}
+	if err := errors.Join(validateEach(ctx, oldDocs, newDocs)...); err != nil {
 		return nil, err
 	}
 	var manifests []diff.Manifest
@@ -244,9 +247,8 @@ func findDoc(docs []diff.Document, name string) *diff.Document {
 	return nil
 }
 
-// readCRDs reads the CRDs of a file and validates them as the apiserver
-// would.
-func readCRDs(ctx context.Context, path string) ([]diff.Document, error) {
+// readCRDs reads the CRDs of a file.
+func readCRDs(path string) ([]diff.Document, error) {
 	docs, err := diff.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -254,10 +256,18 @@ func readCRDs(ctx context.Context, path string) ([]diff.Document, error) {
 	if len(docs) == 0 {
 		return nil, fmt.Errorf("%s: no apiextensions.k8s.io/v1 CustomResourceDefinition in the file", path)
 	}
-	if err := validate.Documents(ctx, docs); err != nil {
-		return nil, err
-	}
 	return docs, nil
+}
+
+// validateEach validates the CRDs of each file as the apiserver would
+// (a CRD twice in one file included) and returns the errors of each file
+// in order.
+func validateEach(ctx context.Context, files ...[]diff.Document) []error {
+	errs := make([]error, len(files))
+	for i, docs := range files {
+		errs[i] = validate.Documents(ctx, docs)
+	}
+	return errs
 }
 
 // readObjects reads a manifest file, or every *.yaml, *.yml and *.json file

@@ -8,6 +8,7 @@ import (
 
 	"github.com/fieldwatch/fieldwatch/crd/diff"
 	"github.com/fieldwatch/fieldwatch/crd/impact"
+	"github.com/fieldwatch/fieldwatch/crd/validate"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,8 +32,11 @@ var errObjectLimit = errors.New("object limit")
 // crdDiffCluster compares each CRD of newPath with the one the cluster
 // serves and scans the live objects of those with breaking checks.
 func crdDiffCluster(ctx context.Context, newPath string, opts crdDiffOptions) ([]*diff.Result, error) {
-	docs, err := readCRDs(ctx, newPath)
+	docs, err := readCRDs(newPath)
 	if err != nil {
+		return nil, err
+	}
+	if err := validate.Documents(ctx, docs); err != nil {
 		return nil, err
 	}
 	cfg, err := opts.kube.config()

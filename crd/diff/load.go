@@ -132,8 +132,12 @@ type Document struct {
 	// File and Line say where its document starts.
 	File string
 	Line int
-	// m is the manifest it was decoded from, to locate fields.
-	m Manifest
+	// doc, docLine and prefix are the manifest's (not its decoded
+	// Object, which would keep a second copy of the CRD alive), to
+	// locate fields.
+	doc     []byte
+	docLine int
+	prefix  []string
 }
 
 // Locate returns the line and column in File of the field at path, a
@@ -143,14 +147,14 @@ type Document struct {
 // at its parent); the document's first line and column 0 when none is
 // found.
 func (d Document) Locate(path string) (line, col int) {
-	if d.m.doc == nil {
+	if d.doc == nil {
 		return d.Line, 0
 	}
-	l, c := locateExact(d.m.doc, append(slices.Clip(d.m.prefix), splitPath(path)...))
+	l, c := locateExact(d.doc, append(slices.Clip(d.prefix), splitPath(path)...))
 	if l == 0 {
 		return d.Line, 0
 	}
-	return d.m.docLine + l - 1, c
+	return d.docLine + l - 1, c
 }
 
 // locateExact returns the line and column (1-based, inside doc) of the
@@ -214,7 +218,7 @@ func Parse(name string, data []byte) ([]Document, error) {
 			errs = append(errs, err)
 			continue
 		}
-		out = append(out, Document{CRD: crd, File: m.File, Line: m.Line, m: m})
+		out = append(out, Document{CRD: crd, File: m.File, Line: m.Line, doc: m.doc, docLine: m.docLine, prefix: m.prefix})
 	}
 	return out, errors.Join(errs...)
 }

@@ -29,11 +29,18 @@ func CRD(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition) fie
 
 // Documents validates the CRDs of docs (CRD) and refuses a CRD name that
 // appears twice. Each error is a *diff.Error at the field it is about.
+//
+// Compiling the CEL rules takes most of the validation's time, about a
+// millisecond a rule (BenchmarkCRD), as it does the apiserver's.
 func Documents(ctx context.Context, docs []diff.Document) error {
+	found := make([]field.ErrorList, len(docs))
+	for i, d := range docs {
+		found[i] = CRD(ctx, d.CRD)
+	}
 	var errs []error
 	first := map[string]diff.Document{}
-	for _, d := range docs {
-		for _, e := range CRD(ctx, d.CRD) {
+	for i, d := range docs {
+		for _, e := range found[i] {
 			path := versionPath(d.CRD, e.Field)
 			fe := &diff.Error{File: d.File, Path: path, Msg: e.ErrorBody()}
 			fe.Line, fe.Col = d.Locate(path)
