@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
@@ -123,6 +124,58 @@ func TestCRDDiffCluster(t *testing.T) {
 	code, stdout, stderr = runCLI(t, "crd-diff", "--cluster", newFile, "--kubeconfig", kubeconfig, "--crd-impact-max-objects", "2")
 	if code != 1 || !strings.Contains(stdout, "impact incomplete: stopped after 2 objects (--crd-impact-max-objects): the counts are lower bounds") {
 		t.Errorf("with a limit: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+
+	// The RBAC the README documents is enough: get on the CRDs, list on
+	// the custom resources. Without list the impact says why it is
+	// missing, and the comparison still decides the exit code.
+	roles := `apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: crd-diff-ci}
+rules:
+  - {apiGroups: [apiextensions.k8s.io], resources: [customresourcedefinitions], verbs: [get]}
+  - {apiGroups: [` + group + `], resources: [things], verbs: [list]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: crd-diff-get-only}
+rules:
+  - {apiGroups: [apiextensions.k8s.io], resources: [customresourcedefinitions], verbs: [get]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: crd-diff-ci}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: crd-diff-ci}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: crd-diff-ci}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: crd-diff-get-only}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: crd-diff-get-only}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: crd-diff-get-only}]
+`
+	apply(t, env, roles)
+	for _, user := range []struct{ name, want string }{
+		{"crd-diff-ci", "things.cluster.crddiff.example.com: 4 breaking, 1 safe; 4 object(s) checked"},
+		{"crd-diff-get-only", `impact incomplete: list things.v1.cluster.crddiff.example.com: things.cluster.crddiff.example.com is forbidden: User "crd-diff-get-only" cannot list resource "things"`},
+	} {
+		kc, _, err := env.UserKubeconfig(user.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := writeFile(t, "kubeconfig", string(kc))
+		var last string
+		ok := false
+		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && !ok; {
+			code, stdout, stderr := runCLI(t, "crd-diff", "--cluster", newFile, "--kubeconfig", path)
+			last = fmt.Sprintf("exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+			if ok = code == 1 && strings.Contains(stdout, user.want); !ok {
+				time.Sleep(200 * time.Millisecond) // RBAC caches catch up; nothing to poll but the command itself
+			}
+		}
+		if !ok {
+			t.Errorf("as %s, want %q in the output; last run: %s", user.name, user.want, last)
+		}
 	}
 
 	// The NEW file is validated as for two files.
