@@ -106,10 +106,11 @@ bench: controlplane build ## fieldwatch vs a bare informer on a local control pl
 	$(GO) run ./hack/bench $(BENCH_FLAGS)
 
 .PHONY: bench-go
-bench-go: controlplane ## the go test benchmarks of watcher, internal/app, rules, action and internal/audit
+bench-go: controlplane ## the go test benchmarks of watcher, internal/app, rules, action, internal/audit, crd/... and crd-diff
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./watcher
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./internal/app
-	$(GO) test -run '^$$' -bench . ./rules ./action ./internal/audit
+	$(GO) test -run '^$$' -bench . ./rules ./action ./internal/audit ./crd/...
+	$(GO) test -run '^$$' -bench CRDDiff -benchtime 1x ./cmd/fieldwatch
 
 .PHONY: demo
 demo: controlplane build ## run fieldwatch on a local control plane and show what fires
