@@ -136,8 +136,8 @@
 // with Check.Against set to the other version and only the breaking and
 // unknown ones reported, between: every pair of served versions of the
 // new CRD, older against newer in Kubernetes version order (only what the
-// old CRD did not already have: a pair it also served unconverted with
-// the same difference is not reported again); on a storage switch, each
+// old CRD did not already have: a difference it also had between two
+// versions it served unconverted is not reported again); on a storage switch, each
 // version objects are stored at (the old status.storedVersions, else the
 // old storage version) against the new storage version; on a change from
 // Webhook to None, each version objects are stored at and no longer

@@ -29,9 +29,9 @@ import (
 //
 // Only breaking and unknown checks are reported (a loosening between two
 // versions breaks nothing), with Against set to the other version, and
-// only what was not already so in the old CRD: a pair of served versions
-// the old CRD also served unconverted, with the same difference, is not
-// reported again.
+// only what was not already so in the old CRD: a difference between two
+// versions it also served unconverted (the same check, field and values,
+// whichever the versions) is not reported again.
 
 // cross collects the checks between versions of one comparison.
 type cross struct {
@@ -148,15 +148,23 @@ func (x *cross) compareServed() {
 	}
 	before := map[string]bool{}
 	for _, c := range x.servedPairs(x.old) {
-		before[c.key()] = true
+		before[c.difference()] = true
 	}
 	var fresh []Check
 	for _, c := range checks {
-		if !before[c.key()] {
+		if !before[c.difference()] {
 			fresh = append(fresh, c)
 		}
 	}
 	x.keep(fresh)
+}
+
+// difference is a check between versions without the versions: the old
+// CRD already served two versions that differed this way when it had a
+// check of the same difference (a version added with the schema of one
+// already served is not a new difference).
+func (c Check) difference() string {
+	return strings.Join([]string{c.Check, c.Path, c.Field, string(mustJSON(c.Old)), string(mustJSON(c.New))}, "\x00")
 }
 
 // compareStorage reports a storage version switch: safe, unless the new

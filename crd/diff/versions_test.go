@@ -92,6 +92,26 @@ func TestCompareBetweenVersions(t *testing.T) {
 			},
 		},
 		{
+			name: "a version added with the schema of one already served brings no new difference",
+			old: func(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
+				return versionsCRD(t, "None", nil, ver{"v1", true, true, colors}, ver{"v2", true, false, red})
+			},
+			new: func(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
+				return versionsCRD(t, "None", nil, ver{"v1", true, true, colors}, ver{"v2", true, false, red}, ver{"v3", true, false, red})
+			},
+			want: []string{"version-added safe  /spec/versions/2"},
+		},
+		{
+			name: "a version served again whose schema another served version tightens",
+			old: func(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
+				return versionsCRD(t, "None", nil, ver{"v1", false, false, colors}, ver{"v2", true, true, red})
+			},
+			new: func(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
+				return versionsCRD(t, "None", nil, ver{"v1", true, false, colors}, ver{"v2", true, true, red})
+			},
+			want: []string{"version-served safe  /spec/versions/0/served", "enum-values-removed breaking spec.color /properties/spec/properties/color/enum v2<-v1"},
+		},
+		{
 			name: "served versions with a conversion webhook are converted, not compared",
 			old: func(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
 				return versionsCRD(t, "Webhook", nil, ver{"v1", true, true, colors})
