@@ -86,3 +86,28 @@ func TestParsePolicyErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicyApply applies a policy to a Result computed without it, as
+// rules do with the comparison and impact the pipeline computed: the
+// impact of a check made safe goes, the others' stays, r is unchanged.
+func TestPolicyApply(t *testing.T) {
+	r := &Result{CRD: "widgets.example.com"}
+	r.add(Check{Version: "v1", Path: "/properties/spec/properties/color/enum", Field: "spec.color", Check: "enum-values-removed", Severity: Breaking})
+	r.add(Check{Version: "v1", Path: "/properties/spec/properties/size/maximum", Field: "spec.size", Check: "maximum-added", Severity: Breaking})
+	r.Impact = []Impact{
+		{Check: "enum-values-removed", Version: "v1", Path: "/properties/spec/properties/color/enum", Field: "spec.color", Effect: Rejected, Count: 2},
+		{Check: "maximum-added", Version: "v1", Path: "/properties/spec/properties/size/maximum", Field: "spec.size", Effect: Rejected, Count: 1},
+		{Check: "invalid", Version: "v1", Effect: Rejected, Count: 1},
+	}
+	p, err := ParsePolicy("p.yaml", []byte("checks: {enum-values-removed: safe}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := p.Apply(r)
+	if out.Breaking != 1 || out.Safe != 1 || len(out.Impact) != 2 || out.Impact[0].Check != "maximum-added" || out.Impact[1].Check != "invalid" {
+		t.Errorf("applied: breaking %d safe %d impact %+v", out.Breaking, out.Safe, out.Impact)
+	}
+	if r.Breaking != 2 || len(r.Impact) != 3 || r.Checks[0].Severity != Breaking {
+		t.Errorf("Apply changed its input: %+v", r)
+	}
+}
