@@ -75,7 +75,7 @@ examples: build ## run every example's cases through `fieldwatch test`
 	done
 
 # FUZZ_TARGETS are package:Fuzz pairs; go test -fuzz takes one at a time.
-FUZZ_TARGETS := ./rules:FuzzLoad ./rules:FuzzCompilePath ./internal/fieldpath:FuzzParse ./rules:FuzzAppendJSON ./rules:FuzzRedaction ./rules:FuzzChangesApply ./internal/yamlstrict:FuzzUnmarshal ./action:FuzzParseRetryAfter ./action:FuzzVerifySignature ./crd/diff:FuzzCompare ./crd/diff:FuzzParse ./internal/audit:FuzzDecodeEventList
+FUZZ_TARGETS := ./rules:FuzzLoad ./rules:FuzzCompilePath ./internal/fieldpath:FuzzParse ./rules:FuzzAppendJSON ./rules:FuzzRedaction ./rules:FuzzChangesApply ./internal/yamlstrict:FuzzUnmarshal ./action:FuzzParseRetryAfter ./action:FuzzVerifySignature ./crd/diff:FuzzCompare ./crd/diff:FuzzParse ./crd/validate:FuzzValidate ./internal/audit:FuzzDecodeEventList
 
 .PHONY: fuzz-short
 fuzz-short: ## run every fuzz target briefly (FUZZ_TIME executions, default 5000x; FUZZ_MINIMIZE per new input)
@@ -106,10 +106,11 @@ bench: controlplane build ## fieldwatch vs a bare informer on a local control pl
 	$(GO) run ./hack/bench $(BENCH_FLAGS)
 
 .PHONY: bench-go
-bench-go: controlplane ## the go test benchmarks of watcher, internal/app, rules, action and internal/audit
+bench-go: controlplane ## the go test benchmarks of watcher, internal/app, rules, action, internal/audit, crd/... and crd-diff
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./watcher
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./internal/app
-	$(GO) test -run '^$$' -bench . ./rules ./action ./internal/audit
+	$(GO) test -run '^$$' -bench . ./rules ./action ./internal/audit ./crd/...
+	$(GO) test -run '^$$' -bench CRDDiff -benchtime 1x ./cmd/fieldwatch
 
 .PHONY: demo
 demo: controlplane build ## run fieldwatch on a local control plane and show what fires

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"errors"
 	"fmt"
 	"path"
 	"regexp"
@@ -9,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/crd/diff"
 	"github.com/fieldwatch/fieldwatch/fileerr"
 	"github.com/fieldwatch/fieldwatch/internal/fieldpath"
 )
@@ -110,6 +112,18 @@ func (c *compiler) rule(rs *RuleSpec, p string) *Rule {
 		r.crd = crdImpact
 	case rs.CRD != nil || (r.when != nil && r.when.usesCRD):
 		r.crd = crdCompare
+	}
+	if rs.CRD != nil && rs.CRD.Policy != nil && crdOnly {
+		pol, err := rs.CRD.Policy.Compile()
+		for _, e := range unjoinErrors(err) {
+			var pe diff.PolicyError
+			if errors.As(e, &pe) {
+				c.errorf(p+".crd.policy."+pe.Path, "%s", pe.Msg)
+			} else {
+				c.errorf(p+".crd.policy", "%v", e)
+			}
+		}
+		r.crdPolicy = pol
 	}
 	if len(rs.Actions) == 0 {
 		c.errorf(p+".actions", "at least one action is required")
@@ -305,4 +319,15 @@ func (c *compiler) when(src, p string, withCRD bool) *celExpr {
 		c.errs = append(c.errs, &fileerr.Error{Path: p, Msg: "CEL: " + is.msg, ExprLine: is.line, ExprCol: is.col})
 	}
 	return x
+}
+
+// unjoinErrors returns the errors an errors.Join holds; none for nil.
+func unjoinErrors(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }

@@ -32,7 +32,14 @@ type crdState struct {
 	done  bool
 	base  *diff.Result
 	err   error
-	views [2]*crdView
+	views map[crdViewKey]*crdView
+}
+
+// crdViewKey is one kind of rule's view: with or without the impact,
+// under a crd block's policy or the default (nil).
+type crdViewKey struct {
+	impact bool
+	policy *diff.Policy
 }
 
 // crdView is the comparison as one kind of rule sees it: its payload JSON
@@ -48,24 +55,36 @@ type crdView struct {
 var errNoImpact = errors.New("the impact was not computed: no custom resources were given")
 
 // crdView returns the comparison of st's change as rules with (impact) or
-// without the impact see it.
-func (st *evalState) crdView(impact bool) (*crdView, error) {
+// without the impact, under policy (nil: the default), see it.
+func (st *evalState) crdView(impact bool, policy *diff.Policy) (*crdView, error) {
 	cs := &st.crd
 	if !cs.done {
 		cs.done = true
-		cs.base, cs.err = compareCRD(st.c)
+		cs.base, cs.err = compareCRD(st.c, nil)
 	}
 	if cs.err != nil {
 		return nil, cs.err
 	}
-	i := 0
-	if impact {
-		i = 1
-	}
-	if v := cs.views[i]; v != nil {
+	key := crdViewKey{impact: impact, policy: policy}
+	if v := cs.views[key]; v != nil {
 		return v, nil
 	}
 	res := cs.base
+	if policy != nil {
+		applied := policy.Apply(res)
+		if policy.NeedsCompare() {
+			// The policy compares more (descriptions, served versions
+			// with a webhook): compare again, and keep the impact the
+			// caller computed for the default comparison.
+			again, err := compareCRD(&Change{Type: st.c.Type, Old: st.c.Old, New: st.c.New}, policy)
+			if err != nil {
+				return nil, err
+			}
+			again.Impact, again.Scanned, again.ImpactError = applied.Impact, applied.Scanned, applied.ImpactError
+			applied = again
+		}
+		res = applied
+	}
 	switch {
 	case !impact:
 		cp := *res
@@ -81,7 +100,10 @@ func (st *evalState) crdView(impact bool) (*crdView, error) {
 		return nil, fmt.Errorf("encode: %w", err)
 	}
 	v := &crdView{res: res, json: b}
-	cs.views[i] = v
+	if cs.views == nil {
+		cs.views = map[crdViewKey]*crdView{}
+	}
+	cs.views[key] = v
 	return v, nil
 }
 
@@ -100,7 +122,7 @@ func (v *crdView) celValue() (ref.Val, error) {
 // compareCRD compares the CRDs of a change: c.CRD when the caller computed
 // it, else the comparison of the two objects of an update, crd-added for
 // a creation and crd-removed for a deletion.
-func compareCRD(c *Change) (*diff.Result, error) {
+func compareCRD(c *Change, policy *diff.Policy) (*diff.Result, error) {
 	if c.CRD != nil {
 		return c.CRD, nil
 	}
@@ -111,13 +133,13 @@ func compareCRD(c *Change) (*diff.Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		return diff.Added(crd), nil
+		return policy.Apply(diff.Added(crd)), nil
 	case change.Deleted:
 		crd, err := diff.FromMap(old)
 		if err != nil {
 			return nil, err
 		}
-		return diff.Removed(crd), nil
+		return policy.Apply(diff.Removed(crd)), nil
 	}
 	oldCRD, err := diff.FromMap(old)
 	if err != nil {
@@ -127,7 +149,7 @@ func compareCRD(c *Change) (*diff.Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new object: %w", err)
 	}
-	return diff.Compare(oldCRD, newCRD), nil
+	return diff.CompareWith(oldCRD, newCRD, policy), nil
 }
 
 // WantsCRDImpact reports whether a rule that may fire on c asks for the

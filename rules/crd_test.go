@@ -235,10 +235,10 @@ func TestCRDComparedOnce(t *testing.T) {
 		if _, fired, err := r.eval(&st); err != nil || !fired {
 			t.Fatalf("rule %s: fired %v, %v", r.Name, fired, err)
 		}
-		views = append(views, st.crd.views[0])
+		views = append(views, st.crd.views[crdViewKey{}])
 	}
-	if views[0] == nil || views[0] != views[1] || views[1] != views[2] || st.crd.views[1] != nil {
-		t.Errorf("views %p, impact view %p: want one shared view", views, st.crd.views[1])
+	if impact := st.crd.views[crdViewKey{impact: true}]; views[0] == nil || views[0] != views[1] || views[1] != views[2] || impact != nil {
+		t.Errorf("views %p, impact view %p: want one shared view", views, impact)
 	}
 }
 
@@ -371,5 +371,41 @@ func TestCRDPayloadKeys(t *testing.T) {
 	want := []string{"id", "time", "rule", "type", "resource", "namespace", "name", "uid", "resourceVersion", "changes", "actor", "crd", "object", "oldObject"}
 	if got := topKeys(t, firings[0].Payload); !slices.Equal(got, want) {
 		t.Errorf("payload keys %v, want %v", got, want)
+	}
+}
+
+// TestCRDPolicy runs one CRD update through rules whose crd blocks carry
+// policies: fieldwatch's checks map and crdify's configuration, beside
+// the default; and refuses a policy with an unknown check where it is.
+func TestCRDPolicy(t *testing.T) {
+	src := "rules:\n" +
+		"  - name: default\n" + crdMatch + logAction + "    crd: {}\n" +
+		"  - name: relaxed\n" + crdMatch + logAction + "    crd: {policy: {checks: {enum-values-removed: safe}}}\n" +
+		"  - name: ignored\n" + crdMatch + logAction + "    crd: {policy: {checks: {enum-values-removed: ignore}}}\n" +
+		"  - name: crdify\n" + crdMatch + logAction + "    crd: {policy: {validations: [{name: enum, enforcement: Warn}]}}\n"
+	set, err := Parse("f.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := crdChange(t, change.Updated, crdWidgets(t, "1", `["red","green"]`, false), crdWidgets(t, "2", `["red"]`, false))
+	firings, errs := set.Eval(c)
+	if len(errs) > 0 || len(firings) != 4 {
+		t.Fatalf("Eval = %v, %v", firings, errs)
+	}
+	want := map[string]string{
+		"default": `"checks":[{"version":"v1","path":"/properties/spec/properties/color/enum","field":"spec.color","check":"enum-values-removed","old":["green"],"severity":"breaking"`,
+		"relaxed": `"severity":"safe"`,
+		"ignored": `"checks":[],"breaking":0,"unknown":0,"safe":0`,
+		"crdify":  `"check":"enum-values-removed","old":["green"],"severity":"safe"`,
+	}
+	for _, f := range firings {
+		if !strings.Contains(string(f.Payload), want[f.Rule.Name]) {
+			t.Errorf("rule %s payload %s does not have %s", f.Rule.Name, f.Payload, want[f.Rule.Name])
+		}
+	}
+
+	_, err = Parse("f.yaml", []byte(rule(crdMatch+logAction+"    crd:\n      policy:\n        checks: {enum-value-removed: safe}\n")))
+	if err == nil || !strings.Contains(err.Error(), "f.yaml:7:38: rules[0].crd.policy.checks.enum-value-removed: unknown check") {
+		t.Errorf("unknown check: %v", err)
 	}
 }

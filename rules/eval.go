@@ -236,7 +236,7 @@ func (r *Rule) eval(st *evalState) (ops []patchOp, fired bool, err error) {
 		}
 	}
 	if r.crd != crdNone {
-		v, err := st.crdView(r.crd == crdImpact)
+		v, err := st.crdView(r.crd == crdImpact, r.crdPolicy)
 		if err != nil {
 			return nil, false, fmt.Errorf("rule %s: crd: %w", r.Name, err)
 		}

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/crd/diff"
 	"github.com/fieldwatch/fieldwatch/fileerr"
 )
 
@@ -25,17 +26,19 @@ type Rule struct {
 	// Actions are run, each with the same payload, when the rule fires.
 	Actions []Action
 
-	on         uint8 // bit set of changeBit
-	filter     objectFilter
-	users      userFilter
-	fields     []*fieldTrigger
-	ignore     []*fieldPath
-	ignoreKey  string // the ignore paths, canonical: rules with the same share diffs
-	redact     []*fieldPath
-	noise      [][]string // noise locations this rule leaves out
-	noiseTree  *locTree   // noise as a tree, shared (read only) by the changes without ignoreFields
-	when       *celExpr
-	crd        crdMode
+	on        uint8 // bit set of changeBit
+	filter    objectFilter
+	users     userFilter
+	fields    []*fieldTrigger
+	ignore    []*fieldPath
+	ignoreKey string // the ignore paths, canonical: rules with the same share diffs
+	redact    []*fieldPath
+	noise     [][]string // noise locations this rule leaves out
+	noiseTree *locTree   // noise as a tree, shared (read only) by the changes without ignoreFields
+	when      *celExpr
+	crd       crdMode
+	// crdPolicy is the crd block's policy (nil: the default).
+	crdPolicy  *diff.Policy
 	projection change.Projection
 	nameErr    fileerr.Error // where the name is, for duplicate-name errors
 }

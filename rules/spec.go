@@ -6,6 +6,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/fieldwatch/fieldwatch/crd/diff"
 	"github.com/fieldwatch/fieldwatch/internal/yamlstrict"
 )
 
@@ -67,6 +68,10 @@ type CRDSpec struct {
 	// the custom resources of the CRDs such a rule matches, and caches
 	// them whole, so that it has them as they were before the change.
 	Impact bool `yaml:"impact,omitempty" json:"impact,omitempty"`
+	// Policy reports the checks with other severities, or not at all
+	// (diff.PolicySpec: fieldwatch's checks map or crdify's
+	// configuration); the impact is dropped for checks it makes safe.
+	Policy *diff.PolicySpec `yaml:"policy,omitempty" json:"policy,omitempty"`
 }
 
 // SelectorSpec is one entry of match.resources.

@@ -82,7 +82,7 @@ func TestCLI(t *testing.T) {
 				`crd\.yaml:5:10: rules\[0\]\.crd: only rules that match CustomResourceDefinitions only have crd.*` +
 				`crd\.yaml:5:19: rules\[0\]\.crd\.impact: must be true or false, not "yes"`},
 		{name: "test the cases of CRD changes", args: []string{"test", "-q", "--rules", repo(t, "examples/crd-definitions/rules.yaml"), repo(t, "examples/crd-definitions/cases.yaml")},
-			code: 0, stdout: `^15 of 15 cases passed`},
+			code: 0, stdout: `^16 of 16 cases passed`},
 		{name: "test passing cases", args: []string{"test", "--rules", audit, repo(t, "examples/crd-audit/cases.yaml")}, code: 0, stdout: `5 of 5 cases passed`},
 		{name: "test a failing case", args: []string{"test", "--rules", audit, failing}, code: 1, stdout: `(?s)FAIL expects a firing.*0 of 1 cases passed`},
 		{name: "test with broken rules", args: []string{"test", "--rules", bad, failing}, code: 1, stderr: `bad\.yaml:4`},

@@ -18,6 +18,13 @@ func TestCRDDiff(t *testing.T) {
 	notYAML := writeFile(t, "broken.yaml", "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nspec:\n  group: [a\n")
 	badObjects := writeFile(t, "objects.yaml", "apiVersion: example.com/v1\nkind: Widget\n---\n- just\n- a list\n")
 	notStructural := writeFile(t, "nostruct.yaml", strings.Replace(mustRead(t, new), "                color: {type: string, enum: [red, blue]}", "                color: {enum: [red, blue]}", 1))
+	noStorage := writeFile(t, "nostorage.yaml", strings.Replace(oldCRD, "storage: true", "storage: false", 1))
+	noName := writeFile(t, "noname.yaml", strings.Replace(mustRead(t, new), "name: widgets.example.com", "labels: {a: b}", 1))
+	twice := writeFile(t, "twice.yaml", oldCRD+"\n---\n"+oldCRD)
+	relaxed := writeFile(t, "relaxed.yaml", "checks:\n  enum-added: safe\n")
+	ignoreAll := writeFile(t, "ignore.yaml", "checks: {enum-added: ignore, field-removed: ignore, required-added: ignore, maximum-added: ignore}\n")
+	crdify := writeFile(t, "crdify.yaml", "validations:\n  - name: enum\n    enforcement: Warn\n  - name: description\n    enforcement: None\nconversion: Ignore\n")
+	badPolicy := writeFile(t, "bad-policy.yaml", "checks:\n  enum-value-added: breaking\n")
 	tests := []cliCase{
 		{name: "breaking changes and their impact", args: []string{"crd-diff", old, new, "--objects", objects}, code: 1,
 			stdout: `(?s)^widgets\.example\.com: 4 breaking, 1 safe; 4 object\(s\) checked\n` +
@@ -38,8 +45,7 @@ func TestCRDDiff(t *testing.T) {
 		{name: "safe change", args: []string{"crd-diff", old, shortNamesOnly}, code: 0, stdout: `1 safe\n.*\nsafe\s+names-changed`},
 		{name: "a CRD removed, another added", args: []string{"crd-diff", old, gadgets}, code: 1,
 			stdout: `(?s)widgets\.example\.com: 1 breaking.*crd-removed.*gadgets\.example\.com: 0 breaking, 1 safe.*crd-added`},
-		{name: "one file", args: []string{"crd-diff", old}, code: 2, stderr: `usage: fieldwatch crd-diff OLD\.yaml NEW\.yaml`},
-		{name: "unknown output", args: []string{"crd-diff", "-o", "xml", old, new}, code: 2, stderr: `usage:`},
+		{name: "one file", args: []string{"crd-diff", old}, code: 2, stderr: `^fieldwatch crd-diff: want two files, OLD and NEW, got 1\nusage: fieldwatch crd-diff OLD\.yaml NEW\.yaml`},
 		{name: "missing file", args: []string{"crd-diff", old, dir + "nope.yaml"}, code: 2, stderr: `nope\.yaml: no such file`},
 		{name: "no CRD in the file", args: []string{"crd-diff", old, objects + "/lab.yaml"}, code: 2, stderr: `lab\.yaml: no apiextensions\.k8s\.io/v1 CustomResourceDefinition in the file`},
 		{name: "a value of the wrong type", args: []string{"crd-diff", typeError, new}, code: 2, stderr: `type\.yaml:17:\d+: spec\.versions\.served: cannot be a string: must be bool\n$`},
@@ -48,7 +54,27 @@ func TestCRDDiff(t *testing.T) {
 		{name: "YAML syntax", args: []string{"crd-diff", notYAML, new}, code: 2, stderr: `broken\.yaml:4:\d+: did not find expected`},
 		{name: "objects that are not objects", args: []string{"crd-diff", old, new, "--objects", badObjects}, code: 2, stderr: `objects\.yaml:4:\d+: a document must be an object, not an array`},
 		{name: "a schema the apiserver would refuse", args: []string{"crd-diff", old, notStructural, "--objects", objects}, code: 2,
-			stderr: `nostruct\.yaml:\d+: widgets\.example\.com: version v1: schema is not structural: .*properties\[spec\]\.properties\[color\]\.type: Required value`},
+			stderr: `^\S*nostruct\.yaml:36:17: spec\.versions\[0\]\.schema\.openAPIV3Schema\.properties\[spec\]\.properties\[color\]\.type: Required value: must not be empty for specified object fields\n$`},
+		{name: "no storage version", args: []string{"crd-diff", noStorage, new}, code: 2,
+			stderr: `nostorage\.yaml:\d+:\d+: spec\.versions: Invalid value: .*must have exactly one version marked as storage version`},
+		{name: "no metadata.name", args: []string{"crd-diff", old, noName}, code: 2, stderr: `noname\.yaml:\d+:\d+: metadata\.name: Required value`},
+		{name: "the same CRD twice", args: []string{"crd-diff", twice, new}, code: 2,
+			stderr: `twice\.yaml:\d+:\d+: metadata\.name: CustomResourceDefinition widgets\.example\.com appears twice \(first at \S*twice\.yaml:1\)`},
+		{name: "an extra argument", args: []string{"crd-diff", old, new, "extra.yaml"}, code: 2,
+			stderr: `^fieldwatch crd-diff: unexpected argument "extra\.yaml": want two files, OLD and NEW\nusage:`},
+		{name: "unknown output says what is wrong", args: []string{"crd-diff", "-o", "xml", old, new}, code: 2,
+			stderr: `^fieldwatch crd-diff: -o must be table or json, not "xml"\nusage:`},
+		{name: "--cluster with two files", args: []string{"crd-diff", "--cluster", old, new}, code: 2,
+			stderr: `^fieldwatch crd-diff: unexpected argument ".*new\.yaml": want one file, NEW, with --cluster`},
+		{name: "--cluster with --objects", args: []string{"crd-diff", "--cluster", new, "--objects", objects}, code: 2, stderr: `--objects and --cluster do not go together`},
+		{name: "a policy makes a breaking check safe", args: []string{"crd-diff", old, new, "--policy", relaxed}, code: 1,
+			stdout: `^widgets\.example\.com: 3 breaking, 2 safe\n(?s:.*)safe\s+enum-added\s+v1\s+spec\.color`},
+		{name: "a policy ignores every breaking check", args: []string{"crd-diff", old, new, "--policy", ignoreAll}, code: 0,
+			stdout: `^widgets\.example\.com: 0 breaking, 1 safe\n`},
+		{name: "a crdify configuration: enum Warn", args: []string{"crd-diff", old, new, "--policy", crdify}, code: 1,
+			stdout: `safe\s+enum-added\s+v1\s+spec\.color`},
+		{name: "a policy with an unknown check", args: []string{"crd-diff", old, new, "--policy", badPolicy}, code: 2,
+			stderr: `^\S*bad-policy\.yaml:2:21: checks\.enum-value-added: unknown check`},
 	}
 	runCLICases(t, tests)
 }

@@ -35,7 +35,7 @@ func commands() []command {
 		{"test", "--rules FILE CASES...", "evaluate offline cases (old/new objects) and check what fires", testCmd},
 		{"api-resources", "[flags]", "list what discovery sees, CRD-backed resources marked", apiResourcesCmd},
 		{"rbac", "--rules FILE [flags]", "print the least-privilege RBAC for these rules", rbacCmd},
-		{"crd-diff", "OLD NEW [--objects DIR]", "compare two versions of CRDs; breaking changes and the objects they hit", crdDiffCmd},
+		{"crd-diff", "OLD NEW [--objects DIR] | --cluster NEW", "compare two versions of CRDs, or NEW with the cluster; breaking changes and the objects they hit", crdDiffCmd},
 		{"version", "", "print the version", versionCmd},
 	}
 }

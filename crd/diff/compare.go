@@ -18,8 +18,17 @@ import (
 // it is empty (a CRD read from a manifest rather than from the cluster),
 // the old storage version is taken as the one stored version.
 //
-// The cost is linear in the size of the two CRDs.
+// The cost is linear in the size of the two CRDs (times the number of
+// pairs of served versions when the new CRD serves several without
+// conversion).
 func Compare(old, new *apiextensionsv1.CustomResourceDefinition) *Result {
+	return CompareWith(old, new, nil)
+}
+
+// CompareWith is Compare under a Policy: the checks it names are
+// reported with the severity it gives them, or not at all. A nil policy
+// is the default, Compare's.
+func CompareWith(old, new *apiextensionsv1.CustomResourceDefinition, p *Policy) *Result {
 	r := &Result{CRD: new.Name, Checks: []Check{}, Impact: []Impact{}}
 	if r.CRD == "" {
 		r.CRD = old.Name
@@ -36,9 +45,15 @@ func Compare(old, new *apiextensionsv1.CustomResourceDefinition) *Result {
 		r.add(c)
 	}
 	compareStoredVersions(r, old, new)
-	compareStorage(r, old, new)
-	compareConversion(r, old.Spec.Conversion, new.Spec.Conversion)
-	compareVersions(r, old, new)
+	x := newCross(old, new, p)
+	compareStorage(r, x, old, new)
+	compareConversion(r, x, old, new)
+	compareVersions(r, old, new, p)
+	x.compareServed()
+	for _, c := range x.checks {
+		r.add(c)
+	}
+	p.apply(r)
 	return r
 }
 
@@ -108,7 +123,7 @@ func compareStoredVersions(r *Result, old, new *apiextensionsv1.CustomResourceDe
 	}
 }
 
-func compareVersions(r *Result, old, new *apiextensionsv1.CustomResourceDefinition) {
+func compareVersions(r *Result, old, new *apiextensionsv1.CustomResourceDefinition, p *Policy) {
 	stored := storedVersions(old)
 	for i := range old.Spec.Versions {
 		ov := &old.Spec.Versions[i]
@@ -139,25 +154,9 @@ func compareVersions(r *Result, old, new *apiextensionsv1.CustomResourceDefiniti
 			continue
 		}
 		if ov.Served && nv.Served {
-			compareVersion(r, ov, nv, j)
+			compareVersion(r, ov, nv, j, p)
 		}
 	}
-}
-
-func compareStorage(r *Result, old, new *apiextensionsv1.CustomResourceDefinition) {
-	os, ns := storageVersion(old), storageVersion(new)
-	if os == ns || os == "" || ns == "" {
-		return
-	}
-	_, nv := findVersion(new, ns)
-	c := Check{Version: ns, Path: "/spec/versions", Check: "storage-version-changed", Old: os, New: ns, Severity: Safe,
-		Message: fmt.Sprintf("storage version changed from %s to %s: objects move to %s as they are written; %s stays in status.storedVersions until a storage migration rewrites every object", os, ns, ns, os)}
-	_, ov := findVersion(old, os)
-	if (new.Spec.Conversion == nil || new.Spec.Conversion.Strategy == apiextensionsv1.NoneConverter) && !sameSchema(versionSchema(ov), versionSchema(nv)) {
-		c.Severity = Unknown
-		c.Message = fmt.Sprintf("storage version changed from %s to %s with conversion None and different schemas: objects written at %s lose what %s's schema does not have", os, ns, ns, ns)
-	}
-	r.add(c)
 }
 
 func versionSchema(v *apiextensionsv1.CustomResourceDefinitionVersion) *apiextensionsv1.JSONSchemaProps {
@@ -167,7 +166,8 @@ func versionSchema(v *apiextensionsv1.CustomResourceDefinitionVersion) *apiexten
 	return v.Schema.OpenAPIV3Schema
 }
 
-func compareConversion(r *Result, old, new *apiextensionsv1.CustomResourceConversion) {
+func compareConversion(r *Result, x *cross, oldCRD, newCRD *apiextensionsv1.CustomResourceDefinition) {
+	old, new := oldCRD.Spec.Conversion, newCRD.Spec.Conversion
 	strategy := func(c *apiextensionsv1.CustomResourceConversion) string {
 		if c == nil || c.Strategy == "" {
 			return string(apiextensionsv1.NoneConverter)
@@ -175,8 +175,9 @@ func compareConversion(r *Result, old, new *apiextensionsv1.CustomResourceConver
 		return string(c.Strategy)
 	}
 	if os, ns := strategy(old), strategy(new); os != ns {
-		r.add(Check{Path: "/spec/conversion/strategy", Check: "conversion-changed", Old: os, New: ns, Severity: Unknown,
-			Message: fmt.Sprintf("conversion strategy changed from %s to %s: how objects convert between versions changes", os, ns)})
+		c := Check{Path: "/spec/conversion/strategy", Check: "conversion-changed", Old: os, New: ns}
+		c.Severity, c.Message = x.strategyChange(os, ns)
+		r.add(c)
 		return
 	}
 	if strategy(new) != string(apiextensionsv1.WebhookConverter) || old.Webhook == nil || new.Webhook == nil {
@@ -221,7 +222,7 @@ func anyStrings(s []string) []any {
 
 // compareVersion compares one version both CRDs serve; j is its index in
 // the new CRD.
-func compareVersion(r *Result, ov, nv *apiextensionsv1.CustomResourceDefinitionVersion, j int) {
+func compareVersion(r *Result, ov, nv *apiextensionsv1.CustomResourceDefinitionVersion, j int, p *Policy) {
 	base := "/spec/versions/" + strconv.Itoa(j)
 	if !ov.Deprecated && nv.Deprecated {
 		r.add(Check{Version: nv.Name, Path: base + "/deprecated", Check: "version-deprecated", Old: false, New: true, Severity: Safe,
@@ -240,7 +241,7 @@ func compareVersion(r *Result, ov, nv *apiextensionsv1.CustomResourceDefinitionV
 		r.add(Check{Version: nv.Name, Path: base + "/schema", Check: "schema-changed", Severity: Unknown,
 			Message: "the version's schema was added or removed"})
 	default:
-		w := walker{r: r, version: nv.Name}
+		w := walker{r: r, version: nv.Name, descriptions: p.descriptions()}
 		w.compare("", "", os, ns, false)
 	}
 }

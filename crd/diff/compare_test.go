@@ -62,6 +62,9 @@ func summary(r *Result) []string {
 	out := make([]string, len(r.Checks))
 	for i, c := range r.Checks {
 		out[i] = fmt.Sprintf("%s %s %s %s", c.Check, c.Severity, c.Field, c.Path)
+		if c.Against != "" {
+			out[i] += " " + c.Version + "<-" + c.Against
+		}
 	}
 	return out
 }
@@ -333,7 +336,8 @@ status:
 		{name: "storage switched to a different schema without conversion", edit: func(_, n *apiextensionsv1.CustomResourceDefinition) {
 			n.Spec.Versions[0].Storage, n.Spec.Versions[1].Storage = false, true
 			delete(n.Spec.Versions[1].Schema.OpenAPIV3Schema.Properties["spec"].Properties, "color")
-		}, want: []string{"storage-version-changed unknown  /spec/versions", "field-removed breaking spec.color /properties/spec/properties/color"}},
+		}, want: []string{"storage-version-changed breaking  /spec/versions", "field-removed breaking spec.color /properties/spec/properties/color",
+			"field-removed breaking spec.color /properties/spec/properties/color v2<-v1"}},
 		{name: "conversion strategy", edit: func(_, n *apiextensionsv1.CustomResourceDefinition) {
 			url := "https://conv.example.com"
 			n.Spec.Conversion = &apiextensionsv1.CustomResourceConversion{Strategy: apiextensionsv1.WebhookConverter,
@@ -358,7 +362,7 @@ status:
 			"printer-columns-changed safe  /spec/versions/0/additionalPrinterColumns"}},
 		{name: "versions compared one by one", edit: func(_, n *apiextensionsv1.CustomResourceDefinition) {
 			delete(n.Spec.Versions[1].Schema.OpenAPIV3Schema.Properties["spec"].Properties, "size")
-		}, want: []string{"field-removed breaking spec.size /properties/spec/properties/size"}},
+		}, want: []string{"field-removed breaking spec.size /properties/spec/properties/size", "field-removed breaking spec.size /properties/spec/properties/size v2<-v1"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -38,11 +38,16 @@
 //	                                        old storage version when the status is empty)
 //	                                        is not in the new spec.versions: the apiserver
 //	                                        refuses the update
-//	storage-version-changed       safe      the storage version switched; unknown when the
-//	                                        conversion is None and the two versions' schemas
-//	                                        differ (objects written lose what the new one lacks)
-//	conversion-changed            unknown   conversion strategy, webhook endpoint or
-//	                                        ConversionReview versions changed
+//	storage-version-changed       safe      the storage version switched; breaking or unknown
+//	                                        with conversion None when the schema of a version
+//	                                        objects are stored at has what the new storage
+//	                                        version's drops or tightens (see below)
+//	conversion-changed            unknown   webhook endpoint or ConversionReview versions
+//	                                        changed; a strategy change by what it does:
+//	                                        None -> Webhook safe while one version is served and
+//	                                        stored, else unknown; Webhook -> None safe when one
+//	                                        version is served and stored or their schemas are the
+//	                                        same, else unknown
 //	conversion-ca-bundle-changed  safe      only the webhook's CA bundle changed
 //	served-version-removed        breaking  a served version was removed or is no longer served
 //	version-removed               safe      a version neither served nor stored was removed
@@ -90,7 +95,9 @@
 //	                                        accepts every value the old one did is not decided)
 //	pattern-removed, format-removed  safe
 //	nullable-removed              breaking
-//	nullable-added                safe
+//	nullable-added                safe      breaking when the field has a default: an explicit
+//	                                        null then stays null instead of being defaulted
+//	description-changed           safe      only under a Policy that compares descriptions
 //	preserve-unknown-fields-removed  breaking  unknown fields are now pruned
 //	preserve-unknown-fields-added    safe
 //	embedded-resource-added       breaking  x-kubernetes-embedded-resource
@@ -122,7 +129,34 @@
 // side has is compared with an empty schema, so that its constraints show
 // as added or removed.
 //
+// # Between versions
+//
+// With conversion None the apiserver serves one stored object at every
+// served version as it is and rewrites it at the storage version, pruned
+// to its schema, on the next write. So the schema checks above also run,
+// with Check.Against set to the other version and only the breaking and
+// unknown ones reported, between: every pair of served versions of the
+// new CRD, older against newer in Kubernetes version order (only what the
+// old CRD did not already have: a difference it also had between two
+// versions it served unconverted is not reported again); on a storage switch, each
+// version objects are stored at (the old status.storedVersions, else the
+// old storage version) against the new storage version; on a change from
+// Webhook to None, each version objects are stored at and no longer
+// served against each served version.
+//
+// # Policy
+//
+// CompareWith reports the checks under a Policy: another severity, or not
+// at all (PolicySpec reads fieldwatch's checks map and the reference
+// checker's, kubernetes-sigs/crdify's, configuration format;
+// docs/crd-checks.md maps every check to crdify's validations).
+//
 // Checks come CRD-wide first, then per version in the new CRD's version
-// order, each schema depth first with properties in name order: the same
-// inputs always give the same Result.
+// order, each schema depth first with properties in name order, then the
+// checks between versions: the same inputs always give the same Result.
+//
+// The input CRDs are not validated here: a CRD kube-apiserver would refuse
+// gives a Result that may mean little. Package crd/validate runs the
+// apiserver's own validation (it imports k8s.io/apiserver, which this
+// package must not).
 package diff

@@ -2,6 +2,7 @@ package diff
 
 import (
 	"encoding/json"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -42,11 +43,27 @@ func FuzzCompare(f *testing.F) {
 		if _, err := r.Value(); err != nil {
 			t.Fatalf("value: %v", err)
 		}
-		for _, crd := range []*apiextensionsv1.CustomResourceDefinition{old, new} {
-			if self := Compare(crd, crd.DeepCopy()); len(self.Checks) != 0 {
-				t.Fatalf("self comparison reports %+v", self.Checks)
+		for _, c := range r.Checks {
+			if !slices.Contains(CheckNames, c.Check) {
+				t.Fatalf("check %q is not in CheckNames", c.Check)
 			}
 		}
+		// Two served versions without conversion, a's schema and b's:
+		// compared with itself, their differences were already so.
+		two := old.DeepCopy()
+		v2 := *new.Spec.Versions[0].DeepCopy()
+		v2.Name, v2.Storage = "v2", false
+		two.Spec.Versions = append(two.Spec.Versions, v2)
+		crdify := &Policy{Severity: map[string]Severity{"enum-values-added": Breaking}, Descriptions: true, WebhookServedVersions: true}
+		for _, crd := range []*apiextensionsv1.CustomResourceDefinition{old, new, two} {
+			for _, p := range []*Policy{nil, crdify} {
+				if self := CompareWith(crd, crd.DeepCopy(), p); len(self.Checks) != 0 {
+					t.Fatalf("self comparison reports %+v", self.Checks)
+				}
+			}
+		}
+		Compare(old, two)
+		Compare(two, new)
 	})
 }
 

@@ -158,6 +158,69 @@ type Document struct {
 	// File and Line say where its document starts.
 	File string
 	Line int
+	// doc, docLine and prefix are the manifest's (not its decoded
+	// Object, which would keep a second copy of the CRD alive), to
+	// locate fields.
+	doc     []byte
+	docLine int
+	prefix  []string
+}
+
+// Locate returns the line and column in File of the field at path, a
+// field path as the apiserver's validation reports it
+// (spec.versions[0].schema.openAPIV3Schema.properties[spec].type), or of
+// the closest enclosing field the file has (a missing field is reported
+// at its parent); the document's first line and column 0 when none is
+// found.
+func (d Document) Locate(path string) (line, col int) {
+	if d.doc == nil {
+		return d.Line, 0
+	}
+	l, c := locateExact(d.doc, append(slices.Clip(d.prefix), splitPath(path)...))
+	if l == 0 {
+		return d.Line, 0
+	}
+	return d.docLine + l - 1, c
+}
+
+// locateExact returns the line and column (1-based, inside doc) of the
+// node at path, matching every key exactly, or of its closest ancestor:
+// a scalar value's own position, the key's for a mapping or a list. 0, 0
+// when doc does not parse.
+func locateExact(doc []byte, path []string) (line, col int) {
+	var root yamlv3.Node
+	if yamlv3.Unmarshal(doc, &root) != nil || len(root.Content) == 0 {
+		return 0, 0
+	}
+	n := root.Content[0]
+	best := n
+	for _, seg := range path {
+		for n.Kind == yamlv3.AliasNode && n.Alias != nil {
+			n = n.Alias
+		}
+		var next *yamlv3.Node
+		switch n.Kind {
+		case yamlv3.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				if n.Content[i].Value == seg {
+					best, next = n.Content[i], n.Content[i+1]
+					if next.Kind == yamlv3.ScalarNode {
+						best = next
+					}
+					break
+				}
+			}
+		case yamlv3.SequenceNode:
+			if i, err := strconv.Atoi(seg); err == nil && i >= 0 && i < len(n.Content) {
+				best, next = n.Content[i], n.Content[i]
+			}
+		}
+		if next == nil {
+			break
+		}
+		n = next
+	}
+	return best.Line, best.Column
 }
 
 // Parse reads every apiextensions.k8s.io/v1 CustomResourceDefinition of a
@@ -197,7 +260,7 @@ func documents(ms []Manifest) ([]Document, error) {
 			errs = append(errs, err)
 			continue
 		}
-		out = append(out, Document{CRD: crd, File: m.File, Line: m.Line})
+		out = append(out, Document{CRD: crd, File: m.File, Line: m.Line, doc: m.doc, docLine: m.docLine, prefix: m.prefix})
 	}
 	return out, errors.Join(errs...)
 }

@@ -29,6 +29,12 @@ type Check struct {
 	// Version is the CRD version the check is about ("" for checks of the
 	// whole CRD: scope, names, conversion).
 	Version string `json:"version,omitempty"`
+	// Against is, for a check between two versions rather than between
+	// the old and the new CRD, the version Version is compared with: a
+	// served version of the new CRD whose objects are read at Version
+	// unconverted (conversion None), or a version objects are stored at
+	// (old values are Against's, new values Version's). "" otherwise.
+	Against string `json:"against,omitempty"`
 	// Path is a JSON pointer: inside the version's openAPIV3Schema for
 	// schema checks ("/properties/spec/properties/size"; "" is the schema
 	// root), inside the CRD for the others ("/spec/scope").

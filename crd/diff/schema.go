@@ -21,6 +21,8 @@ import (
 type walker struct {
 	r       *Result
 	version string
+	// descriptions: compare descriptions too (description-changed).
+	descriptions bool
 }
 
 // empty stands for an absent schema where one side of a composition (or
@@ -45,6 +47,9 @@ func (w *walker) compare(path, field string, o, n *apiextensionsv1.JSONSchemaPro
 		return // a changed type makes everything below meaningless
 	}
 	w.compareFlags(path, field, o, n)
+	if w.descriptions && o.Description != n.Description {
+		w.add(path+"/description", field, "description-changed", Safe, orNil(o.Description), orNil(n.Description), "%s: description changed", fieldName(field))
+	}
 	w.compareStrings(path, field, o, n)
 	w.compareEnum(path, field, o, n)
 	w.compareDefault(path, field, o, n)
@@ -144,6 +149,9 @@ func (w *walker) compareFlags(path, field string, o, n *apiextensionsv1.JSONSche
 	switch {
 	case o.Nullable && !n.Nullable:
 		w.add(path+"/nullable", field, "nullable-removed", Breaking, true, false, "%s no longer accepts null", f)
+	case !o.Nullable && n.Nullable && n.Default != nil:
+		w.add(path+"/nullable", field, "nullable-added", Breaking, false, true,
+			"%s accepts null: an explicit null now stays null instead of being defaulted to %s", f, canonical(n.Default.Raw))
 	case !o.Nullable && n.Nullable:
 		w.add(path+"/nullable", field, "nullable-added", Safe, false, true, "%s accepts null", f)
 	}

@@ -33,8 +33,14 @@
 //	          validation, kubectl's default, is rejected
 //	unserved  the object is at a version that is no longer served
 //
-// Not covered: an object is checked at the version in its apiVersion
-// only (no conversion to other versions); metadata (name, labels, ...)
+// An object is checked at the version in its apiVersion and, when the new
+// CRD does not convert (conversion None: the apiserver serves the stored
+// object at every served version as it is), at every other served
+// version too, each error attributed to the checks of the version it
+// fails at. With a conversion webhook the other versions are not checked:
+// what the webhook returns is not known here.
+//
+// Not covered: metadata (name, labels, ...)
 // and the scale subresource's paths are not validated, as no CRD change
 // affects them; with the status subresource, a create drops status, so
 // errors under status show on the next status update that changes the

@@ -423,3 +423,68 @@ func TestLiveVersions(t *testing.T) {
 		t.Errorf("drop v1 after the migration: %v", err)
 	}
 }
+
+// TestLiveServedVersions narrows an enum in v2 only, while v1 and v2 are
+// both served without conversion: the objects, written at v1, are read
+// and updated at v2 as they are. The impact must name, at each served
+// version, exactly the objects a server-side dry-run create of their
+// content at that version is rejected for.
+func TestLiveServedVersions(t *testing.T) {
+	l := newLiveEnv(t, "served.impact.example.com", true)
+	old := l.crd()
+	before := l.list("v1")
+
+	changed := old.DeepCopy()
+	s := changed.Spec.Versions[1].Schema.OpenAPIV3Schema.Properties["spec"]
+	color := s.Properties["color"]
+	color.Enum = color.Enum[2:] // blue only
+	s.Properties["color"] = color
+	changed.Spec.Versions[1].Schema.OpenAPIV3Schema.Properties["spec"] = s
+	if err := l.update(changed, false); err != nil {
+		t.Fatalf("update CRD: %v", err)
+	}
+	new := l.crd()
+	res := diff.Compare(old, new)
+	var between []string
+	for _, c := range res.Checks {
+		if c.Against != "" {
+			between = append(between, c.Check+" "+c.Version+"<-"+c.Against+" "+c.Field)
+		}
+	}
+	if want := []string{"enum-values-removed v2<-v1 spec.color"}; !slices.Equal(between, want) {
+		t.Fatalf("checks between versions %q, want %q (all: %q)", between, want, checkNames(res))
+	}
+	if err := Scan(l.ctx, new, res, slices.Values(before)); err != nil {
+		t.Fatal(err)
+	}
+	byVersion := map[string][]string{}
+	for _, im := range res.Impact {
+		for _, h := range im.Objects {
+			if !slices.Contains(byVersion[im.Version], h.Name) {
+				byVersion[im.Version] = append(byVersion[im.Version], h.Name)
+			}
+		}
+	}
+	for _, v := range []string{"v1", "v2"} {
+		sort.Strings(byVersion[v])
+		at := make([]map[string]any, len(before))
+		for i, o := range before {
+			c := (&unstructured.Unstructured{Object: o}).DeepCopy().Object
+			c["apiVersion"] = l.group + "/" + v
+			at[i] = c
+		}
+		if v == "v2" {
+			testenv.Eventually(t, 30*time.Second, "the apiserver to serve the new v2 schema", func() bool {
+				names, _ := l.rejected(at)
+				return len(names) > 0
+			})
+		}
+		rejected, why := l.rejected(at)
+		if !slices.Equal(byVersion[v], rejected) {
+			t.Errorf("at %s the impact names %v; the apiserver rejects a dry-run create of %v (%v)", v, byVersion[v], rejected, why)
+		}
+	}
+	if len(byVersion["v2"]) == 0 {
+		t.Error("no object is hit at v2")
+	}
+}

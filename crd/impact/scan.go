@@ -37,6 +37,10 @@ type Scanner struct {
 	invalid     map[string]*impact
 	scanned     int
 	skipped     int
+	// served are the served versions with a schema, in the CRD's order,
+	// when the CRD serves its objects unconverted (conversion None): an
+	// object is then checked at each.
+	served []*version
 	// afterChange: the objects were read after the change (AfterChange).
 	afterChange string
 }
@@ -87,6 +91,13 @@ func New(crd *apiextensionsv1.CustomResourceDefinition, res *diff.Result) (*Scan
 			}
 		}
 		s.versions[v.Name] = ver
+	}
+	if c := crd.Spec.Conversion; c == nil || c.Strategy == "" || c.Strategy == apiextensionsv1.NoneConverter {
+		for i := range crd.Spec.Versions {
+			if v := s.versions[crd.Spec.Versions[i].Name]; v.served && v.structural != nil {
+				s.served = append(s.served, v)
+			}
+		}
 	}
 	for i, c := range res.Checks {
 		if c.Severity == diff.Safe || c.Version == "" {
@@ -197,16 +208,37 @@ func (s *Scanner) Add(ctx context.Context, obj map[string]any) error {
 		} else {
 			s.hitInvalid(ver, diff.Hit{Namespace: ns, Name: name, Field: "apiVersion", Error: fmt.Sprintf("version %s is not served", ver)})
 		}
-		return nil
+	} else if v.structural != nil {
+		if err := s.check(ctx, v, obj, ns, name); err != nil {
+			return err
+		}
 	}
-	if v.structural == nil {
-		return nil // no schema: nothing is validated
+	// Without conversion the object is read at every served version as
+	// it is: check it at the others too.
+	for _, w := range s.served {
+		if w == v {
+			continue
+		}
+		if err := s.check(ctx, w, obj, ns, name); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// check runs one object through the create path at version v and
+// records what fails.
+func (s *Scanner) check(ctx context.Context, v *version, obj map[string]any, ns, name string) error {
 	copied, err := deepCopy(obj)
 	if err != nil {
 		return fmt.Errorf("%s: %w", diff.Hit{Namespace: ns, Name: name}, err)
 	}
 	u := copied.(map[string]any)
+	if s.group == "" {
+		u["apiVersion"] = v.name
+	} else {
+		u["apiVersion"] = s.group + "/" + v.name
+	}
 	hits := map[int]bool{}
 	if v.prune {
 		opts := structuralschema.UnknownFieldPathOptions{TrackUnknownFieldPaths: true}
@@ -223,7 +255,7 @@ func (s *Scanner) Add(ctx context.Context, obj map[string]any) error {
 		t := v.match(e.Field, e.Type, false)
 		switch {
 		case t < 0:
-			s.hitInvalid(ver, h)
+			s.hitInvalid(v.name, h)
 		case !hits[t]:
 			hits[t] = true
 			s.hit(t, diff.Rejected, h)
