@@ -266,7 +266,8 @@ func TestCRDBreaking(t *testing.T) {
 
 	firings := func() []payload { return fw.firings(t, "crd-breaking", "", name) }
 	// step applies a CRD update that must fire crd-breaking, waits for the
-	// firing, and checks it against the apiserver.
+	// firing, and checks it against the apiserver. hits lists, per "check
+	// version" impact, the objects it names (one entry per field).
 	step := func(what string, c breakingCRD, checks []string, hits map[string][]string) {
 		t.Helper()
 		before := current()
@@ -299,7 +300,8 @@ func TestCRDBreaking(t *testing.T) {
 				t.Errorf("%s: %s impact not computed: %s", what, im.Check, im.Error)
 			}
 			for _, h := range im.Objects {
-				byCheck[im.Check] = append(byCheck[im.Check], h.Name)
+				key := im.Check + " " + im.Version
+				byCheck[key] = append(byCheck[key], h.Name)
 				if !slices.Contains(reported, h.Name) {
 					reported = append(reported, h.Name)
 				}
@@ -323,18 +325,22 @@ func TestCRDBreaking(t *testing.T) {
 	safe := fw.waitFiring(t, "crd-schema-changed", "", name, "")
 	step("remove spec.owner", breakingCRD{enum: "[red, green, blue]", weight: true, v1Served: true},
 		[]string{"field-removed v1 spec.owner", "field-removed v1beta1 spec.owner"},
-		map[string][]string{"field-removed": {"blue-owner", "green", "owner"}})
+		map[string][]string{"field-removed v1": {"blue-owner", "green", "owner"}, "field-removed v1beta1": {"blue-owner", "green", "owner"}})
 	step("narrow spec.color", breakingCRD{enum: "[red, blue]", weight: true, v1Served: true},
 		[]string{"enum-values-removed v1 spec.color", "enum-values-removed v1beta1 spec.color"},
-		map[string][]string{"enum-values-removed": {"green", "green-2"}})
+		map[string][]string{"enum-values-removed v1": {"green", "green-2"}, "enum-values-removed v1beta1": {"green", "green-2"}})
 	// Objects already rejected by the narrowed enum show as invalid:
 	// every object a re-create fails for is named.
 	step("require spec.size", breakingCRD{enum: "[red, blue]", weight: true, required: true, v1Served: true},
 		[]string{"required-added v1 spec.size", "required-added v1beta1 spec.size"},
-		map[string][]string{"required-added": {"blue-owner", "green-2"}, "invalid": {"green", "green-2"}})
+		map[string][]string{"required-added v1": {"blue-owner", "green-2"}, "required-added v1beta1": {"blue-owner", "green-2"}, "invalid v1": {"green", "green-2"}, "invalid v1beta1": {"green", "green-2"}})
 	step("stop serving the stored version v1", breakingCRD{enum: "[red, blue]", weight: true, required: true},
 		[]string{"served-version-removed v1 "},
-		map[string][]string{"served-version-removed": {"blue-owner", "green", "green-2", "owner", "plain", "red"}})
+		map[string][]string{"served-version-removed v1": {"blue-owner", "green", "green-2", "owner", "plain", "red"},
+			// v1beta1, now the one version served, is checked too: the
+			// objects the two steps before made invalid still are (green-2
+			// twice: its color and its size).
+			"invalid v1beta1": {"blue-owner", "green", "green-2", "green-2"}})
 
 	for _, p := range firings() {
 		if p.ResourceVersion == safe.ResourceVersion {
