@@ -5,6 +5,7 @@ package deploy
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -215,17 +216,34 @@ func deref[T any](p *T, def T) T {
 	return *p
 }
 
-// TestDockerfile checks that the image builds a static binary (no cgo:
-// the distroless static base has no C library) and runs as non-root.
+// TestDockerfile checks that the Dockerfile builds a static binary (no
+// cgo: the base is empty) that runs as non-root, and the layout make image
+// builds without Docker: the same base, user, entrypoint and command.
 func TestDockerfile(t *testing.T) {
 	dockerfile, err := os.ReadFile("../Dockerfile")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"CGO_ENABLED=0", "distroless/static", "nonroot", "USER 65532"} {
+	makefile, err := os.ReadFile("../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"CGO_ENABLED=0", "FROM scratch", "USER 65532:65532", `ENTRYPOINT ["/fieldwatch"]`} {
 		if !strings.Contains(string(dockerfile), want) {
 			t.Errorf("Dockerfile lacks %q", want)
 		}
+	}
+	var cmd []string
+	for line := range strings.Lines(string(dockerfile)) {
+		if rest, ok := strings.CutPrefix(line, "CMD "); ok {
+			if err := json.Unmarshal([]byte(rest), &cmd); err != nil {
+				t.Fatalf("Dockerfile CMD: %v", err)
+			}
+		}
+	}
+	if len(cmd) == 0 || !strings.Contains(string(makefile), "--cmd "+strings.Join(cmd, " --cmd ")) ||
+		!strings.Contains(string(makefile), "--binary $(BIN)/image/fieldwatch --tag $(IMAGE):$(IMAGE_TAG) --user 65532:65532") {
+		t.Errorf("make image does not build the Dockerfile's layout: user 65532:65532 and the command %q", cmd)
 	}
 }
 
