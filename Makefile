@@ -89,13 +89,13 @@ fuzz-short: ## run every fuzz target briefly (FUZZ_TIME executions, default 5000
 fuzz: ## run every fuzz target longer (2,000,000 executions each)
 	$(MAKE) fuzz-short FUZZ_TIME=2000000x FUZZ_MINIMIZE=100000x
 
-.PHONY: deploy/rbac.yaml
-deploy/rbac.yaml: build ## regenerate the deploy RBAC from deploy/rules.yaml (for the example CRDs)
-	(echo "# Regenerate with: make deploy/rbac.yaml (fieldwatch rbac --offline --rules deploy/rules.yaml --leader-elect --crds examples/crds)."; \
+.PHONY: deploy/base/rbac.yaml
+deploy/base/rbac.yaml: build ## regenerate the deploy RBAC from deploy/base/rules.yaml (for the example CRDs)
+	(echo "# Regenerate with: make deploy/base/rbac.yaml (fieldwatch rbac --offline --rules deploy/base/rules.yaml --leader-elect --crds examples/crds)."; \
 	  echo "# It grants the custom resources of examples/crds only: for your cluster run"; \
-	  echo "#   fieldwatch rbac --rules deploy/rules.yaml --leader-elect > deploy/rbac.yaml"; \
+	  echo "#   fieldwatch rbac --rules deploy/base/rules.yaml --leader-elect > deploy/base/rbac.yaml"; \
 	  echo "# against it (or --offline --crds with your CRDs). Resources it may not read are skipped and logged."; \
-	  $(BIN)/fieldwatch rbac --offline --rules deploy/rules.yaml --leader-elect --crds examples/crds) > deploy/rbac.yaml
+	  $(BIN)/fieldwatch rbac --offline --rules deploy/base/rules.yaml --leader-elect --crds examples/crds) > deploy/base/rbac.yaml
 
 # The image: the static binary on an empty base, built without Docker by
 # hack/image (go-containerregistry), as bin/fieldwatch-image.tar: an OCI

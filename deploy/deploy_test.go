@@ -28,7 +28,11 @@ import (
 	"github.com/fieldwatch/fieldwatch/rules"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{}) }
+// TestMain starts the control plane with kubeadm's default Service range,
+// which holds the ClusterIP deploy/audit/service.yaml pins.
+func TestMain(m *testing.M) {
+	testenv.Main(m, testenv.Options{APIServerArgs: map[string][]string{"service-cluster-ip-range": {"10.96.0.0/12"}}})
+}
 
 // kustomization is the part of kustomize's schema deploy/ uses; decoding
 // is strict, so a key this test does not understand fails it.
@@ -46,7 +50,7 @@ type kustomization struct {
 
 func readKustomization(t *testing.T) kustomization {
 	t.Helper()
-	data, err := os.ReadFile("kustomization.yaml")
+	data, err := os.ReadFile("base/kustomization.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +58,7 @@ func readKustomization(t *testing.T) kustomization {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&k); err != nil {
-		t.Fatalf("kustomization.yaml: %v", err)
+		t.Fatalf("base/kustomization.yaml: %v", err)
 	}
 	return k
 }
@@ -76,7 +80,7 @@ func TestManifestsAccepted(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range k.Resources {
-		objs, err := env.ApplyFiles(ctx, testenv.ApplyOptions{DryRun: true}, r)
+		objs, err := env.ApplyFiles(ctx, testenv.ApplyOptions{DryRun: true}, filepath.Join("base", r))
 		if err != nil {
 			t.Errorf("%s: %v", r, err)
 			continue
@@ -97,7 +101,7 @@ func TestManifestsAccepted(t *testing.T) {
 			Data:       map[string]string{},
 		}
 		for _, f := range g.Files {
-			data, err := os.ReadFile(f)
+			data, err := os.ReadFile(filepath.Join("base", f))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -112,7 +116,7 @@ func TestManifestsAccepted(t *testing.T) {
 // TestDefaultRules: the rules the pod starts with load, and the RBAC in
 // rbac.yaml is what `fieldwatch rbac` prints for them.
 func TestDefaultRules(t *testing.T) {
-	set, err := rules.Load("rules.yaml")
+	set, err := rules.Load("base/rules.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,12 +128,12 @@ func TestDefaultRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := os.ReadFile("rbac.yaml")
+	got, err := os.ReadFile("base/rbac.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.HasSuffix(got, want) {
-		t.Errorf("rbac.yaml is not what `fieldwatch rbac --offline --rules deploy/rules.yaml --leader-elect --crds examples/crds` prints; run `make deploy/rbac.yaml`")
+		t.Errorf("base/rbac.yaml is not what `fieldwatch rbac --offline --rules deploy/base/rules.yaml --leader-elect --crds examples/crds` prints; run `make deploy/base/rbac.yaml`")
 	}
 }
 
@@ -138,7 +142,7 @@ func TestDefaultRules(t *testing.T) {
 // that outlives it, time to drain before the kill, and the hardening, so
 // that an edit cannot quietly drop them.
 func TestStatefulSet(t *testing.T) {
-	data, err := os.ReadFile("statefulset.yaml")
+	data, err := os.ReadFile("base/statefulset.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +151,7 @@ func TestStatefulSet(t *testing.T) {
 		"drop: [ALL]", "type: RuntimeDefault", "path: /healthz", "path: /readyz", "limits:", "requests:",
 	} {
 		if !strings.Contains(string(data), want) {
-			t.Errorf("statefulset.yaml lacks %q", want)
+			t.Errorf("base/statefulset.yaml lacks %q", want)
 		}
 	}
 	var sts appsv1.StatefulSet
@@ -188,7 +192,7 @@ func TestStatefulSet(t *testing.T) {
 		t.Error("no serviceName")
 	}
 
-	data, err = os.ReadFile("pdb.yaml")
+	data, err = os.ReadFile("base/pdb.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,9 +256,9 @@ func TestDockerfile(t *testing.T) {
 // peers only.
 func TestNetworkPolicy(t *testing.T) {
 	var np networkingv1.NetworkPolicy
-	decodeFile(t, "networkpolicy.yaml", &np)
+	decodeFile(t, "base/networkpolicy.yaml", &np)
 	var sts appsv1.StatefulSet
-	decodeFile(t, "statefulset.yaml", &sts)
+	decodeFile(t, "base/statefulset.yaml", &sts)
 	sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
 	if err != nil || sel.Empty() || !sel.Matches(labels.Set(sts.Spec.Template.Labels)) {
 		t.Errorf("podSelector %v does not select the pod's labels %v", np.Spec.PodSelector, sts.Spec.Template.Labels)
