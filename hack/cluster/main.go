@@ -12,6 +12,7 @@
 //	fieldwatch-cluster down                      stop it and remove all it left
 //	fieldwatch-cluster status                    exit 0 when every part runs
 //	fieldwatch-cluster load FILE.tar...          import images into its containerd
+//	fieldwatch-cluster ctr ARGS...               ctr on its containerd's socket
 //	fieldwatch-cluster provision --kubeconfig F  the volume provisioner (up starts it)
 //
 // Run from the repository (bin/cluster holds the kubeconfig, the logs and
@@ -25,6 +26,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -50,7 +52,7 @@ func (f *imageFlags) Set(v string) error { *f = append(*f, v); return nil }
 
 func runCmd(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: fieldwatch-cluster up|down|status|load|provision")
+		return errors.New("usage: fieldwatch-cluster up|down|status|load|ctr|provision")
 	}
 	root, err := testenv.RepoRoot()
 	if err != nil {
@@ -84,6 +86,10 @@ func runCmd(ctx context.Context, args []string) error {
 			return errors.New("not running: make cluster")
 		}
 		return importImages(ctx, p, args[1:])
+	case "ctr":
+		cmd := exec.CommandContext(ctx, p.binary("ctr"), append([]string{"-a", containerdSocket}, args[1:]...)...)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+		return cmd.Run()
 	case "provision":
 		kubeconfig := fs.String("kubeconfig", "", "the provisioner's kubeconfig")
 		if err := fs.Parse(args[1:]); err != nil {

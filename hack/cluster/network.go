@@ -27,9 +27,11 @@ type guardRule struct {
 // machine, installed before anything of the cluster starts and first in
 // their chains: any packet from or to the pod range or the Service range,
 // or forwarded from the bridge, that would leave through an interface
-// other than loopback and the bridge is dropped, in the mangle table's
-// POSTROUTING and FORWARD (which nothing the cluster runs adds ACCEPT rules
-// to ahead of it) and rejected in the filter table's FORWARD and OUTPUT.
+// other than loopback and the bridge is dropped in the mangle table's
+// POSTROUTING and FORWARD (where nothing the cluster runs adds rules: they
+// stay first, and POSTROUTING sees every packet's last route) and rejected
+// in the filter table's FORWARD and OUTPUT (an error at once rather than a
+// timeout; kube-proxy later prepends its jumps there).
 // The bridge's CNI configuration does not masquerade, and the pods have
 // no default route: these rules are the backstop.
 func guardRules() []guardRule {
@@ -42,8 +44,15 @@ func guardRules() []guardRule {
 		}
 		rules = append(rules,
 			guardRule{table: table, chain: egressChain, spec: "-o lo -j RETURN"},
-			guardRule{table: table, chain: egressChain, spec: "-o " + bridgeName + " -j RETURN"},
-			guardRule{table: table, chain: egressChain, spec: reject})
+			guardRule{table: table, chain: egressChain, spec: "-o " + bridgeName + " -j RETURN"})
+		if table == "filter" {
+			// A packet of this machine to a Service's address that
+			// kube-proxy sent to a pod still shows the interface of its
+			// first route in OUTPUT (the machine's): the mangle table's
+			// POSTROUTING, which sees where it goes, judges it.
+			rules = append(rules, guardRule{table: table, chain: egressChain, spec: "-m conntrack --ctstate DNAT -j RETURN"})
+		}
+		rules = append(rules, guardRule{table: table, chain: egressChain, spec: reject})
 		jumps := map[string][]string{
 			"mangle": {"POSTROUTING", "FORWARD"},
 			"filter": {"FORWARD", "OUTPUT"},
@@ -105,38 +114,53 @@ func installGuard() error {
 	return nil
 }
 
-// checkGuard reads the rules back: every guard rule is in place, the jumps
-// first in their built-in chains and in order, and the egress chains hold
-// exactly their rules. It returns what is missing or out of place.
-func checkGuard() error {
+// listChain returns the rules of a chain as `iptables -S` prints them,
+// without "-A CHAIN ".
+func listChain(cmd, table, chain string) ([]string, error) {
+	out, err := exec.Command(cmd, "-w", "-t", table, "-S", chain).Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s -t %s -S %s: %w", cmd, table, chain, err)
+	}
+	var rules []string
+	for line := range strings.Lines(string(out)) {
+		if rule, ok := strings.CutPrefix(strings.TrimSpace(line), "-A "+chain+" "); ok {
+			rules = append(rules, rule)
+		}
+	}
+	return rules, nil
+}
+
+// checkGuard reads the rules back: every guard rule is in place, in
+// order, and the egress chains hold exactly their rules. The jumps of the
+// mangle table, which the cluster's parts leave alone, come first in their
+// built-in chains; so do the filter table's when strict (before anything
+// started: the kubelet and kube-proxy prepend theirs later, kube-proxy's
+// KUBE-FORWARD accepting some packets ahead of them, which the mangle
+// table's POSTROUTING still drops when they would leave). It returns what
+// is missing or out of place.
+func checkGuard(strict bool) error {
 	var errs []error
 	listed := map[string][]string{}
+	want := map[string][]string{}
+	first := map[string]bool{}
 	for _, r := range guardRules() {
 		cmd := iptablesCmd(r.ip6)
 		key := cmd + " -t " + r.table + " -S " + r.chain
 		if _, ok := listed[key]; !ok {
-			out, err := exec.Command(cmd, "-w", "-t", r.table, "-S", r.chain).Output()
+			rules, err := listChain(cmd, r.table, r.chain)
 			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", key, err))
-			}
-			var rules []string
-			for line := range strings.Lines(string(out)) {
-				if rule, ok := strings.CutPrefix(strings.TrimSpace(line), "-A "+r.chain+" "); ok {
-					rules = append(rules, rule)
-				}
+				errs = append(errs, err)
 			}
 			listed[key] = rules
 		}
-	}
-	want := map[string][]string{}
-	for _, r := range guardRules() {
-		key := iptablesCmd(r.ip6) + " -t " + r.table + " -S " + r.chain
 		want[key] = append(want[key], r.spec)
+		first[key] = strict || r.table == "mangle" || r.chain == egressChain
 	}
 	for key, rules := range want {
 		got := listed[key]
-		if len(got) < len(rules) || !slices.Equal(got[:len(rules)], rules) {
-			errs = append(errs, fmt.Errorf("%s begins %q, want %q", key, head(got, len(rules)), rules))
+		at := slices.Index(got, rules[0])
+		if at < 0 || (first[key] && at > 0) || len(got) < at+len(rules) || !slices.Equal(got[at:at+len(rules)], rules) {
+			errs = append(errs, fmt.Errorf("%s is %q, want %q in order%s", key, got, rules, map[bool]string{true: ", first"}[first[key]]))
 		}
 		if strings.HasSuffix(key, egressChain) && len(got) != len(rules) {
 			errs = append(errs, fmt.Errorf("%s holds %q, want only %q", key, got, rules))
@@ -144,8 +168,6 @@ func checkGuard() error {
 	}
 	return errors.Join(errs...)
 }
-
-func head(s []string, n int) []string { return s[:min(n, len(s))] }
 
 // removeGuard deletes the jumps and the egress chains.
 func removeGuard() {

@@ -62,7 +62,7 @@ func up(ctx context.Context, p paths, self string, images []string) error {
 	if err := installGuard(); err != nil {
 		return fmt.Errorf("egress guard: %w", err)
 	}
-	if err := checkGuard(); err != nil {
+	if err := checkGuard(true); err != nil {
 		return fmt.Errorf("egress guard read back: %w", err)
 	}
 	fmt.Printf("cluster: bridge %s (%s/24) and the egress guard (%s in filter and mangle) in place\n", bridgeName, nodeIP, egressChain)
@@ -114,6 +114,11 @@ func up(ctx context.Context, p paths, self string, images []string) error {
 			return failed(p, s.name, err)
 		}
 		fmt.Printf("cluster: %s ready in %.1fs\n", s.name, time.Since(t).Seconds())
+	}
+	// The kubelet and kube-proxy prepended their jumps to the filter
+	// table's chains.
+	if err := checkGuard(false); err != nil {
+		return fmt.Errorf("egress guard read back after kube-proxy started: %w", err)
 	}
 	if err := setUpCluster(ctx, cs); err != nil {
 		return err
