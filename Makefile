@@ -43,20 +43,23 @@ check: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags e2e ./e2e/
+	cd hack/image && $(GO) vet ./...
 
 .PHONY: tidy
 tidy: ## check that go mod tidy would leave go.mod and go.sum as they are
 	@$(GO) mod tidy -diff || { echo "go.mod or go.sum is not tidy: run go mod tidy"; exit 1; }
+	@cd hack/image && $(GO) mod tidy -diff || { echo "hack/image/go.mod or go.sum is not tidy: run go mod tidy there"; exit 1; }
 
 .PHONY: lint
 lint: check tidy ## gofmt, go vet, go mod tidy check and golangci-lint (pinned)
-	$(GO) run $(GOLANGCI_LINT) run ./...
+	$(GO) run $(GOLANGCI_LINT) run --build-tags e2e ./...
 
 # test runs fuzz-short beside the go test run (their output is shown
 # after it, in that order): the tests leave a core idle while they wait on
 # their control planes, and every fuzz target still runs.
 .PHONY: test
-test: controlplane check examples ## unit and integration tests with -race on the real control plane, and fuzz-short beside them
+test: controlplane check examples ## unit and integration tests (-race, real control plane) with fuzz-short beside them, then make e2e on the one-node cluster
 	@fuzzlog=$$(mktemp); \
 	  $(MAKE) --no-print-directory fuzz-short > $$fuzzlog 2>&1 & fuzz=$$!; \
 	  echo "$(GO) test $(TEST_FLAGS) ./... (and make fuzz-short beside it)"; \
@@ -65,6 +68,8 @@ test: controlplane check examples ## unit and integration tests with -race on th
 	  echo "make fuzz-short:"; cat $$fuzzlog; rm -f $$fuzzlog; \
 	  if [ $$fuzzed -ne 0 ]; then echo "fuzz-short failed"; fi; \
 	  [ $$tests -eq 0 ] && [ $$fuzzed -eq 0 ]
+	cd hack/image && $(GO) test $(TEST_FLAGS) ./...
+	$(MAKE) --no-print-directory e2e
 
 .PHONY: examples
 examples: build ## run every example's cases through `fieldwatch test`
