@@ -157,17 +157,27 @@ cluster: cluster-deps cluster-build image ## start a one-node Kubernetes here (o
 cluster-down: ## stop the cluster and remove everything it left (processes, mounts, bridge, iptables chains, cgroups)
 	@if [ -x $(CLUSTER) ]; then $(CLUSTER) down; else $(GO) run ./hack/cluster down; fi
 
-# e2e runs the end-to-end tests (e2e/, build tag e2e) on the cluster,
-# starting it when it does not run and stopping it again after them.
-E2E_FLAGS ?= -race -count=1 -timeout 40m -v
-.PHONY: e2e
-e2e: cluster-deps cluster-build image ## end-to-end tests on the one-node cluster: deploy/ applied, failover, reload, rollout, audit, OOM
+# with-cluster runs the command $(1) on the cluster with FIELDWATCH_IMAGE
+# naming the image it loaded, starting the cluster when it does not run and
+# stopping it again after.
+define with-cluster
 	@started=0; \
 	  if ! $(CLUSTER) status >/dev/null 2>&1; then started=1; fi; \
 	  $(CLUSTER) up --image $(IMAGE_TAR) || { [ $$started -eq 1 ] && $(CLUSTER) down; exit 1; }; \
-	  FIELDWATCH_IMAGE=$(IMAGE):$(IMAGE_TAG) $(GO) test -tags e2e $(E2E_FLAGS) ./e2e/; tests=$$?; \
-	  if [ $$started -eq 1 ]; then $(CLUSTER) down || tests=1; fi; \
-	  exit $$tests
+	  FIELDWATCH_IMAGE=$(IMAGE):$(IMAGE_TAG) $(1); status=$$?; \
+	  if [ $$started -eq 1 ]; then $(CLUSTER) down || status=1; fi; \
+	  exit $$status
+endef
+
+# e2e runs the end-to-end tests (e2e/, build tag e2e) on the cluster.
+E2E_FLAGS ?= -race -count=1 -timeout 40m -v
+.PHONY: e2e
+e2e: cluster-deps cluster-build image ## end-to-end tests on the one-node cluster: deploy/ applied, failover, reload, rollout, audit, OOM
+	$(call with-cluster,$(GO) test -tags e2e $(E2E_FLAGS) ./e2e/)
+
+.PHONY: bench-cluster
+bench-cluster: cluster-deps cluster-build image ## the cluster's benchmarks: make cluster to a Ready node, deploy/ to both pods ready, the pod beside the same fieldwatch as a process
+	$(call with-cluster,$(GO) test -tags e2e -count=1 -run '^$$' -bench . -benchtime 1x -timeout 30m ./e2e/)
 
 .PHONY: bench
 bench: controlplane build ## fieldwatch vs a bare informer on a local control plane: one table (about 10 minutes)

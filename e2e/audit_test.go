@@ -144,7 +144,7 @@ func testAuditAttribution(t *testing.T) {
 // userClient returns a client of the cluster authenticated as user (a
 // client certificate of the cluster's CA) and allowed to write Widgets in
 // ns.
-func (c *cluster) userClient(t *testing.T, user, ns string) dynamic.Interface {
+func (c *cluster) userClient(t testing.TB, user, ns string) dynamic.Interface {
 	t.Helper()
 	ctx := context.Background()
 	role := &rbacv1.ClusterRole{
@@ -174,7 +174,7 @@ func (c *cluster) userClient(t *testing.T, user, ns string) dynamic.Interface {
 
 // issueClientCert issues a client certificate for user with the cluster's
 // CA (bin/cluster/pki), valid for an hour.
-func (c *cluster) issueClientCert(t *testing.T, user string) (certPEM, keyPEM []byte) {
+func (c *cluster) issueClientCert(t testing.TB, user string) (certPEM, keyPEM []byte) {
 	t.Helper()
 	caPEM, err := os.ReadFile(filepath.Join(c.root, "bin/cluster/pki/ca.crt"))
 	if err != nil {

@@ -112,7 +112,7 @@ func imageNameTag(ref string) (string, string) {
 // render renders the kustomization dir (deploy/ or deploy/audit/) with
 // kustomize's API, in an overlay that sets the image to image (name:tag),
 // as `kustomize edit set image` does.
-func (c *cluster) render(t *testing.T, dir, image string) []*unstructured.Unstructured {
+func (c *cluster) render(t testing.TB, dir, image string) []*unstructured.Unstructured {
 	t.Helper()
 	overlay := t.TempDir()
 	name, tag := imageNameTag(image)
@@ -130,7 +130,7 @@ func (c *cluster) render(t *testing.T, dir, image string) []*unstructured.Unstru
 }
 
 // kustomize renders the kustomization in dir with sigs.k8s.io/kustomize/api.
-func (c *cluster) kustomize(t *testing.T, dir string) []*unstructured.Unstructured {
+func (c *cluster) kustomize(t testing.TB, dir string) []*unstructured.Unstructured {
 	t.Helper()
 	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
@@ -143,7 +143,7 @@ func (c *cluster) kustomize(t *testing.T, dir string) []*unstructured.Unstructur
 	return decodeObjects(t, out)
 }
 
-func decodeObjects(t *testing.T, data []byte) []*unstructured.Unstructured {
+func decodeObjects(t testing.TB, data []byte) []*unstructured.Unstructured {
 	t.Helper()
 	var objs []*unstructured.Unstructured
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
@@ -162,7 +162,7 @@ func decodeObjects(t *testing.T, data []byte) []*unstructured.Unstructured {
 
 // apply applies objects server-side, as `kubectl apply --server-side`
 // does, waiting for a CRD to be established before going on.
-func (c *cluster) apply(t *testing.T, objs ...*unstructured.Unstructured) {
+func (c *cluster) apply(t testing.TB, objs ...*unstructured.Unstructured) {
 	t.Helper()
 	ctx := context.Background()
 	for _, o := range objs {
@@ -186,7 +186,7 @@ func (c *cluster) apply(t *testing.T, objs ...*unstructured.Unstructured) {
 	}
 }
 
-func (c *cluster) waitEstablished(t *testing.T, name string) {
+func (c *cluster) waitEstablished(t testing.TB, name string) {
 	t.Helper()
 	crds := c.dyn.Resource(crdGVR)
 	eventually(t, time.Minute, "CRD "+name+" established", func() bool {
@@ -206,7 +206,7 @@ func (c *cluster) waitEstablished(t *testing.T, name string) {
 }
 
 // applyFiles applies the objects of YAML files of the repository.
-func (c *cluster) applyFiles(t *testing.T, paths ...string) {
+func (c *cluster) applyFiles(t testing.TB, paths ...string) {
 	t.Helper()
 	for _, p := range paths {
 		data, err := os.ReadFile(filepath.Join(c.root, p))
@@ -218,13 +218,13 @@ func (c *cluster) applyFiles(t *testing.T, paths ...string) {
 }
 
 // eventually polls cond until it holds, failing the test after timeout.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	testenv.Eventually(t, timeout, what, cond)
 }
 
 // statefulSet returns deploy/'s StatefulSet.
-func (c *cluster) statefulSet(t *testing.T) *appsv1.StatefulSet {
+func (c *cluster) statefulSet(t testing.TB) *appsv1.StatefulSet {
 	t.Helper()
 	sts, err := c.cs.AppsV1().StatefulSets(namespace).Get(context.Background(), statefulName, metav1.GetOptions{})
 	if err != nil {
@@ -234,7 +234,7 @@ func (c *cluster) statefulSet(t *testing.T) *appsv1.StatefulSet {
 }
 
 // pods returns the fieldwatch pods.
-func (c *cluster) pods(t *testing.T) []corev1.Pod {
+func (c *cluster) pods(t testing.TB) []corev1.Pod {
 	t.Helper()
 	l, err := c.cs.CoreV1().Pods(namespace).List(context.Background(), metav1.ListOptions{LabelSelector: podLabel})
 	if err != nil {
@@ -243,7 +243,7 @@ func (c *cluster) pods(t *testing.T) []corev1.Pod {
 	return l.Items
 }
 
-func (c *cluster) pod(t *testing.T, name string) *corev1.Pod {
+func (c *cluster) pod(t testing.TB, name string) *corev1.Pod {
 	t.Helper()
 	p, err := c.cs.CoreV1().Pods(namespace).Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
@@ -267,7 +267,7 @@ func ready(p *corev1.Pod) bool {
 
 // waitRolledOut waits until the StatefulSet's pods all run its current
 // revision and are ready.
-func (c *cluster) waitRolledOut(t *testing.T, timeout time.Duration) {
+func (c *cluster) waitRolledOut(t testing.TB, timeout time.Duration) {
 	t.Helper()
 	var last string
 	ok := poll(timeout, func() bool {
@@ -306,7 +306,7 @@ func poll(timeout time.Duration, cond func() bool) bool {
 }
 
 // describePods logs the pods' state and recent events, for a failure.
-func (c *cluster) describePods(t *testing.T) {
+func (c *cluster) describePods(t testing.TB) {
 	t.Helper()
 	for _, p := range c.pods(t) {
 		t.Logf("pod %s: phase %s, conditions %v", p.Name, p.Status.Phase, p.Status.Conditions)
@@ -323,7 +323,7 @@ func (c *cluster) describePods(t *testing.T) {
 }
 
 // leader returns the pod that holds the Lease.
-func (c *cluster) leader(t *testing.T) string {
+func (c *cluster) leader(t testing.TB) string {
 	t.Helper()
 	var holder string
 	eventually(t, 2*time.Minute, "a leader", func() bool {
@@ -349,7 +349,7 @@ func (c *cluster) holder() string {
 
 // leadingPod returns a ready pod, other than the one of UID gone, whose
 // metrics say it leads ("" when none does).
-func (c *cluster) leadingPod(t *testing.T, gone types.UID) string {
+func (c *cluster) leadingPod(t testing.TB, gone types.UID) string {
 	t.Helper()
 	for _, p := range c.pods(t) {
 		if p.UID == gone || !ready(&p) {
@@ -402,7 +402,7 @@ func metric(page, series string) (float64, bool) {
 }
 
 // podMetrics scrapes a pod's /metrics on its address.
-func (c *cluster) podMetrics(t *testing.T, name string) string {
+func (c *cluster) podMetrics(t testing.TB, name string) string {
 	t.Helper()
 	p := c.pod(t, name)
 	page, err := get(fmt.Sprintf("http://%s:8080/metrics", p.Status.PodIP))
@@ -414,7 +414,7 @@ func (c *cluster) podMetrics(t *testing.T, name string) string {
 
 // run runs a program and returns its output, failing the test with it
 // when the program fails.
-func run(t *testing.T, name string, args ...string) string {
+func run(t testing.TB, name string, args ...string) string {
 	t.Helper()
 	out, err := exec.Command(name, args...).CombinedOutput()
 	if err != nil {
@@ -424,14 +424,14 @@ func run(t *testing.T, name string, args ...string) string {
 }
 
 // kubectl runs bin/kubectl on the cluster.
-func (c *cluster) kubectlRun(t *testing.T, args ...string) string {
+func (c *cluster) kubectlRun(t testing.TB, args ...string) string {
 	t.Helper()
 	return run(t, c.kubectl, append([]string{"--kubeconfig", c.kubeconfig}, args...)...)
 }
 
 // ensureNamespace creates a namespace for a test and deletes it when the
 // test ends.
-func (c *cluster) ensureNamespace(t *testing.T, name string) {
+func (c *cluster) ensureNamespace(t testing.TB, name string) {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	if _, err := c.cs.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -444,7 +444,7 @@ func (c *cluster) ensureNamespace(t *testing.T, name string) {
 
 // deletePod deletes a pod as a user does: kubectl delete pod, with the
 // pod's grace period.
-func (c *cluster) deletePod(t *testing.T, name string) types.UID {
+func (c *cluster) deletePod(t testing.TB, name string) types.UID {
 	t.Helper()
 	uid := c.pod(t, name).UID
 	c.kubectlRun(t, "-n", namespace, "delete", "pod", name, "--wait=false")
@@ -452,7 +452,7 @@ func (c *cluster) deletePod(t *testing.T, name string) types.UID {
 }
 
 // waitReplaced waits until pod name is a new pod (not old) and ready.
-func (c *cluster) waitReplaced(t *testing.T, name string, old types.UID, timeout time.Duration) *corev1.Pod {
+func (c *cluster) waitReplaced(t testing.TB, name string, old types.UID, timeout time.Duration) *corev1.Pod {
 	t.Helper()
 	var p *corev1.Pod
 	if !poll(timeout, func() bool {

@@ -104,7 +104,7 @@ func sameObjects(a, b []*unstructured.Unstructured) bool {
 
 // hostPID returns the PID, on this machine, of a pod's fieldwatch
 // container: the process in the container's cgroup.
-func hostPID(t *testing.T, p *corev1.Pod) int {
+func hostPID(t testing.TB, p *corev1.Pod) int {
 	t.Helper()
 	st := containerStatus(p)
 	if st == nil || st.ContainerID == "" {
@@ -125,7 +125,7 @@ func hostPID(t *testing.T, p *corev1.Pod) int {
 
 // containerCgroup returns the directory of a container's cgroup in the
 // hierarchy of controller (cgroup v1, the kubelet's cgroupfs driver).
-func containerCgroup(t *testing.T, controller string, p *corev1.Pod, id string) string {
+func containerCgroup(t testing.TB, controller string, p *corev1.Pod, id string) string {
 	t.Helper()
 	for _, pattern := range []string{"kubepods/pod%s/%s", "kubepods/*/pod%s/%s"} {
 		m, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", controller, fmt.Sprintf(pattern, p.UID, id)))
@@ -141,7 +141,7 @@ func containerCgroup(t *testing.T, controller string, p *corev1.Pod, id string) 
 // process: user and group 65532 (with the volume's fsGroup), no
 // capabilities, no new privileges, a seccomp filter, a read-only root
 // filesystem, and no route out of the pod's network.
-func checkHardening(t *testing.T, p *corev1.Pod) {
+func checkHardening(t testing.TB, p *corev1.Pod) {
 	t.Helper()
 	pid := hostPID(t, p)
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))

@@ -24,7 +24,7 @@ import (
 const confirmWindow = 5 * time.Second
 
 // claimVolume returns the volume bound to a pod's state claim.
-func (c *cluster) claimVolume(t *testing.T, pod string) string {
+func (c *cluster) claimVolume(t testing.TB, pod string) string {
 	t.Helper()
 	pvc, err := c.cs.CoreV1().PersistentVolumeClaims(namespace).Get(context.Background(), "state-"+pod, metav1.GetOptions{})
 	if err != nil {
@@ -103,7 +103,7 @@ func testLeaderPodDeleted(t *testing.T) {
 // checkConfirmedOnce fails for every payload delivered twice whose first
 // delivery came more than confirmWindow before a leader went: the leader
 // had confirmed it, and the next must not deliver it again.
-func checkConfirmedOnce(t *testing.T, ps []payload, handovers []time.Time) {
+func checkConfirmedOnce(t testing.TB, ps []payload, handovers []time.Time) {
 	t.Helper()
 	byID := map[string][]payload{}
 	for _, p := range ps {
@@ -204,7 +204,7 @@ func testOOMKilled(t *testing.T) {
 	t.Logf("leader OOM-killed: %s", o)
 }
 
-func readInt(t *testing.T, path string) int64 {
+func readInt(t testing.TB, path string) int64 {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {

@@ -76,7 +76,7 @@ func (r guardReport) chain(table, chain string) []string {
 }
 
 // machineInterface is the interface of the machine's default route.
-func machineInterface(t *testing.T) string {
+func machineInterface(t testing.TB) string {
 	t.Helper()
 	f := strings.Fields(run(t, "ip", "-4", "route", "show", "default"))
 	if i := slices.Index(f, "dev"); i >= 0 && i+1 < len(f) {
@@ -218,7 +218,7 @@ func testNetworkGuard(t *testing.T) {
 
 // listenAddrs returns the TCP addresses the cluster's processes (their
 // recorded PIDs) listen on, each with the process's name.
-func listenAddrs(t *testing.T) map[string]string {
+func listenAddrs(t testing.TB) map[string]string {
 	t.Helper()
 	owner := map[string]string{} // socket inode -> process
 	pidFiles, _ := filepath.Glob(filepath.Join(clusterRun, "pids", "*.pid"))

@@ -61,7 +61,7 @@ type podLogs struct {
 
 // followLogs starts following the pods fieldwatch-0 .. fieldwatch-N-1
 // from now on and stops when the test ends.
-func (c *cluster) followLogs(t *testing.T) *podLogs {
+func (c *cluster) followLogs(t testing.TB) *podLogs {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &podLogs{c: c, seen: map[string]bool{}, cancel: cancel}

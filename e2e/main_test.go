@@ -70,7 +70,7 @@ func TestEndToEnd(t *testing.T) {
 
 // deployed makes sure deploy/ runs (applying it when a step runs alone)
 // and has rolled out.
-func deployed(t *testing.T) {
+func deployed(t testing.TB) {
 	t.Helper()
 	if _, err := c.cs.AppsV1().StatefulSets(namespace).Get(context.Background(), statefulName, metav1.GetOptions{}); apierrors.IsNotFound(err) {
 		c.applyFiles(t, "examples/crds/widgets.yaml", "examples/crds/gadgets.yaml")

@@ -26,7 +26,7 @@ const reloadedRule = `
 `
 
 // rulesConfigMap returns deploy/'s rules ConfigMap as kustomize renders it.
-func rulesConfigMap(t *testing.T) *unstructured.Unstructured {
+func rulesConfigMap(t testing.TB) *unstructured.Unstructured {
 	t.Helper()
 	for _, o := range c.render(t, "deploy", c.image) {
 		if o.GetKind() == "ConfigMap" && o.GetName() == "fieldwatch-rules" {

@@ -54,7 +54,7 @@ type writer struct {
 }
 
 // startWriters starts the writers in ns, each writing every interval.
-func startWriters(t *testing.T, ns string, interval time.Duration, ws ...writer) *writers {
+func startWriters(t testing.TB, ns string, interval time.Duration, ws ...writer) *writers {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &writers{stop: cancel}
@@ -199,7 +199,7 @@ func compare(writes []made, got []payload) outcome {
 
 // settle waits until every write is covered by the payloads of rule in
 // the pods' logs, and fails the test with what was lost otherwise.
-func settle(t *testing.T, logs *podLogs, w *writers, rule string, timeout time.Duration) outcome {
+func settle(t testing.TB, logs *podLogs, w *writers, rule string, timeout time.Duration) outcome {
 	t.Helper()
 	w.finish()
 	var o outcome
