@@ -37,7 +37,8 @@ type made struct {
 
 // writers create, update and delete Widgets in a namespace until stopped,
 // each with its own client and name prefix, and record every write that
-// succeeded.
+// succeeded. Of ten writes three create, one deletes the oldest object,
+// one the newest, five update.
 type writers struct {
 	mu     sync.Mutex
 	writes []made
@@ -90,10 +91,17 @@ func (w *writers) run(ctx context.Context, wr writer, client dynamic.ResourceInt
 				uids[name] = o.GetUID()
 				w.record(made{"created", name, o.GetUID(), o.GetResourceVersion(), now, wr.user})
 			}
-		case op < 4:
-			name := live[0]
+		case op < 5:
+			// The oldest object, or the newest: objects that live for
+			// well under a second are created and deleted while a
+			// replica is away, which only the other sees.
+			at := 0
+			if op == 4 {
+				at = len(live) - 1
+			}
+			name := live[at]
 			if err := client.Delete(ctx, name, metav1.DeleteOptions{}); err == nil {
-				live = live[1:]
+				live = slices.Delete(live, at, at+1)
 				w.record(made{"deleted", name, uids[name], "", now, wr.user})
 			}
 		default:
