@@ -107,7 +107,6 @@ func TestLint(t *testing.T) {
 			lint := action.NewLint()
 			lint.Strict = true
 			lint.Namespace = releaseNamespace
-			lint.KubeVersion = kubeVersion(t)
 			res := lint.Run([]string{chartDir}, c.values(t))
 			if res.TotalChartsLinted != 1 {
 				t.Errorf("%d charts linted, want 1", res.TotalChartsLinted)

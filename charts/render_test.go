@@ -26,7 +26,14 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files and the README's values table")
 
-func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{}) }
+// TestMain starts the control plane with kubeadm's default Service range,
+// which holds the ClusterIP the audit values pin.
+func TestMain(m *testing.M) {
+	testenv.Main(m, testenv.Options{APIServerArgs: map[string][]string{"service-cluster-ip-range": {"10.96.0.0/12"}}})
+}
+
+// discard drops Helm's logs.
+var discard = slog.DiscardHandler
 
 // chartDir is the chart under test.
 const chartDir = "fieldwatch"
@@ -37,18 +44,6 @@ const (
 	releaseName      = "fieldwatch"
 	releaseNamespace = "fieldwatch"
 )
-
-// kubeVersion is the Kubernetes version renders assume: that of the
-// control plane the tests run (bin/kube-apiserver). Helm's default for a
-// client-only render is older than the chart's kubeVersion allows.
-func kubeVersion(t *testing.T) *common.KubeVersion {
-	t.Helper()
-	v, err := common.ParseKubeVersion("v1.37.2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
 
 // serviceMonitorAPI is what a cluster with the Prometheus Operator serves.
 const serviceMonitorAPI = "monitoring.coreos.com/v1/ServiceMonitor"
@@ -78,9 +73,8 @@ func render(t *testing.T, vals map[string]any, apiVersions ...string) (rendered,
 	install.ReleaseName = releaseName
 	install.Namespace = releaseNamespace
 	install.Replace = true
-	install.KubeVersion = kubeVersion(t)
 	install.APIVersions = common.VersionSet(apiVersions)
-	cfg.SetLogger(slog.DiscardHandler)
+	cfg.SetLogger(discard)
 	rel, err := install.Run(loadChart(t), vals)
 	if err != nil {
 		return rendered{}, err
