@@ -35,7 +35,7 @@ func rbacCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Var((*nameList)(&opts.Namespaces), "namespaces", "the RBAC of a namespaced install (fieldwatch run --namespaces with these namespaces): Roles in them only, no ClusterRole; "+
 		"rules that name another namespace or select cluster-scoped resources are refused")
 	fs.BoolVar(&opts.ReadCRDs, "read-crds", false, "with --namespaces: add a ClusterRole that reads CustomResourceDefinitions, so that new CRDs are followed at once rather than by the periodic discovery")
-	output := fs.String("o", "yaml", "output: yaml (RBAC manifests to apply) or helm-values (the rbac values, and watchNamespaces, of the Helm chart charts/fieldwatch)")
+	output := fs.String("o", "yaml", "output: yaml (RBAC manifests to apply) or helm-values (the rbac values, and watchNamespaces, of the Helm chart charts/fieldwatch, which makes the leader election Role itself)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
