@@ -73,6 +73,10 @@ test: controlplane check examples ## unit and integration tests with -race on th
 	  if [ $$fuzzed -ne 0 ]; then echo "fuzz-short failed"; fi; \
 	  [ $$tests -eq 0 ] && [ $$charts -eq 0 ] && [ $$fuzzed -eq 0 ]
 
+.PHONY: helm
+helm: ## build bin/helm: the Helm CLI of the version the chart's tests use (helm.sh/helm/v4, a tool of charts/go.mod)
+	cd charts && $(GO) build -o $(BIN)/helm helm.sh/helm/v4/cmd/helm
+
 .PHONY: chart-golden
 chart-golden: ## rewrite the chart's golden renders and its README's values table (charts/testdata, charts/fieldwatch/README.md)
 	cd charts && $(GO) test -count=1 -run 'TestTemplateGolden|TestValuesTable' ./... -update
