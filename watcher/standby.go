@@ -89,10 +89,10 @@ func (w *Watcher) Confirm(leader Watermarks) {
 // confirm records and drops what leader confirms. w.role.mu is held.
 func (w *Watcher) confirm(leader Watermarks) int {
 	done := w.pending.confirm(func(c *Change) bool {
-		if c.bound == "" || len(c.marks) == 0 {
+		if c.bound == "" || c.mark == nil {
 			return false
 		}
-		t := c.marks[len(c.marks)-1].t
+		t := c.mark.t
 		wm, ok := leader[t.key]
 		if !ok {
 			return false
@@ -149,13 +149,13 @@ func (w *Watcher) takeOver() {
 			name := "(resource gone)"
 			var wm string
 			var has bool
-			if len(c.marks) > 0 {
-				name = c.marks[len(c.marks)-1].t.key
+			if c.mark != nil {
+				name = c.mark.t.key
 				wm, has = leader[name]
 			}
 			s := byKey[name]
 			if s == nil {
-				s = &summary{wm: wm, missing: !has && len(c.marks) > 0}
+				s = &summary{wm: wm, missing: !has && c.mark != nil}
 				byKey[name] = s
 			}
 			if c.uncertain && !has {

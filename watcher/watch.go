@@ -56,9 +56,17 @@ type resourceWatch struct {
 	// first one completes).
 	listed atomic.Pointer[listMark]
 	track  *tracker // the watermark of this informer's key
+	// progress tells the gate of the informer's watch what its handlers
+	// applied; waited counts the seconds the gate held the stream.
+	progress *gateProgress
+	waited   prometheus.Counter
 
 	mode      startMode
 	covered   func(namespace string) bool // baselineStart: the namespaces base covers; nil for all
+	// listObserved is how the changes the initial list finds are
+	// observed: ObservedRestart against the restart baseline,
+	// ObservedRelist against the cache of a previous informer.
+	listObserved change.Observed
 	record    bool                        // with a Store: record the initial objects that are not news
 	initialMu sync.Mutex
 	baseline  map[types.UID]*Object // baselineStart: not yet seen
@@ -86,6 +94,8 @@ func newResourceWatch(w *Watcher, res change.Resource, namespace string, proj ch
 		done:     make(chan struct{}),
 		events:   map[change.Type]prometheus.Counter{},
 		track:    w.tracker(watchKey{gvr(res), namespace}),
+		progress: newGateProgress(),
+		waited:   w.metrics.backpressure.WithLabelValues(res.String()),
 	}
 	for _, t := range []change.Type{change.Created, change.Updated, change.Deleted} {
 		rw.events[t] = w.metrics.events.WithLabelValues(res.Group, res.Version, res.Resource, string(t))
@@ -117,6 +127,9 @@ func newResourceWatch(w *Watcher, res change.Resource, namespace string, proj ch
 				// A watch-list: its initial events end with a bookmark
 				// carrying the list's resourceVersion.
 				wi = rw.markInitialEvents(wi, time.Now())
+			}
+			if err == nil {
+				wi = rw.gate(wi)
 			}
 			return wi, err
 		},
@@ -224,7 +237,7 @@ func (rw *resourceWatch) finishInitial(ctx context.Context) {
 	rw.initialMu.Lock()
 	defer rw.initialMu.Unlock()
 	for _, old := range rw.baseline {
-		rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: old, Listed: true, Time: time.Now()}, boundCache)
+		rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: old, Listed: true, Observed: rw.listObserved, Time: time.Now()}, boundCache)
 	}
 	rw.baseline = nil
 	rw.track.initialDone()
@@ -266,14 +279,14 @@ func (rw *resourceWatch) OnAdd(obj any, isInInitialList bool) {
 	}
 	defer rw.observed(o.resourceVersion, isInInitialList)
 	if !isInInitialList {
-		rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Listed: o.typ.listed, Time: time.Now()}, boundObject)
+		rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Listed: o.typ.listed, Observed: observedAs(o), Time: time.Now()}, boundObject)
 		return
 	}
 	switch rw.mode {
 	case quietStart:
 		switch {
 		case rw.w.cfg.InitialSync:
-			rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Initial: true, Listed: true, Time: time.Now()}, boundObject)
+			rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Initial: true, Listed: true, Observed: change.ObservedRestart, Time: time.Now()}, boundObject)
 		default:
 			rw.notNews(o)
 		}
@@ -287,13 +300,13 @@ func (rw *resourceWatch) OnAdd(obj any, isInInitialList bool) {
 			// Not watched by the previous run: not news.
 			rw.notNews(o)
 		case !found:
-			rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Listed: true, Time: time.Now()}, boundObject)
+			rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Listed: true, Observed: rw.listObserved, Time: time.Now()}, boundObject)
 		case old.resourceVersion != o.resourceVersion:
 			if st := rw.w.cfg.Store; st != nil {
 				old = unhash(st.salt, old, o) // a baseline's hashed values
 			}
 			if !sameUnder(old, o) {
-				rw.emit(&Change{Type: change.Updated, Resource: rw.res, Old: old, New: o, Listed: true, Time: time.Now()}, boundObject)
+				rw.emit(&Change{Type: change.Updated, Resource: rw.res, Old: old, New: o, Listed: true, Observed: rw.listObserved, Time: time.Now()}, boundObject)
 			}
 		}
 	}
@@ -307,7 +320,7 @@ func (rw *resourceWatch) notNews(o *Object) {
 	switch {
 	case o.typ.foreign:
 	case rw.w.standby.Load() && rw.deliver.Load():
-		rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Listed: true, Time: time.Now(), uncertain: true}, boundObject)
+		rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Listed: true, Observed: change.ObservedTakeover, Time: time.Now(), uncertain: true}, boundObject)
 	case rw.record:
 		rw.w.cfg.Store.put(rw.res, o)
 	}
@@ -328,11 +341,11 @@ func (rw *resourceWatch) OnUpdate(oldObj, newObj any) {
 	if old.uid != o.uid {
 		// A relist after a disconnection found another object under the
 		// same name: the first was deleted, the second created.
-		rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: old, Listed: true, Time: time.Now()}, boundCache)
-		rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Listed: true, Time: time.Now()}, boundObject)
+		rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: old, Listed: true, Observed: change.ObservedRelist, Time: time.Now()}, boundCache)
+		rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Listed: true, Observed: change.ObservedRelist, Time: time.Now()}, boundObject)
 		return
 	}
-	rw.emit(&Change{Type: change.Updated, Resource: rw.res, Old: old, New: o, Listed: o.typ.listed, Time: time.Now()}, boundObject)
+	rw.emit(&Change{Type: change.Updated, Resource: rw.res, Old: old, New: o, Listed: o.typ.listed, Observed: observedAs(o), Time: time.Now()}, boundObject)
 }
 
 // OnDelete implements cache.ResourceEventHandler.
@@ -356,7 +369,20 @@ func (rw *resourceWatch) OnDelete(obj any) {
 	}
 	defer rw.observed(objRV, false)
 	// A tombstone: the deletion was seen only as a missing object.
-	rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: o, Listed: bound == boundCache, Time: time.Now()}, bound)
+	observed := change.ObservedWatch
+	if bound == boundCache {
+		observed = change.ObservedRelist
+	}
+	rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: o, Listed: bound == boundCache, Observed: observed, Time: time.Now()}, bound)
+}
+
+// observedAs says how a change to o, outside the initial list, was
+// observed: from a list (a relist) or from a watch event.
+func observedAs(o *Object) change.Observed {
+	if o.typ.listed {
+		return change.ObservedRelist
+	}
+	return change.ObservedWatch
 }
 
 // observed tells the tracker a callback for an object of resourceVersion
@@ -364,6 +390,9 @@ func (rw *resourceWatch) OnDelete(obj any) {
 func (rw *resourceWatch) observed(objRV string, initial bool) {
 	if rw.track != nil {
 		rw.track.observed(rw.storeRV(), objRV, initial)
+	}
+	if !initial {
+		rw.progress.applied(objRV)
 	}
 }
 
