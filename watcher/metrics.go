@@ -171,6 +171,7 @@ type baselineMetrics struct {
 	confirmed prometheus.Counter
 	takeover  *prometheus.CounterVec
 	missing   prometheus.Counter
+	replays   *prometheus.CounterVec
 }
 
 func newBaselineMetrics(reg prometheus.Registerer, store *Store, lag func() float64) *baselineMetrics {
@@ -201,9 +202,13 @@ func newBaselineMetrics(reg prometheus.Registerer, store *Store, lag func() floa
 			Namespace: ns, Subsystem: sub, Name: "takeover_without_watermark_total",
 			Help: "Informers that had no watermark of the previous leader at a takeover: all their changes fired.",
 		}),
+		replays: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "resumes_total",
+			Help: "Informers started from the previous run's watermark, by outcome: replayed (the apiserver replayed every write since, one by one) or compared (it could not; the objects were compared with the baseline).",
+		}, []string{"outcome"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.objects, m.lag, m.confirmed, m.takeover, m.missing)
+		reg.MustRegister(m.objects, m.lag, m.confirmed, m.takeover, m.missing, m.replays)
 	}
 	return m
 }

@@ -259,10 +259,11 @@ func (w *Watcher) startWatch(ctx context.Context, res change.Resource, namespace
 	rw.baseline = st.base
 	rw.covered = st.covered
 	rw.listObserved = st.observed
+	rw.resume = st.resume
 	if rw.listObserved == "" {
 		rw.listObserved = change.ObservedRelist
 	}
-	rw.record = w.cfg.Store != nil && deliver && (st.mode == quietStart || st.covered != nil)
+	rw.record = w.cfg.Store != nil && deliver && st.mode != replayStart && (st.mode == quietStart || st.covered != nil)
 	if w.cfg.Store != nil && deliver {
 		if err := w.cfg.Store.track(res); err != nil {
 			w.log.Error("cannot record a resource in the baseline", "gvr", res.String(), "error", err)
@@ -354,8 +355,14 @@ func (w *Watcher) storedBaseline(res change.Resource, namespace string, loaded r
 			}
 			base = part
 		}
-		w.log.Info("comparing with the baseline of the previous run", "gvr", res.String(), "namespace", namespace, "objects", len(base))
 		st := start{mode: baselineStart, base: base, observed: change.ObservedRestart}
+		if rv := store.resumeFrom(watchKey{gvr(res), namespace}.watermarkKey()); rv != "" {
+			// The base stays for when the apiserver cannot replay.
+			w.log.Info("replaying the writes since the previous run's watermark", "gvr", res.String(), "namespace", namespace, "resourceVersion", rv)
+			st.mode, st.resume = replayStart, rv
+			return st
+		}
+		w.log.Info("comparing with the baseline of the previous run", "gvr", res.String(), "namespace", namespace, "objects", len(base))
 		if namespace == "" && prev != nil {
 			// Watched everywhere now, in some namespaces before: objects
 			// of the others are not news.
@@ -483,6 +490,8 @@ type start struct {
 	// observed is how the changes found against base are observed
 	// (default ObservedRelist: base is what an informer held).
 	observed change.Observed
+	// resume is replayStart's resourceVersion.
+	resume string
 }
 
 func sameSet[K comparable](a, b map[K]bool) bool {

@@ -24,9 +24,10 @@ func newRole() role {
 }
 
 // tracker returns the watermark tracker of an informer key; nil (no
-// tracking) when the watcher is not in a leader election.
+// tracking) when the watcher is neither in a leader election nor keeps a
+// restart baseline.
 func (w *Watcher) tracker(k watchKey) *tracker {
-	if !w.cfg.Standby {
+	if !w.cfg.Standby && w.cfg.Store == nil {
 		return nil
 	}
 	w.trackersMu.Lock()
@@ -34,7 +35,7 @@ func (w *Watcher) tracker(k watchKey) *tracker {
 	t := w.trackers[k]
 	if t == nil {
 		t = newTracker(k.watermarkKey(), func(key, rv string) {
-			w.log.Warn("resourceVersions of this informer do not compare: it publishes no watermark, and a standby fires all its changes at takeover",
+			w.log.Warn("resourceVersions of this informer do not compare: it has no watermark (a restart compares with the baseline; a standby fires all its changes at takeover)",
 				"informer", key, "resourceVersion", rv)
 		})
 		w.trackers[k] = t

@@ -3,7 +3,9 @@ package watcher
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +37,13 @@ const (
 	// resource that appears while the watcher runs starts this way with an
 	// empty baseline, so objects created with a brand-new CRD are reported.
 	baselineStart
+	// replayStart: the previous run handled every change up to its
+	// watermark (resume): the first list is served at that resourceVersion
+	// and its objects are the baseline, and the watch from there replays
+	// every write since, each its own change. When the apiserver can no
+	// longer serve that resourceVersion the watch starts as baselineStart
+	// against the objects the previous run recorded.
+	replayStart
 )
 
 // resourceWatch is the informer of one resource: its cache of Objects and
@@ -61,13 +70,16 @@ type resourceWatch struct {
 	progress *gateProgress
 	waited   prometheus.Counter
 
-	mode      startMode
-	covered   func(namespace string) bool // baselineStart: the namespaces base covers; nil for all
+	mode    startMode
+	covered func(namespace string) bool // baselineStart: the namespaces base covers; nil for all
 	// listObserved is how the changes the initial list finds are
 	// observed: ObservedRestart against the restart baseline,
 	// ObservedRelist against the cache of a previous informer.
 	listObserved change.Observed
-	record    bool                        // with a Store: record the initial objects that are not news
+	record       bool // with a Store: record the initial objects that are not news
+	// resume is, for replayStart, the resourceVersion to list at until
+	// the first list succeeded (the reflector's goroutine's alone).
+	resume    string
 	initialMu sync.Mutex
 	baseline  map[types.UID]*Object // baselineStart: not yet seen
 	cancel    context.CancelFunc
@@ -108,7 +120,7 @@ func newResourceWatch(w *Watcher, res change.Resource, namespace string, proj ch
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			started := time.Now()
 			w.cfg.Shard.apply(&opts)
-			list, err := client.List(ctx, opts)
+			list, err := rw.list(ctx, client, opts)
 			rw.observeError(err)
 			if err == nil {
 				rw.listed.Store(&listMark{at: started, resourceVersion: list.GetResourceVersion()})
@@ -120,6 +132,15 @@ func newResourceWatch(w *Watcher, res change.Resource, namespace string, proj ch
 			return list, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			watchList := opts.SendInitialEvents != nil && *opts.SendInitialEvents
+			switch {
+			case rw.resume != "" && watchList:
+				// A watch-list starts from now; a replay lists at the
+				// watermark (the reflector falls back to a list).
+				return nil, errReplay
+			case rw.resume != "":
+				rw.resume = "" // the list at the watermark went through
+			}
 			w.cfg.Shard.apply(&opts)
 			wi, err := client.Watch(ctx, opts)
 			rw.observeError(err)
@@ -142,6 +163,70 @@ func newResourceWatch(w *Watcher, res change.Resource, namespace string, proj ch
 		Transform:     rw.transform,
 	})
 	return rw
+}
+
+// errReplay refuses a watch-list while a replay has not listed yet.
+var errReplay = errors.New("replaying from the previous run's watermark: listing at it first")
+
+// list lists the resource. The first list of a replay is served at the
+// previous run's watermark; when the apiserver no longer can (compacted,
+// or a resourceVersion it does not know), the informer starts against
+// the recorded objects instead, with a list of now.
+func (rw *resourceWatch) list(ctx context.Context, client dynamic.ResourceInterface, opts metav1.ListOptions) (*unstructured.UnstructuredList, error) {
+	if rw.resume == "" || opts.Continue != "" {
+		return client.List(ctx, opts)
+	}
+	err := rw.notAhead(ctx, client, opts)
+	switch {
+	case err != nil && !cannotReplay(err):
+		return nil, err // the reflector retries
+	case err == nil:
+		at := opts
+		at.ResourceVersion, at.ResourceVersionMatch = rw.resume, metav1.ResourceVersionMatchExact
+		var list *unstructured.UnstructuredList
+		list, err = client.List(ctx, at)
+		if err == nil || !cannotReplay(err) {
+			return list, err // another error: the reflector retries
+		}
+	}
+	rw.w.log.Warn("the apiserver cannot replay the writes since the previous run's watermark: comparing with the objects it recorded (what changed comes as each object's net effect)",
+		"gvr", rw.res.String(), "resourceVersion", rw.resume, "error", err)
+	rw.w.baseline.replays.WithLabelValues("compared").Inc()
+	rw.resume = ""
+	rw.initialMu.Lock()
+	rw.mode = baselineStart
+	rw.initialMu.Unlock()
+	return client.List(ctx, opts)
+}
+
+// errAhead says that the watermark to replay from is ahead of the
+// apiserver (etcd restored from an older backup, say).
+var errAhead = errors.New("the watermark is ahead of the apiserver's resourceVersion")
+
+// notAhead checks that the watermark to replay from is not ahead of the
+// apiserver, with a list of one object: the apiserver would wait for a
+// resourceVersion it has not reached, and the client retry, for tens of
+// seconds before refusing it. It returns errAhead when it is; other errors
+// as they come.
+func (rw *resourceWatch) notAhead(ctx context.Context, client dynamic.ResourceInterface, opts metav1.ListOptions) error {
+	probe := metav1.ListOptions{LabelSelector: opts.LabelSelector, FieldSelector: opts.FieldSelector, Limit: 1}
+	list, err := client.List(ctx, probe)
+	if err != nil {
+		return err
+	}
+	now, err1 := strconv.ParseUint(list.GetResourceVersion(), 10, 64)
+	at, err2 := strconv.ParseUint(rw.resume, 10, 64)
+	if err1 == nil && err2 == nil && at > now {
+		return fmt.Errorf("%w (%s > %s)", errAhead, rw.resume, list.GetResourceVersion())
+	}
+	return nil
+}
+
+// cannotReplay reports whether a list at a resourceVersion failed because
+// the apiserver cannot serve it (so that retrying is useless).
+func cannotReplay(err error) bool {
+	return errors.Is(err, errAhead) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) || apierrors.IsBadRequest(err) || apierrors.IsInvalid(err) ||
+		apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge)
 }
 
 // listMark is a list that filled the cache: when it started and the
@@ -236,6 +321,12 @@ func (rw *resourceWatch) finishInitial(ctx context.Context) {
 	}
 	rw.initialMu.Lock()
 	defer rw.initialMu.Unlock()
+	if rw.mode == replayStart {
+		// The list at the watermark went through: the recorded objects
+		// are not needed, the watch replays what happened to them.
+		rw.baseline = nil
+		rw.w.baseline.replays.WithLabelValues("replayed").Inc()
+	}
 	for _, old := range rw.baseline {
 		rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: old, Listed: true, Observed: rw.listObserved, Time: time.Now()}, boundCache)
 	}
@@ -282,7 +373,12 @@ func (rw *resourceWatch) OnAdd(obj any, isInInitialList bool) {
 		rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Listed: o.typ.listed, Observed: observedAs(o), Time: time.Now()}, boundObject)
 		return
 	}
-	switch rw.mode {
+	rw.initialMu.Lock()
+	mode := rw.mode
+	rw.initialMu.Unlock()
+	switch mode {
+	case replayStart:
+		// At or below the watermark: handled by the previous run.
 	case quietStart:
 		switch {
 		case rw.w.cfg.InitialSync:

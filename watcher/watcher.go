@@ -252,6 +252,11 @@ func newForClients(dyn dynamic.Interface, disc discovery.DiscoveryInterface, cfg
 	}
 	w.standby.Store(cfg.Standby)
 	w.role = newRole()
+	if cfg.Store != nil {
+		// The baseline records how far this run got, so that the next
+		// one replays the writes since.
+		cfg.Store.follow(w.Watermarks)
+	}
 	w.metrics = newMetrics(cfg.Registerer, w.pending, func() float64 { return float64(w.CachedObjects()) })
 	w.baseline = newBaselineMetrics(cfg.Registerer, cfg.Store, w.watermarkLag)
 	w.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
