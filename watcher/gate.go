@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/watch"
 )
@@ -127,6 +128,11 @@ func (g *gatedWatch) run() {
 // admit waits until e may pass, and counts it in flight. It returns false
 // when the watch is stopped meanwhile.
 func (g *gatedWatch) admit(e watch.Event) bool {
+	if e.Type == watch.Bookmark && g.rw.resuming.Load() {
+		if m, err := meta.Accessor(e.Object); err == nil && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] != "true" {
+			g.rw.resuming.Store(false) // the watch resumed: no gap
+		}
+	}
 	if e.Type != watch.Added && e.Type != watch.Modified && e.Type != watch.Deleted {
 		return true // bookmarks and errors
 	}
@@ -137,6 +143,9 @@ func (g *gatedWatch) admit(e watch.Event) bool {
 		if _, listed := u.Object[listedKey]; listed {
 			return true // a watch-list's initial events: a list
 		}
+	}
+	if g.rw.resuming.Load() {
+		g.rw.resuming.Store(false) // the watch resumed: no gap
 	}
 	m, err := meta.Accessor(e.Object)
 	if err != nil {

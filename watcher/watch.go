@@ -79,7 +79,12 @@ type resourceWatch struct {
 	record       bool // with a Store: record the initial objects that are not news
 	// resume is, for replayStart, the resourceVersion to list at until
 	// the first list succeeded (the reflector's goroutine's alone).
-	resume    string
+	resume string
+	// resuming is set from a replay's list at the watermark until its
+	// watch delivers something: a relist meanwhile (the apiserver no
+	// longer had the writes since) finds what changed while no process
+	// watched.
+	resuming  atomic.Bool
 	initialMu sync.Mutex
 	baseline  map[types.UID]*Object // baselineStart: not yet seen
 	cancel    context.CancelFunc
@@ -185,6 +190,9 @@ func (rw *resourceWatch) list(ctx context.Context, client dynamic.ResourceInterf
 		at.ResourceVersion, at.ResourceVersionMatch = rw.resume, metav1.ResourceVersionMatchExact
 		var list *unstructured.UnstructuredList
 		list, err = client.List(ctx, at)
+		if err == nil {
+			rw.resuming.Store(true)
+		}
 		if err == nil || !cannotReplay(err) {
 			return list, err // another error: the reflector retries
 		}
@@ -370,7 +378,7 @@ func (rw *resourceWatch) OnAdd(obj any, isInInitialList bool) {
 	}
 	defer rw.observed(o.resourceVersion, isInInitialList)
 	if !isInInitialList {
-		rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Listed: o.typ.listed, Observed: observedAs(o), Time: time.Now()}, boundObject)
+		rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Listed: o.typ.listed, Observed: rw.observedAs(o), Time: time.Now()}, boundObject)
 		return
 	}
 	rw.initialMu.Lock()
@@ -437,11 +445,11 @@ func (rw *resourceWatch) OnUpdate(oldObj, newObj any) {
 	if old.uid != o.uid {
 		// A relist after a disconnection found another object under the
 		// same name: the first was deleted, the second created.
-		rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: old, Listed: true, Observed: change.ObservedRelist, Time: time.Now()}, boundCache)
-		rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Listed: true, Observed: change.ObservedRelist, Time: time.Now()}, boundObject)
+		rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: old, Listed: true, Observed: rw.relisted(), Time: time.Now()}, boundCache)
+		rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Listed: true, Observed: rw.relisted(), Time: time.Now()}, boundObject)
 		return
 	}
-	rw.emit(&Change{Type: change.Updated, Resource: rw.res, Old: old, New: o, Listed: o.typ.listed, Observed: observedAs(o), Time: time.Now()}, boundObject)
+	rw.emit(&Change{Type: change.Updated, Resource: rw.res, Old: old, New: o, Listed: o.typ.listed, Observed: rw.observedAs(o), Time: time.Now()}, boundObject)
 }
 
 // OnDelete implements cache.ResourceEventHandler.
@@ -467,18 +475,27 @@ func (rw *resourceWatch) OnDelete(obj any) {
 	// A tombstone: the deletion was seen only as a missing object.
 	observed := change.ObservedWatch
 	if bound == boundCache {
-		observed = change.ObservedRelist
+		observed = rw.relisted()
 	}
 	rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: o, Listed: bound == boundCache, Observed: observed, Time: time.Now()}, bound)
 }
 
 // observedAs says how a change to o, outside the initial list, was
 // observed: from a list (a relist) or from a watch event.
-func observedAs(o *Object) change.Observed {
+func (rw *resourceWatch) observedAs(o *Object) change.Observed {
 	if o.typ.listed {
-		return change.ObservedRelist
+		return rw.relisted()
 	}
 	return change.ObservedWatch
+}
+
+// relisted says how a change a relist found was observed: as a restart
+// when the relist came before a replay's watch delivered anything.
+func (rw *resourceWatch) relisted() change.Observed {
+	if rw.resuming.Load() {
+		return change.ObservedRestart
+	}
+	return change.ObservedRelist
 }
 
 // observed tells the tracker a callback for an object of resourceVersion
