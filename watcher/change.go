@@ -50,6 +50,8 @@ type Change struct {
 	// uncertain marks a standby's Created change for an object found in
 	// its initial list with no baseline: its previous state is unknown.
 	uncertain bool
+	// queued is the bytes the change counts for while it waits.
+	queued int64
 }
 
 // PreviousResourceVersion returns the object's resourceVersion just before

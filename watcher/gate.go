@@ -32,9 +32,8 @@ type gatedWatch struct {
 	once sync.Once
 	rw   *resourceWatch
 	// passed are the events let through whose callbacks have not run
-	// yet, in order, and inKey counts them per key.
+	// yet, in order.
 	passed []passedEvent
-	inKey  map[key]int
 }
 
 // passedEvent is an event let through, by resourceVersion.
@@ -60,7 +59,7 @@ func newGateProgress() *gateProgress { return &gateProgress{wake: make(chan stru
 // applied records that the callback of an event of resourceVersion rv
 // ran.
 func (g *gateProgress) applied(rv string) {
-	if rv == "" {
+	if g == nil || rv == "" {
 		return
 	}
 	n, err := strconv.ParseUint(rv, 10, 64)
@@ -84,7 +83,7 @@ func (g *gateProgress) applied(rv string) {
 
 // gate wraps an informer's watch in its gate.
 func (rw *resourceWatch) gate(in watch.Interface) watch.Interface {
-	g := &gatedWatch{in: in, out: make(chan watch.Event), stop: make(chan struct{}), rw: rw, inKey: map[key]int{}}
+	g := &gatedWatch{in: in, out: make(chan watch.Event), stop: make(chan struct{}), rw: rw}
 	go g.run()
 	return g
 }
@@ -152,30 +151,11 @@ func (g *gatedWatch) admit(e watch.Event) bool {
 		return true // the informer reports it
 	}
 	k := key{gr: groupResource(g.rw.res), namespace: m.GetNamespace(), name: m.GetName()}
+	g.expire()
+	if !g.rw.w.pending.roomy(len(g.passed)) && !g.wait(k) {
+		return false
+	}
 	p := g.rw.progress
-	var since time.Time
-	for {
-		p.waiting.Store(true) // before looking: a callback meanwhile wakes us
-		g.expire()
-		ok, room := g.rw.w.pending.admits(k, g.inKey[k], len(g.passed))
-		if ok {
-			break
-		}
-		if since.IsZero() {
-			since = time.Now()
-		}
-		select {
-		case <-room:
-		case <-p.wake:
-		case <-g.stop:
-			p.waiting.Store(false)
-			return false
-		}
-	}
-	p.waiting.Store(false)
-	if !since.IsZero() {
-		g.rw.waited.Add(time.Since(since).Seconds())
-	}
 	if p.untracked.Load() {
 		return true
 	}
@@ -185,29 +165,64 @@ func (g *gatedWatch) admit(e watch.Event) bool {
 		return true
 	}
 	g.passed = append(g.passed, passedEvent{rv: rv, k: k})
-	g.inKey[k]++
 	return true
+}
+
+// wait waits until one more change of k may come, near a bound. It
+// returns false when the watch is stopped meanwhile.
+func (g *gatedWatch) wait(k key) bool {
+	p := g.rw.progress
+	var since time.Time
+	defer func() {
+		p.waiting.Store(false)
+		if !since.IsZero() {
+			g.rw.waited.Add(time.Since(since).Seconds())
+		}
+	}()
+	for {
+		p.waiting.Store(true) // before looking: a callback meanwhile wakes us
+		g.expire()
+		inKey := 0
+		for _, e := range g.passed {
+			if e.k == k {
+				inKey++
+			}
+		}
+		ok, room := g.rw.w.pending.admits(k, inKey, len(g.passed))
+		if ok {
+			return true
+		}
+		if since.IsZero() {
+			since = time.Now()
+		}
+		select {
+		case <-room:
+		case <-p.wake:
+		case <-g.stop:
+			return false
+		}
+	}
 }
 
 // expire forgets the events let through whose callbacks have run: the
 // changes they made are in pending now.
 func (g *gatedWatch) expire() {
+	if len(g.passed) == 0 {
+		return
+	}
 	if g.rw.progress.untracked.Load() {
 		clear(g.passed)
 		g.passed = g.passed[:0]
-		clear(g.inKey)
 		return
 	}
 	handled := g.rw.progress.handled.Load()
 	i := 0
-	for ; i < len(g.passed) && g.passed[i].rv <= handled; i++ {
-		k := g.passed[i].k
-		if g.inKey[k]--; g.inKey[k] == 0 {
-			delete(g.inKey, k)
-		}
+	for i < len(g.passed) && g.passed[i].rv <= handled {
+		i++
 	}
 	if i > 0 {
 		n := copy(g.passed, g.passed[i:])
+		clear(g.passed[n:])
 		g.passed = g.passed[:n]
 	}
 }

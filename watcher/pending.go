@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -24,9 +25,12 @@ type pending struct {
 	m       map[key]*sequence
 	standby bool
 	limits  QueueLimits
-	changes int   // in every sequence
-	bytes   int64 // in every sequence
-	peak    int   // the longest sequence so far (tests and benchmarks)
+	// changes and bytes are in every sequence, changed with mu held
+	// and read without it too (roomy).
+	changes, bytes atomic.Int64
+	// roomy's bounds: below them no sequence can be at its own.
+	fastChanges, fastBytes int64
+	peak                   int // the longest sequence so far (tests and benchmarks)
 	// room, when not nil, is closed (and cleared) the next time changes
 	// leave: a gate waiting for room made it.
 	room chan struct{}
@@ -39,13 +43,13 @@ type sequence struct {
 }
 
 func newPending(standby bool, limits QueueLimits) *pending {
-	return &pending{m: map[key]*sequence{}, standby: standby, limits: limits}
+	return &pending{m: map[key]*sequence{}, standby: standby, limits: limits,
+		fastChanges: int64(min(limits.Changes, limits.ObjectChanges)), fastBytes: min(limits.Bytes, limits.ObjectBytes)}
 }
 
 // add appends c to k's sequence. It reports whether k must be queued for a
 // worker (false on a standby).
 func (p *pending) add(k key, c *Change) bool {
-	n := c.size()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.m[k]
@@ -53,10 +57,16 @@ func (p *pending) add(k key, c *Change) bool {
 		s = &sequence{}
 		p.m[k] = s
 	}
+	var prev *Object
+	if len(s.list) > 0 {
+		prev = s.list[len(s.list)-1].New
+	}
+	c.queued = c.size(prev)
+	n := c.queued
 	s.list = append(s.list, c)
 	s.bytes += n
-	p.changes++
-	p.bytes += n
+	p.changes.Add(1)
+	p.bytes.Add(n)
 	p.peak = max(p.peak, len(s.list))
 	return !p.standby
 }
@@ -72,7 +82,7 @@ func (p *pending) next(k key) *Change {
 	c := s.list[0]
 	s.list[0] = nil
 	s.list = s.list[1:]
-	p.leftLocked(k, s, 1, c.size())
+	p.leftLocked(k, s, 1, c.queued)
 	return c
 }
 
@@ -89,7 +99,7 @@ func (p *pending) waiting(k key) int {
 // putBack returns an unhandled change to the front of k's sequence, before
 // any that arrived meanwhile.
 func (p *pending) putBack(k key, c *Change) {
-	n := c.size()
+	n := c.queued
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.m[k]
@@ -99,16 +109,16 @@ func (p *pending) putBack(k key, c *Change) {
 	}
 	s.list = append([]*Change{c}, s.list...)
 	s.bytes += n
-	p.changes++
-	p.bytes += n
+	p.changes.Add(1)
+	p.bytes.Add(n)
 }
 
 // leftLocked accounts for n changes of bytes b that left k's sequence s,
 // drops s when it is empty and wakes a waiting gate. p.mu is held.
 func (p *pending) leftLocked(k key, s *sequence, n int, b int64) {
 	s.bytes -= b
-	p.changes -= n
-	p.bytes -= b
+	p.changes.Add(-int64(n))
+	p.bytes.Add(-b)
 	if len(s.list) == 0 {
 		delete(p.m, k)
 	}
@@ -127,9 +137,14 @@ func (p *pending) len() int {
 
 // totals returns the changes waiting and their bytes.
 func (p *pending) totals() (changes int, bytes int64) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.changes, p.bytes
+	return int(p.changes.Load()), p.bytes.Load()
+}
+
+// roomy reports, without taking the lock, whether every change waiting
+// and inTotal more are below the smaller of the object and the total
+// bounds: then one more of any object may come.
+func (p *pending) roomy(inTotal int) bool {
+	return p.changes.Load()+int64(inTotal) < p.fastChanges && p.bytes.Load() < p.fastBytes
 }
 
 // admits reports whether one more change of k may come: k's sequence and
@@ -145,7 +160,7 @@ func (p *pending) admits(k key, inKey, inTotal int) (bool, <-chan struct{}) {
 	if s := p.m[k]; s != nil {
 		kn, kb = len(s.list), s.bytes
 	}
-	if kn+inKey < l.ObjectChanges && kb < l.ObjectBytes && p.changes+inTotal < l.Changes && p.bytes < l.Bytes {
+	if kn+inKey < l.ObjectChanges && kb < l.ObjectBytes && int(p.changes.Load())+inTotal < l.Changes && p.bytes.Load() < l.Bytes {
 		return true, nil
 	}
 	if p.room == nil {
@@ -173,7 +188,7 @@ func (p *pending) confirm(confirmed func(*Change) bool) []*Change {
 			uid := string(c.Object().GetUID())
 			if !blocked[uid] && confirmed(c) {
 				out = append(out, c)
-				gone += c.size()
+				gone += c.queued
 				continue
 			}
 			blocked[uid] = true
@@ -199,12 +214,12 @@ func (p *pending) lead(each func(k key, list []*Change) []*Change) []key {
 		before := len(s.list)
 		var bytes int64
 		for _, c := range s.list {
-			bytes += c.size()
+			bytes += c.queued
 		}
 		s.list = each(k, s.list)
 		var kept int64
 		for _, c := range s.list {
-			kept += c.size()
+			kept += c.queued
 		}
 		if len(s.list) < before {
 			p.leftLocked(k, s, before-len(s.list), bytes-kept)
@@ -216,21 +231,31 @@ func (p *pending) lead(each func(k key, list []*Change) []*Change) []key {
 	return keys
 }
 
-// The fixed part of a waiting change's memory: the Change, its place in
-// the sequence and the Object it adds.
+// The fixed part of a waiting change's memory: the Change and its place
+// in the sequence, and an Object.
 const (
 	changeOverhead = int64(unsafe.Sizeof(Change{})) + 8
 	objectOverhead = int64(unsafe.Sizeof(Object{}))
 )
 
-// size returns the bytes c holds on its own while it waits: the change
-// and the object it brings (the new state; for a deletion the final one,
-// which the cache no longer holds). An update's old object is the
-// previous change's new one, or the cache's, and is not counted again.
-func (c *Change) size() int64 {
-	n := changeOverhead
-	if o := c.Object(); o != nil {
-		n += objectOverhead + int64(len(o.rest)+len(o.name)+len(o.uid)+len(o.resourceVersion))
+// size returns the bytes c holds on its own while it waits behind the
+// change whose new object is prev (nil for none): the change, its new
+// object (which the cache holds too until the next change replaces it),
+// and its old one unless that is prev's (an update's old object is the
+// state the cache held before it: once replaced there, only the change
+// holds it).
+func (c *Change) size(prev *Object) int64 {
+	n := changeOverhead + objectSize(c.New)
+	if c.Old != prev {
+		n += objectSize(c.Old)
 	}
 	return n
+}
+
+// objectSize returns what o holds (0 for nil).
+func objectSize(o *Object) int64 {
+	if o == nil {
+		return 0
+	}
+	return objectOverhead + int64(len(o.rest)+len(o.name)+len(o.uid)+len(o.resourceVersion))
 }

@@ -106,9 +106,11 @@ func TestPendingSequence(t *testing.T) {
 		{Type: change.Updated, Old: obj("b", "4"), New: obj("b", "5")},
 	}
 	var bytes int64
+	var prev *Object
 	for _, c := range changes {
 		p.add(k, c)
-		bytes += c.size()
+		bytes += c.size(prev)
+		prev = c.New
 	}
 	if n, b := p.totals(); n != 6 || b != bytes {
 		t.Errorf("totals %d changes, %d bytes; want 6, %d", n, b, bytes)
