@@ -22,7 +22,7 @@ import (
 // watermark confirms them (confirm) or the standby takes over (lead).
 type pending struct {
 	mu      sync.Mutex
-	m       map[key]*sequence
+	m       map[key]sequence
 	standby bool
 	limits  QueueLimits
 	// changes and bytes are in every sequence, changed with mu held
@@ -43,7 +43,7 @@ type sequence struct {
 }
 
 func newPending(standby bool, limits QueueLimits) *pending {
-	return &pending{m: map[key]*sequence{}, standby: standby, limits: limits,
+	return &pending{m: map[key]sequence{}, standby: standby, limits: limits,
 		fastChanges: int64(min(limits.Changes, limits.ObjectChanges)), fastBytes: min(limits.Bytes, limits.ObjectBytes)}
 }
 
@@ -53,10 +53,6 @@ func (p *pending) add(k key, c *Change) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.m[k]
-	if s == nil {
-		s = &sequence{}
-		p.m[k] = s
-	}
 	var prev *Object
 	if len(s.list) > 0 {
 		prev = s.list[len(s.list)-1].New
@@ -65,6 +61,7 @@ func (p *pending) add(k key, c *Change) bool {
 	n := c.queued
 	s.list = append(s.list, c)
 	s.bytes += n
+	p.m[k] = s
 	p.changes.Add(1)
 	p.bytes.Add(n)
 	p.peak = max(p.peak, len(s.list))
@@ -76,7 +73,7 @@ func (p *pending) next(k key) *Change {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.m[k]
-	if s == nil {
+	if len(s.list) == 0 {
 		return nil
 	}
 	c := s.list[0]
@@ -90,10 +87,7 @@ func (p *pending) next(k key) *Change {
 func (p *pending) waiting(k key) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if s := p.m[k]; s != nil {
-		return len(s.list)
-	}
-	return 0
+	return len(p.m[k].list)
 }
 
 // putBack returns an unhandled change to the front of k's sequence, before
@@ -103,24 +97,24 @@ func (p *pending) putBack(k key, c *Change) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.m[k]
-	if s == nil {
-		s = &sequence{}
-		p.m[k] = s
-	}
 	s.list = append([]*Change{c}, s.list...)
 	s.bytes += n
+	p.m[k] = s
 	p.changes.Add(1)
 	p.bytes.Add(n)
 }
 
-// leftLocked accounts for n changes of bytes b that left k's sequence s,
-// drops s when it is empty and wakes a waiting gate. p.mu is held.
-func (p *pending) leftLocked(k key, s *sequence, n int, b int64) {
+// leftLocked stores s, k's sequence from which n changes of bytes b
+// left, dropping it when it is empty, and wakes a waiting gate. p.mu is
+// held.
+func (p *pending) leftLocked(k key, s sequence, n int, b int64) {
 	s.bytes -= b
 	p.changes.Add(-int64(n))
 	p.bytes.Add(-b)
 	if len(s.list) == 0 {
 		delete(p.m, k)
+	} else {
+		p.m[k] = s
 	}
 	if p.room != nil {
 		close(p.room)
@@ -155,11 +149,8 @@ func (p *pending) admits(k key, inKey, inTotal int) (bool, <-chan struct{}) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	l := p.limits
-	var kn int
-	var kb int64
-	if s := p.m[k]; s != nil {
-		kn, kb = len(s.list), s.bytes
-	}
+	s := p.m[k]
+	kn, kb := len(s.list), s.bytes
 	if kn+inKey < l.ObjectChanges && kb < l.ObjectBytes && int(p.changes.Load())+inTotal < l.Changes && p.bytes.Load() < l.Bytes {
 		return true, nil
 	}

@@ -78,11 +78,7 @@ func (f *standbyFixture) waiting(name string) string {
 	f.w.pending.mu.Lock()
 	defer f.w.pending.mu.Unlock()
 	var parts []string
-	var list []*Change
-	if s := f.w.pending.m[key{gr: groupResource(f.res), namespace: "ns", name: name}]; s != nil {
-		list = s.list
-	}
-	for _, c := range list {
+	for _, c := range f.w.pending.m[key{gr: groupResource(f.res), namespace: "ns", name: name}].list {
 		parts = append(parts, string(c.Type)+"("+rv(c.Old)+"->"+rv(c.New)+")")
 	}
 	return strings.Join(parts, " ")
