@@ -458,12 +458,17 @@ func forgetWatermarks(t *testing.T, path string) {
 // next run has the apiserver replay every write since the first run's
 // watermark, each its own change in order with the state it replaced,
 // those the first run was handed again with the same resourceVersion;
-// nothing is compared, nothing merged.
+// nothing is compared, nothing merged. The namespace holds more objects
+// than a page of the list at the watermark.
 func TestRestartReplays(t *testing.T) {
 	env := testenv.Shared(t)
 	ns := namespace(t, env)
 	ctx := context.Background()
 	cms := env.Dynamic(t).Resource(configMaps).Namespace(ns)
+	for i := range 520 {
+		_, err := cms.Create(ctx, configMap(ns, fmt.Sprintf("bulk-%03d", i), map[string]any{"n": "0"}), metav1.CreateOptions{})
+		mustf(t, err, "create bulk-%03d", i)
+	}
 	_, err := cms.Create(ctx, configMap(ns, "hot", map[string]any{"n": "0"}), metav1.CreateOptions{})
 	mustf(t, err, "create")
 	set := func(i int) string {
@@ -525,6 +530,9 @@ func TestRestartReplays(t *testing.T) {
 	}
 	if v := metricValue(t, reg, "fieldwatch_baseline_resumes_total", map[string]string{"outcome": "replayed"}); v != 1 {
 		t.Errorf("fieldwatch_baseline_resumes_total{outcome=\"replayed\"} = %v, want 1", v)
+	}
+	if n := second.count(func(c *Change) bool { return c.Object().GetName() != "hot" }); n != 0 {
+		t.Errorf("%d changes of objects that did not change", n)
 	}
 }
 
