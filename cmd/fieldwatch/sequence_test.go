@@ -391,9 +391,14 @@ func TestEveryWriteAttributed(t *testing.T) {
 	for _, d := range seqDelays {
 		actions = append(actions, hooks.action(d, d.String()))
 	}
+	// A race-built process on a loaded machine may read a write or its
+	// audit event seconds late: wider bounds than the defaults keep the
+	// test about merging, not timing (one writer per object: no window
+	// can make a match ambiguous).
 	p := startFieldwatch(t, env.WriteKubeconfig(t), "--rules", seqRules(t, ns, actions...), "--audit-webhook-addr", "127.0.0.1:0",
 		"--audit-webhook-cert-file", certs.CertFile, "--audit-webhook-key-file", certs.KeyFile,
-		"--audit-webhook-client-ca-file", certs.CAFile, "--audit-webhook-client-name", certs.ClientName)
+		"--audit-webhook-client-ca-file", certs.CAFile, "--audit-webhook-client-name", certs.ClientName,
+		"--audit-wait", "10s", "--audit-match-window", "10s")
 	px.SetTarget(p.loggedAddr("audit webhook listening"))
 
 	admin := env.Dynamic(t).Resource(configMapsGVR).Namespace(ns)
