@@ -1,5 +1,6 @@
 // Package change is the vocabulary the watcher and the rules share: what
-// happened to an object (Type), which resource it belongs to (Resource),
+// happened to an object (Type), how it was seen (Observed: one write, or
+// the net effect of several), which resource it belongs to (Resource),
 // which resources a rule or the watcher selects (Selector; a wildcard never
 // covers core Secrets), which parts of their objects are read and
 // therefore cached, and which are stored only as hashes (Projection), and

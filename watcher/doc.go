@@ -10,10 +10,14 @@
 // watched within seconds, a CRD deleted is dropped without error loops. Events
 // go through a rate-limited work queue keyed by resource/namespace/name, so
 // that one key is handled by one worker at a time, in order, and a Handler
-// receives each Change with the old and new objects.
+// receives each Change with the old and new objects: every write the watch
+// delivers is a Change of its own, never merged with another; what waits
+// is bounded (QueueLimits), an informer's watch stream waiting at a bound.
 //
-// A Store keeps the restart baseline: what was handled for each object, so
-// that the next run reports what changed meanwhile. In a leader election
+// A Store keeps the restart baseline: what was handled for each object, and
+// how far each informer got (its watermark), so that the next run has the
+// apiserver replay every write since, or, when it no longer can, reports
+// what changed meanwhile as each object's net effect. In a leader election
 // the watcher starts as a standby (Config.Standby): it watches and keeps its
 // changes without handing them on; the leader publishes its Watermarks (per
 // informer, the resourceVersion up to which every change it received is
