@@ -104,13 +104,13 @@ type objectQueue struct {
 }
 
 type readyCall struct {
-	cb func(Attribution)
-	a  Attribution
+	cb func(change.Attribution)
+	a  change.Attribution
 }
 
 type waiter struct {
 	c         Change
-	cb        func(Attribution)
+	cb        func(change.Attribution)
 	submitted time.Time
 	deadline  time.Time
 	q         *objectQueue
@@ -139,7 +139,7 @@ func NewAttributor(ix *Index, opts AttributorOptions) *Attributor {
 // Submit attributes c and calls cb with the result (see Attributor). It
 // blocks while MaxWaiting changes wait, until ctx ends (its error is
 // returned and cb is never called) or Close (ErrClosed).
-func (a *Attributor) Submit(ctx context.Context, c Change, cb func(Attribution)) error {
+func (a *Attributor) Submit(ctx context.Context, c Change, cb func(change.Attribution)) error {
 	if c.Type != change.Created && c.Type != change.Updated && c.Type != change.Deleted || c.Resource == "" || c.Name == "" {
 		return fmt.Errorf("audit: change %s %s/%s of kind %s cannot be attributed", c.Resource, c.Namespace, c.Name, c.Type)
 	}
@@ -223,10 +223,10 @@ func (a *Attributor) Submit(ctx context.Context, c Change, cb func(Attribution))
 // matchNow matches c against the events held now, when nothing of its
 // object waits: ok is false when c must wait. A Listed change never waits:
 // it is MatchNone when nothing fits.
-func (a *Attributor) matchNow(c *Change) (Attribution, bool) {
+func (a *Attributor) matchNow(c *Change) (change.Attribution, bool) {
 	res, ok := a.ix.match(c, c.Listed)
 	if !ok && c.Listed {
-		return Attribution{Match: MatchNone}, true
+		return change.Attribution{Match: change.MatchNone}, true
 	}
 	return res, ok
 }
@@ -264,7 +264,7 @@ func (a *Attributor) resolveLocked(q *objectQueue, expired bool) {
 			if !due {
 				return
 			}
-			res = Attribution{Match: MatchNone}
+			res = change.Attribution{Match: change.MatchNone}
 		}
 		q.waiting[0] = nil
 		q.waiting = q.waiting[1:]
@@ -284,7 +284,7 @@ func (a *Attributor) resolveLocked(q *objectQueue, expired bool) {
 
 // readyLocked queues cb's call behind q's earlier ones, starting a
 // goroutine to run them unless one runs.
-func (a *Attributor) readyLocked(q *objectQueue, cb func(Attribution), res Attribution) {
+func (a *Attributor) readyLocked(q *objectQueue, cb func(change.Attribution), res change.Attribution) {
 	q.ready = append(q.ready, readyCall{cb: cb, a: res})
 	if q.running {
 		return
@@ -391,13 +391,13 @@ func (a *Attributor) scopeRemoveLocked(q *objectQueue) {
 	}
 }
 
-func (a *Attributor) count(res Attribution, waited time.Duration) {
+func (a *Attributor) count(res change.Attribution, waited time.Duration) {
 	switch res.Match {
-	case MatchExact:
+	case change.MatchExact:
 		a.m.matchExact.Inc()
-	case MatchWindow:
+	case change.MatchWindow:
 		a.m.matchWindow.Inc()
-	case MatchAmbiguous:
+	case change.MatchAmbiguous:
 		a.m.matchAmbig.Inc()
 	default:
 		a.m.unmatched.Inc()

@@ -51,20 +51,3 @@ type Change struct {
 func (c *Change) key() objectKey {
 	return objectKey{group: c.Group, resource: c.Resource, namespace: c.Namespace, name: c.Name}
 }
-
-// Match says how a change was attributed (package change's, the
-// vocabulary audit shares with the rules).
-type Match = change.Match
-
-// The match kinds.
-const (
-	MatchExact     = change.MatchExact
-	MatchWindow    = change.MatchWindow
-	MatchAmbiguous = change.MatchAmbiguous
-	MatchNone      = change.MatchNone
-)
-
-// Attribution is who made a change, as the audit stream tells (package
-// change's). Its slices are shared with the index: callers must not modify
-// them.
-type Attribution = change.Attribution

@@ -157,7 +157,7 @@ type watched struct {
 	submitted time.Time
 	resolved  time.Time
 	done      bool
-	result    Attribution
+	result    change.Attribution
 }
 
 // observer watches one resource in one namespace, as the pipeline's
@@ -263,7 +263,7 @@ func (o *observer) submit(ctx context.Context, wc *watched) {
 	o.mu.Lock()
 	wc.submitted = time.Now()
 	o.mu.Unlock()
-	err := o.a.Submit(ctx, wc.Change, func(res Attribution) {
+	err := o.a.Submit(ctx, wc.Change, func(res change.Attribution) {
 		o.mu.Lock()
 		defer o.mu.Unlock()
 		wc.resolved, wc.done, wc.result = time.Now(), true, res

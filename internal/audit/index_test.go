@@ -98,7 +98,7 @@ func rec(id, user, verb, name string, completed time.Duration) Record {
 		AuditID: id, Level: "Metadata", Verb: verb, Version: "v1", Resource: "configmaps",
 		Namespace: "ns", Name: name, Code: 200,
 		Received: t0.Add(completed - 10*time.Millisecond), Completed: t0.Add(completed),
-		User: UserInfo{Username: user, Groups: []string{"system:authenticated"}}, UserAgent: "kubectl/" + user,
+		User: change.UserInfo{Username: user, Groups: []string{"system:authenticated"}}, UserAgent: "kubectl/" + user,
 		SourceIPs: []string{"10.0.0.1"},
 	}
 }
@@ -122,7 +122,7 @@ func TestMatch(t *testing.T) {
 	sub := func(s string) func(*Record) { return func(r *Record) { r.Subresource = s } }
 	code := func(c int32) func(*Record) { return func(r *Record) { r.Code = c } }
 	as := func(u string) func(*Record) {
-		return func(r *Record) { r.ImpersonatedUser = &UserInfo{Username: u} }
+		return func(r *Record) { r.ImpersonatedUser = &change.UserInfo{Username: u} }
 	}
 	genName := func(prefix string) func(*Record) {
 		return func(r *Record) { r.Name, r.GenerateName = "", prefix }
@@ -227,7 +227,7 @@ func TestMatch(t *testing.T) {
 				}
 				got := "undecided"
 				switch {
-				case ok && a.Match == MatchAmbiguous:
+				case ok && a.Match == change.MatchAmbiguous:
 					got = fmt.Sprintf("%sambiguous %s", prefix, joinComma(a.Candidates))
 					if a.User != nil || a.AuditID != "" {
 						t.Errorf("ambiguous names a user: %+v", a)
@@ -289,7 +289,7 @@ func TestMatchEarlyEvents(t *testing.T) {
 				switch {
 				case !ok:
 					return "undecided"
-				case a.Match == MatchAmbiguous:
+				case a.Match == change.MatchAmbiguous:
 					return "ambiguous " + joinComma(a.Candidates)
 				case a.AuditID == "":
 					return fmt.Sprintf("%s %s -", a.Match, a.Username())
@@ -333,11 +333,11 @@ func joinComma(ss []string) string {
 func TestMatchFields(t *testing.T) {
 	ix := NewIndex(IndexOptions{Clock: newFakeClock()})
 	r := rec("e1", "admin", "patch", "a", 0)
-	r.ImpersonatedUser = &UserInfo{Username: "alice", Groups: []string{"devs"}}
+	r.ImpersonatedUser = &change.UserInfo{Username: "alice", Groups: []string{"devs"}}
 	ix.Add(SourceLog, []Record{r}, 0)
 	c := chg(change.Updated, "a")
 	a, ok := ix.match(&c, false)
-	if !ok || a.Match != MatchWindow || a.User.Username != "admin" || a.ImpersonatedUser.Username != "alice" ||
+	if !ok || a.Match != change.MatchWindow || a.User.Username != "admin" || a.ImpersonatedUser.Username != "alice" ||
 		a.Verb != "patch" || a.UserAgent != "kubectl/admin" || !slices.Equal(a.SourceIPs, []string{"10.0.0.1"}) || a.AuditID != "e1" {
 		t.Errorf("window match %+v", a)
 	}
@@ -348,7 +348,7 @@ func TestMatchFields(t *testing.T) {
 	ix.Add(SourceLog, []Record{r2, r3}, 0)
 	c = chg(change.Updated, "b")
 	a, _ = ix.match(&c, false)
-	if a.Match != MatchWindow || a.Username() != "alice" || a.AuditID != "" || a.Verb != "" || a.UserAgent != "" ||
+	if a.Match != change.MatchWindow || a.Username() != "alice" || a.AuditID != "" || a.Verb != "" || a.UserAgent != "" ||
 		!slices.Equal(a.SourceIPs, []string{"10.0.0.1"}) {
 		t.Errorf("one identity, two requests: %+v", a)
 	}

@@ -21,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
 // TestAttributionThreeIdentities: two impersonated users and a service
@@ -96,7 +98,7 @@ func TestAttributionThreeIdentities(t *testing.T) {
 				got := o.waitResolved(t, n, 15*time.Second)
 				c := got[n-1]
 				res := c.result
-				if res.Match != MatchWindow && res.Match != MatchExact {
+				if res.Match != change.MatchWindow && res.Match != change.MatchExact {
 					t.Errorf("%s %s %s by %s: %s %+v", resource, c.Type, c.Name, w.Username, res.Match, res)
 					continue
 				}
@@ -113,7 +115,7 @@ func TestAttributionThreeIdentities(t *testing.T) {
 				}
 				// Metadata level: window matches, but a delete's status names
 				// the object's uid.
-				if want := map[bool]Match{true: MatchExact, false: MatchWindow}[s.verb == "delete"]; res.Match != want {
+				if want := map[bool]change.Match{true: change.MatchExact, false: change.MatchWindow}[s.verb == "delete"]; res.Match != want {
 					t.Errorf("%s %s %s: match %s, want %s", resource, c.Type, c.Name, res.Match, want)
 				}
 			}
@@ -160,17 +162,17 @@ func TestAttributionConcurrentWriters(t *testing.T) {
 	}
 	total := len(writers) * objectsPerWriter * (updates + 2)
 	got := o.waitResolved(t, total, 90*time.Second)
-	counts := map[Match]int{}
+	counts := map[change.Match]int{}
 	wrong := 0
 	for _, c := range got {
 		counts[c.result.Match]++
-		if (c.result.Match == MatchExact || c.result.Match == MatchWindow) && c.result.Username() != owner[c.Name] {
+		if (c.result.Match == change.MatchExact || c.result.Match == change.MatchWindow) && c.result.Username() != owner[c.Name] {
 			wrong++
 			t.Errorf("%s %s rv %s attributed to %s, written by %s", c.Type, c.Name, c.ResourceVersion, c.result.Username(), owner[c.Name])
 		}
 	}
 	t.Logf("%d changes from %d writers: %v", len(got), len(writers), counts)
-	if len(got) < 500 || wrong != 0 || counts[MatchNone] != 0 || counts[MatchAmbiguous] != 0 {
+	if len(got) < 500 || wrong != 0 || counts[change.MatchNone] != 0 || counts[change.MatchAmbiguous] != 0 {
 		t.Errorf("%d changes, %d wrong, %v", len(got), wrong, counts)
 	}
 }
@@ -206,8 +208,8 @@ func TestAttributionTwoUsersOneObject(t *testing.T) {
 	alice, bob := env.Impersonating(t, "alice"), env.Impersonating(t, "bob")
 	for _, tc := range []struct {
 		ns   string
-		want Match
-	}{{"two-users", MatchAmbiguous}, {"exact", MatchExact}} {
+		want change.Match
+	}{{"two-users", change.MatchAmbiguous}, {"exact", change.MatchExact}} {
 		t.Run(tc.ns, func(t *testing.T) {
 			env.EnsureNamespace(t, tc.ns)
 			admin := env.Dynamic(t).Resource(configmaps).Namespace(tc.ns)
@@ -241,12 +243,12 @@ func TestAttributionTwoUsersOneObject(t *testing.T) {
 			for _, c := range got {
 				r := c.result
 				switch tc.want {
-				case MatchAmbiguous:
-					if r.Match != MatchAmbiguous || !slices.Equal(r.Candidates, []string{"alice", "bob"}) || r.User != nil {
+				case change.MatchAmbiguous:
+					if r.Match != change.MatchAmbiguous || !slices.Equal(r.Candidates, []string{"alice", "bob"}) || r.User != nil {
 						t.Errorf("rv %s: %+v, want ambiguous between alice and bob", c.ResourceVersion, r)
 					}
-				case MatchExact:
-					if r.Match != MatchExact || r.Username() != byRV[c.ResourceVersion] {
+				case change.MatchExact:
+					if r.Match != change.MatchExact || r.Username() != byRV[c.ResourceVersion] {
 						t.Errorf("rv %s: %s %s, want exact %s", c.ResourceVersion, r.Match, r.Username(), byRV[c.ResourceVersion])
 					}
 				}
@@ -282,11 +284,11 @@ func TestAttributionTiming(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	check := func(t *testing.T, got []watched, want Match, minWait, maxWait time.Duration) {
+	check := func(t *testing.T, got []watched, want change.Match, minWait, maxWait time.Duration) {
 		t.Helper()
 		for _, c := range got {
 			waited := c.resolved.Sub(c.submitted)
-			if c.result.Match != want || (want != MatchNone && c.result.Username() != "alice") {
+			if c.result.Match != want || (want != change.MatchNone && c.result.Username() != "alice") {
 				t.Errorf("%s #%d: %s %q, want %s", c.Type, c.seq, c.result.Match, c.result.Username(), want)
 			}
 			if waited < minWait || waited > maxWait {
@@ -305,8 +307,8 @@ func TestAttributionTiming(t *testing.T) {
 		testenv.Eventually(t, 10*time.Second, "the changes watched", func() bool { return len(o.snapshot()) >= 5 })
 		close(gate)
 		got := o.waitResolved(t, 5, 10*time.Second)
-		check(t, got[:4], MatchWindow, 0, 100*time.Millisecond)
-		check(t, got[4:], MatchExact, 0, 100*time.Millisecond)
+		check(t, got[:4], change.MatchWindow, 0, 100*time.Millisecond)
+		check(t, got[4:], change.MatchExact, 0, 100*time.Millisecond)
 	})
 
 	t.Run("late", func(t *testing.T) {
@@ -330,8 +332,8 @@ func TestAttributionTiming(t *testing.T) {
 			}
 		}
 		// The deletion's status names the uid: exact even at Metadata level.
-		check(t, got[:4], MatchWindow, time.Second, wait)
-		check(t, got[4:], MatchExact, time.Second, wait)
+		check(t, got[:4], change.MatchWindow, time.Second, wait)
+		check(t, got[4:], change.MatchExact, time.Second, wait)
 	})
 
 	t.Run("never", func(t *testing.T) {
@@ -340,7 +342,7 @@ func TestAttributionTiming(t *testing.T) {
 		o := observe(t, ctx, env, a, configmaps, "unaudited", "", nil)
 		lifecycle(t, "unaudited", "n")
 		got := o.waitResolved(t, 5, wait+5*time.Second)
-		check(t, got, MatchNone, wait, wait+time.Second)
+		check(t, got, change.MatchNone, wait, wait+time.Second)
 	})
 }
 
@@ -450,7 +452,7 @@ rules:
 	writeSome("truncated", 2, 4)
 	got := o.waitResolved(t, writes, 30*time.Second)
 	for _, c := range got {
-		if c.result.Match != MatchExact || c.result.Username() != "carol" {
+		if c.result.Match != change.MatchExact || c.result.Username() != "carol" {
 			t.Errorf("%s %s rv %s: %s %q, want exact carol", c.Type, c.Name, c.ResourceVersion, c.result.Match, c.result.Username())
 		}
 	}
@@ -485,7 +487,7 @@ func TestAttributionGenerateName(t *testing.T) {
 	for i := range 3 {
 		create(alice)
 		got := o.waitResolved(t, i+1, 10*time.Second)
-		if r := got[i].result; r.Match != MatchWindow || r.Username() != "alice" || r.Verb != "create" {
+		if r := got[i].result; r.Match != change.MatchWindow || r.Username() != "alice" || r.Verb != "create" {
 			t.Errorf("%s: %+v, want a window match of alice's create", got[i].Name, r)
 		}
 	}
@@ -500,7 +502,7 @@ func TestAttributionGenerateName(t *testing.T) {
 	testenv.Eventually(t, 10*time.Second, "both creations watched", func() bool { return len(o2.snapshot()) >= 2 })
 	close(gate)
 	for _, c := range o2.waitResolved(t, 2, 10*time.Second) {
-		if r := c.result; r.Match != MatchAmbiguous || !slices.Equal(r.Candidates, []string{"alice", "bob"}) {
+		if r := c.result; r.Match != change.MatchAmbiguous || !slices.Equal(r.Candidates, []string{"alice", "bob"}) {
 			t.Errorf("%s: %+v, want ambiguous between alice and bob", c.Name, r)
 		}
 	}
@@ -530,7 +532,7 @@ func TestAttributionFinalizers(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := o.waitResolved(t, 2, 10*time.Second)
-	if c := got[1]; !c.DeletionStarted || c.result.Match != MatchWindow || c.result.Username() != "alice" || c.result.Verb != "delete" {
+	if c := got[1]; !c.DeletionStarted || c.result.Match != change.MatchWindow || c.result.Username() != "alice" || c.result.Verb != "delete" {
 		t.Errorf("deletion started: %+v %+v, want alice's delete", c.Change, c.result)
 	}
 	if _, err := bob.Dynamic.Resource(configmaps).Namespace(ns).Patch(ctx, "kept", types.JSONPatchType,
@@ -539,7 +541,7 @@ func TestAttributionFinalizers(t *testing.T) {
 	}
 	got = o.waitResolved(t, 3, 10*time.Second)
 	c := got[2]
-	if c.Type != "deleted" || !c.WasTerminating || c.result.Match != MatchWindow || c.result.Username() != "bob" || c.result.Verb != "patch" {
+	if c.Type != "deleted" || !c.WasTerminating || c.result.Match != change.MatchWindow || c.result.Username() != "bob" || c.result.Verb != "patch" {
 		t.Errorf("deletion: %+v %+v, want bob's patch", c.Change, c.result)
 	}
 	if waited := c.resolved.Sub(c.submitted); waited < wait-100*time.Millisecond || waited > wait+time.Second {
@@ -617,12 +619,12 @@ func TestAttributionForgedEvent(t *testing.T) {
 		name, ns, object string
 		cert, key        []byte
 		wantCode         int
-		want             Match
+		want             change.Match
 		wantCandidates   []string
 	}{
-		{"another client of the CA", "forged", "kubelet", kubeletCert, kubeletKey, http.StatusForbidden, MatchWindow, nil},
-		{"an accepted client, Metadata level", "forged", "accepted", receiver.certs.ClientCertPEM, receiver.certs.ClientKeyPEM, http.StatusOK, MatchAmbiguous, []string{"alice", "bob"}},
-		{"an accepted client, RequestResponse level", "exact", "forged-accepted", receiver.certs.ClientCertPEM, receiver.certs.ClientKeyPEM, http.StatusOK, MatchExact, nil},
+		{"another client of the CA", "forged", "kubelet", kubeletCert, kubeletKey, http.StatusForbidden, change.MatchWindow, nil},
+		{"an accepted client, Metadata level", "forged", "accepted", receiver.certs.ClientCertPEM, receiver.certs.ClientKeyPEM, http.StatusOK, change.MatchAmbiguous, []string{"alice", "bob"}},
+		{"an accepted client, RequestResponse level", "exact", "forged-accepted", receiver.certs.ClientCertPEM, receiver.certs.ClientKeyPEM, http.StatusOK, change.MatchExact, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env.EnsureNamespace(t, tc.ns)
@@ -661,8 +663,8 @@ func TestAttributionForgedEvent(t *testing.T) {
 			c := o.waitResolved(t, 1, 15*time.Second)[0]
 			r := c.result
 			switch tc.want {
-			case MatchAmbiguous:
-				if r.Match != MatchAmbiguous || !slices.Equal(r.Candidates, tc.wantCandidates) || r.User != nil {
+			case change.MatchAmbiguous:
+				if r.Match != change.MatchAmbiguous || !slices.Equal(r.Candidates, tc.wantCandidates) || r.User != nil {
 					t.Errorf("bob's change: %s %q %v, want ambiguous between %v", r.Match, r.Username(), r.Candidates, tc.wantCandidates)
 				}
 			default:
@@ -747,7 +749,7 @@ func TestAttributionRetriedBatch(t *testing.T) {
 		}
 	}
 	c := o.waitResolved(t, 1, 20*time.Second)[0]
-	if c.result.Match != MatchWindow || c.result.Username() != "alice" {
+	if c.result.Match != change.MatchWindow || c.result.Username() != "alice" {
 		t.Errorf("alice's patch: %s %q, want window alice", c.result.Match, c.result.Username())
 	}
 	if got := value(t, m.indexedBy[SourceWebhook]) - indexed; got != 1 || value(t, m.duplicateBy[SourceWebhook]) != 0 {

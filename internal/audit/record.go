@@ -7,10 +7,6 @@ import (
 	"github.com/fieldwatch/fieldwatch/change"
 )
 
-// UserInfo is an authenticated identity as the apiserver records it
-// (package change's). Extra is never kept.
-type UserInfo = change.UserInfo
-
 // Record is what attribution keeps of one audit event: no request or
 // response body, only who, what, on which object and when.
 type Record struct {
@@ -32,8 +28,8 @@ type Record struct {
 	Received, Completed time.Time
 	// User is the authenticated user; ImpersonatedUser the user it acted as,
 	// when it impersonated one.
-	User             UserInfo
-	ImpersonatedUser *UserInfo
+	User             change.UserInfo
+	ImpersonatedUser *change.UserInfo
 	// UserAgent and SourceIPs describe the client.
 	UserAgent string
 	SourceIPs []string
@@ -76,7 +72,7 @@ func (r *Record) identity() string {
 const (
 	recordBytes = int(unsafe.Sizeof(Record{}))
 	stringBytes = int(unsafe.Sizeof(""))
-	userBytes   = int(unsafe.Sizeof(UserInfo{}))
+	userBytes   = int(unsafe.Sizeof(change.UserInfo{}))
 )
 
 // keptBytes is what r holds beside the Record itself: the bytes of its
@@ -93,7 +89,7 @@ func (r *Record) keptBytes() int {
 	return n
 }
 
-func userInfoBytes(u *UserInfo) int { return len(u.Username) + len(u.UID) + listBytes(u.Groups) }
+func userInfoBytes(u *change.UserInfo) int { return len(u.Username) + len(u.UID) + listBytes(u.Groups) }
 
 func listBytes(ss []string) int {
 	n := stringBytes * len(ss)
@@ -122,7 +118,7 @@ type interner interface {
 	// list returns a list equal to ss, shared when possible.
 	list(ss []string) []string
 	// user returns a *UserInfo equal to u, shared when possible.
-	user(u *UserInfo) *UserInfo
+	user(u *change.UserInfo) *change.UserInfo
 }
 
 // compact interns the fields that repeat across events, so that a held
@@ -136,7 +132,7 @@ func (r *Record) compact(in interner) {
 	r.Subresource = in.str(r.Subresource)
 	r.Namespace = in.str(r.Namespace)
 	r.Name = in.str(r.Name) // an object is written many times
-	r.User = UserInfo{Username: in.str(r.User.Username), UID: in.str(r.User.UID), Groups: in.list(r.User.Groups)}
+	r.User = change.UserInfo{Username: in.str(r.User.Username), UID: in.str(r.User.UID), Groups: in.list(r.User.Groups)}
 	if r.ImpersonatedUser != nil {
 		r.ImpersonatedUser = in.user(r.ImpersonatedUser)
 	}
