@@ -44,7 +44,7 @@ type Change struct {
 	// compared with a restart baseline): it may be long past, so its audit
 	// event is not waited for. It is matched against the events held when
 	// its turn comes (after the earlier changes of its object), and is
-	// MatchNone when none fits.
+	// change.MatchNone when none fits.
 	Listed bool
 }
 
