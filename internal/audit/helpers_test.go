@@ -168,6 +168,10 @@ type observer struct {
 	gvr  schema.GroupVersionResource
 	ns   string
 	gate chan struct{} // when non-nil, changes are submitted only once it is closed
+	// lagging: a change counts as watched when it is submitted, as from a
+	// watch that lags behind the audit stream (with gate: its events are
+	// held before it is watched).
+	lagging bool
 
 	mu          sync.Mutex
 	changes     []*watched
@@ -181,7 +185,13 @@ type observer struct {
 // watch from (otherwise the objects there are seen as created first).
 func observe(t *testing.T, ctx context.Context, env *testenv.Env, a *Attributor, gvr schema.GroupVersionResource, ns, from string, gate chan struct{}) *observer {
 	t.Helper()
-	o := &observer{t: t, a: a, gvr: gvr, ns: ns, gate: gate, byObject: map[string][]*watched{}, terminating: map[string]bool{}, lastRV: map[string]string{}}
+	return observeLagging(t, ctx, env, a, gvr, ns, from, gate, false)
+}
+
+// observeLagging is observe with the observer's lagging set.
+func observeLagging(t *testing.T, ctx context.Context, env *testenv.Env, a *Attributor, gvr schema.GroupVersionResource, ns, from string, gate chan struct{}, lagging bool) *observer {
+	t.Helper()
+	o := &observer{t: t, a: a, gvr: gvr, ns: ns, gate: gate, lagging: lagging, byObject: map[string][]*watched{}, terminating: map[string]bool{}, lastRV: map[string]string{}}
 	w, err := env.Dynamic(t).Resource(gvr).Namespace(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: from})
 	if err != nil {
 		t.Fatalf("watch %s in %s: %v", gvr.Resource, ns, err)
@@ -262,6 +272,9 @@ func (o *observer) change(ev watch.Event) *watched {
 func (o *observer) submit(ctx context.Context, wc *watched) {
 	o.mu.Lock()
 	wc.submitted = time.Now()
+	if o.lagging {
+		wc.Time = wc.submitted
+	}
 	o.mu.Unlock()
 	err := o.a.Submit(ctx, wc.Change, func(res change.Attribution) {
 		o.mu.Lock()

@@ -259,10 +259,13 @@ func TestAttributionTwoUsersOneObject(t *testing.T) {
 
 // TestAttributionTiming: audit events that arrive before the changes are
 // submitted (early: after they were watched, but the pipeline is behind),
-// after it (late: the receiver holds the apiserver's POST), or never (the
-// policy leaves the namespace out): every callback comes within the wait
-// bound, in order per object. (Events that came before the change was
-// watched decide only at the bound: TestAttributionForgedEvent.)
+// before the changes were even watched (a watch lagging behind the audit
+// stream), after it (late: the receiver holds the apiserver's POST), or
+// never (the policy leaves the namespace out): every callback comes within
+// the wait bound, in order per object. Events that came before the change
+// was watched decide only at the bound: such an event may be another
+// request's (TestAttributionForgedEvent), so the change waits for one
+// that comes after it, then goes out with what it has.
 func TestAttributionTiming(t *testing.T) {
 	env := testenv.Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -309,6 +312,22 @@ func TestAttributionTiming(t *testing.T) {
 		got := o.waitResolved(t, 5, 10*time.Second)
 		check(t, got[:4], change.MatchWindow, 0, 100*time.Millisecond)
 		check(t, got[4:], change.MatchExact, 0, 100*time.Millisecond)
+	})
+
+	t.Run("before the watch", func(t *testing.T) {
+		env.EnsureNamespace(t, "lagging")
+		ix, a := newAttribution(t, IndexOptions{}, AttributorOptions{Wait: wait})
+		gate := make(chan struct{})
+		o := observeLagging(t, ctx, env, a, configmaps, "lagging", "", gate, true)
+		lifecycle(t, "lagging", "b")
+		testenv.Eventually(t, 10*time.Second, "the audit events held", func() bool { return ix.Len() >= 5 })
+		testenv.Eventually(t, 10*time.Second, "the changes seen", func() bool { return len(o.snapshot()) >= 5 })
+		close(gate)
+		got := o.waitResolved(t, 5, wait+5*time.Second)
+		// The deletion's status names the uid: exact, yet it waits behind
+		// the changes before it.
+		check(t, got[:4], change.MatchWindow, wait, wait+time.Second)
+		check(t, got[4:], change.MatchExact, wait, wait+time.Second)
 	})
 
 	t.Run("late", func(t *testing.T) {
