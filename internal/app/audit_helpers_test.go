@@ -398,7 +398,10 @@ func (r *fieldwatchRun) metricsSummary() string {
 	return strings.Join(out, "; ")
 }
 
-// metric returns the sum of the samples of a counter or gauge.
+// metric returns the sum of the samples of a counter or gauge family of
+// the app's registry: the audit package's collectors, unexported, are
+// reached only through it (the app's own are read with
+// testutil.ToFloat64).
 func (r *fieldwatchRun) metric(t *testing.T, name string) float64 {
 	t.Helper()
 	families, err := r.app.reg.Gather()

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -429,9 +429,7 @@ func TestAttributionNeedsASource(t *testing.T) {
 	if got := a.set.Load().Rules(); len(got) != 1 || got[0].Name != "plain" {
 		t.Errorf("after a refused reload the rules are %v", got)
 	}
-	var m dto.Metric
-	if err := a.metrics.reloadFails.Write(&m); err != nil || m.GetCounter().GetValue() != 1 {
-		v := m.GetCounter().GetValue()
+	if v := testutil.ToFloat64(a.metrics.reloadFails); v != 1 {
 		t.Errorf("fieldwatch_rules_reload_failures_total = %v, want 1", v)
 	}
 

@@ -13,6 +13,8 @@ import (
 
 	"github.com/fieldwatch/fieldwatch/change"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // results collects callbacks in the order they ran.
@@ -92,10 +94,10 @@ func TestAttributorWaitsThenTimesOut(t *testing.T) {
 	if got := r.waitFor(t, 2); got[1] != "a1:none:" {
 		t.Fatalf("got %v", got)
 	}
-	if v := value(t, a.m.unmatched); v != 1 {
+	if v := testutil.ToFloat64(a.m.unmatched); v != 1 {
 		t.Errorf("unmatched_total %v, want 1", v)
 	}
-	if v := value(t, a.m.waiting); v != 0 {
+	if v := testutil.ToFloat64(a.m.waiting); v != 0 {
 		t.Errorf("waiting_changes %v, want 0", v)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -457,7 +458,7 @@ rules:
 	}
 	testenv.Eventually(t, 30*time.Second, "the apiserver rotated its log", rotated)
 	testenv.Eventually(t, 30*time.Second, "the follower followed the rotation", func() bool {
-		return value(t, m.logReopens.WithLabelValues("rotated")) >= 1
+		return testutil.ToFloat64(m.logReopens.WithLabelValues("rotated")) >= 1
 	})
 	writeSome("after", 2, 4)
 	o.waitResolved(t, writes, 30*time.Second)
@@ -466,7 +467,7 @@ rules:
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 10*time.Second, "the follower noticed the truncation", func() bool {
-		return value(t, m.logReopens.WithLabelValues("truncated")) >= 1
+		return testutil.ToFloat64(m.logReopens.WithLabelValues("truncated")) >= 1
 	})
 	writeSome("truncated", 2, 4)
 	got := o.waitResolved(t, writes, 30*time.Second)
@@ -475,7 +476,7 @@ rules:
 			t.Errorf("%s %s rv %s: %s %q, want exact carol", c.Type, c.Name, c.ResourceVersion, c.result.Match, c.result.Username())
 		}
 	}
-	if v := value(t, m.decodeErrorsBy[SourceLog]); v != 0 {
+	if v := testutil.ToFloat64(m.decodeErrorsBy[SourceLog]); v != 0 {
 		t.Errorf("%v lines failed to decode", v)
 	}
 	t.Logf("%d changes attributed from the log across a rotation and a truncation", len(got))
@@ -659,12 +660,12 @@ func TestAttributionForgedEvent(t *testing.T) {
 			})
 			_, a := newAttribution(t, IndexOptions{}, AttributorOptions{Wait: 10 * time.Second})
 			o := observe(t, ctx, env, a, configmaps, tc.ns, created.GetResourceVersion(), nil)
-			refused := value(t, receiver.metrics.refusedBy[RefusedCertificateName])
+			refused := testutil.ToFloat64(receiver.metrics.refusedBy[RefusedCertificateName])
 
 			if code := postToReceiver(t, tc.cert, tc.key, forgedEventList(t, tc.ns, tc.object, "alice")); code != tc.wantCode {
 				t.Fatalf("the forged event: %d, want %d", code, tc.wantCode)
 			}
-			if got := value(t, receiver.metrics.refusedBy[RefusedCertificateName]) - refused; got != map[bool]float64{true: 1, false: 0}[tc.wantCode == http.StatusForbidden] {
+			if got := testutil.ToFloat64(receiver.metrics.refusedBy[RefusedCertificateName]) - refused; got != map[bool]float64{true: 1, false: 0}[tc.wantCode == http.StatusForbidden] {
 				t.Errorf("webhook_refused_total{reason=certificate_name} grew by %v", got)
 			}
 			// The apiserver's event of bob's patch is held until the change
@@ -724,7 +725,7 @@ func TestAttributionRetriedBatch(t *testing.T) {
 		defer ix.mu.Unlock()
 		return slices.ContainsFunc(ix.byKey[objectKey{resource: "configmaps", namespace: ns, name: "busy"}], func(e *entry) bool { return e.rec.Verb == "create" })
 	})
-	held, indexed := ix.Len(), value(t, m.indexedBy[SourceWebhook])
+	held, indexed := ix.Len(), testutil.ToFloat64(m.indexedBy[SourceWebhook])
 	o := observe(t, ctx, env, a, configmaps, ns, created.GetResourceVersion(), nil)
 
 	// Fill the receiver's slots with posts whose bodies do not end yet.
@@ -747,13 +748,13 @@ func TestAttributionRetriedBatch(t *testing.T) {
 		go func() { _, _ = pw.Write(body[:10]) }()
 	}
 	testenv.Eventually(t, 10*time.Second, "the receiver's slots taken", func() bool { return len(receiver.webhook.slots) == DefaultMaxConcurrentRequests })
-	busy := value(t, receiver.metrics.webhookRequests.WithLabelValues("429"))
+	busy := testutil.ToFloat64(receiver.metrics.webhookRequests.WithLabelValues("429"))
 
 	if _, err := alice.Dynamic.Resource(configmaps).Namespace(ns).Patch(ctx, "busy", types.MergePatchType, []byte(`{"data":{"k":"1"}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 20*time.Second, "the apiserver's batch refused with 429", func() bool {
-		return value(t, receiver.metrics.webhookRequests.WithLabelValues("429")) > busy
+		return testutil.ToFloat64(receiver.metrics.webhookRequests.WithLabelValues("429")) > busy
 	})
 	if n := ix.Len(); n != held {
 		t.Errorf("%d events held while the receiver was busy, want the %d before", n, held)
@@ -771,7 +772,7 @@ func TestAttributionRetriedBatch(t *testing.T) {
 	if c.result.Match != change.MatchWindow || c.result.Username() != "alice" {
 		t.Errorf("alice's patch: %s %q, want window alice", c.result.Match, c.result.Username())
 	}
-	if got := value(t, m.indexedBy[SourceWebhook]) - indexed; got != 1 || value(t, m.duplicateBy[SourceWebhook]) != 0 {
-		t.Errorf("indexed %v more, %v duplicates: want the patch's event once", got, value(t, m.duplicateBy[SourceWebhook]))
+	if got := testutil.ToFloat64(m.indexedBy[SourceWebhook]) - indexed; got != 1 || testutil.ToFloat64(m.duplicateBy[SourceWebhook]) != 0 {
+		t.Errorf("indexed %v more, %v duplicates: want the patch's event once", got, testutil.ToFloat64(m.duplicateBy[SourceWebhook]))
 	}
 }
