@@ -63,6 +63,7 @@ func byName(ps []map[string]any) map[string][]map[string]any {
 // whatever the kill cut short is reported again with the same id, never as
 // a different change.
 func TestSIGKILLRestart(t *testing.T) {
+	t.Parallel()
 	env := testenv.Shared(t)
 	ns := namespace(t, env, "sigkill")
 	ctx := context.Background()
@@ -213,6 +214,7 @@ func (r *receiver) deliveries() map[string]int {
 // TestWebhookReceiverDownThenBack: firings made while the receiver is down
 // are retried and all delivered once it is back, none dead-lettered.
 func TestWebhookReceiverDownThenBack(t *testing.T) {
+	t.Parallel()
 	env := testenv.Shared(t)
 	ns := namespace(t, env, "receiver")
 	rec := newReceiver(t)

@@ -44,6 +44,7 @@ func openFDs(t *testing.T, pid int) int {
 // Before the cap, the idle connections took every descriptor: a new
 // /healthz was never answered, nor a new connection to the receiver.
 func TestHTTPServersUnderIdleConnectionFlood(t *testing.T) {
+	t.Parallel()
 	env := testenv.Shared(t)
 	kc := env.WriteKubeconfig(t)
 	rules := writeFile(t, "rules.yaml", defaultCMRules)
@@ -159,6 +160,7 @@ func TestHTTPServersUnderIdleConnectionFlood(t *testing.T) {
 // read forever at full CPU, the FIFO blocked its open() (and never saw the
 // regular file), and fieldwatch never exited on SIGTERM.
 func TestAuditLogNotARegularFile(t *testing.T) {
+	t.Parallel()
 	env := testenv.Shared(t)
 	kc := env.WriteKubeconfig(t)
 	rules := writeFile(t, "rules.yaml", defaultCMRules)
