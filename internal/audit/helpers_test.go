@@ -142,11 +142,7 @@ func TestMain(m *testing.M) {
 
 // webhookConfig is the apiserver's side of the receiver, sending its
 // batches every 100ms so that tests see events at once.
-func (h *hookFixture) webhookConfig() *testenv.AuditWebhook {
-	w := h.certs.Webhook(h.url)
-	w.BatchMaxWait = 100 * time.Millisecond
-	return w
-}
+func (h *hookFixture) webhookConfig() *testenv.AuditWebhook { return h.certs.Webhook(h.url) }
 
 func ptr[T any](v T) *T { return &v }
 
