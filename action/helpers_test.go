@@ -201,7 +201,7 @@ func (h *harness) deadLetters(t testing.TB) []DeadLetter {
 // count.
 func (h *harness) metric(t testing.TB, name, rule, action string, index int) float64 {
 	t.Helper()
-	m, labels := h.Dispatcher.metrics, []string{rule, action, strconv.Itoa(index)}
+	m, labels := h.metrics, []string{rule, action, strconv.Itoa(index)}
 	counters := map[string]*prometheus.CounterVec{
 		"fired_total": m.fired, "delivered_total": m.delivered, "failed_total": m.failed,
 		"retried_total": m.retried, "dead_lettered_total": m.deadLettered, "handed_over_total": m.handedOver,

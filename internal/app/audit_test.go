@@ -122,7 +122,7 @@ func TestAttributionPayloads(t *testing.T) {
 					t.Errorf("%s: actor %v, want %s, verb %s, agent %s, match %s, an auditID", what, a, w.Username, s.verb, w.UserAgent, want)
 				}
 				// managedFields tell the creator and the applier.
-				if m, _ := a["manager"].(string); !(s.again && m == "") && (!strings.HasPrefix(m, s.manager) || (s.manager == "") != (m == "")) {
+				if m, _ := a["manager"].(string); (!s.again || m != "") && (!strings.HasPrefix(m, s.manager) || (s.manager == "") != (m == "")) {
 					t.Errorf("%s: manager %q, want %q...", what, m, s.manager)
 				}
 				user, _ := a["user"].(map[string]any)
