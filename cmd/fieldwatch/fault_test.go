@@ -86,8 +86,11 @@ func TestSIGKILLRestart(t *testing.T) {
 	const n = 30
 	createConfigMaps(t, env, ns, "cm", n)
 
-	// First run: the existing objects are the baseline.
+	// First run: the existing objects are the baseline, once recorded (the
+	// Store commits in batches: a kill before the first leaves none, and
+	// the next run then has nothing to compare with).
 	p1 := startFieldwatch(t, kc, "--rules", rules, "--state-dir", stateDir)
+	testenv.Eventually(t, 30*time.Second, "the baseline recorded", func() bool { return p1.metric("fieldwatch_baseline_objects") >= n })
 	for i := range n {
 		setV(fmt.Sprintf("cm-%02d", i), "live")
 	}
