@@ -13,8 +13,8 @@ BENCHSTAT := golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 # -p 4: the integration tests mostly wait on their control planes, so four
 # packages at a time keep 2 cores busy where -p 2 (GOMAXPROCS) left one idle.
 # -parallel 4: so do the end-to-end tests of cmd/fieldwatch (fieldwatch
-# processes, leases, receivers), which run in parallel; with 2 (GOMAXPROCS)
-# the package took 122 s, with 4 it takes 64 s.
+# processes, leases, receivers), which run in parallel; run alone at a load
+# of 6 to 13, the package took 122 s with 2 (GOMAXPROCS) and 64 s with 4.
 TEST_FLAGS ?= -race -count=1 -timeout 45m -p 4 -parallel 4
 # TEST_PKGS lists the packages whose tests take longest first: go test
 # starts packages in the order given (four at a time, -p 4), and ./...
