@@ -17,12 +17,15 @@
 //	err = w.Run(ctx)
 //
 // The Handler receives each Change with the old and the new object, one at
-// a time per object, in the order the changes happened. A Store keeps the
-// restart baseline, so that the next run reports what changed while the
-// program was down. For a leader election the watcher starts as a standby
-// (Config.Standby) and follows the leader's Watermarks until it takes over
-// (TakeOver). Resources, selectors, projections and change types are
-// package change's, the vocabulary the watcher shares with package rules.
+// a time per object, in the order the changes happened: every write the
+// watch delivers is a Change of its own. A Store keeps the restart
+// baseline, so that the next run replays every write made while the
+// program was down (or, when the apiserver no longer can, reports each
+// object's net effect). For a leader election the watcher starts as a
+// standby (Config.Standby) and follows the leader's Watermarks until it
+// takes over (TakeOver). Resources, selectors, projections and change
+// types are package change's, the vocabulary the watcher shares with
+// package rules.
 //
 // watcher knows nothing of rules or actions: of fieldwatch it imports
 // package change only (TestDependencies keeps it so).

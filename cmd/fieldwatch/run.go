@@ -16,6 +16,7 @@ import (
 	"github.com/fieldwatch/fieldwatch/internal/app"
 	"github.com/fieldwatch/fieldwatch/internal/audit"
 	"github.com/fieldwatch/fieldwatch/internal/connlimit"
+	"github.com/fieldwatch/fieldwatch/watcher"
 )
 
 // files is a repeatable flag.
@@ -54,6 +55,11 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.HTTPIdleTimeout, "http-idle-timeout", connlimit.DefaultIdleTimeout, "close a keep-alive connection of the HTTP servers (--http-addr, --pprof-addr, --audit-webhook-addr) after this long without a request")
 	fs.StringVar(&cfg.StateDir, "state-dir", "", "directory for the restart baseline (baseline.db) and the dead-letter file (dead-letter.jsonl); on a volume that outlives the pod, nothing is lost across restarts and rollouts")
 	fs.IntVar(&cfg.Workers, "workers", app.DefaultWorkers, "changes evaluated in parallel")
+	queueBytes, objectBytes := byteSize(watcher.DefaultQueueBytes), byteSize(watcher.DefaultQueueObjectBytes)
+	fs.IntVar(&cfg.Queue.Changes, "queue-max-changes", watcher.DefaultQueueChanges, "changes waiting for a worker at most, each write its own; beyond it the watcher slows down")
+	fs.Var(&queueBytes, "queue-max-bytes", "bytes the changes waiting for a worker hold at most (a quantity such as 64Mi); beyond it the watcher slows down")
+	fs.IntVar(&cfg.Queue.ObjectChanges, "queue-max-object-changes", watcher.DefaultQueueObjectChanges, "changes of one object waiting for a worker at most; beyond it the watcher slows down")
+	fs.Var(&objectBytes, "queue-max-object-bytes", "bytes the changes of one object waiting for a worker hold at most (a quantity such as 16Mi); beyond it the watcher slows down")
 	fs.BoolVar(&cfg.DryRun, "dry-run", false, "patch actions log the patch instead of sending it")
 	fs.BoolVar(&cfg.LeaderElect, "leader-elect", false, "elect one active replica through a coordination.k8s.io Lease")
 	fs.StringVar(&cfg.LeaseNamespace, "leader-elect-namespace", podNamespace(), "namespace of the leader election Lease")
@@ -98,6 +104,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !*pprof {
 		cfg.PprofAddr = ""
 	}
+	cfg.Queue.Bytes, cfg.Queue.ObjectBytes = int64(queueBytes), int64(objectBytes)
 	au.WebhookMaxBodyBytes = int64(maxBody)
 	au.IndexMaxBytes = int64(indexBytes)
 	if len(ruleFiles) == 0 || fs.NArg() > 0 {

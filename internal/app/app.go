@@ -96,6 +96,10 @@ type Config struct {
 	// are never served on HTTPAddr nor on another interface. Reach them
 	// with kubectl port-forward.
 	PprofAddr string
+	// Queue bounds the changes waiting for a worker, each write its own:
+	// per object and in total, in changes and bytes (zero fields take
+	// watcher's defaults). At a bound the watcher slows down.
+	Queue watcher.QueueLimits
 	// Audit turns on attribution from the Kubernetes audit stream; its
 	// zero value leaves it off.
 	Audit AuditConfig
@@ -288,6 +292,7 @@ func (a *app) newReplica(ctx context.Context, standby bool) (*replica, error) {
 		Namespaces:   set.Namespaces,
 		Handler:      &pipeline{app: a, errLog: rate.Sometimes{Interval: time.Second}, att: r.att},
 		Workers:      a.cfg.Workers,
+		Queue:        a.cfg.Queue,
 		DrainTimeout: a.cfg.GracePeriod / 2,
 		Shard:        shard,
 		Store:        store,

@@ -132,7 +132,7 @@ func (p *pipeline) deliver(ctx context.Context, firings []rules.Firing, done fun
 // rulesChange turns a watcher change into what the rules evaluate. The
 // maps are fresh copies: rules never see the cache.
 func rulesChange(c *watcher.Change) *rules.Change {
-	rc := &rules.Change{Type: c.Type, Resource: c.Resource, Time: c.Time}
+	rc := &rules.Change{Type: c.Type, Resource: c.Resource, Time: c.Time, Observed: c.Observed}
 	if c.New != nil {
 		rc.New = c.New.Map()
 	}
