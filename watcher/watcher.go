@@ -145,6 +145,24 @@ var (
 
 // Watcher watches the selected resources and hands their changes to a
 // Handler. Build it with New, then call Run.
+//
+// Discovery lists the resources; the selectors pick some of them; one
+// dynamic informer per GroupVersionResource watches each, caching compact
+// projected objects (Object) rather than full unstructured ones. The set of
+// informers follows the cluster: a CRD created while running is watched
+// within seconds, a CRD deleted is dropped without error loops. Events go
+// through a rate-limited work queue keyed by resource/namespace/name, so
+// that one key is handled by one worker at a time, in order. Every write
+// the watch delivers is a Change of its own, never merged with another;
+// what waits is bounded (QueueLimits), an informer's watch stream waiting
+// at a bound.
+//
+// In a leader election the watcher starts as a standby (Config.Standby): it
+// watches and keeps its changes without handing them on; the leader
+// publishes its Watermarks and the standby applies them (Confirm),
+// recording in its Store what they cover and dropping it; TakeOver hands
+// the rest to the handler. A leader that loses its election calls Abandon
+// and stops at once, leaving what it did not handle to the next one.
 type Watcher struct {
 	cfg      Config
 	dyn      dynamic.Interface

@@ -48,8 +48,11 @@ type Config struct {
 	Workers int
 	// DryRun makes patch actions log instead of patching.
 	DryRun bool
-	// LeaderElect makes replicas elect one leader through a Lease; only
-	// the leader watches and acts.
+	// LeaderElect makes replicas elect one leader through a Lease. Every
+	// replica watches; only the leader evaluates and acts. It publishes its
+	// watermarks on the Lease with each renewal, and a standby keeps the
+	// changes they do not cover yet, to deliver them when it takes over
+	// (docs/guarantees.md, High availability).
 	LeaderElect bool
 	// LeaseNamespace and LeaseName name the Lease (LeaseName default
 	// DefaultLeaseName; with TotalShards > 1 that default becomes

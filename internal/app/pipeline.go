@@ -62,7 +62,7 @@ func (p *pipeline) Handle(ctx context.Context, c *watcher.Change) error {
 		return ctx.Err() // shutting down: the watcher keeps the change queued
 	}
 	done := c.Defer()
-	err := p.att.at.Submit(ctx, ac, func(a audit.Attribution) {
+	err := p.att.at.Submit(ctx, ac, func(a change.Attribution) {
 		defer func() { <-p.att.inflight }()
 		if p.att.aborted.Load() {
 			return // the Lease is lost: the change stays undone
