@@ -69,6 +69,7 @@ spec:
 // discovery alone, no request is forbidden, and a reload with a rule
 // outside the namespaces is refused.
 func TestNamespacedInstall(t *testing.T) {
+	t.Parallel()
 	env := testenv.Shared(t)
 	ctx := context.Background()
 	if _, err := env.ApplyFiles(ctx, testenv.ApplyOptions{}, repo(t, "examples/crds/widgets.yaml")); err != nil {
@@ -251,6 +252,7 @@ spec:
 // resource too (discovery tells); `fieldwatch rbac --namespaces` refuses
 // them alike.
 func TestNamespacedRefusals(t *testing.T) {
+	t.Parallel()
 	env := testenv.Shared(t)
 	apply(t, env, clusterThingCRD)
 	admin := env.WriteKubeconfig(t)
@@ -314,6 +316,7 @@ func TestNamespacedRefusals(t *testing.T) {
 // kube-apiserver serves: every built-in cluster-scoped resource it serves
 // is in the table, and no namespaced one.
 func TestBuiltinClusterScoped(t *testing.T) {
+	t.Parallel()
 	env := testenv.Shared(t)
 	resources, _, err := watcher.Discover(context.Background(), env.Config())
 	if err != nil {
