@@ -10,12 +10,12 @@ import (
 
 // fixture describes a payload for tests.
 type fixture struct {
-	uid, rv, rule, typ  string
-	group, resource     string
-	namespace, name     string
-	user, imp, manager  string
-	time                time.Time
-	changes             string // JSON array; default one replace
+	uid, rv, rule, typ string
+	group, resource    string
+	namespace, name    string
+	user, imp, manager string
+	time               time.Time
+	changes            string // JSON array; default one replace
 }
 
 var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)

@@ -2,8 +2,9 @@ package history
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// metrics are the history's series.
-type metrics struct {
+// Metrics are the history's series, shared by a store (the disk full, a
+// file set aside) and its Recorder. A nil *Metrics counts nothing.
+type Metrics struct {
 	entries     *prometheus.CounterVec
 	written     prometheus.Counter
 	duplicate   prometheus.Counter
@@ -23,8 +24,10 @@ type metrics struct {
 	removedSize prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
-	m := &metrics{
+// NewMetrics returns the history's series, registered on reg (none when
+// reg is nil).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
 		entries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "fieldwatch", Subsystem: "history", Name: "entries_total",
 			Help: "Payloads given to the history, by result: written; duplicate (an entry of that id was there); dropped (the queue was full: the store was slow or failing); failed (the store refused them after retries); invalid (not a payload).",
@@ -69,4 +72,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		reg.MustRegister(m.entries, m.removed, m.errors, m.stored, m.bytes, m.queued, m.writeTime)
 	}
 	return m
+}
+
+// full counts a full disk or database.
+func (m *Metrics) full() {
+	if m != nil {
+		m.errFull.Inc()
+	}
+}
+
+// reset counts a corrupt file set aside.
+func (m *Metrics) reset() {
+	if m != nil {
+		m.errCorrupt.Inc()
+	}
 }

@@ -21,8 +21,6 @@ const (
 	// DefaultFlushInterval is how long a payload waits for others to be
 	// written with it in one transaction, at most.
 	DefaultFlushInterval = 250 * time.Millisecond
-	// batchEntries bounds one transaction.
-	batchEntries = 1024
 	// trimInterval is how often the bounds are applied at least.
 	trimInterval = time.Second
 	// maxAttempts is how often a batch is tried before its entries
@@ -45,7 +43,10 @@ type RecorderOptions struct {
 	// DefaultFlushInterval).
 	FlushInterval time.Duration
 	Logger        *slog.Logger
-	Registerer    prometheus.Registerer
+	// Metrics are where it counts (the store's, NewMetrics); nil makes
+	// new ones, registered on Registerer.
+	Metrics    *Metrics
+	Registerer prometheus.Registerer
 }
 
 // Recorder writes payloads to a Store off the delivery path: Record
@@ -53,9 +54,10 @@ type RecorderOptions struct {
 // the bounds, and retries a failing store with backoff. Create it with
 // NewRecorder and end it with Close.
 type Recorder struct {
-	opts RecorderOptions
-	log  *slog.Logger
-	m    *metrics
+	opts  RecorderOptions
+	log   *slog.Logger
+	m     *Metrics
+	batch int // BatchEntries
 
 	mu      sync.Mutex
 	queue   []queued
@@ -89,9 +91,12 @@ func NewRecorder(opts RecorderOptions) *Recorder {
 	if opts.FlushInterval <= 0 {
 		opts.FlushInterval = DefaultFlushInterval
 	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(opts.Registerer)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Recorder{
-		opts: opts, log: opts.Logger, m: newMetrics(opts.Registerer),
+		opts: opts, log: opts.Logger, m: opts.Metrics, batch: BatchEntries(opts.MaxBytes),
 		wake: make(chan struct{}, 1), done: make(chan struct{}), stop: cancel,
 		dropLog: rate.Sometimes{Interval: 10 * time.Second},
 		errLog:  rate.Sometimes{Interval: 10 * time.Second},
@@ -120,7 +125,7 @@ func (r *Recorder) Record(payload []byte, source Source) {
 	n := len(r.queue)
 	r.mu.Unlock()
 	r.m.queued.Set(float64(n))
-	if n == 1 || n == batchEntries {
+	if n == 1 || n%r.batch == 0 {
 		select {
 		case r.wake <- struct{}{}:
 		default:
@@ -143,11 +148,16 @@ func (r *Recorder) Close(ctx context.Context) {
 	<-r.done
 }
 
-// take removes up to batchEntries payloads from the queue.
+// take removes up to BatchEntries payloads, and BatchBytes of them,
+// from the queue.
 func (r *Recorder) take() (batch []queued) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := min(len(r.queue), batchEntries)
+	n, size, limit, most := 0, int64(0), BatchBytes(r.opts.MaxBytes), BatchEntries(r.opts.MaxBytes)
+	for n < len(r.queue) && n < most && (n == 0 || size+int64(len(r.queue[n].payload)) <= limit) {
+		size += int64(len(r.queue[n].payload))
+		n++
+	}
 	batch = append(batch, r.queue[:n]...)
 	clear(r.queue[:n])
 	r.queue = r.queue[n:]
@@ -182,7 +192,7 @@ func (r *Recorder) run(ctx context.Context) {
 		closing := r.closing
 		r.mu.Unlock()
 		switch {
-		case n >= batchEntries || (n > 0 && (closing || time.Since(oldest) >= r.opts.FlushInterval)):
+		case n >= r.batch || (n > 0 && (closing || time.Since(oldest) >= r.opts.FlushInterval)):
 			batch := r.take()
 			if !r.write(ctx, batch) {
 				r.dropRest()
@@ -254,11 +264,9 @@ func (r *Recorder) write(ctx context.Context, batch []queued) bool {
 		kind := "other"
 		switch {
 		case errors.Is(err, ErrFull):
-			kind = "full"
-			r.m.errFull.Inc()
+			kind = "full" // counted by the store
 		case errors.Is(err, ErrReset):
-			kind = "corrupt"
-			r.m.errCorrupt.Inc()
+			kind = "corrupt" // counted by the store
 		default:
 			r.m.errOther.Inc()
 		}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,14 +57,26 @@ var sqliteIndexes = map[index]string{byTime: "entries_time", byUID: "entries_uid
 
 // walBytes returns the write-ahead log's size limit for a bound of
 // maxBytes: a sixteenth of it, from 64 KiB to 4 MiB. The log is
-// checkpointed past it and truncated back to it; the bound keeps that
-// much room for it.
+// checkpointed past it and truncated back to it; the bound keeps room
+// for it (usedBytes), and the Recorder writes batches of at most half
+// of it (BatchBytes).
 func walBytes(maxBytes int64) int64 {
 	if maxBytes <= 0 {
 		return 4 << 20
 	}
 	return min(max(maxBytes/16, 64<<10), 4<<20)
 }
+
+// BatchBytes and BatchEntries bound what the Recorder writes in one
+// transaction to a store bounded to maxBytes (0: unbounded), so that a
+// transaction fits the log: half of it in payloads, and an entry counted
+// at four pages, since it changes a page of each index (the table and
+// the time index grow at their end, the id, uid and namespace indexes
+// anywhere).
+func BatchBytes(maxBytes int64) int64 { return walBytes(maxBytes) / 2 }
+
+// BatchEntries: see BatchBytes.
+func BatchEntries(maxBytes int64) int { return int(min(max(walBytes(maxBytes)/(4*4096), 16), 1024)) }
 
 // SQLiteOptions configure OpenSQLite.
 type SQLiteOptions struct {
@@ -73,8 +86,8 @@ type SQLiteOptions struct {
 	// history --state-dir): nothing is written, a corrupt file is an
 	// error.
 	ReadOnly bool
-	// OnReset is called when a corrupt file was set aside.
-	OnReset func()
+	// Metrics count a full disk and a file set aside (nil: not counted).
+	Metrics *Metrics
 	// MaxBytes is the bound Trim will be given, which sizes the
 	// write-ahead log (walBytes).
 	MaxBytes int64
@@ -93,6 +106,8 @@ type SQLite struct {
 	gen   int          // how many times the file was reset
 	count atomic.Int64 // entries, counted once at open then kept
 	wal   int64        // walBytes
+	// diskLimited is set while the disk, not the bound, limits the size.
+	diskLimited atomic.Bool
 }
 
 var _ Store = &SQLite{}
@@ -112,17 +127,16 @@ func OpenSQLite(path string, opts SQLiteOptions) (*SQLite, error) {
 		}
 	}
 	err := s.open()
-	if err == nil || opts.ReadOnly || !corrupt(err) {
-		if err != nil {
-			return nil, err
+	if err != nil && !opts.ReadOnly && corrupt(err) {
+		if err = s.setAside(err); err == nil {
+			err = s.open()
 		}
-		return s, nil
 	}
-	if err := s.setAside(err); err != nil {
+	if err != nil {
 		return nil, err
 	}
-	if err := s.open(); err != nil {
-		return nil, err
+	if !opts.ReadOnly {
+		s.keepReserve()
 	}
 	return s, nil
 }
@@ -204,9 +218,7 @@ func (s *SQLite) setAside(cause error) error {
 	}
 	s.log.Error("history database is corrupt: set aside, and a new one started (the entries it held are not in the new history)",
 		"file", s.path, "setAside", aside, "error", cause)
-	if s.opts.OnReset != nil {
-		s.opts.OnReset()
-	}
+	s.opts.Metrics.reset()
 	return nil
 }
 
@@ -244,6 +256,7 @@ func (s *SQLite) use(op func() error) error {
 	case corrupt(err) && !s.opts.ReadOnly:
 		return s.reset(gen, err)
 	case full(err):
+		s.opts.Metrics.full()
 		return fmt.Errorf("%w: %v", ErrFull, err)
 	}
 	return err
@@ -257,20 +270,15 @@ func idHash(id string) int64 {
 }
 
 // Write implements Store. When the disk or the database is full, it
-// checkpoints the log (truncating it frees its disk space), removes the
-// oldest hundredth of the entries, and tries once more.
+// makes room (makeRoom) and tries again, up to three times.
 func (s *SQLite) Write(ctx context.Context, entries []Entry) (int, error) {
 	if s.opts.ReadOnly {
 		return 0, errors.New("history database opened read-only")
 	}
 	var n int
 	err := s.use(func() (err error) { n, err = s.insert(ctx, entries); return err })
-	if errors.Is(err, ErrFull) {
-		_ = s.use(func() error {
-			_, _ = s.write.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)")
-			_, err := s.deleteOldest(ctx, s.count.Load()/100+1)
-			return err
-		})
+	for round := 0; round < 3 && errors.Is(err, ErrFull); round++ {
+		s.makeRoom(ctx, max(s.count.Load()/100+1, int64(2*len(entries))))
 		err = s.use(func() (err error) { n, err = s.insert(ctx, entries); return err })
 	}
 	if err != nil {
@@ -320,10 +328,11 @@ func (s *SQLite) Query(ctx context.Context, q Query) (Page, error) {
 }
 
 // Trim implements Store: the entries older than before, then, when the
-// pages in use and the log take more than nine tenths of maxBytes, the
-// oldest until they take eight tenths: the file (whose free pages new
-// entries reuse) stays within maxBytes, and trimming is not needed again
-// at once.
+// entries' pages take more than nine tenths of what maxBytes leaves
+// besides the room for the log and the reserve (usedBytes), the oldest
+// until they take eight tenths: the file (whose free pages new entries
+// reuse) stays within maxBytes, and trimming is not needed again at
+// once. maxBytes is lowered to what the disk has (withinDisk).
 func (s *SQLite) Trim(ctx context.Context, before time.Time, maxBytes int64) (Trimmed, error) {
 	var t Trimmed
 	err := s.use(func() (err error) {
@@ -337,32 +346,36 @@ func (s *SQLite) Trim(ctx context.Context, before time.Time, maxBytes int64) (Tr
 		}
 		return err
 	})
+	if !s.opts.ReadOnly {
+		s.keepReserve()
+	}
 	return t, err
 }
-
-// trimBatch is how many entries one DELETE removes at most: short
-// transactions, so that queries and writes are not held up.
-const trimBatch = 5000
 
 func (s *SQLite) trimAge(ctx context.Context, before time.Time) (int, error) {
 	total := 0
 	for {
 		res, err := s.write.ExecContext(ctx, "DELETE FROM entries WHERE seq IN (SELECT seq FROM entries INDEXED BY entries_time WHERE time < ? ORDER BY time, seq LIMIT ?)",
-			before.UnixMicro(), trimBatch)
+			before.UnixMicro(), BatchEntries(s.opts.MaxBytes))
 		if err != nil {
 			return total, err
 		}
 		n, _ := res.RowsAffected()
 		total += int(n)
 		s.count.Add(-n)
-		if n < trimBatch {
+		if n < int64(BatchEntries(s.opts.MaxBytes)) {
 			return total, nil
 		}
 	}
 }
 
 func (s *SQLite) trimSize(ctx context.Context, maxBytes int64) (int, error) {
-	high, low := maxBytes-maxBytes/10, maxBytes-maxBytes/5
+	maxBytes = s.withinDisk(maxBytes)
+	// The thresholds are on what entries take: the room for the log and
+	// the reserve is there however many they are.
+	fixed := 2*s.wal + s.reserveBytes()
+	budget := max(maxBytes-fixed, 0)
+	high, low := fixed+budget-budget/10, fixed+budget-budget/5
 	total := 0
 	for {
 		used, err := s.usedBytes(ctx)
@@ -376,7 +389,7 @@ func (s *SQLite) trimSize(ctx context.Context, maxBytes int64) (int, error) {
 		// What the excess takes at the average entry's size, at least a
 		// hundredth of the entries (index pages free up slowly).
 		per := max(used/count, 1)
-		k, err := s.deleteOldest(ctx, min(max((used-low)/per+1, count/100+1), trimBatch))
+		k, err := s.deleteOldest(ctx, max((used-low)/per+1, count/100+1))
 		if err != nil {
 			return total, err
 		}
@@ -387,25 +400,122 @@ func (s *SQLite) trimSize(ctx context.Context, maxBytes int64) (int, error) {
 	}
 }
 
-// deleteOldest removes the n oldest entries.
-func (s *SQLite) deleteOldest(ctx context.Context, n int64) (int, error) {
-	res, err := s.write.ExecContext(ctx, "DELETE FROM entries WHERE seq IN (SELECT seq FROM entries INDEXED BY entries_time ORDER BY time, seq LIMIT ?)", n)
-	if err != nil {
-		return 0, err
+// withinDisk lowers maxBytes to what the file and its log take plus what
+// the filesystem has free: the history never takes a disk's last bytes
+// (the baseline and the dead letters may share it), and, when something
+// else fills the disk, it makes room inside its file, which new entries
+// reuse without the file growing.
+func (s *SQLite) withinDisk(maxBytes int64) int64 {
+	free := diskFree(filepath.Dir(s.path))
+	if free < 0 {
+		return maxBytes
 	}
-	k, _ := res.RowsAffected()
-	s.count.Add(-k)
-	return int(k), nil
+	var files int64
+	for _, f := range []string{s.path, s.path + "-wal", s.reservePath()} {
+		if fi, err := os.Stat(f); err == nil {
+			files += fi.Size()
+		}
+	}
+	if limit := files + free; maxBytes <= 0 || limit < maxBytes {
+		if limit < maxBytes && !s.diskLimited.Swap(true) {
+			s.log.Warn("history: the disk has less room than --history-max-bytes: the history is kept within what it has (oldest entries removed)",
+				"file", s.path, "maxBytes", maxBytes, "fileBytes", files, "freeBytes", free)
+		}
+		return limit
+	}
+	s.diskLimited.Store(false)
+	return maxBytes
+}
+
+// makeRoom is what Write does on a full disk: it gives the reserve file
+// back to the filesystem (the log may hold pages that grow the database
+// file when they are checkpointed: with no byte free, neither a
+// checkpoint nor a deletion could go through), checkpoints the log
+// (whose file keeps its size, so that the next transactions reuse it
+// without taking more disk), and removes the n oldest entries, in whose
+// pages the new ones go.
+func (s *SQLite) makeRoom(ctx context.Context, n int64) {
+	if err := os.Remove(s.reservePath()); err == nil {
+		s.log.Warn("history: the disk is full: its reserve is given back to make room, and the oldest entries are removed",
+			"file", s.path, "reserveBytes", s.reserveBytes())
+	}
+	_ = s.use(func() error {
+		_, _ = s.write.ExecContext(ctx, "PRAGMA wal_checkpoint(RESTART)")
+		if _, err := s.deleteOldest(ctx, n); err != nil {
+			return err
+		}
+		_, err := s.write.ExecContext(ctx, "PRAGMA wal_checkpoint(RESTART)")
+		return err
+	})
+}
+
+// reservePath is the reserve file: disk space the history keeps (zeros)
+// to give back when the disk is full.
+func (s *SQLite) reservePath() string { return s.path + ".reserve" }
+
+// reserveBytes is the reserve's size: what a checkpoint of a full log
+// may grow the file by.
+func (s *SQLite) reserveBytes() int64 { return 2 * s.wal }
+
+// keepReserve creates the reserve file when it is missing and the disk
+// has room for it (on open, and after the disk filled and emptied
+// again).
+func (s *SQLite) keepReserve() {
+	path := s.reservePath()
+	if fi, err := os.Stat(path); err == nil && fi.Size() == s.reserveBytes() {
+		return
+	}
+	if free := diskFree(filepath.Dir(s.path)); free >= 0 && free < s.reserveBytes()+s.wal {
+		return
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return
+	}
+	zeros := make([]byte, 64<<10)
+	for left := s.reserveBytes(); left > 0 && err == nil; left -= int64(len(zeros)) {
+		_, err = f.Write(zeros[:min(left, int64(len(zeros)))])
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err != nil || cerr != nil {
+		_ = os.Remove(path)
+	}
+}
+
+// deleteOldest removes the n oldest entries, in transactions that fit
+// the log (a transaction's pages go to the log before the file).
+func (s *SQLite) deleteOldest(ctx context.Context, n int64) (int, error) {
+	chunk := int64(BatchEntries(s.opts.MaxBytes))
+	total := 0
+	for n > 0 {
+		res, err := s.write.ExecContext(ctx, "DELETE FROM entries WHERE seq IN (SELECT seq FROM entries INDEXED BY entries_time ORDER BY time, seq LIMIT ?)", min(n, chunk))
+		if err != nil {
+			return total, err
+		}
+		k, _ := res.RowsAffected()
+		s.count.Add(-k)
+		total += int(k)
+		n -= k
+		if k == 0 {
+			break
+		}
+	}
+	return total, nil
 }
 
 // usedBytes is the database's pages in use plus the room kept for its
-// write-ahead log.
+// write-ahead log, twice its limit (a transaction, a batch of the
+// recorder or a chunk of deleteOldest, is appended before the log is
+// checkpointed, and grows the file by as much before the next trim),
+// and the reserve file.
 func (s *SQLite) usedBytes(ctx context.Context) (int64, error) {
 	var pages, free, size int64
 	if err := s.write.QueryRowContext(ctx, "SELECT page_count, freelist_count, page_size FROM pragma_page_count(), pragma_freelist_count(), pragma_page_size()").Scan(&pages, &free, &size); err != nil {
 		return 0, err
 	}
-	return (pages-free)*size + s.wal, nil
+	return (pages-free)*size + 2*s.wal + s.reserveBytes(), nil
 }
 
 // Stats implements Store.
@@ -416,6 +526,14 @@ func (s *SQLite) Stats(ctx context.Context) (Stats, error) {
 		return Stats{}, err
 	}
 	return Stats{Entries: s.count.Load(), Bytes: used}, nil
+}
+
+// Checkpoint writes the log into the database file and truncates it.
+func (s *SQLite) Checkpoint(ctx context.Context) error {
+	return s.use(func() error {
+		_, err := s.write.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)")
+		return err
+	})
 }
 
 // Close implements Store.
