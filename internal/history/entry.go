@@ -92,7 +92,7 @@ var headKeys = map[string]bool{
 // kept, not copied: it must not change afterwards.
 func ParsePayload(payload []byte, source Source) (Entry, error) {
 	var h payloadHead
-	err := topLevel(payload, func(key string, value []byte) error {
+	err := EachKey(payload, func(key string, value []byte) error {
 		if !headKeys[key] {
 			return nil
 		}

@@ -133,6 +133,10 @@ func (r *Recorder) Record(payload []byte, source Source) {
 	}
 }
 
+// Drop counts a payload left out of the history by its caller (a
+// standby too far behind the leader to evaluate a change).
+func (r *Recorder) Drop() { r.m.dropped.Inc() }
+
 // Close stops taking payloads and writes what is queued, until ctx
 // ends; what is left then is dropped and counted.
 func (r *Recorder) Close(ctx context.Context) {

@@ -9,13 +9,13 @@ import (
 // errSyntax is the error of a payload that is not a JSON object.
 var errSyntax = errors.New("not a JSON object")
 
-// topLevel calls fn with each key of the JSON object data and the bytes
+// EachKey calls fn with each key of the JSON object data and the bytes
 // of its value, in order, finding where each value ends without decoding
 // it: a payload's changes, crd and objects cost one pass over their bytes.
 // It returns fn's first error, or an error when data is not one JSON
 // object (what it checks: the object's own punctuation, strings and the
 // nesting of brackets; values are checked by whoever decodes them).
-func topLevel(data []byte, fn func(key string, value []byte) error) error {
+func EachKey(data []byte, fn func(key string, value []byte) error) error {
 	i := skipSpace(data, 0)
 	if i >= len(data) || data[i] != '{' {
 		return errSyntax
