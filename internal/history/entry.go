@@ -93,10 +93,28 @@ var headKeys = map[string]bool{
 func ParsePayload(payload []byte, source Source) (Entry, error) {
 	var h payloadHead
 	err := EachKey(payload, func(key string, value []byte) error {
+		switch key {
+		case "resource":
+			return EachKey(value, func(key string, value []byte) error {
+				switch key {
+				case "group":
+					return decodeString(value, &h.Resource.Group)
+				case "version":
+					return decodeString(value, &h.Resource.Version)
+				case "resource":
+					return decodeString(value, &h.Resource.Resource)
+				case "kind":
+					return decodeString(value, &h.Resource.Kind)
+				}
+				return nil
+			})
+		case "actor":
+			return json.Unmarshal(value, &h.Actor)
+		}
 		if !headKeys[key] {
 			return nil
 		}
-		return json.Unmarshal(value, fieldOf(&h, key))
+		return decodeString(value, fieldOf(&h, key).(*string))
 	})
 	if err != nil {
 		return Entry{}, fmt.Errorf("payload: %w", err)
@@ -121,6 +139,26 @@ func ParsePayload(payload []byte, source Source) (Entry, error) {
 		User: h.Actor.User.Username, Impersonated: h.Actor.ImpersonatedUser.Username, Manager: h.Actor.Manager,
 		Source: source, Payload: payload,
 	}, nil
+}
+
+// decodeString decodes the JSON string value into s: without escapes at
+// once, otherwise through encoding/json.
+func decodeString(value []byte, s *string) error {
+	if len(value) >= 2 && value[0] == '"' && value[len(value)-1] == '"' {
+		raw := value[1 : len(value)-1]
+		plain := true
+		for _, c := range raw {
+			if c == '\\' || c == '"' || c < 0x20 || c >= 0x80 {
+				plain = false
+				break
+			}
+		}
+		if plain {
+			*s = string(raw)
+			return nil
+		}
+	}
+	return json.Unmarshal(value, s)
 }
 
 // fieldOf returns the field of h that a top-level key decodes into.

@@ -190,7 +190,7 @@ func (p *Postgres) fail(err error) error {
 
 // Query implements Store.
 func (p *Postgres) Query(ctx context.Context, q Query) (Page, error) {
-	return runQuery(ctx, pgQuerier{p.pool}, &q, func(*built) string { return pgTable }, dollars)
+	return runQuery(ctx, pgQuerier{p.pool}, &q, false, func(*built) string { return pgTable }, dollars)
 }
 
 // Trim implements Store: the entries older than before, then, over nine

@@ -21,7 +21,8 @@ const (
 	// DefaultFlushInterval is how long a payload waits for others to be
 	// written with it in one transaction, at most.
 	DefaultFlushInterval = 250 * time.Millisecond
-	// trimInterval is how often the bounds are applied at least.
+	// trimInterval is how often the bounds are applied without writes
+	// (they are after every batch written).
 	trimInterval = time.Second
 	// maxAttempts is how often a batch is tried before its entries
 	// count as failed.
@@ -202,10 +203,9 @@ func (r *Recorder) run(ctx context.Context) {
 				r.dropRest()
 				return
 			}
-			if time.Since(lastTrim) >= trimInterval {
-				r.trim(ctx)
-				lastTrim = time.Now()
-			}
+			// After every batch: the size bound holds whatever the rate.
+			r.trim(ctx)
+			lastTrim = time.Now()
 			continue
 		case closing:
 			r.trim(ctx)

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,16 +19,17 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 )
 
-// sqliteSchema is the embedded store's table. seq is the rowid; idh, a
-// 64-bit hash of id, is what finds an id again (its index is a fifth of
-// one on id). The payload is kept as delivered; the other columns are
-// what queries select by.
+// sqliteSchema is the embedded store's table. Its key, seq, is the
+// entry's time in microseconds times seqSpan plus a number that sets
+// apart entries of the same microsecond: the table is in time order, and
+// so are the two indexes (which end with the key), so that no index on
+// time is needed. The payload is kept as delivered; the other columns
+// are what queries select by. Ids are found again through the uid index
+// (recent: the ids written lately, by hash).
 const sqliteSchema = `
 CREATE TABLE IF NOT EXISTS entries (
   seq INTEGER PRIMARY KEY,
-  idh INTEGER NOT NULL,
   id TEXT NOT NULL,
-  time INTEGER NOT NULL,
   recorded INTEGER NOT NULL,
   rule TEXT NOT NULL,
   type TEXT NOT NULL,
@@ -41,19 +43,28 @@ CREATE TABLE IF NOT EXISTS entries (
   source TEXT NOT NULL,
   payload BLOB NOT NULL
 );
-CREATE INDEX IF NOT EXISTS entries_idh ON entries(idh);
-CREATE INDEX IF NOT EXISTS entries_time ON entries(time);
-CREATE INDEX IF NOT EXISTS entries_uid ON entries(uid, time);
-CREATE INDEX IF NOT EXISTS entries_namespace ON entries(namespace, time);
+CREATE INDEX IF NOT EXISTS entries_uid ON entries(uid);
+CREATE INDEX IF NOT EXISTS entries_namespace ON entries(namespace);
 `
 
-const sqliteInsert = `INSERT INTO entries(idh, id, time, recorded, rule, type, grp, resource, namespace, name, uid, usr, imp, source, payload)
-SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
-WHERE NOT EXISTS (SELECT 1 FROM entries WHERE idh = ? AND id = ?)`
+// seqSpan is how many entries of one microsecond the key tells apart.
+const seqSpan = 1024
+
+// seqOf is the first key of time t.
+func seqOf(t time.Time) int64 { return t.UnixMicro() * seqSpan }
+
+const sqliteInsert = `INSERT INTO entries(seq, id, recorded, rule, type, grp, resource, namespace, name, uid, usr, imp, source, payload)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // sqliteIndexes names the index each query walks (INDEXED BY: without
 // statistics SQLite's planner may pick one that is not in time order).
-var sqliteIndexes = map[index]string{byTime: "entries_time", byUID: "entries_uid", byNamespace: "entries_namespace"}
+var sqliteIndexes = map[index]string{byUID: "entries_uid", byNamespace: "entries_namespace"}
+
+// recentIDs is how many of the newest ids a store knows by hash: an
+// entry whose id is not among them is written without looking for its
+// id on disk. Repeats come within seconds (a retry, a restart, a
+// failover, a standby's copy), far within this many newer entries.
+const recentIDs = 1 << 17
 
 // walBytes returns the write-ahead log's size limit for a bound of
 // maxBytes: a sixteenth of it, from 64 KiB to 4 MiB. The log is
@@ -105,6 +116,10 @@ type SQLite struct {
 	read  *sql.DB      // queries
 	gen   int          // how many times the file was reset
 	count atomic.Int64 // entries, counted once at open then kept
+
+	wmu     sync.Mutex // the writer's state below
+	lastSeq int64      // the highest key written
+	recent  recent     // the newest ids, by hash
 	wal   int64        // walBytes
 	// diskLimited is set while the disk, not the bound, limits the size.
 	diskLimited atomic.Bool
@@ -174,6 +189,12 @@ func (s *SQLite) open() error {
 		_ = w.Close()
 		return fmt.Errorf("history database %s: %w", s.path, err)
 	}
+	if !s.opts.ReadOnly {
+		if err := s.loadRecent(ctx, w); err != nil {
+			_ = w.Close()
+			return fmt.Errorf("history database %s: %w", s.path, err)
+		}
+	}
 	r, err := sql.Open("sqlite", s.dsn(true))
 	if err != nil {
 		_ = w.Close()
@@ -183,6 +204,35 @@ func (s *SQLite) open() error {
 	s.write, s.read = w, r
 	s.count.Store(n)
 	return nil
+}
+
+// loadRecent reads the hashes of the newest ids and the highest key.
+func (s *SQLite) loadRecent(ctx context.Context, db *sql.DB) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.recent = newRecent(recentIDs)
+	s.lastSeq = 0
+	rows, err := db.QueryContext(ctx, "SELECT seq, id FROM entries ORDER BY seq DESC LIMIT ?", recentIDs)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = rows.Close() }()
+	var ids []string
+	for rows.Next() {
+		var seq int64
+		var id string
+		if err := rows.Scan(&seq, &id); err != nil {
+			return err
+		}
+		if len(ids) == 0 {
+			s.lastSeq = seq
+		}
+		ids = append(ids, id)
+	}
+	for i := len(ids) - 1; i >= 0; i-- { // oldest first: the ring drops those first
+		s.recent.add(idHash(ids[i]))
+	}
+	return rows.Err()
 }
 
 // corrupt reports whether err says the file is not a database or is
@@ -289,38 +339,198 @@ func (s *SQLite) Write(ctx context.Context, entries []Entry) (int, error) {
 }
 
 func (s *SQLite) insert(ctx context.Context, entries []Entry) (int, error) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
 	tx, err := s.write.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	stmt, err := tx.PrepareContext(ctx, sqliteInsert)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = stmt.Close() }()
-	n := 0
+	last := s.lastSeq
+	rows := make([]sqliteRow, 0, len(entries))
 	for i := range entries {
 		e := &entries[i]
 		h := idHash(e.ID)
-		res, err := stmt.ExecContext(ctx, h, e.ID, e.Time.UnixMicro(), e.Recorded.UnixMicro(), e.Rule, string(e.Type),
-			e.Group, e.Resource, e.Namespace, e.Name, e.UID, e.User, e.Impersonated, string(e.Source), e.Payload, h, e.ID)
-		if err != nil {
-			return 0, err
+		if s.recent.has(h) {
+			// Probably a repeat: look, in this batch and on disk.
+			dup, err := s.written(ctx, tx, rows, e)
+			if err != nil {
+				return 0, err
+			}
+			if dup {
+				continue
+			}
 		}
-		if k, _ := res.RowsAffected(); k > 0 {
-			n++
+		seq := seqOf(e.Time)
+		if seq <= last && last-seq < 16*seqSpan {
+			seq = last + 1 // the last one's microsecond (or one of those just before)
+		}
+		rows = append(rows, sqliteRow{e: e, seq: seq})
+		last = max(last, seq)
+		s.recent.add(h)
+	}
+	if last, err = insertRowsTx(ctx, tx, rows, last); err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, err
+	}
+	s.lastSeq = last
+	return len(rows), nil
+}
+
+// sqliteRow is an entry to insert, with its key.
+type sqliteRow struct {
+	e   *Entry
+	seq int64
+}
+
+// sqliteColumns is the number of columns sqliteInsert sets.
+const sqliteColumns = 14
+
+func (r *sqliteRow) appendArgs(args []any) []any {
+	e := r.e
+	return append(args, r.seq, e.ID, e.Recorded.UnixMicro(), e.Rule, string(e.Type), e.Group, e.Resource, e.Namespace, e.Name,
+		e.UID, e.User, e.Impersonated, string(e.Source), e.Payload)
+}
+
+// insertRows is how many rows one statement inserts: a statement costs
+// more than a row.
+const insertRows = 32
+
+// sqliteInsertMany inserts insertRows rows.
+var sqliteInsertMany = "INSERT INTO entries(seq, id, recorded, rule, type, grp, resource, namespace, name, uid, usr, imp, source, payload) VALUES " +
+	strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?), ", insertRows), ", ")
+
+// insertRowsTx inserts rows, insertRows at a time; a chunk whose key is
+// taken (an entry written earlier in the same microsecond) goes row by
+// row, moving the keys that are taken. It returns the highest key.
+func insertRowsTx(ctx context.Context, tx *sql.Tx, rows []sqliteRow, last int64) (int64, error) {
+	var one, many *sql.Stmt
+	defer func() {
+		for _, st := range []*sql.Stmt{one, many} {
+			if st != nil {
+				_ = st.Close()
+			}
+		}
+	}()
+	var err error
+	for len(rows) > 0 {
+		n := min(len(rows), insertRows)
+		if n == insertRows {
+			if many == nil {
+				if many, err = tx.PrepareContext(ctx, sqliteInsertMany); err != nil {
+					return last, err
+				}
+			}
+			args := make([]any, 0, insertRows*sqliteColumns)
+			for k := range rows[:n] {
+				args = rows[k].appendArgs(args)
+			}
+			_, err := many.ExecContext(ctx, args...)
+			if err == nil {
+				rows = rows[n:]
+				continue
+			}
+			if !keyTaken(err) {
+				return last, err
+			}
+		}
+		if one == nil {
+			if one, err = tx.PrepareContext(ctx, sqliteInsert); err != nil {
+				return last, err
+			}
+		}
+		for k := range rows[:n] {
+			if last, err = insertOne(ctx, one, &rows[k], last); err != nil {
+				return last, err
+			}
+		}
+		rows = rows[n:]
+	}
+	return last, nil
+}
+
+// insertOne inserts one row, moving its key past the ones taken.
+func insertOne(ctx context.Context, stmt *sql.Stmt, r *sqliteRow, last int64) (int64, error) {
+	for tries := 1; ; tries++ {
+		_, err := stmt.ExecContext(ctx, r.appendArgs(make([]any, 0, sqliteColumns))...)
+		if err == nil {
+			return max(last, r.seq), nil
+		}
+		switch {
+		case !keyTaken(err):
+			return last, err
+		case tries < 64:
+			r.seq++ // an entry of that microsecond written earlier
+		case tries == 64:
+			r.seq = last + 1 // a crowded microsecond: after the newest
+		default:
+			return last, err
 		}
 	}
-	return n, tx.Commit()
+}
+
+// written reports whether an entry of e's id is in rows or on disk.
+func (s *SQLite) written(ctx context.Context, tx *sql.Tx, rows []sqliteRow, e *Entry) (bool, error) {
+	for _, r := range rows {
+		if r.e.ID == e.ID {
+			return true, nil
+		}
+	}
+	var one int
+	err := tx.QueryRowContext(ctx, "SELECT 1 FROM entries INDEXED BY entries_uid WHERE uid = ? AND id = ? LIMIT 1", e.UID, e.ID).Scan(&one)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, sql.ErrNoRows):
+		return false, nil
+	}
+	return false, err
+}
+
+// keyTaken reports whether err is a primary key conflict.
+func keyTaken(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_CONSTRAINT
+}
+
+// recent is a set of the last ids written, by hash, that forgets the
+// oldest first.
+type recent struct {
+	set  map[int64]struct{}
+	ring []int64
+	next int
+}
+
+func newRecent(n int) recent { return recent{set: make(map[int64]struct{}, n), ring: make([]int64, 0, n)} }
+
+func (r *recent) has(h int64) bool {
+	_, ok := r.set[h]
+	return ok
+}
+
+func (r *recent) add(h int64) {
+	if len(r.ring) < cap(r.ring) {
+		r.ring = append(r.ring, h)
+		r.set[h] = struct{}{}
+		return
+	}
+	delete(r.set, r.ring[r.next])
+	r.ring[r.next] = h
+	r.set[h] = struct{}{}
+	r.next = (r.next + 1) % len(r.ring)
 }
 
 // Query implements Store.
 func (s *SQLite) Query(ctx context.Context, q Query) (Page, error) {
 	var p Page
 	err := s.use(func() (err error) {
-		p, err = runQuery(ctx, sqlDB{s.read}, &q, func(b *built) string {
-			return "entries INDEXED BY " + sqliteIndexes[b.index]
+		p, err = runQuery(ctx, sqlDB{s.read}, &q, true, func(b *built) string {
+			if ix, ok := sqliteIndexes[b.index]; ok {
+				return "entries INDEXED BY " + ix
+			}
+			return "entries"
 		}, func(s string) string { return s })
 		return err
 	})
@@ -355,8 +565,8 @@ func (s *SQLite) Trim(ctx context.Context, before time.Time, maxBytes int64) (Tr
 func (s *SQLite) trimAge(ctx context.Context, before time.Time) (int, error) {
 	total := 0
 	for {
-		res, err := s.write.ExecContext(ctx, "DELETE FROM entries WHERE seq IN (SELECT seq FROM entries INDEXED BY entries_time WHERE time < ? ORDER BY time, seq LIMIT ?)",
-			before.UnixMicro(), BatchEntries(s.opts.MaxBytes))
+		res, err := s.write.ExecContext(ctx, "DELETE FROM entries WHERE seq IN (SELECT seq FROM entries WHERE seq < ? ORDER BY seq LIMIT ?)",
+			seqOf(before), BatchEntries(s.opts.MaxBytes))
 		if err != nil {
 			return total, err
 		}
@@ -490,7 +700,7 @@ func (s *SQLite) deleteOldest(ctx context.Context, n int64) (int, error) {
 	chunk := int64(BatchEntries(s.opts.MaxBytes))
 	total := 0
 	for n > 0 {
-		res, err := s.write.ExecContext(ctx, "DELETE FROM entries WHERE seq IN (SELECT seq FROM entries INDEXED BY entries_time ORDER BY time, seq LIMIT ?)", min(n, chunk))
+		res, err := s.write.ExecContext(ctx, "DELETE FROM entries WHERE seq IN (SELECT seq FROM entries ORDER BY seq LIMIT ?)", min(n, chunk))
 		if err != nil {
 			return total, err
 		}
@@ -580,8 +790,8 @@ type querier interface {
 // runQuery runs q: the window bound first when q filters on what its
 // index does not order, then the page. from names the table (and
 // index); placeholders rewrites the ? placeholders.
-func runQuery(ctx context.Context, db querier, q *Query, from func(*built) string, placeholders func(string) string) (Page, error) {
-	b := build(q)
+func runQuery(ctx context.Context, db querier, q *Query, keyed bool, from func(*built) string, placeholders func(string) string) (Page, error) {
+	b := build(q, keyed)
 	limit := q.limit()
 	var bound *Cursor
 	if len(b.residual) > 0 {

@@ -25,6 +25,10 @@ const (
 
 // built is a query's SQL in parts, with ? placeholders.
 type built struct {
+	// keyed is SQLite's table, whose key seq is in time order
+	// (seqOf): time conditions are conditions on seq. Otherwise the
+	// order is (time, seq).
+	keyed bool
 	index index
 	// keyConds are the conditions on the walked index (its equality and
 	// the time range and cursor); residual the others.
@@ -32,8 +36,8 @@ type built struct {
 	keyArgs, resArgs   []any
 }
 
-func build(q *Query) built {
-	var b built
+func build(q *Query, keyed bool) built {
+	b := built{keyed: keyed}
 	switch {
 	case q.UID != "":
 		b.index = byUID
@@ -45,14 +49,27 @@ func build(q *Query) built {
 		b.index = byNamespace
 		b.key("namespace = ?", q.Namespace)
 	}
-	if !q.Since.IsZero() {
-		b.key("time >= ?", q.Since.UnixMicro())
-	}
-	if !q.Until.IsZero() {
-		b.key("time < ?", q.Until.UnixMicro())
-	}
-	if q.After != nil {
-		b.key("(time, seq) < (?, ?)", q.After.Time, q.After.Seq)
+	switch {
+	case keyed:
+		if !q.Since.IsZero() {
+			b.key("seq >= ?", seqOf(q.Since))
+		}
+		if !q.Until.IsZero() {
+			b.key("seq < ?", seqOf(q.Until))
+		}
+		if q.After != nil {
+			b.key("seq < ?", q.After.Seq)
+		}
+	default:
+		if !q.Since.IsZero() {
+			b.key("time >= ?", q.Since.UnixMicro())
+		}
+		if !q.Until.IsZero() {
+			b.key("time < ?", q.Until.UnixMicro())
+		}
+		if q.After != nil {
+			b.key("(time, seq) < (?, ?)", q.After.Time, q.After.Seq)
+		}
 	}
 	if q.Name != "" {
 		b.filter("name = ?", q.Name)
@@ -93,12 +110,26 @@ func where(conds []string) string {
 	return " WHERE " + strings.Join(conds, " AND ")
 }
 
-const newestFirst = " ORDER BY time DESC, seq DESC"
+// order is the newest first order.
+func (b *built) order() string {
+	if b.keyed {
+		return " ORDER BY seq DESC"
+	}
+	return " ORDER BY time DESC, seq DESC"
+}
+
+// timeColumn is what the time of an entry is read from.
+func (b *built) timeColumn() string {
+	if b.keyed {
+		return "seq / " + strconv.Itoa(seqSpan)
+	}
+	return "time"
+}
 
 // boundary returns the query of the last index entry of the scan window,
-// for a query with residual conditions: columns time, seq.
+// for a query with residual conditions: its time and seq.
 func (b *built) boundary(from string) (string, []any) {
-	return "SELECT time, seq FROM " + from + where(b.keyConds) + newestFirst + " LIMIT 1 OFFSET " + strconv.Itoa(scanWindow-1), b.keyArgs
+	return "SELECT " + b.timeColumn() + ", seq FROM " + from + where(b.keyConds) + b.order() + " LIMIT 1 OFFSET " + strconv.Itoa(scanWindow-1), b.keyArgs
 }
 
 // page returns the query of a page of at most limit entries, within the
@@ -106,11 +137,15 @@ func (b *built) boundary(from string) (string, []any) {
 func (b *built) page(from, columns string, limit int, bound *Cursor) (string, []any) {
 	conds := append(append([]string(nil), b.keyConds...), b.residual...)
 	args := append(append([]any(nil), b.keyArgs...), b.resArgs...)
-	if bound != nil {
+	switch {
+	case bound != nil && b.keyed:
+		conds = append(conds, "seq >= ?")
+		args = append(args, bound.Seq)
+	case bound != nil:
 		conds = append(conds, "(time, seq) >= (?, ?)")
 		args = append(args, bound.Time, bound.Seq)
 	}
-	return "SELECT " + columns + " FROM " + from + where(conds) + newestFirst + " LIMIT " + strconv.Itoa(limit), args
+	return "SELECT " + columns + " FROM " + from + where(conds) + b.order() + " LIMIT " + strconv.Itoa(limit), args
 }
 
 // dollars rewrites ? placeholders as $1, $2, ... (PostgreSQL); the

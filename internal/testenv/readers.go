@@ -38,25 +38,31 @@ func (e *Env) ServiceAccountToken(t testing.TB, ns, name string) string {
 
 // GrantRead lets the service account saNamespace/sa get, list and watch
 // resource (of group) in namespace only, through a Role and RoleBinding
-// there, and waits until the apiserver's authorizer allows it.
+// there (namespace "": everywhere, through a ClusterRole and
+// ClusterRoleBinding), and waits until the apiserver's authorizer allows
+// it.
 func (e *Env) GrantRead(t testing.TB, saNamespace, sa, group, resource, namespace string) {
 	t.Helper()
 	ctx := context.Background()
 	cs := e.Clientset(t)
-	e.EnsureNamespace(t, namespace)
 	name := "read-" + resource + "-" + saNamespace + "-" + sa
-	_, err := cs.RbacV1().Roles(namespace).Create(ctx, &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{group}, Resources: []string{resource}, Verbs: []string{"get", "list", "watch"}}},
-	}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
+	rules := []rbacv1.PolicyRule{{APIGroups: []string{group}, Resources: []string{resource}, Verbs: []string{"get", "list", "watch"}}}
+	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: saNamespace}}
+	var err error
+	if namespace == "" {
+		_, err = cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}, metav1.CreateOptions{})
+		if err == nil || apierrors.IsAlreadyExists(err) {
+			_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name}, Subjects: subjects}, metav1.CreateOptions{})
+		}
+	} else {
+		e.EnsureNamespace(t, namespace)
+		_, err = cs.RbacV1().Roles(namespace).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}, metav1.CreateOptions{})
+		if err == nil || apierrors.IsAlreadyExists(err) {
+			_, err = cs.RbacV1().RoleBindings(namespace).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name}, Subjects: subjects}, metav1.CreateOptions{})
+		}
 	}
-	_, err = cs.RbacV1().RoleBindings(namespace).Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: saNamespace}},
-	}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}

@@ -57,7 +57,7 @@ type authorizer struct {
 
 func newAuthorizer(kube kubernetes.Interface, ttl time.Duration) *authorizer {
 	return &authorizer{kube: kube, ttl: ttl, now: time.Now,
-		tokens: ttlCache[authenticationv1.UserInfo]{m: map[string]cached[authenticationv1.UserInfo]{}},
+		tokens:    ttlCache[authenticationv1.UserInfo]{m: map[string]cached[authenticationv1.UserInfo]{}},
 		decisions: ttlCache[bool]{m: map[string]cached[bool]{}}}
 }
 
