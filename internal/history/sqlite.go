@@ -120,7 +120,7 @@ type SQLite struct {
 	wmu     sync.Mutex // the writer's state below
 	lastSeq int64      // the highest key written
 	recent  recent     // the newest ids, by hash
-	wal   int64        // walBytes
+	wal     int64      // walBytes
 	// diskLimited is set while the disk, not the bound, limits the size.
 	diskLimited atomic.Bool
 }
@@ -503,7 +503,9 @@ type recent struct {
 	next int
 }
 
-func newRecent(n int) recent { return recent{set: make(map[int64]struct{}, n), ring: make([]int64, 0, n)} }
+func newRecent(n int) recent {
+	return recent{set: make(map[int64]struct{}, n), ring: make([]int64, 0, n)}
+}
 
 func (r *recent) has(h int64) bool {
 	_, ok := r.set[h]

@@ -127,7 +127,7 @@ func TestPageInBrowser(t *testing.T) {
 	}
 	count := func(sel string) int {
 		t.Helper()
-		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll(` + jsString(sel) + `).length`))
+		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll(`+jsString(sel)+`).length`))
 		if err != nil {
 			t.Fatalf("count %s: %v", sel, err)
 		}

@@ -89,8 +89,12 @@ func seed(t testing.TB, extra int) history.Store {
 			Old: widget(ns, fmt.Sprintf("b%d", i%500), uid, 10+i, int64(i), "blue"), New: widget(ns, fmt.Sprintf("b%d", i%500), uid, 11+i, int64(i+1), "blue"),
 			Attribution: by(fmt.Sprintf("bot-%d", i%7), "patch")})
 	}
-	w1 := func(rv int, size int64, color string) map[string]any { return widget("shop", "w1", "w1-uid", rv, size, color) }
-	w2 := func(rv int, size int64, color string) map[string]any { return widget("lab", "w2", "w2-uid", rv, size, color) }
+	w1 := func(rv int, size int64, color string) map[string]any {
+		return widget("shop", "w1", "w1-uid", rv, size, color)
+	}
+	w2 := func(rv int, size int64, color string) map[string]any {
+		return widget("lab", "w2", "w2-uid", rv, size, color)
+	}
 	add(&rules.Change{Type: change.Created, Resource: widgets, Time: t0, New: w1(100, 1, "blue"), Attribution: by("alice", "create")})
 	add(&rules.Change{Type: change.Created, Resource: widgets, Time: t0.Add(time.Minute), New: w2(101, 5, "green"), Attribution: by("carol", "create")})
 	add(&rules.Change{Type: change.Updated, Resource: widgets, Time: t0.Add(2 * time.Minute), Old: w1(100, 1, "blue"), New: w1(102, 3, "blue"), Attribution: by("alice", "patch")})
