@@ -113,8 +113,8 @@ bench-go: controlplane ## the go test benchmarks of watcher, internal/app, rules
 	$(GO) test -run '^$$' -bench CRDDiff -benchtime 1x ./cmd/fieldwatch
 
 .PHONY: demo
-demo: controlplane build ## run fieldwatch on a local control plane and show what fires
-	$(GO) run ./hack/demo
+demo: controlplane build ## run fieldwatch on a local control plane, show what fires and its history (DEMO_FLAGS=-hold keeps it running)
+	$(GO) run ./hack/demo $(DEMO_FLAGS)
 
 .PHONY: clean
 clean: ## remove build outputs (keeps the control plane binaries)

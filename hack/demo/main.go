@@ -2,8 +2,9 @@
 // kube-apiserver and etcd that `make controlplane` builds), applies the
 // example Widget CRD and objects, runs bin/fieldwatch with the crd-audit
 // example, makes a few changes (create, update, scale, a status-only change,
-// a CRD installed at runtime, delete), shows the JSON lines that fired, and
-// stops everything it started.
+// a CRD installed at runtime, delete), shows the JSON lines that fired and
+// the history fieldwatch kept of them (fieldwatch history, and the page to
+// open), and stops everything it started.
 package main
 
 import (
@@ -83,7 +84,7 @@ func run(ctx context.Context) error {
 	rulesFile := filepath.Join(root, "examples/crd-audit/rules.yaml")
 	say("running: fieldwatch run --rules examples/crd-audit/rules.yaml --kubeconfig %s", kubeconfig)
 	cmd := exec.Command(filepath.Join(root, "bin/fieldwatch"), "run", "--rules", rulesFile,
-		"--kubeconfig", kubeconfig, "--http-addr", addr, "--log-level", "warn")
+		"--kubeconfig", kubeconfig, "--http-addr", addr, "--log-level", "warn", "--state-dir", filepath.Join(dir, "state"))
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return err
@@ -143,6 +144,9 @@ func run(ctx context.Context) error {
 	case <-time.After(time.Second):
 	}
 	say("%d payloads, as expected", fired)
+	if err := showHistory(ctx, root, addr, fired); err != nil {
+		return err
+	}
 	if *hold {
 		say("holding: KUBECONFIG=%s kubectl get widgets -A; Ctrl-C to stop", kubeconfig)
 		for {
