@@ -29,7 +29,8 @@ type Postgres struct {
 	// authentication on the socket).
 	User string
 	cmd  *exec.Cmd
-	done chan error
+	done chan struct{} // closed when the server exited
+	exit error         // its exit status, once done
 	root string
 }
 
@@ -83,7 +84,7 @@ func NewPostgres() (*Postgres, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Postgres{Dir: root, Port: 5432, User: "fieldwatch", root: root, done: make(chan error, 1)}
+	p := &Postgres{Dir: root, Port: 5432, User: "fieldwatch", root: root, done: make(chan struct{})}
 	cred, err := postgresCredential(root)
 	if err != nil {
 		_ = os.RemoveAll(root)
@@ -112,7 +113,10 @@ func NewPostgres() (*Postgres, error) {
 		_ = os.RemoveAll(root)
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	go func() { p.done <- p.cmd.Wait() }()
+	go func() {
+		p.exit = p.cmd.Wait()
+		close(p.done)
+	}()
 	if err := p.waitReady(30 * time.Second); err != nil {
 		out, _ := os.ReadFile(filepath.Join(root, "postgres.log"))
 		_ = p.Stop()
@@ -145,9 +149,8 @@ func (p *Postgres) waitReady(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		select {
-		case err := <-p.done:
-			p.done <- err
-			return fmt.Errorf("postgres exited: %v", err)
+		case <-p.done:
+			return fmt.Errorf("postgres exited: %v", p.exit)
 		default:
 		}
 		if c, err := net.Dial("unix", sock); err == nil {
