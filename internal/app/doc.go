@@ -11,6 +11,11 @@
 // change: it runs the audit webhook receiver or log follower of package
 // internal/audit, and each change waits, bounded, for its audit event
 // before the rules see it (pipeline.go, audit.go; docs/attribution.md).
+// With a state directory or a PostgreSQL DSN it keeps the history of what
+// fired, recorded once each firing's actions are done (a standby records
+// what the leader's watermarks confirm), and serves it on the HTTP
+// server (history.go; packages internal/history and its web;
+// docs/history.md).
 //
 // cmd/fieldwatch only parses flags and calls Run; the logic lives here so
 // that it can be tested in process against the real control plane.
