@@ -53,6 +53,10 @@ func (cfg Config) withDefaults() Config {
 	orDefault(&cfg.RenewDeadline, DefaultRenewDeadline)
 	orDefault(&cfg.RetryPeriod, DefaultRetryPeriod)
 	orDefault(&cfg.HTTPIdleTimeout, connlimit.DefaultIdleTimeout)
+	if cfg.History.MaxBytes <= 0 {
+		cfg.History.MaxBytes = DefaultHistoryMaxBytes
+	}
+	orDefault(&cfg.History.MaxAge, DefaultHistoryMaxAge)
 	if cfg.LeaseName == "" {
 		cfg.LeaseName = DefaultLeaseName
 	}
