@@ -1,6 +1,8 @@
 # fieldwatch Makefile. `make help` lists the targets.
 # A fresh machine needs only Go and the Go module proxy: every target builds
-# what it needs, the local control plane (kube-apiserver + etcd) included.
+# what it needs, the local control plane (kube-apiserver + etcd) included;
+# `make test` also installs Debian's postgresql and chromium packages when
+# they are missing (testdeps).
 
 SHELL := /bin/bash
 GO ?= go
@@ -50,6 +52,24 @@ build: ## build bin/fieldwatch (static, as in the image)
 controlplane: ## build kube-apiserver and etcd into bin/ (once; about 12 minutes the first time)
 	hack/controlplane/build.sh
 
+# testdeps installs what the tests start besides the control plane:
+# PostgreSQL (the history's shared store) and Chromium (its page), from
+# Debian's packages, as root. No cluster is created at install (so no
+# server starts): the tests initialise and start their own.
+.PHONY: testdeps
+testdeps: ## install Debian's postgresql and chromium for the tests, when missing (apt-get, as root)
+	@missing=""; \
+	  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	  [ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
+	  if [ -n "$$missing" ]; then \
+	    echo "installing$$missing from Debian's packages"; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get update -q && apt-get install -y -q --no-install-recommends postgresql-common && \
+	    mkdir -p /etc/postgresql-common/createcluster.d && \
+	    echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.d/fieldwatch-tests.conf && \
+	    apt-get install -y -q --no-install-recommends $$missing; \
+	  fi
+
 .PHONY: check
 check: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -73,7 +93,7 @@ lint: check tidy ## gofmt, go vet, go mod tidy check and golangci-lint (pinned)
 # tests are a module of their own (charts/go.mod: Helm's SDK stays out of
 # fieldwatch's go.mod) and run after the others.
 .PHONY: test
-test: controlplane check examples ## unit and integration tests with -race on the real control plane, the chart's tests, and fuzz-short beside them
+test: controlplane testdeps check examples ## unit and integration tests with -race on the real control plane, the chart's tests, and fuzz-short beside them
 	@fuzzlog=$$(mktemp); \
 	  $(MAKE) --no-print-directory fuzz-short > $$fuzzlog 2>&1 & fuzz=$$!; \
 	  echo "$(GO) test $(TEST_FLAGS) $(TEST_PKGS) (and make fuzz-short beside it)"; \
@@ -102,7 +122,7 @@ examples: build ## run every example's cases through `fieldwatch test`
 	done
 
 # FUZZ_TARGETS are package:Fuzz pairs; go test -fuzz takes one at a time.
-FUZZ_TARGETS := ./rules:FuzzLoad ./rules:FuzzCompilePath ./internal/fieldpath:FuzzParse ./rules:FuzzAppendJSON ./rules:FuzzRedaction ./rules:FuzzChangesApply ./internal/yamlstrict:FuzzUnmarshal ./action:FuzzParseRetryAfter ./action:FuzzVerifySignature ./crd/diff:FuzzCompare ./crd/diff:FuzzParse ./crd/validate:FuzzValidate ./internal/audit:FuzzDecodeEventList
+FUZZ_TARGETS := ./rules:FuzzLoad ./rules:FuzzCompilePath ./internal/fieldpath:FuzzParse ./rules:FuzzAppendJSON ./rules:FuzzRedaction ./rules:FuzzChangesApply ./internal/yamlstrict:FuzzUnmarshal ./action:FuzzParseRetryAfter ./action:FuzzVerifySignature ./crd/diff:FuzzCompare ./crd/diff:FuzzParse ./crd/validate:FuzzValidate ./internal/audit:FuzzDecodeEventList ./internal/history:FuzzParsePayload
 
 .PHONY: fuzz-short
 fuzz-short: ## run every fuzz target briefly (FUZZ_TIME executions, default 5000x; FUZZ_MINIMIZE per new input)
@@ -118,11 +138,11 @@ fuzz: ## run every fuzz target longer (2,000,000 executions each)
 
 .PHONY: deploy/rbac.yaml
 deploy/rbac.yaml: build ## regenerate the deploy RBAC from deploy/rules.yaml (for the example CRDs)
-	(echo "# Regenerate with: make deploy/rbac.yaml (fieldwatch rbac --offline --rules deploy/rules.yaml --leader-elect --crds examples/crds)."; \
+	(echo "# Regenerate with: make deploy/rbac.yaml (fieldwatch rbac --offline --rules deploy/rules.yaml --leader-elect --history-api --crds examples/crds)."; \
 	  echo "# It grants the custom resources of examples/crds only: for your cluster run"; \
-	  echo "#   fieldwatch rbac --rules deploy/rules.yaml --leader-elect > deploy/rbac.yaml"; \
+	  echo "#   fieldwatch rbac --rules deploy/rules.yaml --leader-elect --history-api > deploy/rbac.yaml"; \
 	  echo "# against it (or --offline --crds with your CRDs). Resources it may not read are skipped and logged."; \
-	  $(BIN)/fieldwatch rbac --offline --rules deploy/rules.yaml --leader-elect --crds examples/crds) > deploy/rbac.yaml
+	  $(BIN)/fieldwatch rbac --offline --rules deploy/rules.yaml --leader-elect --history-api --crds examples/crds) > deploy/rbac.yaml
 
 .PHONY: image
 image: ## build the container image (needs a Docker engine)
@@ -133,16 +153,18 @@ bench: controlplane build ## fieldwatch vs a bare informer on a local control pl
 	$(GO) run ./hack/bench $(BENCH_FLAGS)
 
 .PHONY: bench-go
-bench-go: controlplane ## the go test benchmarks of watcher, internal/app, rules, action, internal/audit, crd/... and crd-diff
+bench-go: controlplane ## the go test benchmarks of watcher, internal/app, rules, action, internal/audit, internal/history, crd/... and crd-diff
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./watcher
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./internal/app
 	$(GO) test -run '^$$' -bench . ./rules ./action ./internal/audit ./crd/...
 	$(GO) test -run '^$$' -bench CRDDiff -benchtime 1x ./cmd/fieldwatch
+	$(GO) test -run '^$$' -bench Record -benchtime 100000x ./internal/history
+	$(GO) test -run '^$$' -bench Query1M -benchtime 200x -timeout 30m ./internal/history
 
 .PHONY: demo
-demo: demo-intro controlplane build ## run fieldwatch on a local control plane: who made each change, a breaking CRD change and the widgets it hits
+demo: demo-intro controlplane build ## run fieldwatch on a local control plane: who made each change, a breaking CRD change, the widgets it hits and the history page (DEMO_FLAGS=-hold keeps it running)
 	@$(QUIETGO) $(GO) build -o $(BIN)/demo ./hack/demo
-	$(BIN)/demo
+	$(BIN)/demo $(DEMO_FLAGS)
 
 # demo-intro says what make demo builds before it builds it.
 .PHONY: demo-intro

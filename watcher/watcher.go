@@ -77,6 +77,11 @@ type Config struct {
 	// the handler, and from then on it publishes its own Watermarks.
 	// Without Standby the watcher acts at once and keeps no watermarks.
 	Standby bool
+	// Confirmed, if set, is called on a standby with each change the
+	// leader's watermarks confirm (in order per object), before it is
+	// dropped: fieldwatch evaluates the rules on it for its history.
+	// It must not block, nor modify the change's objects (the cache's).
+	Confirmed func(c *Change)
 	// Logger receives the watcher's logs (default slog.Default()).
 	Logger *slog.Logger
 	// Registerer receives the watcher's metrics (nil: not registered).

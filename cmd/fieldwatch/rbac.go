@@ -28,6 +28,7 @@ func rbacCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&opts.Namespace, "namespace", "fieldwatch", "namespace of the service account")
 	fs.StringVar(&opts.ServiceAccount, "service-account", "fieldwatch", "service account to bind")
 	fs.BoolVar(&opts.LeaderElection, "leader-elect", false, "add a Role for the leader election Lease in --namespace")
+	fs.BoolVar(&opts.HistoryAPI, "history-api", false, "bind system:auth-delegator (create TokenReviews and SubjectAccessReviews), which the history's API and page need to serve callers with a token")
 	offline := fs.Bool("offline", false, "do not ask the cluster how kinds map to resources; guess plurals")
 	var crds files
 	fs.Var(&crds, "crds", "with --offline: CRD manifests (file or directory; repeat for several) whose custom resources rules that select every custom resource are granted")

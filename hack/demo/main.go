@@ -6,7 +6,8 @@
 // scale, a status-only change, a CRD installed at runtime, a breaking
 // change to the Widget CRD, delete), shows the payloads that fired (who
 // made each change; for the CRD change, the checks and the widgets it
-// breaks), and stops everything it started.
+// breaks) and the history fieldwatch kept of them (fieldwatch history,
+// and the page to open), and stops everything it started.
 package main
 
 import (
@@ -78,7 +79,7 @@ func run(ctx context.Context) error {
 		return err
 	}
 
-	fw, err := startFieldwatch(ctx, root, kubeconfig, c)
+	fw, err := startFieldwatch(ctx, root, kubeconfig, filepath.Join(dir, "state"), c)
 	if err != nil {
 		return err
 	}
@@ -121,6 +122,9 @@ func run(ctx context.Context) error {
 	case <-time.After(time.Second):
 	}
 	say("%d payloads, as expected, %s after the start", fired, time.Since(start).Round(100*time.Millisecond))
+	if err := showHistory(ctx, root, fw.addr, fired); err != nil {
+		return err
+	}
 	if *hold {
 		say("holding: KUBECONFIG=%s kubectl get widgets -A; Ctrl-C to stop", kubeconfig)
 		for {
@@ -144,15 +148,15 @@ type fieldwatch struct {
 }
 
 // startFieldwatch runs bin/fieldwatch with the crd-audit and
-// crd-definitions rules and the audit webhook receiver, and waits until it
-// is ready.
-func startFieldwatch(ctx context.Context, root, kubeconfig string, c *cluster) (*fieldwatch, error) {
+// crd-definitions rules, the audit webhook receiver and its history in
+// stateDir, and waits until it is ready.
+func startFieldwatch(ctx context.Context, root, kubeconfig, stateDir string, c *cluster) (*fieldwatch, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
 	say("running: fieldwatch run --rules examples/crd-audit/rules.yaml --rules examples/crd-definitions/rules.yaml --audit-webhook-addr %s ...", c.auditAddr)
-	args := append([]string{"run", "--kubeconfig", kubeconfig, "--http-addr", addr, "--log-level", "warn",
+	args := append([]string{"run", "--kubeconfig", kubeconfig, "--http-addr", addr, "--log-level", "warn", "--state-dir", stateDir,
 		"--rules", filepath.Join(root, "examples/crd-audit/rules.yaml"),
 		"--rules", filepath.Join(root, "examples/crd-definitions/rules.yaml")}, c.fieldwatchArgs()...)
 	cmd := exec.Command(filepath.Join(root, "bin/fieldwatch"), args...)

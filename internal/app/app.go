@@ -103,6 +103,9 @@ type Config struct {
 	// Audit turns on attribution from the Kubernetes audit stream; its
 	// zero value leaves it off.
 	Audit AuditConfig
+	// History keeps what fired, served on HTTPAddr (/api/v1/history,
+	// /history); its zero value keeps it in StateDir.
+	History HistoryConfig
 	// DiscoveryInterval is how often discovery runs besides when CRDs or
 	// APIServices change (default DefaultDiscoveryInterval): without the
 	// right to list them (a namespaced install) it is how soon a new
@@ -166,6 +169,9 @@ type app struct {
 	// their listeners, by server name (connectionCaps).
 	conns    *connlimit.Metrics
 	connCaps map[string]int
+
+	// history is nil without one (Config.History).
+	history *historyState
 }
 
 // Run runs fieldwatch until ctx ends (SIGTERM): it stops watching, lets the
@@ -194,6 +200,9 @@ func newApp(ctx context.Context, cfg Config) (*app, error) {
 	a.connCaps = a.connectionCaps()
 
 	if err := cfg.Audit.check(cfg.TotalShards); err != nil {
+		return nil, err
+	}
+	if err := cfg.History.check(); err != nil {
 		return nil, err
 	}
 	set, digest, err := loadRules(cfg.RulesFiles)
@@ -237,6 +246,20 @@ func (a *app) run(ctx context.Context) error {
 		shutdownCtx, done := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer done()
 		_ = srv.Shutdown(shutdownCtx)
+	}
+	// The history closes last: the actions' completions record in it
+	// until they are done.
+	h, err := a.openHistory(ctx)
+	if err != nil {
+		return err
+	}
+	if h != nil {
+		a.history = h
+		defer func() {
+			if err := h.close(ctx); err != nil {
+				a.log.Error("closing the history", "error", err)
+			}
+		}()
 	}
 	if a.cfg.HTTPAddr != "" {
 		srv, ln, err := a.serveHTTP()
@@ -310,6 +333,10 @@ func (a *app) newReplica(ctx context.Context, standby bool) (*replica, error) {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
 	set := a.set.Load()
+	var confirmed func(*watcher.Change)
+	if standby && a.history != nil {
+		confirmed = a.confirm
+	}
 	r.w, err = watcher.New(a.cfg.Rest, watcher.Config{
 		Selectors:           set.Selectors(),
 		Projection:          set.Projection,
@@ -323,6 +350,7 @@ func (a *app) newReplica(ctx context.Context, standby bool) (*replica, error) {
 		Shard:               shard,
 		Store:               store,
 		Standby:             standby,
+		Confirmed:           confirmed,
 		Logger:              a.log,
 		Registerer:          a.reg,
 	})
@@ -481,6 +509,7 @@ func (a *app) serveHTTP() (*http.Server, net.Listener, error) {
 		}
 		_, _ = io.WriteString(w, why+"\n")
 	})
+	a.serveHistory(mux)
 	// The bound address: with port 0 the log is where to learn it.
 	a.log.Info("http server listening", "addr", ln.Addr().String(), "max_connections", ln.Max())
 	if a.cfg.Ready != nil {

@@ -58,6 +58,10 @@ func (cfg Config) withDefaults() Config {
 	orDefault(&cfg.RetryPeriod, DefaultRetryPeriod)
 	orDefault(&cfg.HTTPIdleTimeout, connlimit.DefaultIdleTimeout)
 	orDefault(&cfg.DiscoveryInterval, DefaultDiscoveryInterval)
+	if cfg.History.MaxBytes <= 0 {
+		cfg.History.MaxBytes = DefaultHistoryMaxBytes
+	}
+	orDefault(&cfg.History.MaxAge, DefaultHistoryMaxAge)
 	if cfg.LeaseName == "" {
 		cfg.LeaseName = DefaultLeaseName
 	}

@@ -14,7 +14,11 @@
 // audit source (Config.Audit) it says who made each change: it runs the
 // audit webhook receiver or log follower of package internal/audit, and
 // each change waits, bounded, for its audit event before the rules see it
-// (pipeline.go, audit.go; docs/attribution.md).
+// (pipeline.go, audit.go; docs/attribution.md). With a state directory or
+// a PostgreSQL DSN (Config.History) it keeps the history of what fired,
+// recorded once each firing's actions are done (a standby records what the
+// leader's watermarks confirm), and serves it on the HTTP server
+// (history.go; package internal/history; docs/history.md).
 //
 // The logic of run lives here rather than in cmd/fieldwatch so that tests
 // call Run in process against the real control plane and get what the
