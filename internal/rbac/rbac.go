@@ -347,17 +347,20 @@ type helmValues struct {
 		ClusterRules   []rbacv1.PolicyRule            `json:"clusterRules"`
 		NamespaceRules map[string][]rbacv1.PolicyRule `json:"namespaceRules"`
 		ReadCRDs       bool                           `json:"readCRDs"`
+		HistoryAPI     bool                           `json:"historyAPI"`
 	} `json:"rbac"`
 }
 
 // HelmValues returns the permissions as values of the Helm chart
-// (charts/fieldwatch): rbac.clusterRules, rbac.namespaceRules and, for a
-// namespaced install, watchNamespaces and rbac.readCRDs (its ClusterRole
-// is the chart's). The chart adds the leader election Role itself.
+// (charts/fieldwatch): rbac.clusterRules, rbac.namespaceRules,
+// rbac.historyAPI (opts.HistoryAPI) and, for a namespaced install,
+// watchNamespaces and rbac.readCRDs (its ClusterRole is the chart's). The
+// chart adds the leader election Role itself.
 func (p *Permissions) HelmValues(opts Options) ([]byte, error) {
 	var v helmValues
 	v.RBAC.ClusterRules = p.Cluster
 	v.RBAC.NamespaceRules = p.Namespaced
+	v.RBAC.HistoryAPI = opts.HistoryAPI
 	if len(opts.Namespaces) > 0 {
 		v.WatchNamespaces = opts.Namespaces
 		v.RBAC.ClusterRules = []rbacv1.PolicyRule{}

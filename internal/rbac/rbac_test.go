@@ -381,7 +381,7 @@ func TestHelmValues(t *testing.T) {
 	}
 	for _, opts := range []Options{
 		{Resources: discovered},
-		{Resources: discovered, Namespaces: []string{"a", "b"}, ReadCRDs: true},
+		{Resources: discovered, Namespaces: []string{"a", "b"}, ReadCRDs: true, HistoryAPI: true},
 	} {
 		p, err := Compute(set, opts)
 		if err != nil {
@@ -403,7 +403,7 @@ func TestHelmValues(t *testing.T) {
 			}
 		}
 		if !reflect.DeepEqual(v.RBAC.ClusterRules, wantCluster) || !reflect.DeepEqual(v.RBAC.NamespaceRules, p.Namespaced) ||
-			!slices.Equal(v.WatchNamespaces, opts.Namespaces) || v.RBAC.ReadCRDs != opts.ReadCRDs {
+			!slices.Equal(v.WatchNamespaces, opts.Namespaces) || v.RBAC.ReadCRDs != opts.ReadCRDs || v.RBAC.HistoryAPI != opts.HistoryAPI {
 			t.Errorf("namespaces %v: values\n%s\ndo not hold the permissions %+v", opts.Namespaces, out, p)
 		}
 		if len(v.RBAC.NamespaceRules["a"]) == 0 {
