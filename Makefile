@@ -75,28 +75,43 @@ check: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(QUIETGO) $(GO) vet ./...
+	cd charts && $(QUIETGO) $(GO) vet ./...
 
 .PHONY: tidy
 tidy: ## check that go mod tidy would leave go.mod and go.sum as they are
 	@$(GO) mod tidy -diff || { echo "go.mod or go.sum is not tidy: run go mod tidy"; exit 1; }
+	@cd charts && $(GO) mod tidy -diff || { echo "charts/go.mod or charts/go.sum is not tidy: run go mod tidy in charts/"; exit 1; }
 
 .PHONY: lint
 lint: check tidy ## gofmt, go vet, go mod tidy check and golangci-lint (pinned)
 	$(GO) run $(GOLANGCI_LINT) run ./...
+	cd charts && $(GO) run $(GOLANGCI_LINT) run ./...
 
 # test runs fuzz-short beside the go test run (their output is shown
 # after it, in that order): the tests leave a core idle while they wait on
-# their control planes, and every fuzz target still runs.
+# their control planes, and every fuzz target still runs. The chart's
+# tests are a module of their own (charts/go.mod: Helm's SDK stays out of
+# fieldwatch's go.mod) and run after the others.
 .PHONY: test
-test: controlplane testdeps check examples ## unit and integration tests with -race on the real control plane, and fuzz-short beside them
+test: controlplane testdeps check examples ## unit and integration tests with -race on the real control plane, the chart's tests, and fuzz-short beside them
 	@fuzzlog=$$(mktemp); \
 	  $(MAKE) --no-print-directory fuzz-short > $$fuzzlog 2>&1 & fuzz=$$!; \
 	  echo "$(GO) test $(TEST_FLAGS) $(TEST_PKGS) (and make fuzz-short beside it)"; \
 	  $(GO) test $(TEST_FLAGS) $(TEST_PKGS); tests=$$?; \
+	  echo "cd charts && $(GO) test $(TEST_FLAGS) ./..."; \
+	  (cd charts && $(GO) test $(TEST_FLAGS) ./...); charts=$$?; \
 	  wait $$fuzz; fuzzed=$$?; \
 	  echo "make fuzz-short:"; cat $$fuzzlog; rm -f $$fuzzlog; \
 	  if [ $$fuzzed -ne 0 ]; then echo "fuzz-short failed"; fi; \
-	  [ $$tests -eq 0 ] && [ $$fuzzed -eq 0 ]
+	  [ $$tests -eq 0 ] && [ $$charts -eq 0 ] && [ $$fuzzed -eq 0 ]
+
+.PHONY: helm
+helm: ## build bin/helm: the Helm CLI of the version the chart's tests use (helm.sh/helm/v4, a tool of charts/go.mod)
+	cd charts && $(QUIETGO) $(GO) build -o $(BIN)/helm helm.sh/helm/v4/cmd/helm
+
+.PHONY: chart-golden
+chart-golden: ## rewrite the chart's golden renders and its README's values table (charts/testdata, charts/fieldwatch/README.md)
+	cd charts && $(GO) test -count=1 -run 'TestTemplateGolden|TestValuesTable' ./... -update
 
 .PHONY: examples
 examples: build ## run every example's cases through `fieldwatch test`

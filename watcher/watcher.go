@@ -33,6 +33,15 @@ type Config struct {
 	// only there (less memory, and namespaced RBAC suffices). nil or an
 	// empty result watches every namespace.
 	Namespaces func(change.Resource) []string
+	// Confine, when set, confines the watcher to these namespaces (a
+	// namespaced install, `fieldwatch run --namespaces`): a selected
+	// namespaced resource is listed and watched in each of them (or in
+	// those of them that Namespaces gives), and cluster-scoped resources
+	// are not watched, so that Roles in these namespaces suffice. CRDs
+	// and APIServices are still followed when the watcher may list them
+	// (a ClusterRole); without that, new resources are found by the
+	// periodic discovery, which every authenticated user may do.
+	Confine []string
 	// Handler receives the changes. Required.
 	Handler Handler
 	// Workers is the number of changes handled in parallel (default 4).
@@ -231,6 +240,9 @@ func newForClients(dyn dynamic.Interface, disc discovery.DiscoveryInterface, cfg
 	}
 	if err := cfg.Shard.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Confine != nil && len(cfg.Confine) == 0 {
+		return nil, errors.New("watcher: Config.Confine names no namespace")
 	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = 4

@@ -556,3 +556,49 @@ func TestNamespaceScopedInformers(t *testing.T) {
 		}
 	}
 }
+
+// TestConfinedToNamespaces: a watcher confined to namespaces watches a
+// selected resource in those only, or in those of the rules' namespaces
+// that are among them, never everywhere; and no cluster-scoped resource.
+func TestConfinedToNamespaces(t *testing.T) {
+	env := testenv.Shared(t)
+	ctx := context.Background()
+	base := namespace(t, env)
+	a, b, c := base, base+"-b", base+"-c"
+	for _, ns := range []string{b, c} {
+		_, err := env.Clientset(t).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		mustf(t, err, "namespace")
+	}
+	sel := []change.Selector{{Resource: "configmaps"}, {Resource: "namespaces"}}
+	only := func(ns ...string) func(change.Resource) []string { return func(change.Resource) []string { return ns } }
+	rec := &recorder{}
+	w, _ := startWatcher(t, env.Config(), Config{Selectors: sel, Handler: rec, Confine: []string{a, b}})
+	namespaces := schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+	watched := w.watchedNamespaces()
+	if got := watched[configMaps]; !reflect.DeepEqual(got, []string{a, b}) {
+		t.Errorf("configmaps watched in %v, want %v", got, []string{a, b})
+	}
+	if got, ok := watched[namespaces]; ok {
+		t.Errorf("namespaces, cluster-scoped, are watched (%v)", got)
+	}
+	for _, ns := range []string{a, b, c} {
+		_, err := env.Dynamic(t).Resource(configMaps).Namespace(ns).Create(ctx, configMap(ns, "first", nil), metav1.CreateOptions{})
+		mustf(t, err, "create in %s", ns)
+	}
+	testenv.Eventually(t, 30*time.Second, "creates in a and b", func() bool {
+		return len(rec.of(configMaps, a, "first")) == 1 && len(rec.of(configMaps, b, "first")) == 1
+	})
+
+	w.SetSelectors(sel, nil, only(b, c)) // the rules name b and c: b only
+	testenv.Eventually(t, 30*time.Second, "b only", func() bool {
+		return reflect.DeepEqual(w.watchedNamespaces()[configMaps], []string{b}) && w.Synced()
+	})
+	w.SetSelectors(sel, nil, only(c)) // outside: not watched, not everywhere
+	testenv.Eventually(t, 30*time.Second, "nothing", func() bool {
+		_, ok := w.watchedNamespaces()[configMaps]
+		return !ok && w.Synced()
+	})
+	if cs := rec.of(configMaps, c, "first"); len(cs) != 0 {
+		t.Errorf("%s/first was reported: %s", c, kinds(cs))
+	}
+}

@@ -71,6 +71,9 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.Shard, "shard", 0, "this replica's shard, 0 <= shard < total-shards")
 	fs.IntVar(&cfg.TotalShards, "total-shards", 1, "number of shards the objects are split into (by the FNV-1a hash of their UID)")
 	fs.DurationVar(&cfg.GracePeriod, "grace-period", app.DefaultGracePeriod, "on SIGTERM, how long queued changes and actions may drain; then what is left is dead-lettered (with --leader-elect: left to the next leader)")
+	fs.Var((*nameList)(&cfg.Namespaces), "namespaces", "namespaced install: watch only these namespaces (a comma list, or repeat), with the rights of Roles in them (fieldwatch rbac --namespaces prints them); "+
+		"cluster-scoped resources are not watched, a rule without match.namespaces watches all of these, and rules that name another namespace or select cluster-scoped resources are refused")
+	fs.DurationVar(&cfg.DiscoveryInterval, "discovery-interval", app.DefaultDiscoveryInterval, "how often discovery runs besides when CRDs or APIServices change; without the right to list those (a namespaced install without --read-crds RBAC) it is how soon the resources of a new CRD are watched")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	pprof := fs.Bool("pprof", false, "serve Go profiles under /debug/pprof/ on --pprof-addr")
 	fs.StringVar(&cfg.PprofAddr, "pprof-addr", "127.0.0.1:6060", "loopback address for --pprof (other addresses are refused; use kubectl port-forward)")

@@ -106,6 +106,18 @@ type Config struct {
 	// History keeps what fired, served on HTTPAddr (/api/v1/history,
 	// /history); its zero value keeps it in StateDir.
 	History HistoryConfig
+	// DiscoveryInterval is how often discovery runs besides when CRDs or
+	// APIServices change (default DefaultDiscoveryInterval): without the
+	// right to list them (a namespaced install) it is how soon a new
+	// CRD's resources are watched.
+	DiscoveryInterval time.Duration
+	// Namespaces, when set, confine fieldwatch to these namespaces (a
+	// namespaced install, whose RBAC is Roles in them): it watches
+	// namespaced resources in these only, a rule without
+	// match.namespaces in all of them, and refuses rules that name
+	// another namespace or select cluster-scoped resources
+	// (rules.Set.CheckNamespaced).
+	Namespaces []string
 }
 
 // checkLoopback returns an error unless addr (host:port) names a
@@ -119,6 +131,18 @@ func checkLoopback(addr string) error {
 		return fmt.Errorf("pprof address %q is not a loopback address (127.0.0.1, ::1 or localhost): profiles are served on this host only", addr)
 	}
 	return nil
+}
+
+// checkRules rejects a rule set that this process cannot run: rules that
+// need attribution without an audit source, and in a namespaced install
+// rules that reach outside it.
+func (a *app) checkRules(ctx context.Context, set *rules.Set) error {
+	if !a.cfg.Audit.enabled() {
+		if names := set.UsesAttribution(); len(names) > 0 {
+			return errNeedsAudit(names)
+		}
+	}
+	return a.checkNamespaced(ctx, set)
 }
 
 // app is one running `fieldwatch run`.
@@ -155,14 +179,14 @@ type app struct {
 // what is left, and returns nil. It returns an error when the rules do not
 // load or the process cannot start.
 func Run(ctx context.Context, cfg Config) error {
-	a, err := newApp(cfg)
+	a, err := newApp(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	return a.run(ctx)
 }
 
-func newApp(cfg Config) (*app, error) {
+func newApp(ctx context.Context, cfg Config) (*app, error) {
 	cfg = cfg.withDefaults()
 	if cfg.PprofAddr != "" {
 		if err := checkLoopback(cfg.PprofAddr); err != nil {
@@ -185,7 +209,7 @@ func newApp(cfg Config) (*app, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := a.checkRules(set); err != nil {
+	if err := a.checkRules(ctx, set); err != nil {
 		return nil, err
 	}
 	if cfg.Audit.enabled() {
@@ -314,19 +338,21 @@ func (a *app) newReplica(ctx context.Context, standby bool) (*replica, error) {
 		confirmed = a.confirm
 	}
 	r.w, err = watcher.New(a.cfg.Rest, watcher.Config{
-		Selectors:    set.Selectors(),
-		Projection:   set.Projection,
-		Namespaces:   set.Namespaces,
-		Handler:      &pipeline{app: a, errLog: rate.Sometimes{Interval: time.Second}, att: r.att},
-		Workers:      a.cfg.Workers,
-		Queue:        a.cfg.Queue,
-		DrainTimeout: a.cfg.GracePeriod / 2,
-		Shard:        shard,
-		Store:        store,
-		Standby:      standby,
-		Confirmed:    confirmed,
-		Logger:       a.log,
-		Registerer:   a.reg,
+		Selectors:           set.Selectors(),
+		Projection:          set.Projection,
+		Namespaces:          set.Namespaces,
+		Confine:             a.cfg.Namespaces,
+		RediscoveryInterval: a.cfg.DiscoveryInterval,
+		Handler:             &pipeline{app: a, errLog: rate.Sometimes{Interval: time.Second}, att: r.att},
+		Workers:             a.cfg.Workers,
+		Queue:               a.cfg.Queue,
+		DrainTimeout:        a.cfg.GracePeriod / 2,
+		Shard:               shard,
+		Store:               store,
+		Standby:             standby,
+		Confirmed:           confirmed,
+		Logger:              a.log,
+		Registerer:          a.reg,
 	})
 	if err != nil {
 		r.close(a.log, &a.auditSink)

@@ -317,7 +317,7 @@ func runFieldwatch(t *testing.T, plane *auditPlane, src string, edit func(*Confi
 			webhook <- addr
 		}
 	}
-	a, err := newApp(cfg)
+	a, err := newApp(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

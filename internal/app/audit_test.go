@@ -411,7 +411,7 @@ func TestAttributionNeedsASource(t *testing.T) {
 	if err := writeTestFile(file, needs); err != nil {
 		t.Fatal(err)
 	}
-	_, err := newApp(Config{RulesFiles: []string{file}, Rest: env.Config(), Logger: slog.New(slog.DiscardHandler)})
+	_, err := newApp(t.Context(), Config{RulesFiles: []string{file}, Rest: env.Config(), Logger: slog.New(slog.DiscardHandler)})
 	if err == nil || !strings.Contains(err.Error(), "rules humans, cel use match.users, match.excludeUsers or the audit fields of the CEL actor") ||
 		!strings.Contains(err.Error(), "set --audit-webhook-addr or --audit-log") {
 		t.Fatalf("start without an audit source: %v", err)
@@ -420,14 +420,14 @@ func TestAttributionNeedsASource(t *testing.T) {
 	if err := writeTestFile(file, plain); err != nil {
 		t.Fatal(err)
 	}
-	a, err := newApp(Config{RulesFiles: []string{file}, Rest: env.Config(), Logger: slog.New(slog.DiscardHandler)})
+	a, err := newApp(t.Context(), Config{RulesFiles: []string{file}, Rest: env.Config(), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatalf("actor.manager needs no audit source: %v", err)
 	}
 	if err := writeTestFile(file, needs); err != nil {
 		t.Fatal(err)
 	}
-	a.reloadRules()
+	a.reloadRules(t.Context())
 	if got := a.set.Load().Rules(); len(got) != 1 || got[0].Name != "plain" {
 		t.Errorf("after a refused reload the rules are %v", got)
 	}
@@ -440,7 +440,7 @@ func TestAttributionNeedsASource(t *testing.T) {
 		{WebhookCertFile: "x"},
 		{LogStateFile: "x"},
 	} {
-		_, err := newApp(Config{RulesFiles: []string{file}, Rest: env.Config(), Audit: c, TotalShards: 2})
+		_, err := newApp(t.Context(), Config{RulesFiles: []string{file}, Rest: env.Config(), Audit: c, TotalShards: 2})
 		if err == nil {
 			t.Errorf("%+v with 2 shards: no error", c)
 		}
