@@ -124,7 +124,7 @@ func TestDefaultRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := rbac.Generate(set, rbac.Options{LeaderElection: true, CRDs: crds})
+	want, err := rbac.Generate(set, rbac.Options{LeaderElection: true, HistoryAPI: true, CRDs: crds})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestDefaultRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !bytes.HasSuffix(got, want) {
-		t.Errorf("base/rbac.yaml is not what `fieldwatch rbac --offline --rules deploy/base/rules.yaml --leader-elect --crds examples/crds` prints; run `make deploy/base/rbac.yaml`")
+		t.Errorf("base/rbac.yaml is not what `fieldwatch rbac --offline --rules deploy/base/rules.yaml --leader-elect --history-api --crds examples/crds` prints; run `make deploy/base/rbac.yaml`")
 	}
 }
 

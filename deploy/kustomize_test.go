@@ -46,7 +46,7 @@ func TestKustomize(t *testing.T) {
 	ctx := context.Background()
 	deployYAML, deployObjs := render(t, ".")
 	want := []string{
-		"ClusterRole fieldwatch", "ClusterRoleBinding fieldwatch", "ConfigMap fieldwatch-rules", "Namespace fieldwatch",
+		"ClusterRole fieldwatch", "ClusterRoleBinding fieldwatch", "ClusterRoleBinding fieldwatch-auth-delegator", "ConfigMap fieldwatch-rules", "Namespace fieldwatch",
 		"NetworkPolicy fieldwatch", "PodDisruptionBudget fieldwatch", "Role fieldwatch-leader-election",
 		"RoleBinding fieldwatch-leader-election", "Service fieldwatch-metrics", "ServiceAccount fieldwatch", "StatefulSet fieldwatch",
 	}

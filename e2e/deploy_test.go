@@ -255,7 +255,8 @@ func testServiceAccount(t *testing.T) {
 		}
 	}
 	slices.Sort(bound)
-	want := []string{"ClusterRoleBinding fieldwatch -> fieldwatch", "RoleBinding fieldwatch/fieldwatch-leader-election -> fieldwatch-leader-election"}
+	want := []string{"ClusterRoleBinding fieldwatch -> fieldwatch", "ClusterRoleBinding fieldwatch-auth-delegator -> system:auth-delegator",
+		"RoleBinding fieldwatch/fieldwatch-leader-election -> fieldwatch-leader-election"}
 	if !slices.Equal(bound, want) {
 		t.Errorf("the service account is bound by %q, want deploy/'s %q only", bound, want)
 	}

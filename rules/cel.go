@@ -73,7 +73,8 @@ var (
 )
 
 // celEnv returns the environment when expressions compile in: object and
-// oldObject (dyn, null when absent), actor (dyn, every key present), and
+// oldObject (dyn, null when absent), actor (dyn, every key present),
+// observed (a string: how the change was seen), and
 // with withCRD crd (dyn: the CRD
 // comparison, declared only for rules that match CustomResourceDefinitions
 // only); numbers compared across int and double (JSON numbers come as
@@ -86,6 +87,7 @@ func celEnv(withCRD bool) (*cel.Env, error) {
 			cel.Variable("object", cel.DynType),
 			cel.Variable("oldObject", cel.DynType),
 			cel.Variable("actor", cel.DynType),
+			cel.Variable("observed", cel.StringType),
 			cel.CrossTypeNumericComparisons(true),
 			cel.OptionalTypes(),
 			cel.DefaultUTCTimeZone(true),
@@ -561,7 +563,8 @@ func selectedField(e ast.NavigableExpr, operand int64) (string, bool) {
 	return "", false
 }
 
-// celVars binds object, oldObject, crd and actor for one evaluation. The
+// celVars binds object, oldObject, crd, actor and observed for one
+// evaluation. The
 // values are converted to CEL values once per change (actor when first
 // read) and shared by every rule; crd is set before each evaluation that
 // declares it (rules with and without the impact see different values).
@@ -603,6 +606,8 @@ func (v *celVars) ResolveName(name string) (any, bool) {
 			v.actor = celValue(actorValue(v.c))
 		}
 		return v.actor, true
+	case "observed":
+		return types.String(v.c.observed()), true
 	}
 	return nil, false
 }

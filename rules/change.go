@@ -37,6 +37,19 @@ type Change struct {
 	// ambiguous), match.users and match.excludeUsers can decide, and the
 	// CEL actor has the audit fields.
 	Attribution *change.Attribution
+	// Observed says how the change was seen: "" or change.ObservedWatch
+	// for one watch event (one write), otherwise the net effect of
+	// writes fieldwatch could not see one by one (a relist, a restart, a
+	// takeover): the payload's "observed", CEL's observed.
+	Observed change.Observed
+}
+
+// observed returns how the change was seen, ObservedWatch when not said.
+func (c *Change) observed() change.Observed {
+	if c.Observed == "" {
+		return change.ObservedWatch
+	}
+	return c.Observed
 }
 
 // meta returns the object a change is about: the new state, or the final

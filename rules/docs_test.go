@@ -51,7 +51,7 @@ func TestDocsPayloadFields(t *testing.T) {
 	for _, m := range regexp.MustCompile("(?m)^\\| `(\\w+)` \\|").FindAllStringSubmatch(table, -1) {
 		keys = append(keys, m[1])
 	}
-	want := []string{"id", "time", "rule", "type", "resource", "namespace", "name", "uid", "resourceVersion", "changes", "actor", "crd", "object", "oldObject"}
+	want := []string{"id", "time", "rule", "type", "observed", "resource", "namespace", "name", "uid", "resourceVersion", "changes", "actor", "crd", "object", "oldObject"}
 	if !reflect.DeepEqual(keys, want) {
 		t.Errorf("docs/payload.md lists %v, payloads have %v", keys, want)
 	}

@@ -69,6 +69,11 @@ func (r *Rule) firing(st *evalState, ops []patchOp) (Firing, error) {
 	b = appendJSONString(b, r.Name)
 	b = append(b, `,"type":`...)
 	b = appendJSONString(b, string(c.Type))
+	if o := c.observed(); o != change.ObservedWatch {
+		// A net effect: left out for a change from one watch event.
+		b = append(b, `,"observed":`...)
+		b = appendJSONString(b, string(o))
+	}
 	b = append(b, `,"resource":{"group":`...)
 	b = appendJSONString(b, ref.Group)
 	b = append(b, `,"version":`...)

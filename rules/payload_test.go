@@ -120,3 +120,46 @@ func TestSecretLastAppliedRedacted(t *testing.T) {
 		t.Errorf("a custom resource's annotation was redacted: %v", firings)
 	}
 }
+
+// TestObserved: a change that is a net effect says how it was seen, after
+// its type; one from a watch event says nothing (its payload is as
+// before). CEL's observed is "watch" for it.
+func TestObserved(t *testing.T) {
+	set, err := Parse("observed.yaml", []byte(`rules:
+  - name: all
+    match: {resources: [{group: "", kind: ConfigMap}]}
+    actions: [{log: {}}]
+  - name: net-effects
+    match: {resources: [{group: "", kind: ConfigMap}]}
+    when: observed != "watch"
+    actions: [{log: {}}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := func(rv, v string) map[string]any {
+		return map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": "c", "namespace": "ns", "uid": "u", "resourceVersion": rv}, "data": map[string]any{"v": v}}
+	}
+	res := change.Resource{Version: "v1", Resource: "configmaps", Kind: "ConfigMap", Namespaced: true, Preferred: true}
+	for _, tt := range []struct {
+		observed change.Observed
+		want     string // in the payload, after the type
+		fire     int
+	}{
+		{"", `"type":"updated","resource":`, 1},
+		{change.ObservedWatch, `"type":"updated","resource":`, 1},
+		{change.ObservedRelist, `"type":"updated","observed":"relist","resource":`, 2},
+		{change.ObservedRestart, `"type":"updated","observed":"restart","resource":`, 2},
+		{change.ObservedTakeover, `"type":"updated","observed":"takeover","resource":`, 2},
+	} {
+		firings, errs := set.Eval(&Change{Type: change.Updated, Resource: res, Old: cm("1", "a"), New: cm("2", "b"), Observed: tt.observed})
+		if len(errs) > 0 || len(firings) != tt.fire {
+			t.Errorf("observed %q: %d firings, errors %v; want %d", tt.observed, len(firings), errs, tt.fire)
+			continue
+		}
+		if !bytes.Contains(firings[0].Payload, []byte(tt.want)) {
+			t.Errorf("observed %q: payload %s, want %s in it", tt.observed, firings[0].Payload, tt.want)
+		}
+	}
+}

@@ -32,12 +32,17 @@ type Change struct {
 	// deletion seen as a missing object). It may have happened long
 	// before Time, and an update may span several writes.
 	Listed bool
+	// Observed says how the watcher saw the change: ObservedWatch for one
+	// watch event (one write); otherwise the net effect of the writes
+	// since the state Old is, which the watcher could not see one by one
+	// (change.ObservedRelist, ObservedRestart, ObservedTakeover).
+	Observed change.Observed
 
 	// deferred is set by Defer.
 	deferred func()
-	// marks are the change's entries in its informer's tracker (several
-	// when updates merged).
-	marks []*mark
+	// mark is the change's entry in its informer's tracker (nil without
+	// one).
+	mark *mark
 	// bound is the resourceVersion at or above the event behind the
 	// change: a standby drops the change once the leader's watermark
 	// reaches it. "" when no watermark can confirm it.
@@ -45,17 +50,16 @@ type Change struct {
 	// uncertain marks a standby's Created change for an object found in
 	// its initial list with no baseline: its previous state is unknown.
 	uncertain bool
-	// merged is set when consecutive updates were merged into this one.
-	merged bool
+	// queued is the bytes the change counts for while it waits.
+	queued int64
 }
 
 // PreviousResourceVersion returns the object's resourceVersion just before
 // an update, when one watch event delivered it: then Old is the version
-// the write applied to. It is "" for other changes, for an update learned
-// from a list (which may skip versions) and for updates merged while they
-// waited.
+// the write applied to. It is "" for other changes and for an update that
+// is a net effect (learned from a list, which may skip versions).
 func (c *Change) PreviousResourceVersion() string {
-	if c.Type != change.Updated || c.Listed || c.merged || c.Old == nil {
+	if c.Type != change.Updated || c.Listed || c.Old == nil {
 		return ""
 	}
 	return c.Old.resourceVersion
@@ -63,8 +67,8 @@ func (c *Change) PreviousResourceVersion() string {
 
 // finish marks the change done in its tracker.
 func (c *Change) finish() {
-	for _, m := range c.marks {
-		m.finish()
+	if c.mark != nil {
+		c.mark.finish()
 	}
 }
 

@@ -65,7 +65,7 @@ func TestCommitsInOrder(t *testing.T) {
 					c = &Change{Type: change.Deleted, Resource: res, Old: prev}
 				}
 				m := &mark{t: tr}
-				c.marks = []*mark{m}
+				c.mark = m
 				o.steps = append(o.steps, &step{c: c, mark: m})
 				prev = cur
 			}

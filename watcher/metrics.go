@@ -17,11 +17,14 @@ type metrics struct {
 	tombstones      *prometheus.CounterVec
 	resources       prometheus.Gauge
 	pendingKeys     prometheus.GaugeFunc
+	pendingChanges  prometheus.GaugeFunc
+	pendingBytes    prometheus.GaugeFunc
+	backpressure    *prometheus.CounterVec
 	cached          prometheus.GaugeFunc
 	queue           workqueue.MetricsProvider
 }
 
-func newMetrics(reg prometheus.Registerer, pendingKeys, cached func() float64) *metrics {
+func newMetrics(reg prometheus.Registerer, p *pending, cached func() float64) *metrics {
 	const ns, sub = "fieldwatch", "watcher"
 	m := &metrics{
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -51,7 +54,19 @@ func newMetrics(reg prometheus.Registerer, pendingKeys, cached func() float64) *
 		pendingKeys: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "pending_objects",
 			Help: "Objects with changes waiting for a worker.",
-		}, pendingKeys),
+		}, func() float64 { return float64(p.len()) }),
+		pendingChanges: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "pending_changes",
+			Help: "Changes waiting for a worker (on a standby: for the leader's watermark), each write its own.",
+		}, func() float64 { n, _ := p.totals(); return float64(n) }),
+		pendingBytes: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "pending_bytes",
+			Help: "Bytes the changes waiting for a worker hold.",
+		}, func() float64 { _, b := p.totals(); return float64(b) }),
+		backpressure: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "backpressure_seconds_total",
+			Help: "Seconds an informer's watch stream waited because the waiting changes reached a bound of --queue-max-*, by resource.",
+		}, []string{"resource"}),
 		cached: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "cached_objects",
 			Help: "Objects the informers of the selected resources cache.",
@@ -86,7 +101,8 @@ func newMetrics(reg prometheus.Registerer, pendingKeys, cached func() float64) *
 	}
 	m.queue = qm
 	if reg != nil {
-		reg.MustRegister(m.events, m.listWatchErrors, m.tombstones, m.discoveryFails, m.handlerErrors, m.resources, m.pendingKeys, m.cached,
+		reg.MustRegister(m.events, m.listWatchErrors, m.tombstones, m.discoveryFails, m.handlerErrors, m.resources, m.pendingKeys,
+			m.pendingChanges, m.pendingBytes, m.backpressure, m.cached,
 			qm.depth, qm.adds, qm.latency, qm.work, qm.unfinished, qm.longest, qm.retries)
 	}
 	return m
@@ -100,6 +116,7 @@ func (m *metrics) forget(res change.Resource) {
 	}
 	m.listWatchErrors.DeleteLabelValues(res.String())
 	m.tombstones.DeleteLabelValues(res.String())
+	m.backpressure.DeleteLabelValues(res.String())
 }
 
 // queueMetrics implements workqueue.MetricsProvider with Prometheus.
@@ -154,6 +171,7 @@ type baselineMetrics struct {
 	confirmed prometheus.Counter
 	takeover  *prometheus.CounterVec
 	missing   prometheus.Counter
+	replays   *prometheus.CounterVec
 }
 
 func newBaselineMetrics(reg prometheus.Registerer, store *Store, lag func() float64) *baselineMetrics {
@@ -184,9 +202,13 @@ func newBaselineMetrics(reg prometheus.Registerer, store *Store, lag func() floa
 			Namespace: ns, Subsystem: sub, Name: "takeover_without_watermark_total",
 			Help: "Informers that had no watermark of the previous leader at a takeover: all their changes fired.",
 		}),
+		replays: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "resumes_total",
+			Help: "Informers started from the previous run's watermark, by outcome: replayed (the apiserver replayed every write since, one by one) or compared (it could not; the objects were compared with the baseline).",
+		}, []string{"outcome"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.objects, m.lag, m.confirmed, m.takeover, m.missing)
+		reg.MustRegister(m.objects, m.lag, m.confirmed, m.takeover, m.missing, m.replays)
 	}
 	return m
 }

@@ -133,7 +133,7 @@ func (w *Watcher) reconcile(ctx context.Context) error {
 			w.log.Info("resource no longer served; stopped watching", "gvr", rw.res.String())
 			if rw.deliver.Load() {
 				for _, o := range rw.objects() {
-					rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: o, Time: time.Now()}, boundNever)
+					rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: o, Observed: change.ObservedRelist, Time: time.Now()}, boundNever)
 				}
 			}
 		}
@@ -222,7 +222,9 @@ func (w *Watcher) wants(resources []change.Resource) map[watchKey]*want {
 		if w.isForbidden(gvr(r)) {
 			continue
 		}
-		sel := change.Selected(w.selectors, r)
+		// Confined to namespaces, the watcher reads no cluster-scoped
+		// resource but those it follows for itself.
+		sel := change.Selected(w.selectors, r) && (w.cfg.Confine == nil || r.Namespaced)
 		internal := (gvr(r) == gvr(crdResource) && w.crds != nil) ||
 			(gvr(r) == gvr(apiServiceResource) && w.followAPIServices)
 		if !sel && !internal {
@@ -236,16 +238,36 @@ func (w *Watcher) wants(resources []change.Resource) map[watchKey]*want {
 			proj = proj.Union(crdProjection)
 		}
 		namespaces := []string{""}
-		if sel && !internal && r.Namespaced && w.namespaces != nil {
-			if ns := w.namespaces(r); len(ns) > 0 {
-				namespaces = ns
-			}
+		if sel && !internal && r.Namespaced {
+			namespaces = w.namespacesOf(r)
 		}
 		for _, ns := range namespaces {
 			out[watchKey{gvr(r), ns}] = &want{res: r, deliver: sel, proj: proj, internal: internal, namespace: ns}
 		}
 	}
 	return out
+}
+
+// namespacesOf returns the namespaces to watch the selected namespaced
+// resource r in: [""] for all, those Config.Namespaces gives, and when
+// the watcher is confined (Config.Confine) those of them it is confined
+// to, every one of those when Namespaces gives none. It may return none:
+// r is then not watched. w.mu must be held.
+func (w *Watcher) namespacesOf(r change.Resource) []string {
+	var ns []string
+	if w.namespaces != nil {
+		ns = w.namespaces(r)
+	}
+	confine := w.cfg.Confine
+	switch {
+	case confine == nil && len(ns) == 0:
+		return []string{""}
+	case confine == nil:
+		return ns
+	case len(ns) == 0:
+		return confine
+	}
+	return slices.DeleteFunc(slices.Clone(ns), func(n string) bool { return !slices.Contains(confine, n) })
 }
 
 // startWatch starts an informer for res in namespace ("" for all), in
@@ -258,7 +280,12 @@ func (w *Watcher) startWatch(ctx context.Context, res change.Resource, namespace
 	rw.mode = st.mode
 	rw.baseline = st.base
 	rw.covered = st.covered
-	rw.record = w.cfg.Store != nil && deliver && (st.mode == quietStart || st.covered != nil)
+	rw.listObserved = st.observed
+	rw.resume = st.resume
+	if rw.listObserved == "" {
+		rw.listObserved = change.ObservedRelist
+	}
+	rw.record = w.cfg.Store != nil && deliver && st.mode != replayStart && (st.mode == quietStart || st.covered != nil)
 	if w.cfg.Store != nil && deliver {
 		if err := w.cfg.Store.track(res); err != nil {
 			w.log.Error("cannot record a resource in the baseline", "gvr", res.String(), "error", err)
@@ -350,8 +377,14 @@ func (w *Watcher) storedBaseline(res change.Resource, namespace string, loaded r
 			}
 			base = part
 		}
+		st := start{mode: baselineStart, base: base, observed: change.ObservedRestart}
+		if rv := store.resumeFrom(watchKey{gvr(res), namespace}.watermarkKey()); rv != "" {
+			// The base stays for when the apiserver cannot replay.
+			w.log.Info("replaying the writes since the previous run's watermark", "gvr", res.String(), "namespace", namespace, "resourceVersion", rv)
+			st.mode, st.resume = replayStart, rv
+			return st
+		}
 		w.log.Info("comparing with the baseline of the previous run", "gvr", res.String(), "namespace", namespace, "objects", len(base))
-		st := start{mode: baselineStart, base: base}
 		if namespace == "" && prev != nil {
 			// Watched everywhere now, in some namespaces before: objects
 			// of the others are not news.
@@ -360,7 +393,7 @@ func (w *Watcher) storedBaseline(res change.Resource, namespace string, loaded r
 		return st
 	case !store.firstRun() && !store.wasKnown(gr):
 		w.log.Info("resource appeared while fieldwatch was down: its objects are new", "gvr", res.String())
-		return start{mode: baselineStart, base: map[types.UID]*Object{}}
+		return start{mode: baselineStart, base: map[types.UID]*Object{}, observed: change.ObservedRestart}
 	}
 	return start{mode: quietStart}
 }
@@ -399,7 +432,7 @@ func (w *Watcher) syncStore(served map[schema.GroupResource]bool, failed map[sch
 			w.gone[gr] = true
 			w.log.Info("resource gone since the last run: its recorded objects were deleted", "gvr", res.String(), "objects", len(objs))
 			for _, o := range objs {
-				w.enqueue(&Change{Type: change.Deleted, Resource: res, Old: o, Time: time.Now()}, nil, boundNever)
+				w.enqueue(&Change{Type: change.Deleted, Resource: res, Old: o, Observed: change.ObservedRestart, Time: time.Now()}, nil, boundNever)
 			}
 		}
 	}
@@ -476,6 +509,11 @@ type start struct {
 	mode    startMode
 	base    map[types.UID]*Object
 	covered func(namespace string) bool
+	// observed is how the changes found against base are observed
+	// (default ObservedRelist: base is what an informer held).
+	observed change.Observed
+	// resume is replayStart's resourceVersion.
+	resume string
 }
 
 func sameSet[K comparable](a, b map[K]bool) bool {

@@ -24,9 +24,10 @@ func newRole() role {
 }
 
 // tracker returns the watermark tracker of an informer key; nil (no
-// tracking) when the watcher is not in a leader election.
+// tracking) when the watcher is neither in a leader election nor keeps a
+// restart baseline.
 func (w *Watcher) tracker(k watchKey) *tracker {
-	if !w.cfg.Standby {
+	if !w.cfg.Standby && w.cfg.Store == nil {
 		return nil
 	}
 	w.trackersMu.Lock()
@@ -34,7 +35,7 @@ func (w *Watcher) tracker(k watchKey) *tracker {
 	t := w.trackers[k]
 	if t == nil {
 		t = newTracker(k.watermarkKey(), func(key, rv string) {
-			w.log.Warn("resourceVersions of this informer do not compare: it publishes no watermark, and a standby fires all its changes at takeover",
+			w.log.Warn("resourceVersions of this informer do not compare: it has no watermark (a restart compares with the baseline; a standby fires all its changes at takeover)",
 				"informer", key, "resourceVersion", rv)
 		})
 		w.trackers[k] = t
@@ -89,10 +90,10 @@ func (w *Watcher) Confirm(leader Watermarks) {
 // confirm records and drops what leader confirms. w.role.mu is held.
 func (w *Watcher) confirm(leader Watermarks) int {
 	done := w.pending.confirm(func(c *Change) bool {
-		if c.bound == "" || len(c.marks) == 0 {
+		if c.bound == "" || c.mark == nil {
 			return false
 		}
-		t := c.marks[len(c.marks)-1].t
+		t := c.mark.t
 		wm, ok := leader[t.key]
 		if !ok {
 			return false
@@ -104,6 +105,9 @@ func (w *Watcher) confirm(leader Watermarks) int {
 	})
 	for _, c := range done {
 		w.cfg.Store.record(c)
+		if w.cfg.Confirmed != nil {
+			w.cfg.Confirmed(c)
+		}
 		c.finish()
 	}
 	w.baseline.confirmed.Add(float64(len(done)))
@@ -149,13 +153,13 @@ func (w *Watcher) takeOver() {
 			name := "(resource gone)"
 			var wm string
 			var has bool
-			if len(c.marks) > 0 {
-				name = c.marks[len(c.marks)-1].t.key
+			if c.mark != nil {
+				name = c.mark.t.key
 				wm, has = leader[name]
 			}
 			s := byKey[name]
 			if s == nil {
-				s = &summary{wm: wm, missing: !has && len(c.marks) > 0}
+				s = &summary{wm: wm, missing: !has && c.mark != nil}
 				byKey[name] = s
 			}
 			if c.uncertain && !has {

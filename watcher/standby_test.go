@@ -64,7 +64,7 @@ func (f *standbyFixture) add(c *Change, seq, bound string) {
 	c.Time = time.Now()
 	m := f.track.add(seq, c.Time)
 	f.track.observed(seq, seq, false)
-	c.marks = []*mark{m}
+	c.mark = m
 	c.bound = bound
 	o := c.Object()
 	k := key{gr: groupResource(f.res), namespace: o.GetNamespace(), name: o.name}
@@ -78,7 +78,7 @@ func (f *standbyFixture) waiting(name string) string {
 	f.w.pending.mu.Lock()
 	defer f.w.pending.mu.Unlock()
 	var parts []string
-	for _, c := range f.w.pending.m[key{gr: groupResource(f.res), namespace: "ns", name: name}] {
+	for _, c := range f.w.pending.m[key{gr: groupResource(f.res), namespace: "ns", name: name}].list {
 		parts = append(parts, string(c.Type)+"("+rv(c.Old)+"->"+rv(c.New)+")")
 	}
 	return strings.Join(parts, " ")
@@ -159,7 +159,7 @@ func TestStandbyConfirm(t *testing.T) {
 }
 
 // TestStandbyTakeOver: at the takeover the changes still waiting are
-// merged as a leader's and queued; uncertain objects of informers without a
+// queued, each its own; uncertain objects of informers without a
 // watermark become the baseline, those of informers with one fire.
 func TestStandbyTakeOver(t *testing.T) {
 	for _, tc := range []struct {
@@ -172,13 +172,13 @@ func TestStandbyTakeOver(t *testing.T) {
 		{
 			name:         "with a watermark",
 			leader:       Watermarks{"configmaps.v1/ns": "5"},
-			wantQueued:   []string{"a:updated(5->9)", "u:created(->8)"},
+			wantQueued:   []string{"a:updated(5->7)", "a:updated(7->9)", "u:created(->8)"},
 			wantBaseline: map[string]string{"ua": "5", "uu": ""},
 		},
 		{
 			name:         "without a watermark",
 			leader:       nil,
-			wantQueued:   []string{"a:updated(4->9)"},
+			wantQueued:   []string{"a:updated(4->5)", "a:updated(5->7)", "a:updated(7->9)"},
 			wantBaseline: map[string]string{"ua": "", "uu": "8"},
 		},
 	} {
@@ -195,7 +195,7 @@ func TestStandbyTakeOver(t *testing.T) {
 			var got []string
 			for f.w.queue.Len() > 0 {
 				k, _ := f.w.queue.Get()
-				for _, c := range f.w.pending.take(k) {
+				for _, c := range f.w.pending.drain(k) {
 					got = append(got, k.name+":"+string(c.Type)+"("+rv(c.Old)+"->"+rv(c.New)+")")
 				}
 				f.w.queue.Done(k)

@@ -27,11 +27,23 @@ import (
 // right old values, objects gone are deletions, objects new are creations,
 // objects unchanged fire nothing.
 //
+// Beside the objects it keeps each informer's watermark (the
+// resourceVersion up to which every change it received was handled), so
+// that the next run can have the apiserver replay every write since, one
+// by one: the objects recorded are then needed only when the apiserver no
+// longer has those writes (the run compares with them, and what changed is
+// each object's net effect).
+//
 // Writes are queued and committed in batches by one goroutine, off the
 // informers' and workers' paths. A crash loses at most the last batch, and
 // what it loses is re-reported after the restart (at least once, with the
 // same payload ids): never the reverse. bbolt's transactions make the file
 // survive a SIGKILL at any moment.
+//
+// The values a projection's Hashed paths select (what payloads redact: a
+// Secret's data, say) are stored as salted hashes, never as values; at the
+// next start a hash that still matches the object's value is put back as
+// that value before comparing.
 type Store struct {
 	db   *bolt.DB
 	path string
@@ -52,6 +64,12 @@ type Store struct {
 	objects atomic.Int64
 	// salt is the file's random salt of hashed values (hashed.go).
 	salt []byte
+	// resume are the watermarks the previous run recorded.
+	resume Watermarks
+	// watermarks, when set (follow), gives the watermarks to record;
+	// written is what the file holds (flush's alone).
+	watermarks func() Watermarks
+	written    string
 }
 
 // storeOp is one queued write: a put of obj, or a delete of uid.
@@ -87,6 +105,7 @@ const (
 	formatKey     = "format"
 	knownKey      = "known"
 	saltKey       = "salt"
+	watermarksKey = "watermarks"
 	resMetaKey    = "\x00resource" // in each resource bucket; UIDs never start with NUL
 	storeBatch    = 1000
 	storeInterval = 100 * time.Millisecond
@@ -125,6 +144,10 @@ func OpenStore(path string, log *slog.Logger) (*Store, error) {
 		return nil, err
 	}
 	if s.salt, err = s.readSalt(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	if s.resume, err = s.readWatermarks(); err != nil {
 		_ = db.Close()
 		return nil, err
 	}
@@ -187,6 +210,37 @@ func (s *Store) readSalt() ([]byte, error) {
 		return meta.Put([]byte(saltKey), salt)
 	})
 	return salt, err
+}
+
+// readWatermarks returns the watermarks the previous run recorded (none
+// in a file without them).
+func (s *Store) readWatermarks() (Watermarks, error) {
+	wm := Watermarks{}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		raw := tx.Bucket([]byte(metaBucket)).Get([]byte(watermarksKey))
+		if raw == nil {
+			return nil
+		}
+		s.written = string(raw)
+		if err := json.Unmarshal(raw, &wm); err != nil {
+			return fmt.Errorf("baseline %s: watermarks: %w", s.path, err)
+		}
+		return nil
+	})
+	return wm, err
+}
+
+// resumeFrom returns the watermark the previous run recorded for an
+// informer ("" for none).
+func (s *Store) resumeFrom(informer string) string { return s.resume[informer] }
+
+// follow makes every commit record the watermarks wm returns, taken
+// before the objects to commit: every change at or below a watermark is
+// then recorded in the same commit or an earlier one.
+func (s *Store) follow(wm func() Watermarks) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.watermarks = wm
 }
 
 func (s *Store) readKnown() (map[schema.GroupResource]bool, error) {
@@ -438,16 +492,33 @@ func (s *Store) flush() {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
 	s.mu.Lock()
+	follow := s.watermarks
+	s.mu.Unlock()
+	var marks []byte
+	if follow != nil {
+		// Before taking the writes: a change a watermark covers queued
+		// its write before it was marked done.
+		if b, err := json.Marshal(follow()); err == nil && string(b) != s.written {
+			marks = b
+		}
+	}
+	s.mu.Lock()
 	ops := s.ops
 	s.ops = nil
 	s.mu.Unlock()
-	if len(ops) == 0 {
+	if len(ops) == 0 && marks == nil {
 		return
 	}
 	projections := map[*objectType][]byte{}
 	var delta int64
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		tx.OnCommit(func() { s.objects.Add(delta) })
+		if marks != nil {
+			if err := tx.Bucket([]byte(metaBucket)).Put([]byte(watermarksKey), marks); err != nil {
+				return err
+			}
+			tx.OnCommit(func() { s.written = string(marks) })
+		}
 		for _, op := range ops {
 			b, err := s.bucket(tx, op.res)
 			if err != nil {

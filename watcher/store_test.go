@@ -12,11 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	bolt "go.etcd.io/bbolt"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/fieldwatch/fieldwatch/change"
@@ -411,6 +413,10 @@ func TestRestartBaselineHashesSecrets(t *testing.T) {
 	_, err = secrets.Update(ctx, sec, metav1.UpdateOptions{})
 	mustf(t, err, "update while down")
 
+	// Without the watermarks the restart compares with the recorded
+	// objects, hashes included (what happens when the apiserver cannot
+	// replay the writes since).
+	forgetWatermarks(t, path)
 	second := &recorder{}
 	runWithStore(t, env, path, sel, proj, second)
 	testenv.Eventually(t, 30*time.Second, "the change made while down", func() bool { return len(second.of(secretsGVR, ns, "s")) == 1 })
@@ -433,6 +439,144 @@ func TestRestartBaselineHashesSecrets(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, "marker", func() bool { return len(second.of(secretsGVR, ns, "marker")) == 1 })
 	if cs := second.of(secretsGVR, ns, "same"); len(cs) != 0 {
 		t.Errorf("same did not change while down but was reported: %s", kinds(cs))
+	}
+}
+
+// forgetWatermarks removes the watermarks from the baseline file at path,
+// so that the next run compares with the recorded objects.
+func forgetWatermarks(t *testing.T, path string) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, nil)
+	mustf(t, err, "open the baseline")
+	defer func() { _ = db.Close() }()
+	mustf(t, db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte(metaBucket)).Delete([]byte(watermarksKey))
+	}), "forget the watermarks")
+}
+
+// TestRestartReplays: a run stops (as after SIGKILL) with changes it was
+// handed but never finished, and writes go on while no run watches: the
+// next run has the apiserver replay every write since the first run's
+// watermark, each its own change in order with the state it replaced,
+// those the first run was handed again with the same resourceVersion;
+// nothing is compared, nothing merged. The namespace holds more objects
+// than a page of the list at the watermark.
+func TestRestartReplays(t *testing.T) {
+	env := testenv.Shared(t)
+	ns := namespace(t, env)
+	ctx := context.Background()
+	cms := env.Dynamic(t).Resource(configMaps).Namespace(ns)
+	for i := range 520 {
+		_, err := cms.Create(ctx, configMap(ns, fmt.Sprintf("bulk-%03d", i), map[string]any{"n": "0"}), metav1.CreateOptions{})
+		mustf(t, err, "create bulk-%03d", i)
+	}
+	_, err := cms.Create(ctx, configMap(ns, "hot", map[string]any{"n": "0"}), metav1.CreateOptions{})
+	mustf(t, err, "create")
+	set := func(i int) string {
+		t.Helper()
+		cm, err := cms.Patch(ctx, "hot", types.MergePatchType, fmt.Appendf(nil, `{"data":{"n":"%d"}}`, i), metav1.PatchOptions{})
+		mustf(t, err, "update %d", i)
+		return cm.GetResourceVersion()
+	}
+	path := filepath.Join(t.TempDir(), "baseline.db")
+	sel := []change.Selector{{Resource: "configmaps"}}
+	proj := func(change.Resource) change.Projection { return change.Projection{Paths: [][]string{{"data"}}} }
+
+	// Run 1 finishes updates 1 and 2 and is handed 3 to 5 without
+	// finishing them (their actions never end).
+	first := &recorder{fail: func(c *Change) error {
+		if n, _ := field(c.New, "data", "n").(string); c.Object().GetNamespace() == ns && n >= "3" {
+			_ = c.Defer() // never done
+		}
+		return nil
+	}}
+	run1 := runWithStore(t, env, path, sel, proj, first, ns)
+	var rvs []string
+	for i := 1; i <= 5; i++ {
+		rvs = append(rvs, set(i))
+	}
+	testenv.Eventually(t, 30*time.Second, "run 1 to be handed every update", func() bool { return len(first.of(configMaps, ns, "hot")) == 5 })
+	informer := watchKey{configMaps, ns}.watermarkKey()
+	testenv.Eventually(t, 30*time.Second, "the baseline to record the watermark of update 2", func() bool {
+		run1.store.flushMu.Lock()
+		defer run1.store.flushMu.Unlock()
+		var wm Watermarks
+		return json.Unmarshal([]byte(run1.store.written), &wm) == nil && wm[informer] == rvs[1]
+	})
+	run1.stop()
+	// While down.
+	for i := 6; i <= 8; i++ {
+		rvs = append(rvs, set(i))
+	}
+
+	second := &recorder{}
+	store, err := OpenStore(path, testLogger(t))
+	mustf(t, err, "open the baseline")
+	t.Cleanup(func() { _ = store.Close() })
+	w, _ := startWatcher(t, env.Config(), Config{Selectors: sel, Projection: proj, Handler: second, Store: store,
+		Namespaces: func(change.Resource) []string { return []string{ns} }})
+	testenv.Eventually(t, 30*time.Second, "updates 3 to 8", func() bool { return len(second.of(configMaps, ns, "hot")) == 6 })
+	cs := second.of(configMaps, ns, "hot")
+	for i, c := range cs {
+		n := i + 3
+		if c.Type != change.Updated || c.Observed != change.ObservedWatch || c.Listed {
+			t.Errorf("change %d: %s observed %q listed %v, want an update from a watch event", i, c.Type, c.Observed, c.Listed)
+		}
+		if a, b := field(c.Old, "data", "n"), field(c.New, "data", "n"); a != fmt.Sprint(n-1) || b != fmt.Sprint(n) {
+			t.Errorf("change %d: %v -> %v, want %d -> %d", i, a, b, n-1, n)
+		}
+		if c.New.GetResourceVersion() != rvs[n-1] {
+			t.Errorf("change %d: resourceVersion %s, want %s", i, c.New.GetResourceVersion(), rvs[n-1])
+		}
+	}
+	if v := testutil.ToFloat64(w.baseline.replays.WithLabelValues("replayed")); v != 1 {
+		t.Errorf("fieldwatch_baseline_resumes_total{outcome=\"replayed\"} = %v, want 1", v)
+	}
+	if n := second.count(func(c *Change) bool { return c.Object().GetName() != "hot" }); n != 0 {
+		t.Errorf("%d changes of objects that did not change", n)
+	}
+}
+
+// TestRestartCannotReplay: when the apiserver cannot serve the previous
+// run's watermark (here one it has not reached), the restart compares
+// with the recorded objects: what changed while down is one change per
+// object, its net effect, observed as a restart.
+func TestRestartCannotReplay(t *testing.T) {
+	env := testenv.Shared(t)
+	ns := namespace(t, env)
+	ctx := context.Background()
+	cms := env.Dynamic(t).Resource(configMaps).Namespace(ns)
+	_, err := cms.Create(ctx, configMap(ns, "x", map[string]any{"n": "0"}), metav1.CreateOptions{})
+	mustf(t, err, "create")
+	path := filepath.Join(t.TempDir(), "baseline.db")
+	sel := []change.Selector{{Resource: "configmaps"}}
+	proj := func(change.Resource) change.Projection { return change.Projection{Paths: [][]string{{"data"}}} }
+	runWithStore(t, env, path, sel, proj, &recorder{}, ns).stop()
+	for i := 1; i <= 3; i++ {
+		_, err := cms.Patch(ctx, "x", types.MergePatchType, fmt.Appendf(nil, `{"data":{"n":"%d"}}`, i), metav1.PatchOptions{})
+		mustf(t, err, "update %d", i)
+	}
+	db, err := bolt.Open(path, 0o600, nil)
+	mustf(t, err, "open the baseline")
+	future, _ := json.Marshal(Watermarks{watchKey{configMaps, ns}.watermarkKey(): "999999999999"})
+	mustf(t, db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte(metaBucket)).Put([]byte(watermarksKey), future) }), "set a watermark")
+	mustf(t, db.Close(), "close")
+
+	second := &recorder{}
+	store, err := OpenStore(path, testLogger(t))
+	mustf(t, err, "open the baseline")
+	t.Cleanup(func() { _ = store.Close() })
+	w, _ := startWatcher(t, env.Config(), Config{Selectors: sel, Projection: proj, Handler: second, Store: store,
+		Namespaces: func(change.Resource) []string { return []string{ns} }})
+	testenv.Eventually(t, 30*time.Second, "the net effect", func() bool { return len(second.of(configMaps, ns, "x")) == 1 })
+	c := second.of(configMaps, ns, "x")[0]
+	if c.Type != change.Updated || c.Observed != change.ObservedRestart || !c.Listed ||
+		field(c.Old, "data", "n") != "0" || field(c.New, "data", "n") != "3" {
+		t.Errorf("x: %s observed %q listed %v, %v -> %v; want an update 0 -> 3 observed at the restart",
+			c.Type, c.Observed, c.Listed, field(c.Old, "data", "n"), field(c.New, "data", "n"))
+	}
+	if v := testutil.ToFloat64(w.baseline.replays.WithLabelValues("compared")); v != 1 {
+		t.Errorf("fieldwatch_baseline_resumes_total{outcome=\"compared\"} = %v, want 1", v)
 	}
 }
 

@@ -86,37 +86,77 @@ func TestShard(t *testing.T) {
 	}
 }
 
-func TestPendingMerge(t *testing.T) {
+// TestPendingSequence: every change is kept as its own, in order, and
+// counted; a change put back goes before the newer ones; the bounds say
+// when one more may come.
+func TestPendingSequence(t *testing.T) {
 	typ := &objectType{}
 	obj := func(uid, rv string) *Object {
-		return &Object{name: "x", uid: types.UID(uid), resourceVersion: rv, typ: typ}
+		return &Object{name: "x", uid: types.UID(uid), resourceVersion: rv, typ: typ, rest: []byte(`{"data":{"v":"` + rv + `"}}`)}
 	}
-	p := newPending(false)
+	limits := QueueLimits{Changes: 100, Bytes: 1 << 20, ObjectChanges: 6, ObjectBytes: 1 << 20}
+	p := newPending(false, limits)
 	k := key{name: "x"}
-	p.add(k, &Change{Type: change.Created, New: obj("a", "1")})
-	p.add(k, &Change{Type: change.Updated, Old: obj("a", "1"), New: obj("a", "2")})
-	p.add(k, &Change{Type: change.Updated, Old: obj("a", "2"), New: obj("a", "3")})
-	p.add(k, &Change{Type: change.Deleted, Old: obj("a", "3")})
-	p.add(k, &Change{Type: change.Created, New: obj("b", "4")})
-	p.add(k, &Change{Type: change.Updated, Old: obj("b", "4"), New: obj("b", "5")})
-	list := p.take(k)
-	got := ""
-	for _, c := range list {
+	changes := []*Change{
+		{Type: change.Created, New: obj("a", "1")},
+		{Type: change.Updated, Old: obj("a", "1"), New: obj("a", "2")},
+		{Type: change.Updated, Old: obj("a", "2"), New: obj("a", "3")},
+		{Type: change.Deleted, Old: obj("a", "3")},
+		{Type: change.Created, New: obj("b", "4")},
+		{Type: change.Updated, Old: obj("b", "4"), New: obj("b", "5")},
+	}
+	var bytes int64
+	var prev *Object
+	for _, c := range changes {
+		p.add(k, c)
+		bytes += c.size(prev)
+		prev = c.New
+	}
+	if n, b := p.totals(); n != 6 || b != bytes {
+		t.Errorf("totals %d changes, %d bytes; want 6, %d", n, b, bytes)
+	}
+	if ok, room := p.admits(k, 0, 0); ok || room == nil {
+		t.Errorf("a 7th change of one object admitted under a bound of 6")
+	}
+	if ok, _ := p.admits(key{name: "y"}, 0, 0); !ok {
+		t.Errorf("another object's change refused")
+	}
+	first := p.next(k)
+	if ok, _ := p.admits(k, 0, 0); !ok {
+		t.Errorf("no room after a change left")
+	}
+	if ok, _ := p.admits(k, 1, 0); ok {
+		t.Errorf("admitted with one in flight at the bound")
+	}
+	got := fmt.Sprintf("%s(%s->%s) ", first.Type, rv(first.Old), rv(first.New))
+	for _, c := range p.drain(k) {
 		got += fmt.Sprintf("%s(%s->%s) ", c.Type, rv(c.Old), rv(c.New))
 	}
-	if want := "created(->1) updated(1->3) deleted(3->) created(->4) updated(4->5) "; got != want {
+	if want := "created(->1) updated(1->2) updated(2->3) deleted(3->) created(->4) updated(4->5) "; got != want {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}
-	// Failed changes go back before newer ones and merge with them.
+	// A failed change goes back before newer ones, none merged.
 	p.add(k, &Change{Type: change.Updated, Old: obj("b", "5"), New: obj("b", "6")})
-	p.putBack(k, list[4:])
-	list = p.take(k)
-	if len(list) != 1 || rv(list[0].Old) != "4" || rv(list[0].New) != "6" {
-		t.Errorf("after putBack: %d changes, first %s->%s", len(list), rv(list[0].Old), rv(list[0].New))
+	p.putBack(k, changes[5])
+	got = ""
+	for _, c := range p.drain(k) {
+		got += fmt.Sprintf("%s->%s ", rv(c.Old), rv(c.New))
 	}
-	if p.len() != 0 {
-		t.Errorf("pending keys %d after take", p.len())
+	if want := "4->5 5->6 "; got != want {
+		t.Errorf("after putBack: %s, want %s", got, want)
 	}
+	if n, b := p.totals(); p.len() != 0 || n != 0 || b != 0 {
+		t.Errorf("%d keys, %d changes, %d bytes left after taking all", p.len(), n, b)
+	}
+}
+
+// drain takes every change of k.
+func (p *pending) drain(k key) []*Change {
+	var out []*Change
+	for c := p.next(k); c != nil; c = p.next(k) {
+		out = append(out, c)
+	}
+	return out
 }
 
 func rv(o *Object) string {

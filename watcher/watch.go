@@ -3,7 +3,9 @@ package watcher
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +37,13 @@ const (
 	// resource that appears while the watcher runs starts this way with an
 	// empty baseline, so objects created with a brand-new CRD are reported.
 	baselineStart
+	// replayStart: the previous run handled every change up to its
+	// watermark (resume): the first list is served at that resourceVersion
+	// and its objects are the baseline, and the watch from there replays
+	// every write since, each its own change. When the apiserver can no
+	// longer serve that resourceVersion the watch starts as baselineStart
+	// against the objects the previous run recorded.
+	replayStart
 )
 
 // resourceWatch is the informer of one resource: its cache of Objects and
@@ -56,10 +65,26 @@ type resourceWatch struct {
 	// first one completes).
 	listed atomic.Pointer[listMark]
 	track  *tracker // the watermark of this informer's key
+	// progress tells the gate of the informer's watch what its handlers
+	// applied; waited counts the seconds the gate held the stream.
+	progress *gateProgress
+	waited   prometheus.Counter
 
-	mode      startMode
-	covered   func(namespace string) bool // baselineStart: the namespaces base covers; nil for all
-	record    bool                        // with a Store: record the initial objects that are not news
+	mode    startMode
+	covered func(namespace string) bool // baselineStart: the namespaces base covers; nil for all
+	// listObserved is how the changes the initial list finds are
+	// observed: ObservedRestart against the restart baseline,
+	// ObservedRelist against the cache of a previous informer.
+	listObserved change.Observed
+	record       bool // with a Store: record the initial objects that are not news
+	// resume is, for replayStart, the resourceVersion to list at until
+	// the first list succeeded (the reflector's goroutine's alone).
+	resume string
+	// resuming is set from a replay's list at the watermark until its
+	// watch delivers something: a relist meanwhile (the apiserver no
+	// longer had the writes since) finds what changed while no process
+	// watched.
+	resuming  atomic.Bool
 	initialMu sync.Mutex
 	baseline  map[types.UID]*Object // baselineStart: not yet seen
 	cancel    context.CancelFunc
@@ -86,6 +111,8 @@ func newResourceWatch(w *Watcher, res change.Resource, namespace string, proj ch
 		done:     make(chan struct{}),
 		events:   map[change.Type]prometheus.Counter{},
 		track:    w.tracker(watchKey{gvr(res), namespace}),
+		progress: newGateProgress(),
+		waited:   w.metrics.backpressure.WithLabelValues(res.String()),
 	}
 	for _, t := range []change.Type{change.Created, change.Updated, change.Deleted} {
 		rw.events[t] = w.metrics.events.WithLabelValues(res.Group, res.Version, res.Resource, string(t))
@@ -98,7 +125,7 @@ func newResourceWatch(w *Watcher, res change.Resource, namespace string, proj ch
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			started := time.Now()
 			w.cfg.Shard.apply(&opts)
-			list, err := client.List(ctx, opts)
+			list, err := rw.list(ctx, client, opts)
 			rw.observeError(err)
 			if err == nil {
 				rw.listed.Store(&listMark{at: started, resourceVersion: list.GetResourceVersion()})
@@ -110,6 +137,15 @@ func newResourceWatch(w *Watcher, res change.Resource, namespace string, proj ch
 			return list, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			watchList := opts.SendInitialEvents != nil && *opts.SendInitialEvents
+			switch {
+			case rw.resume != "" && watchList:
+				// A watch-list starts from now; a replay lists at the
+				// watermark (the reflector falls back to a list).
+				return nil, errReplay
+			case rw.resume != "":
+				rw.resume = "" // the list at the watermark went through
+			}
 			w.cfg.Shard.apply(&opts)
 			wi, err := client.Watch(ctx, opts)
 			rw.observeError(err)
@@ -117,6 +153,9 @@ func newResourceWatch(w *Watcher, res change.Resource, namespace string, proj ch
 				// A watch-list: its initial events end with a bookmark
 				// carrying the list's resourceVersion.
 				wi = rw.markInitialEvents(wi, time.Now())
+			}
+			if err == nil {
+				wi = rw.gate(wi)
 			}
 			return wi, err
 		},
@@ -129,6 +168,73 @@ func newResourceWatch(w *Watcher, res change.Resource, namespace string, proj ch
 		Transform:     rw.transform,
 	})
 	return rw
+}
+
+// errReplay refuses a watch-list while a replay has not listed yet.
+var errReplay = errors.New("replaying from the previous run's watermark: listing at it first")
+
+// list lists the resource. The first list of a replay is served at the
+// previous run's watermark; when the apiserver no longer can (compacted,
+// or a resourceVersion it does not know), the informer starts against
+// the recorded objects instead, with a list of now.
+func (rw *resourceWatch) list(ctx context.Context, client dynamic.ResourceInterface, opts metav1.ListOptions) (*unstructured.UnstructuredList, error) {
+	if rw.resume == "" || opts.Continue != "" {
+		return client.List(ctx, opts)
+	}
+	err := rw.notAhead(ctx, client, opts)
+	switch {
+	case err != nil && !cannotReplay(err):
+		return nil, err // the reflector retries
+	case err == nil:
+		at := opts
+		at.ResourceVersion, at.ResourceVersionMatch = rw.resume, metav1.ResourceVersionMatchExact
+		var list *unstructured.UnstructuredList
+		list, err = client.List(ctx, at)
+		if err == nil {
+			rw.resuming.Store(true)
+		}
+		if err == nil || !cannotReplay(err) {
+			return list, err // another error: the reflector retries
+		}
+	}
+	rw.w.log.Warn("the apiserver cannot replay the writes since the previous run's watermark: comparing with the objects it recorded (what changed comes as each object's net effect)",
+		"gvr", rw.res.String(), "resourceVersion", rw.resume, "error", err)
+	rw.w.baseline.replays.WithLabelValues("compared").Inc()
+	rw.resume = ""
+	rw.initialMu.Lock()
+	rw.mode = baselineStart
+	rw.initialMu.Unlock()
+	return client.List(ctx, opts)
+}
+
+// errAhead says that the watermark to replay from is ahead of the
+// apiserver (etcd restored from an older backup, say).
+var errAhead = errors.New("the watermark is ahead of the apiserver's resourceVersion")
+
+// notAhead checks that the watermark to replay from is not ahead of the
+// apiserver, with a list of one object: the apiserver would wait for a
+// resourceVersion it has not reached, and the client retry, for tens of
+// seconds before refusing it. It returns errAhead when it is; other errors
+// as they come.
+func (rw *resourceWatch) notAhead(ctx context.Context, client dynamic.ResourceInterface, opts metav1.ListOptions) error {
+	probe := metav1.ListOptions{LabelSelector: opts.LabelSelector, FieldSelector: opts.FieldSelector, Limit: 1}
+	list, err := client.List(ctx, probe)
+	if err != nil {
+		return err
+	}
+	now, err1 := strconv.ParseUint(list.GetResourceVersion(), 10, 64)
+	at, err2 := strconv.ParseUint(rw.resume, 10, 64)
+	if err1 == nil && err2 == nil && at > now {
+		return fmt.Errorf("%w (%s > %s)", errAhead, rw.resume, list.GetResourceVersion())
+	}
+	return nil
+}
+
+// cannotReplay reports whether a list at a resourceVersion failed because
+// the apiserver cannot serve it (so that retrying is useless).
+func cannotReplay(err error) bool {
+	return errors.Is(err, errAhead) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) || apierrors.IsBadRequest(err) || apierrors.IsInvalid(err) ||
+		apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge)
 }
 
 // listMark is a list that filled the cache: when it started and the
@@ -223,8 +329,14 @@ func (rw *resourceWatch) finishInitial(ctx context.Context) {
 	}
 	rw.initialMu.Lock()
 	defer rw.initialMu.Unlock()
+	if rw.mode == replayStart {
+		// The list at the watermark went through: the recorded objects
+		// are not needed, the watch replays what happened to them.
+		rw.baseline = nil
+		rw.w.baseline.replays.WithLabelValues("replayed").Inc()
+	}
 	for _, old := range rw.baseline {
-		rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: old, Listed: true, Time: time.Now()}, boundCache)
+		rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: old, Listed: true, Observed: rw.listObserved, Time: time.Now()}, boundCache)
 	}
 	rw.baseline = nil
 	rw.track.initialDone()
@@ -266,14 +378,19 @@ func (rw *resourceWatch) OnAdd(obj any, isInInitialList bool) {
 	}
 	defer rw.observed(o.resourceVersion, isInInitialList)
 	if !isInInitialList {
-		rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Listed: o.typ.listed, Time: time.Now()}, boundObject)
+		rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Listed: o.typ.listed, Observed: rw.observedAs(o), Time: time.Now()}, boundObject)
 		return
 	}
-	switch rw.mode {
+	rw.initialMu.Lock()
+	mode := rw.mode
+	rw.initialMu.Unlock()
+	switch mode {
+	case replayStart:
+		// At or below the watermark: handled by the previous run.
 	case quietStart:
 		switch {
 		case rw.w.cfg.InitialSync:
-			rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Initial: true, Listed: true, Time: time.Now()}, boundObject)
+			rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Initial: true, Listed: true, Observed: change.ObservedRestart, Time: time.Now()}, boundObject)
 		default:
 			rw.notNews(o)
 		}
@@ -287,13 +404,13 @@ func (rw *resourceWatch) OnAdd(obj any, isInInitialList bool) {
 			// Not watched by the previous run: not news.
 			rw.notNews(o)
 		case !found:
-			rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Listed: true, Time: time.Now()}, boundObject)
+			rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Listed: true, Observed: rw.listObserved, Time: time.Now()}, boundObject)
 		case old.resourceVersion != o.resourceVersion:
 			if st := rw.w.cfg.Store; st != nil {
 				old = unhash(st.salt, old, o) // a baseline's hashed values
 			}
 			if !sameUnder(old, o) {
-				rw.emit(&Change{Type: change.Updated, Resource: rw.res, Old: old, New: o, Listed: true, Time: time.Now()}, boundObject)
+				rw.emit(&Change{Type: change.Updated, Resource: rw.res, Old: old, New: o, Listed: true, Observed: rw.listObserved, Time: time.Now()}, boundObject)
 			}
 		}
 	}
@@ -307,7 +424,7 @@ func (rw *resourceWatch) notNews(o *Object) {
 	switch {
 	case o.typ.foreign:
 	case rw.w.standby.Load() && rw.deliver.Load():
-		rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Listed: true, Time: time.Now(), uncertain: true}, boundObject)
+		rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Listed: true, Observed: change.ObservedTakeover, Time: time.Now(), uncertain: true}, boundObject)
 	case rw.record:
 		rw.w.cfg.Store.put(rw.res, o)
 	}
@@ -328,11 +445,11 @@ func (rw *resourceWatch) OnUpdate(oldObj, newObj any) {
 	if old.uid != o.uid {
 		// A relist after a disconnection found another object under the
 		// same name: the first was deleted, the second created.
-		rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: old, Listed: true, Time: time.Now()}, boundCache)
-		rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Listed: true, Time: time.Now()}, boundObject)
+		rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: old, Listed: true, Observed: rw.relisted(), Time: time.Now()}, boundCache)
+		rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Listed: true, Observed: rw.relisted(), Time: time.Now()}, boundObject)
 		return
 	}
-	rw.emit(&Change{Type: change.Updated, Resource: rw.res, Old: old, New: o, Listed: o.typ.listed, Time: time.Now()}, boundObject)
+	rw.emit(&Change{Type: change.Updated, Resource: rw.res, Old: old, New: o, Listed: o.typ.listed, Observed: rw.observedAs(o), Time: time.Now()}, boundObject)
 }
 
 // OnDelete implements cache.ResourceEventHandler.
@@ -356,7 +473,29 @@ func (rw *resourceWatch) OnDelete(obj any) {
 	}
 	defer rw.observed(objRV, false)
 	// A tombstone: the deletion was seen only as a missing object.
-	rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: o, Listed: bound == boundCache, Time: time.Now()}, bound)
+	observed := change.ObservedWatch
+	if bound == boundCache {
+		observed = rw.relisted()
+	}
+	rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: o, Listed: bound == boundCache, Observed: observed, Time: time.Now()}, bound)
+}
+
+// observedAs says how a change to o, outside the initial list, was
+// observed: from a list (a relist) or from a watch event.
+func (rw *resourceWatch) observedAs(o *Object) change.Observed {
+	if o.typ.listed {
+		return rw.relisted()
+	}
+	return change.ObservedWatch
+}
+
+// relisted says how a change a relist found was observed: as a restart
+// when the relist came before a replay's watch delivered anything.
+func (rw *resourceWatch) relisted() change.Observed {
+	if rw.resuming.Load() {
+		return change.ObservedRestart
+	}
+	return change.ObservedRelist
 }
 
 // observed tells the tracker a callback for an object of resourceVersion
@@ -364,6 +503,9 @@ func (rw *resourceWatch) OnDelete(obj any) {
 func (rw *resourceWatch) observed(objRV string, initial bool) {
 	if rw.track != nil {
 		rw.track.observed(rw.storeRV(), objRV, initial)
+	}
+	if !initial {
+		rw.progress.applied(objRV)
 	}
 }
 

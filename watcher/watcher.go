@@ -33,6 +33,15 @@ type Config struct {
 	// only there (less memory, and namespaced RBAC suffices). nil or an
 	// empty result watches every namespace.
 	Namespaces func(change.Resource) []string
+	// Confine, when set, confines the watcher to these namespaces (a
+	// namespaced install, `fieldwatch run --namespaces`): a selected
+	// namespaced resource is listed and watched in each of them (or in
+	// those of them that Namespaces gives), and cluster-scoped resources
+	// are not watched, so that Roles in these namespaces suffice. CRDs
+	// and APIServices are still followed when the watcher may list them
+	// (a ClusterRole); without that, new resources are found by the
+	// periodic discovery, which every authenticated user may do.
+	Confine []string
 	// Handler receives the changes. Required.
 	Handler Handler
 	// Workers is the number of changes handled in parallel (default 4).
@@ -58,6 +67,9 @@ type Config struct {
 	// (see Store). The caller opens and closes it; close it after the
 	// handler's deferred changes are done.
 	Store *Store
+	// Queue bounds the changes waiting for a worker (zero fields take
+	// the defaults, see QueueLimits).
+	Queue QueueLimits
 	// Standby starts the watcher as a leader election standby: it watches
 	// and keeps its changes, but hands none to the handler; the leader's
 	// watermarks (Confirm) say which ones the leader handled, and those
@@ -65,10 +77,60 @@ type Config struct {
 	// the handler, and from then on it publishes its own Watermarks.
 	// Without Standby the watcher acts at once and keeps no watermarks.
 	Standby bool
+	// Confirmed, if set, is called on a standby with each change the
+	// leader's watermarks confirm (in order per object), before it is
+	// dropped: fieldwatch evaluates the rules on it for its history.
+	// It must not block, nor modify the change's objects (the cache's).
+	Confirmed func(c *Change)
 	// Logger receives the watcher's logs (default slog.Default()).
 	Logger *slog.Logger
 	// Registerer receives the watcher's metrics (nil: not registered).
 	Registerer prometheus.Registerer
+}
+
+// QueueLimits bound the changes waiting for a worker: each change an
+// informer makes is kept as its own until a worker hands it to the
+// handler (on a standby, until the leader's watermark confirms it or the
+// standby takes over), so what a burst costs is bounded here. When an
+// object's changes, or all of them, reach a bound, the informer's watch
+// stream waits (back-pressure) until workers make room: nothing is merged
+// or dropped. Lists never wait, so the changes a relist or a start finds
+// (at most one per object) may pass the total bounds.
+type QueueLimits struct {
+	// Changes and Bytes bound every change waiting (defaults
+	// DefaultQueueChanges and DefaultQueueBytes).
+	Changes int
+	Bytes   int64
+	// ObjectChanges and ObjectBytes bound the changes of one object
+	// (defaults DefaultQueueObjectChanges and DefaultQueueObjectBytes).
+	ObjectChanges int
+	ObjectBytes   int64
+}
+
+// The defaults of QueueLimits. A waiting change counts its objects as
+// cached plus about 300 bytes: one of a hot 1 KiB ConfigMap whose data the
+// rules read holds 1.4 KB of heap (BenchmarkQueueing), so a hot object at
+// its bound of 1,000 changes holds about 1.4 MB.
+const (
+	DefaultQueueChanges       = 10000
+	DefaultQueueBytes         = 64 << 20
+	DefaultQueueObjectChanges = 1000
+	DefaultQueueObjectBytes   = 16 << 20
+)
+
+func (l *QueueLimits) defaults() {
+	if l.Changes <= 0 {
+		l.Changes = DefaultQueueChanges
+	}
+	if l.Bytes <= 0 {
+		l.Bytes = DefaultQueueBytes
+	}
+	if l.ObjectChanges <= 0 {
+		l.ObjectChanges = DefaultQueueObjectChanges
+	}
+	if l.ObjectBytes <= 0 {
+		l.ObjectBytes = DefaultQueueObjectBytes
+	}
 }
 
 // The resources the watcher follows for itself: CRDs tell which resources
@@ -88,6 +150,24 @@ var (
 
 // Watcher watches the selected resources and hands their changes to a
 // Handler. Build it with New, then call Run.
+//
+// Discovery lists the resources; the selectors pick some of them; one
+// dynamic informer per GroupVersionResource watches each, caching compact
+// projected objects (Object) rather than full unstructured ones. The set of
+// informers follows the cluster: a CRD created while running is watched
+// within seconds, a CRD deleted is dropped without error loops. Events go
+// through a rate-limited work queue keyed by resource/namespace/name, so
+// that one key is handled by one worker at a time, in order. Every write
+// the watch delivers is a Change of its own, never merged with another;
+// what waits is bounded (QueueLimits), an informer's watch stream waiting
+// at a bound.
+//
+// In a leader election the watcher starts as a standby (Config.Standby): it
+// watches and keeps its changes without handing them on; the leader
+// publishes its Watermarks and the standby applies them (Confirm),
+// recording in its Store what they cover and dropping it; TakeOver hands
+// the rest to the handler. A leader that loses its election calls Abandon
+// and stops at once, leaving what it did not handle to the next one.
 type Watcher struct {
 	cfg      Config
 	dyn      dynamic.Interface
@@ -161,6 +241,9 @@ func newForClients(dyn dynamic.Interface, disc discovery.DiscoveryInterface, cfg
 	if err := cfg.Shard.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.Confine != nil && len(cfg.Confine) == 0 {
+		return nil, errors.New("watcher: Config.Confine names no namespace")
+	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = 4
 	}
@@ -176,6 +259,7 @@ func newForClients(dyn dynamic.Interface, disc discovery.DiscoveryInterface, cfg
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	cfg.Queue.defaults()
 	if cfg.Projection == nil {
 		cfg.Projection = func(change.Resource) change.Projection { return change.Projection{Full: true} }
 	}
@@ -184,7 +268,7 @@ func newForClients(dyn dynamic.Interface, disc discovery.DiscoveryInterface, cfg
 		dyn:        dyn,
 		disc:       disc,
 		log:        cfg.Logger,
-		pending:    newPending(cfg.Standby),
+		pending:    newPending(cfg.Standby, cfg.Queue),
 		trigger:    make(chan struct{}, 1),
 		selectors:  slices.Clone(cfg.Selectors),
 		projection: cfg.Projection,
@@ -205,8 +289,12 @@ func newForClients(dyn dynamic.Interface, disc discovery.DiscoveryInterface, cfg
 	}
 	w.standby.Store(cfg.Standby)
 	w.role = newRole()
-	w.metrics = newMetrics(cfg.Registerer, func() float64 { return float64(w.pending.len()) },
-		func() float64 { return float64(w.CachedObjects()) })
+	if cfg.Store != nil {
+		// The baseline records how far this run got, so that the next
+		// one replays the writes since.
+		cfg.Store.follow(w.Watermarks)
+	}
+	w.metrics = newMetrics(cfg.Registerer, w.pending, func() float64 { return float64(w.CachedObjects()) })
 	w.baseline = newBaselineMetrics(cfg.Registerer, cfg.Store, w.watermarkLag)
 	w.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[key](5*time.Millisecond, cfg.MaxRetryDelay),
@@ -457,7 +545,7 @@ func (w *Watcher) enqueue(c *Change, rw *resourceWatch, bound boundKind) {
 	k := key{gr: groupResource(c.Resource), namespace: o.GetNamespace(), name: o.name}
 	if rw != nil && rw.track != nil {
 		m := rw.track.add(rw.storeRV(), c.Time)
-		c.marks = []*mark{m}
+		c.mark = m
 		switch bound {
 		case boundObject:
 			c.bound = o.resourceVersion
@@ -470,39 +558,26 @@ func (w *Watcher) enqueue(c *Change, rw *resourceWatch, bound boundKind) {
 	}
 }
 
-// processNext handles the changes of one key. It returns false when the
-// queue is shut down.
+// processNext handles the changes of one key, one at a time in order: as
+// many as were waiting when it took the key (later ones have queued the
+// key again). It returns false when the queue is shut down.
 func (w *Watcher) processNext(ctx context.Context) bool {
 	k, quit := w.queue.Get()
 	if quit {
 		return false
 	}
 	defer w.queue.Done(k)
-	list := w.pending.take(k)
-	for i, c := range list {
-		var pc *commit
-		if w.commits != nil {
-			pc = w.commits.start(k, c)
-			c.deferred = func() { w.commits.finish(k, pc) }
+	for range w.pending.waiting(k) {
+		c := w.pending.next(k)
+		if c == nil {
+			break
 		}
-		err := w.cfg.Handler.Handle(ctx, c)
-		if pc != nil {
-			switch {
-			case err != nil:
-				c.deferred = nil
-				w.commits.abandon(k, pc)
-			case c.deferred != nil: // not deferred: handled now
-				c.deferred = nil
-				w.commits.finish(k, pc)
-			}
-		}
-		if err != nil {
+		if err := w.handle(ctx, k, c); err != nil {
+			w.pending.putBack(k, c)
 			if ctx.Err() != nil {
 				// Abandoned: the changes stay for the next leader.
-				w.pending.putBack(k, list[i:])
 				return false
 			}
-			w.pending.putBack(k, list[i:])
 			w.metrics.handlerErrors.Inc()
 			w.log.Warn("handling change failed; will retry", "gvr", c.Resource.String(),
 				"namespace", k.namespace, "name", k.name, "type", c.Type, "error", err)
@@ -512,6 +587,28 @@ func (w *Watcher) processNext(ctx context.Context) bool {
 	}
 	w.queue.Forget(k)
 	return true
+}
+
+// handle hands c to the handler, registering it for the Store and the
+// watermarks first.
+func (w *Watcher) handle(ctx context.Context, k key, c *Change) error {
+	var pc *commit
+	if w.commits != nil {
+		pc = w.commits.start(k, c)
+		c.deferred = func() { w.commits.finish(k, pc) }
+	}
+	err := w.cfg.Handler.Handle(ctx, c)
+	if pc != nil {
+		switch {
+		case err != nil:
+			c.deferred = nil
+			w.commits.abandon(k, pc)
+		case c.deferred != nil: // not deferred: handled now
+			c.deferred = nil
+			w.commits.finish(k, pc)
+		}
+	}
+	return err
 }
 
 // unexpected logs an object of a type the watcher did not cache.

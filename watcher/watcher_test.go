@@ -8,11 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/fieldwatch/fieldwatch/change"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
@@ -105,7 +107,7 @@ func TestCRDComesAndGoes(t *testing.T) {
 	ns := namespace(t, env)
 	ctx := context.Background()
 	rec := &recorder{}
-	w, reg := startWatcher(t, env.Config(), Config{Selectors: []change.Selector{{Group: "*", Custom: true}}, Handler: rec,
+	w, _ := startWatcher(t, env.Config(), Config{Selectors: []change.Selector{{Group: "*", Custom: true}}, Handler: rec,
 		RediscoveryInterval: time.Second})
 
 	gadgets := schema.GroupVersionResource{Group: "gadgets.example.org", Version: "v1", Resource: "gadgets"}
@@ -149,9 +151,10 @@ func TestCRDComesAndGoes(t *testing.T) {
 	})
 	// Nothing loops: a few more discovery passes add no errors for the
 	// vanished resource beyond the ones that told the watcher it was gone.
-	before := metricValue(t, reg, "fieldwatch_watcher_list_watch_errors_total", nil)
+	gadgetErrors := w.metrics.listWatchErrors.WithLabelValues("gadgets.v1.gadgets.example.org")
+	before := testutil.ToFloat64(gadgetErrors)
 	waitPasses(t, w, 3)
-	after := metricValue(t, reg, "fieldwatch_watcher_list_watch_errors_total", nil)
+	after := testutil.ToFloat64(gadgetErrors)
 	if after-before > 1 {
 		t.Errorf("list/watch errors grew by %v after the CRD was gone", after-before)
 	}
@@ -278,9 +281,10 @@ func TestDeleteRecreate(t *testing.T) {
 	}
 }
 
-// TestCoalescedUpdatesDiff: updates that pile up behind a slow worker merge
-// into one whose old object is the one last delivered.
-func TestCoalescedUpdatesDiff(t *testing.T) {
+// TestUpdatesKeptApart: updates that pile up behind a slow worker are
+// handed on each as its own, in order, each with the state it replaced
+// and the resourceVersion its write applied to.
+func TestUpdatesKeptApart(t *testing.T) {
 	env := testenv.Shared(t)
 	ns := namespace(t, env)
 	ctx := context.Background()
@@ -303,42 +307,92 @@ func TestCoalescedUpdatesDiff(t *testing.T) {
 		mustf(t, err, "update %d", i)
 	}
 	// The first update holds the worker; wait until the other four are
-	// queued behind it, then let it go.
+	// queued behind it, each its own, then let it go.
 	k := key{gr: configMaps.GroupResource(), namespace: ns, name: "hot"}
-	testenv.Eventually(t, 10*time.Second, "updates to queue", func() bool {
-		wat.pending.mu.Lock()
-		defer wat.pending.mu.Unlock()
-		list := wat.pending.m[k]
-		return len(list) == 1 && list[0].Type == change.Updated && field(list[0].New, "data", "n") == "5"
-	})
+	testenv.Eventually(t, 10*time.Second, "updates to queue", func() bool { return wat.pending.waiting(k) == 4 })
 	close(gate)
-	testenv.Eventually(t, 30*time.Second, "updates", func() bool {
-		cs := rec.of(configMaps, ns, "hot")
-		return len(cs) > 0 && field(cs[len(cs)-1].New, "data", "n") == "5"
-	})
+	testenv.Eventually(t, 30*time.Second, "updates", func() bool { return len(rec.of(configMaps, ns, "hot")) == 6 })
 	cs := rec.of(configMaps, ns, "hot")
-	if got := kinds(cs); got != "[created updated updated]" {
-		t.Fatalf("changes %s, want [created updated updated] (the last four merged)", got)
+	if got := kinds(cs); got != "[created updated updated updated updated updated]" {
+		t.Fatalf("changes %s, want a creation and five updates", got)
 	}
-	if a, b := field(cs[2].Old, "data", "n"), field(cs[2].New, "data", "n"); a != "1" || b != "5" {
-		t.Errorf("merged update %v -> %v, want 1 -> 5", a, b)
-	}
-	// One watch event: the previous version is the one the write applied
-	// to. Merged: none (the writes in between applied to others).
 	for i, c := range cs {
-		if c.Listed {
-			t.Errorf("change %d (%s) from a watch event marked listed", i, c.Type)
+		if c.Listed || c.Observed != change.ObservedWatch {
+			t.Errorf("change %d (%s) from a watch event: listed %v, observed %q", i, c.Type, c.Listed, c.Observed)
+		}
+		if i == 0 {
+			if got := c.PreviousResourceVersion(); got != "" {
+				t.Errorf("create: previous resourceVersion %q, want none", got)
+			}
+			continue
+		}
+		if a, b := field(c.Old, "data", "n"), field(c.New, "data", "n"); a != fmt.Sprint(i-1) || b != fmt.Sprint(i) {
+			t.Errorf("update %d: %v -> %v, want %d -> %d", i, a, b, i-1, i)
+		}
+		if c.Old != cs[i-1].New {
+			t.Errorf("update %d: old object is not the previous change's new one", i)
+		}
+		if got, want := c.PreviousResourceVersion(), cs[i-1].New.GetResourceVersion(); got != want {
+			t.Errorf("update %d: previous resourceVersion %q, want %q", i, got, want)
 		}
 	}
-	if got, want := cs[1].PreviousResourceVersion(), cs[1].Old.GetResourceVersion(); got != want || got == "" {
-		t.Errorf("single update: previous resourceVersion %q, want %q", got, want)
+}
+
+// TestHotObjectBackPressure: a hot object whose changes wait for a
+// worker stalls its informer's watch at the object's bound (none merged,
+// none dropped, the writer never slowed), and every update is handed on
+// in order once the worker moves again; the watch goes on.
+func TestHotObjectBackPressure(t *testing.T) {
+	env := testenv.Shared(t)
+	ns := namespace(t, env)
+	ctx := context.Background()
+	gate := make(chan struct{})
+	var release sync.Once
+	var once bool
+	rec := &recorder{fail: func(c *Change) error {
+		if c.Type == change.Updated && !once {
+			once = true
+			<-gate
+		}
+		return nil
+	}}
+	const bound, updates = 10, 60
+	wat, _ := startWatcher(t, env.Config(), Config{
+		Selectors:  []change.Selector{{Resource: "configmaps"}},
+		Namespaces: func(change.Resource) []string { return []string{ns} },
+		Handler:    rec, Workers: 1,
+		Queue: QueueLimits{ObjectChanges: bound},
+	})
+	t.Cleanup(func() { release.Do(func() { close(gate) }) }) // before the watcher stops (cleanups run last first)
+	cms := env.Dynamic(t).Resource(configMaps).Namespace(ns)
+	_, err := cms.Create(ctx, configMap(ns, "hot", map[string]any{"n": "0"}), metav1.CreateOptions{})
+	mustf(t, err, "create")
+	for i := 1; i <= updates; i++ {
+		_, err := cms.Patch(ctx, "hot", types.MergePatchType, fmt.Appendf(nil, `{"data":{"n":"%d"}}`, i), metav1.PatchOptions{})
+		mustf(t, err, "update %d", i)
 	}
-	if got := cs[2].PreviousResourceVersion(); got != "" {
-		t.Errorf("merged update: previous resourceVersion %q, want none", got)
+	k := key{gr: configMaps.GroupResource(), namespace: ns, name: "hot"}
+	testenv.Eventually(t, 10*time.Second, "the object's changes to reach its bound", func() bool { return wat.pending.waiting(k) == bound })
+	release.Do(func() { close(gate) })
+	testenv.Eventually(t, time.Minute, "every update", func() bool { return len(rec.of(configMaps, ns, "hot")) == updates+1 })
+	if v := testutil.ToFloat64(wat.metrics.backpressure.WithLabelValues("configmaps.v1")); v <= 0 {
+		t.Errorf("fieldwatch_watcher_backpressure_seconds_total %v after the watch waited", v)
 	}
-	if got := cs[0].PreviousResourceVersion(); got != "" {
-		t.Errorf("create: previous resourceVersion %q, want none", got)
+	cs := rec.of(configMaps, ns, "hot")
+	for i, c := range cs[1:] {
+		if a, b := field(c.Old, "data", "n"), field(c.New, "data", "n"); a != fmt.Sprint(i) || b != fmt.Sprint(i+1) {
+			t.Errorf("update %d: %v -> %v, want %d -> %d", i+1, a, b, i, i+1)
+		}
 	}
+	wat.pending.mu.Lock()
+	peak := wat.pending.peak
+	wat.pending.mu.Unlock()
+	if peak > bound {
+		t.Errorf("%d changes of one object waited at once, bound %d", peak, bound)
+	}
+	_, err = cms.Create(ctx, configMap(ns, "after", nil), metav1.CreateOptions{})
+	mustf(t, err, "create after")
+	testenv.Eventually(t, 10*time.Second, "a later change", func() bool { return len(rec.of(configMaps, ns, "after")) == 1 })
 }
 
 // TestInitialObjects: starting against 1,000 existing objects yields no
@@ -407,10 +461,9 @@ func TestMissingAPIService(t *testing.T) {
 	t.Cleanup(func() { _ = dyn.Resource(apiservices).Delete(ctx, "v1.missing.example.net", metav1.DeleteOptions{}) })
 
 	rec := &recorder{}
-	_, reg := startWatcher(t, env.Config(), Config{Selectors: []change.Selector{{Group: "*"}}, Handler: rec})
+	w, _ := startWatcher(t, env.Config(), Config{Selectors: []change.Selector{{Group: "*"}}, Handler: rec})
 	testenv.Eventually(t, 30*time.Second, "discovery failure to be counted", func() bool {
-		return metricValue(t, reg, "fieldwatch_watcher_discovery_failures_total",
-			map[string]string{"group_version": "missing.example.net/v1"}) > 0
+		return testutil.ToFloat64(w.metrics.discoveryFails.WithLabelValues("missing.example.net/v1")) > 0
 	})
 	_, err = dyn.Resource(configMaps).Namespace(ns).Create(ctx, configMap(ns, "still", nil), metav1.CreateOptions{})
 	mustf(t, err, "create configmap")
@@ -427,7 +480,7 @@ func TestAPIServiceTriggersDiscovery(t *testing.T) {
 	env := testenv.Shared(t)
 	ns := namespace(t, env)
 	ctx := context.Background()
-	_, reg := startWatcher(t, env.Config(), Config{Selectors: []change.Selector{{Resource: "configmaps"}},
+	w, _ := startWatcher(t, env.Config(), Config{Selectors: []change.Selector{{Resource: "configmaps"}},
 		Handler: &recorder{}, RediscoveryInterval: 10 * time.Minute})
 	apiservices := schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
 	dyn := env.Dynamic(t)
@@ -445,8 +498,7 @@ func TestAPIServiceTriggersDiscovery(t *testing.T) {
 	mustf(t, err, "create APIService")
 	t.Cleanup(func() { _ = dyn.Resource(apiservices).Delete(ctx, "v1.late.example.net", metav1.DeleteOptions{}) })
 	testenv.Eventually(t, 20*time.Second, "the new APIService to be discovered", func() bool {
-		return metricValue(t, reg, "fieldwatch_watcher_discovery_failures_total",
-			map[string]string{"group_version": "late.example.net/v1"}) > 0
+		return testutil.ToFloat64(w.metrics.discoveryFails.WithLabelValues("late.example.net/v1")) > 0
 	})
 }
 
@@ -502,5 +554,51 @@ func TestNamespaceScopedInformers(t *testing.T) {
 		if cs := rec.of(configMaps, k.ns, k.name); len(cs) != 0 {
 			t.Errorf("%s/%s was reported although its namespace was not watched then: %s", k.ns, k.name, kinds(cs))
 		}
+	}
+}
+
+// TestConfinedToNamespaces: a watcher confined to namespaces watches a
+// selected resource in those only, or in those of the rules' namespaces
+// that are among them, never everywhere; and no cluster-scoped resource.
+func TestConfinedToNamespaces(t *testing.T) {
+	env := testenv.Shared(t)
+	ctx := context.Background()
+	base := namespace(t, env)
+	a, b, c := base, base+"-b", base+"-c"
+	for _, ns := range []string{b, c} {
+		_, err := env.Clientset(t).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		mustf(t, err, "namespace")
+	}
+	sel := []change.Selector{{Resource: "configmaps"}, {Resource: "namespaces"}}
+	only := func(ns ...string) func(change.Resource) []string { return func(change.Resource) []string { return ns } }
+	rec := &recorder{}
+	w, _ := startWatcher(t, env.Config(), Config{Selectors: sel, Handler: rec, Confine: []string{a, b}})
+	namespaces := schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+	watched := w.watchedNamespaces()
+	if got := watched[configMaps]; !reflect.DeepEqual(got, []string{a, b}) {
+		t.Errorf("configmaps watched in %v, want %v", got, []string{a, b})
+	}
+	if got, ok := watched[namespaces]; ok {
+		t.Errorf("namespaces, cluster-scoped, are watched (%v)", got)
+	}
+	for _, ns := range []string{a, b, c} {
+		_, err := env.Dynamic(t).Resource(configMaps).Namespace(ns).Create(ctx, configMap(ns, "first", nil), metav1.CreateOptions{})
+		mustf(t, err, "create in %s", ns)
+	}
+	testenv.Eventually(t, 30*time.Second, "creates in a and b", func() bool {
+		return len(rec.of(configMaps, a, "first")) == 1 && len(rec.of(configMaps, b, "first")) == 1
+	})
+
+	w.SetSelectors(sel, nil, only(b, c)) // the rules name b and c: b only
+	testenv.Eventually(t, 30*time.Second, "b only", func() bool {
+		return reflect.DeepEqual(w.watchedNamespaces()[configMaps], []string{b}) && w.Synced()
+	})
+	w.SetSelectors(sel, nil, only(c)) // outside: not watched, not everywhere
+	testenv.Eventually(t, 30*time.Second, "nothing", func() bool {
+		_, ok := w.watchedNamespaces()[configMaps]
+		return !ok && w.Synced()
+	})
+	if cs := rec.of(configMaps, c, "first"); len(cs) != 0 {
+		t.Errorf("%s/first was reported: %s", c, kinds(cs))
 	}
 }

@@ -60,8 +60,10 @@ type tracker struct {
 	// on: until then nothing completes, so that the deletions found at
 	// the end of the initial list are marked before the watermark moves.
 	ready bool
-	// initialSeq is the seq of the initial list's callbacks.
-	initialSeq string
+	// initialSeq is the seq of the initial list's callbacks, firstList
+	// the resourceVersion of the initial list (the seq it completes when
+	// it had no objects).
+	initialSeq, firstList string
 	// lists are the resourceVersions of the informer's lists, where the
 	// last-event rule does not apply.
 	lists map[string]bool
@@ -189,6 +191,9 @@ func (t *tracker) listed(rv string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.lists[rv] = true
+	if t.firstList == "" {
+		t.firstList = rv
+	}
 }
 
 // progress tells the tracker the cache's resourceVersion now, read
@@ -239,7 +244,7 @@ func (t *tracker) restart() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.ready = false
-	t.initialSeq = ""
+	t.initialSeq, t.firstList = "", ""
 }
 
 // initialDone makes the tracker ready once the informer's initial list,
@@ -252,8 +257,12 @@ func (t *tracker) initialDone() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.ready = true
-	if t.initialSeq != "" {
+	switch {
+	case t.initialSeq != "":
 		t.setComplete(t.initialSeq)
+	case t.firstList != "":
+		// No object: nothing at or below the list waits.
+		t.setComplete(t.firstList)
 	}
 }
 

@@ -146,6 +146,35 @@ func TestTrackerOldest(t *testing.T) {
 	}
 }
 
+// TestTrackerEmptyList: an informer whose initial list had no object has
+// the list's resourceVersion as its watermark once the list is handed on,
+// unless a change found at its end waits.
+func TestTrackerEmptyList(t *testing.T) {
+	tr := newTracker("test", nil)
+	tr.restart()
+	tr.listed("40")
+	if wm := tr.watermark(); wm != "" {
+		t.Errorf("watermark %q before the initial list is handed on", wm)
+	}
+	tr.initialDone()
+	if wm := tr.watermark(); wm != "40" {
+		t.Errorf("watermark %q after an empty initial list at 40, want 40", wm)
+	}
+
+	tr = newTracker("test", nil)
+	tr.restart()
+	tr.listed("50")
+	deleted := tr.add("50", time.Now()) // a baseline object missing from the list
+	tr.initialDone()
+	if wm := tr.watermark(); wm != "" {
+		t.Errorf("watermark %q while the list's deletion waits", wm)
+	}
+	deleted.finish()
+	if wm := tr.watermark(); wm != "50" {
+		t.Errorf("watermark %q once the deletion is done, want 50", wm)
+	}
+}
+
 // TestWatermarkKey: informers are named by resource, version, group and
 // namespace.
 func TestWatermarkKey(t *testing.T) {

@@ -17,7 +17,8 @@ mkdir -p "$bin"
 build() {
 	local name=$1 dir=$2 pkg=$3 pinned=$4 version stamp
 	shift 4
-	version="$pinned $(cd "$dir" && go list -m -f '{{.Version}}' "$pinned")"
+	# The pinned version as go.mod writes it: reading it needs no network.
+	version="$pinned $(cd "$dir" && go mod edit -print | awk -v m="$pinned" '$1 == m {print $2; exit}')"
 	stamp="$bin/$name.version"
 	if [[ -x "$bin/$name" && -f "$stamp" && "$(cat "$stamp")" == "$version" ]]; then
 		echo "cluster: $name ($version) is up to date in $bin"
@@ -25,7 +26,7 @@ build() {
 	fi
 	echo "cluster: building $name ($version); the first build takes minutes"
 	local start=$SECONDS
-	(cd "$dir" && go build "$@" -o "$bin/$name.tmp" "$pkg")
+	(cd "$dir" && "$here/../quietgo.sh" go build "$@" -o "$bin/$name.tmp" "$pkg")
 	mv "$bin/$name.tmp" "$bin/$name"
 	echo "$version" >"$stamp"
 	echo "cluster: built $name in $((SECONDS - start))s"

@@ -64,6 +64,7 @@ type caseSpec struct {
 	Object    *any          `yaml:"object"`
 	Objects   *any          `yaml:"objects"`
 	Actor     *actorSpec    `yaml:"actor"`
+	Observed  string        `yaml:"observed"`
 	Expect    *expectSpec   `yaml:"expect"`
 }
 
@@ -190,6 +191,12 @@ func (l *loader) compile(cs *caseSpec, p string) Case {
 	c.Objects = l.objects(cs.Objects, c.Change, p+".objects")
 	if cs.Actor != nil {
 		c.Change.Attribution = l.actor(cs.Actor, p+".actor")
+	}
+	switch o := change.Observed(cs.Observed); o {
+	case "", change.ObservedWatch, change.ObservedRelist, change.ObservedRestart, change.ObservedTakeover:
+		c.Change.Observed = o
+	default:
+		l.errorf(p+".observed", "%q is not a way a change is observed: use watch, relist, restart or takeover", cs.Observed)
 	}
 	if cs.Expect == nil {
 		l.errorf(p+".expect", "required: at least expect.fire (an empty list when nothing fires)")

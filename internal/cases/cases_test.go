@@ -138,6 +138,8 @@ func TestParseErrors(t *testing.T) {
 		{"crd not a mapping", "cases:\n  - name: a\n" + crdCase + "    expect: {fire: [r], crd: {r: [1]}}\n",
 			[]string{"cases[0].expect.crd.r: must be a mapping"}},
 		{"actor: bad match", actorCase("{user: {username: a}, match: maybe}"), []string{`cases[0].actor.match: "maybe" is not a match`}},
+		{"bad observed", "cases:\n  - name: a\n    type: created\n    observed: list\n    resource: {resource: x}\n    object: {apiVersion: v1, kind: X}\n    expect: {fire: []}\n",
+			[]string{`c.yaml:4:15: cases[0].observed: "list" is not a way a change is observed: use watch, relist, restart or takeover`}},
 		{"actor: window without user", actorCase("{match: window}"), []string{"cases[0].actor.user: required when match is window"}},
 		{"actor: ambiguous with a user", actorCase("{user: {username: a}, match: ambiguous, candidates: [a, b]}"), []string{"cases[0].actor.user: an ambiguous match names no user"}},
 		{"actor: ambiguous alone", actorCase("{match: ambiguous, candidates: [a]}"), []string{"cases[0].actor.candidates: an ambiguous match has at least two candidates"}},
