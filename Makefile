@@ -158,7 +158,10 @@ deploy/base/rbac.yaml: build ## regenerate the deploy RBAC from deploy/base/rule
 # Its time is the commit's, so a commit gives one digest.
 IMAGE ?= fieldwatch.local/fieldwatch
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# Expanded once: the image and the tests that run it name the same tag.
+VERSION := $(VERSION)
 IMAGE_TAG ?= $(VERSION)
+IMAGE_TAG := $(IMAGE_TAG)
 COMMIT := $(shell git rev-parse HEAD 2>/dev/null)
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 IMAGE_TAR := $(BIN)/fieldwatch-image.tar

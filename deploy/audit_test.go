@@ -174,7 +174,7 @@ func TestAuditOverlay(t *testing.T) {
 
 // TestAuditPolicy loads deploy/audit/policy.yaml with kube-apiserver's own
 // loader and checks the level it gives requests: nothing for reads,
-// Metadata for writes to custom resources (what deploy/rules.yaml
+// Metadata for writes to custom resources (what deploy/base/rules.yaml
 // watches), Secrets never above Metadata, RequestResponse only for the
 // group that asks for exact matching, nothing for built-in noise.
 func TestAuditPolicy(t *testing.T) {

@@ -45,7 +45,7 @@ const (
 	podLabel     = "app.kubernetes.io/name=fieldwatch"
 	container    = "fieldwatch"
 	metricsSvc   = "fieldwatch-metrics"
-	// deployImage is the image deploy/statefulset.yaml names; the tests
+	// deployImage is the image deploy/base/statefulset.yaml names; the tests
 	// replace it with the one make image built, as a user's overlay would.
 	deployImage = "ghcr.io/fieldwatch/fieldwatch"
 	// fieldManager is the field manager of the tests' server-side applies:

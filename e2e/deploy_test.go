@@ -321,6 +321,12 @@ func testCustomResourceFires(t *testing.T) {
 	if !ok {
 		t.Errorf("the leader %s logged %v for the Widget, want created, updated, deleted", leader, got)
 	}
+	// Delivering them went without an error (the history's store among
+	// what they are recorded in).
+	time.Sleep(2 * time.Second)
+	if errs := grep(c.kubectlRun(t, "-n", namespace, "logs", leader), `"level":"ERROR"`); errs != "" {
+		t.Errorf("the leader %s logged errors:\n%s", leader, errs)
+	}
 }
 
 // testMetricsThroughService scrapes /metrics through the Service

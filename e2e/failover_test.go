@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
@@ -73,14 +74,24 @@ func testLeaderPodDeleted(t *testing.T) {
 			t.Errorf("round %d: %s came back on volume %s, not its own %s", round, leader, v, volume)
 		}
 		returned := shortID(containerStatus(p).ContainerID)
-		eventually(t, time.Minute, leader+"'s log of its baseline", func() bool {
-			for _, l := range logs.logged(leader, "comparing with the baseline of the previous run", "widgets") {
-				if l.container == returned {
+		if !poll(time.Minute, func() bool {
+			data, err := c.cs.CoreV1().Pods(namespace).GetLogs(leader, &corev1.PodLogOptions{Container: container}).DoRaw(context.Background())
+			if err != nil {
+				return false
+			}
+			// It resumes from what its volume holds: the watermark it
+			// recorded (or, without one, the baseline).
+			for _, line := range splitLines(string(data)) {
+				if strings.Contains(line, "widgets") && (strings.Contains(line, "since the previous run's watermark") ||
+					strings.Contains(line, "comparing with the baseline of the previous run")) {
 					return true
 				}
 			}
 			return false
-		})
+		}) {
+			data, _ := c.cs.CoreV1().Pods(namespace).GetLogs(leader, &corev1.PodLogOptions{Container: container}).DoRaw(context.Background())
+			t.Fatalf("round %d: %s (container %s) did not log its baseline from its volume:\n%s", round, leader, returned, tail(string(data), 15))
+		}
 		t.Logf("round %d: deleted the leader %s; %s led after %s; %s back and ready on its volume %s after %s",
 			round, leader, next, tookOver.Round(100*time.Millisecond), leader, volume, back.Round(100*time.Millisecond))
 		time.Sleep(3 * time.Second) // writes go on
@@ -98,6 +109,7 @@ func testLeaderPodDeleted(t *testing.T) {
 	o := settle(t, logs, w, "crd-audit", 2*time.Minute)
 	t.Logf("leader deleted twice: %s", o)
 	checkConfirmedOnce(t, onlyPrefixed(logs.payloads("crd-audit"), w.made()), deletions)
+	logs.checkNoErrors(t)
 }
 
 // checkConfirmedOnce fails for every payload delivered twice whose first

@@ -214,3 +214,18 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-time.After(d):
 	}
 }
+
+// checkNoErrors fails the test for every error the pods logged while
+// followed.
+func (l *podLogs) checkNoErrors(t testing.TB) {
+	t.Helper()
+	var errs []string
+	for _, line := range l.all() {
+		if strings.Contains(line.text, `"level":"ERROR"`) {
+			errs = append(errs, line.pod+": "+line.text)
+		}
+	}
+	if len(errs) > 0 {
+		t.Errorf("the pods logged %d errors, first %d:\n  %s", len(errs), min(5, len(errs)), strings.Join(errs[:min(5, len(errs))], "\n  "))
+	}
+}

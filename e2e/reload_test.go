@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
-// reloadedRule is the rule the edited ConfigMap adds to deploy/rules.yaml.
+// reloadedRule is the rule the edited ConfigMap adds to deploy/base/rules.yaml.
 const reloadedRule = `
   - name: e2e-reloaded
     description: added by editing the ConfigMap

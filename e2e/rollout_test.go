@@ -36,4 +36,5 @@ func testRollingUpdate(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	o := settle(t, logs, w, "crd-audit", 2*time.Minute)
 	t.Logf("rolling update: %s", o)
+	logs.checkNoErrors(t)
 }
