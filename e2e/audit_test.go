@@ -23,6 +23,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 )
@@ -80,6 +81,32 @@ func testAuditAttribution(t *testing.T) {
 		ws = append(ws, writer{user: u, prefix: u, client: c.userClient(t, u, ns)})
 	}
 	logs := c.followLogs(t)
+	// The apiserver's webhook backs off while the receiver is not there
+	// yet: wait until a change is attributed before the measured writes.
+	probes := ws[0].client.Resource(widgetsGVR).Namespace(ns)
+	attributed := false
+	for i := 0; !attributed && i < 60; i++ {
+		probe := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "example.com/v1", "kind": "Widget",
+			"metadata": map[string]any{"name": fmt.Sprintf("probe-%d", i), "namespace": ns},
+			"spec":     map[string]any{"size": int64(i)},
+		}}
+		created, err := probes.Create(ctx, probe, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		attributed = poll(4*time.Second, func() bool {
+			for _, p := range logs.payloads("crd-audit") {
+				if p.UID == string(created.GetUID()) {
+					return p.Actor != nil && p.Actor.User != nil && p.Actor.User.Username == users[0]
+				}
+			}
+			return false
+		})
+	}
+	if !attributed {
+		t.Fatal("no change was attributed within 4 minutes of deploy/audit/'s rollout")
+	}
 	w := startWriters(t, ns, 100*time.Millisecond, ws...)
 	time.Sleep(5 * time.Second)
 	leader := c.leader(t)
