@@ -38,7 +38,7 @@ FUZZ_MINIMIZE ?= 1000x
 
 .PHONY: help
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 # QUIETGO folds the thousands of "go: downloading" lines of a first build
 # into one progress line.
@@ -75,25 +75,30 @@ check: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(QUIETGO) $(GO) vet ./...
+	$(QUIETGO) $(GO) vet -tags e2e ./e2e/
 	cd charts && $(QUIETGO) $(GO) vet ./...
+	cd hack/image && $(QUIETGO) $(GO) vet ./...
 
 .PHONY: tidy
 tidy: ## check that go mod tidy would leave go.mod and go.sum as they are
 	@$(GO) mod tidy -diff || { echo "go.mod or go.sum is not tidy: run go mod tidy"; exit 1; }
 	@cd charts && $(GO) mod tidy -diff || { echo "charts/go.mod or charts/go.sum is not tidy: run go mod tidy in charts/"; exit 1; }
+	@cd hack/image && $(GO) mod tidy -diff || { echo "hack/image/go.mod or go.sum is not tidy: run go mod tidy there"; exit 1; }
 
 .PHONY: lint
 lint: check tidy ## gofmt, go vet, go mod tidy check and golangci-lint (pinned)
-	$(GO) run $(GOLANGCI_LINT) run ./...
+	$(GO) run $(GOLANGCI_LINT) run --build-tags e2e ./...
 	cd charts && $(GO) run $(GOLANGCI_LINT) run ./...
+	cd hack/image && $(GO) run $(GOLANGCI_LINT) run ./...
 
 # test runs fuzz-short beside the go test run (their output is shown
 # after it, in that order): the tests leave a core idle while they wait on
 # their control planes, and every fuzz target still runs. The chart's
 # tests are a module of their own (charts/go.mod: Helm's SDK stays out of
-# fieldwatch's go.mod) and run after the others.
+# fieldwatch's go.mod) and run after the others. Then make e2e runs the
+# end-to-end tests on the one-node cluster.
 .PHONY: test
-test: controlplane testdeps check examples ## unit and integration tests with -race on the real control plane, the chart's tests, and fuzz-short beside them
+test: controlplane testdeps check examples ## unit and integration tests (-race, real control plane), the chart's, fuzz-short beside them, then make e2e
 	@fuzzlog=$$(mktemp); \
 	  $(MAKE) --no-print-directory fuzz-short > $$fuzzlog 2>&1 & fuzz=$$!; \
 	  echo "$(GO) test $(TEST_FLAGS) $(TEST_PKGS) (and make fuzz-short beside it)"; \
@@ -104,6 +109,8 @@ test: controlplane testdeps check examples ## unit and integration tests with -r
 	  echo "make fuzz-short:"; cat $$fuzzlog; rm -f $$fuzzlog; \
 	  if [ $$fuzzed -ne 0 ]; then echo "fuzz-short failed"; fi; \
 	  [ $$tests -eq 0 ] && [ $$charts -eq 0 ] && [ $$fuzzed -eq 0 ]
+	cd hack/image && $(GO) test $(TEST_FLAGS) ./...
+	$(MAKE) --no-print-directory e2e
 
 .PHONY: helm
 helm: ## build bin/helm: the Helm CLI of the version the chart's tests use (helm.sh/helm/v4, a tool of charts/go.mod)
@@ -136,17 +143,93 @@ fuzz-short: ## run every fuzz target briefly (FUZZ_TIME executions, default 5000
 fuzz: ## run every fuzz target longer (2,000,000 executions each)
 	$(MAKE) fuzz-short FUZZ_TIME=2000000x FUZZ_MINIMIZE=100000x
 
-.PHONY: deploy/rbac.yaml
-deploy/rbac.yaml: build ## regenerate the deploy RBAC from deploy/rules.yaml (for the example CRDs)
-	(echo "# Regenerate with: make deploy/rbac.yaml (fieldwatch rbac --offline --rules deploy/rules.yaml --leader-elect --history-api --crds examples/crds)."; \
+.PHONY: deploy/base/rbac.yaml
+deploy/base/rbac.yaml: build ## regenerate the deploy RBAC from deploy/base/rules.yaml (for the example CRDs)
+	(echo "# Regenerate with: make deploy/base/rbac.yaml (fieldwatch rbac --offline --rules deploy/base/rules.yaml --leader-elect --history-api --crds examples/crds)."; \
 	  echo "# It grants the custom resources of examples/crds only: for your cluster run"; \
-	  echo "#   fieldwatch rbac --rules deploy/rules.yaml --leader-elect --history-api > deploy/rbac.yaml"; \
+	  echo "#   fieldwatch rbac --rules deploy/base/rules.yaml --leader-elect --history-api > deploy/base/rbac.yaml"; \
 	  echo "# against it (or --offline --crds with your CRDs). Resources it may not read are skipped and logged."; \
-	  $(BIN)/fieldwatch rbac --offline --rules deploy/rules.yaml --leader-elect --history-api --crds examples/crds) > deploy/rbac.yaml
+	  $(BIN)/fieldwatch rbac --offline --rules deploy/base/rules.yaml --leader-elect --history-api --crds examples/crds) > deploy/base/rbac.yaml
+
+# The image: the static binary on an empty base, built without Docker by
+# hack/image (go-containerregistry), as bin/fieldwatch-image.tar: an OCI
+# image layout with docker save's manifest.json beside it, which docker
+# load, kind load image-archive, ctr images import and crane push read.
+# Its time is the commit's, so a commit gives one digest.
+IMAGE ?= fieldwatch.local/fieldwatch
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# Expanded once: the image and the tests that run it name the same tag.
+VERSION := $(VERSION)
+IMAGE_TAG ?= $(VERSION)
+IMAGE_TAG := $(IMAGE_TAG)
+COMMIT := $(shell git rev-parse HEAD 2>/dev/null)
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+IMAGE_TAR := $(BIN)/fieldwatch-image.tar
 
 .PHONY: image
-image: ## build the container image (needs a Docker engine)
-	docker build -t fieldwatch:dev .
+image: ## build the image without Docker into bin/fieldwatch-image.tar (fieldwatch.local/fieldwatch:VERSION; docker load / kind load image-archive / ctr import)
+	CGO_ENABLED=0 $(QUIETGO) $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/image/fieldwatch ./cmd/fieldwatch
+	cd hack/image && $(GO) run . --binary $(BIN)/image/fieldwatch --tag $(IMAGE):$(IMAGE_TAG) --user 65532:65532 \
+	  --cmd run --cmd --rules --cmd /etc/fieldwatch/rules.yaml --created $(SOURCE_DATE_EPOCH) \
+	  --label org.opencontainers.image.title=fieldwatch \
+	  --label org.opencontainers.image.version=$(VERSION) --label org.opencontainers.image.revision=$(COMMIT) \
+	  --label org.opencontainers.image.source=https://github.com/fieldwatch/fieldwatch \
+	  --out $(IMAGE_TAR)
+
+# The one-node cluster (hack/cluster): etcd and kube-apiserver (make
+# controlplane), kube-controller-manager, kube-scheduler, kubelet,
+# kube-proxy and kubectl (k8s.io/kubernetes v1.37.2), containerd v2.4.2
+# with Debian's runc and CNI plugins. Root only; one per machine.
+CLUSTER := $(BIN)/fieldwatch-cluster
+PAUSE_IMAGE := fieldwatch.local/pause:3.10
+CLUSTER_DEPS := runc containernetworking-plugins iptables conntrack socat iproute2 mount
+
+.PHONY: cluster-deps
+cluster-deps: ## install the cluster's Debian packages (runc, CNI plugins, iptables...) when missing
+	@if command -v runc iptables conntrack socat ip >/dev/null && [ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/host-local ]; then \
+	  echo "cluster-deps: $(CLUSTER_DEPS) are installed"; \
+	else \
+	  echo "cluster-deps: apt-get install $(CLUSTER_DEPS)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(CLUSTER_DEPS) >/dev/null; \
+	fi
+
+.PHONY: cluster-build
+cluster-build: controlplane ## build the cluster's binaries into bin/ (once; minutes after make controlplane) and its pause image
+	hack/cluster/build.sh
+	$(GO) build -o $(CLUSTER) ./hack/cluster
+	@mkdir -p $(BIN)/cluster
+	CGO_ENABLED=0 $(QUIETGO) $(GO) build -trimpath -ldflags "-s -w" -o $(BIN)/cluster/pause ./hack/cluster/pause
+	cd hack/image && $(GO) run . --binary $(BIN)/cluster/pause --tag $(PAUSE_IMAGE) --user 65535:65535 --out $(BIN)/cluster/pause.tar
+
+.PHONY: cluster
+cluster: cluster-deps cluster-build image ## start a one-node Kubernetes here (or say it runs) with the image loaded; kubeconfig bin/cluster/kubeconfig
+	$(CLUSTER) up --image $(IMAGE_TAR)
+
+.PHONY: cluster-down
+cluster-down: ## stop the cluster and remove everything it left (processes, mounts, bridge, iptables chains, cgroups)
+	@if [ -x $(CLUSTER) ]; then $(CLUSTER) down; else $(GO) run ./hack/cluster down; fi
+
+# with-cluster runs the command $(1) on the cluster with FIELDWATCH_IMAGE
+# naming the image it loaded, starting the cluster when it does not run and
+# stopping it again after.
+define with-cluster
+	@started=0; \
+	  if ! $(CLUSTER) status >/dev/null 2>&1; then started=1; fi; \
+	  $(CLUSTER) up --image $(IMAGE_TAR) || { [ $$started -eq 1 ] && $(CLUSTER) down; exit 1; }; \
+	  FIELDWATCH_IMAGE=$(IMAGE):$(IMAGE_TAG) $(1); status=$$?; \
+	  if [ $$started -eq 1 ]; then $(CLUSTER) down || status=1; fi; \
+	  exit $$status
+endef
+
+# e2e runs the end-to-end tests (e2e/, build tag e2e) on the cluster.
+E2E_FLAGS ?= -race -count=1 -timeout 40m -v
+.PHONY: e2e
+e2e: cluster-deps cluster-build image ## end-to-end tests on the one-node cluster: deploy/ applied, failover, reload, rollout, audit, OOM
+	$(call with-cluster,$(GO) test -tags e2e $(E2E_FLAGS) ./e2e/)
+
+.PHONY: bench-cluster
+bench-cluster: cluster-deps cluster-build image ## the cluster's benchmarks: make cluster to a Ready node, deploy/ to both pods ready, the pod beside the same fieldwatch as a process
+	$(call with-cluster,$(GO) test -tags e2e -count=1 -run '^$$' -bench . -benchtime 1x -timeout 30m ./e2e/)
 
 .PHONY: bench
 bench: controlplane build ## fieldwatch vs a bare informer on a local control plane: one table (about 10 minutes)

@@ -55,7 +55,7 @@ func TestAuditOverlay(t *testing.T) {
 	if err := dec.Decode(&k); err != nil {
 		t.Fatalf("audit/kustomization.yaml: %v", err)
 	}
-	if !slices.Contains(k.Resources, "../") || len(k.Patches) != 1 {
+	if !slices.Contains(k.Resources, "../base") || len(k.Patches) != 1 {
 		t.Fatalf("audit/kustomization.yaml: resources %v, patches %v: want the base and one StatefulSet patch", k.Resources, k.Patches)
 	}
 	ns := readKustomization(t).Namespace
@@ -64,7 +64,7 @@ func TestAuditOverlay(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range k.Resources {
-		if r == "../" {
+		if r == "../base" {
 			continue
 		}
 		if _, err := env.ApplyFiles(ctx, testenv.ApplyOptions{DryRun: true}, filepath.Join("audit", r)); err != nil {
@@ -80,7 +80,7 @@ func TestAuditOverlay(t *testing.T) {
 		t.Errorf("audit/networkpolicy.yaml: ingress %+v, want the Service's target port %s let in", np.Spec.Ingress, svc.Spec.Ports[0].TargetPort.String())
 	}
 
-	base, err := os.ReadFile("statefulset.yaml")
+	base, err := os.ReadFile("base/statefulset.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestAuditOverlay(t *testing.T) {
 		t.Errorf("the patched StatefulSet: %v", err)
 	}
 	var baseDep, dep appsv1.StatefulSet
-	decodeFile(t, "statefulset.yaml", &baseDep)
+	decodeFile(t, "base/statefulset.yaml", &baseDep)
 	if sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector); err != nil || !sel.Matches(labels.Set(baseDep.Spec.Template.Labels)) {
 		t.Errorf("audit/networkpolicy.yaml selects %v, not the pods' labels %v", np.Spec.PodSelector, baseDep.Spec.Template.Labels)
 	}
@@ -158,6 +158,9 @@ func TestAuditOverlay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if server.Hostname() != svc.Spec.ClusterIP {
+		t.Errorf("webhook-kubeconfig.yaml: server %s, but the Service pins ClusterIP %q: the apiserver would post nowhere", cluster.Server, svc.Spec.ClusterIP)
+	}
 	if server.Scheme != "https" || server.Port() != fmt.Sprint(svc.Spec.Ports[0].Port) ||
 		cluster.TLSServerName != svc.Name+"."+svc.Namespace+".svc" {
 		t.Errorf("webhook-kubeconfig.yaml: server %s, tls-server-name %s; the Service is %s.%s.svc port %d",
@@ -171,7 +174,7 @@ func TestAuditOverlay(t *testing.T) {
 
 // TestAuditPolicy loads deploy/audit/policy.yaml with kube-apiserver's own
 // loader and checks the level it gives requests: nothing for reads,
-// Metadata for writes to custom resources (what deploy/rules.yaml
+// Metadata for writes to custom resources (what deploy/base/rules.yaml
 // watches), Secrets never above Metadata, RequestResponse only for the
 // group that asks for exact matching, nothing for built-in noise.
 func TestAuditPolicy(t *testing.T) {

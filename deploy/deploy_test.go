@@ -5,6 +5,7 @@ package deploy
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -27,7 +28,11 @@ import (
 	"github.com/fieldwatch/fieldwatch/rules"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{}) }
+// TestMain starts the control plane with kubeadm's default Service range,
+// which holds the ClusterIP deploy/audit/service.yaml pins.
+func TestMain(m *testing.M) {
+	testenv.Main(m, testenv.Options{APIServerArgs: map[string][]string{"service-cluster-ip-range": {"10.96.0.0/12"}}})
+}
 
 // kustomization is the part of kustomize's schema deploy/ uses; decoding
 // is strict, so a key this test does not understand fails it.
@@ -45,7 +50,7 @@ type kustomization struct {
 
 func readKustomization(t *testing.T) kustomization {
 	t.Helper()
-	data, err := os.ReadFile("kustomization.yaml")
+	data, err := os.ReadFile("base/kustomization.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +58,7 @@ func readKustomization(t *testing.T) kustomization {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&k); err != nil {
-		t.Fatalf("kustomization.yaml: %v", err)
+		t.Fatalf("base/kustomization.yaml: %v", err)
 	}
 	return k
 }
@@ -75,7 +80,7 @@ func TestManifestsAccepted(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range k.Resources {
-		objs, err := env.ApplyFiles(ctx, testenv.ApplyOptions{DryRun: true}, r)
+		objs, err := env.ApplyFiles(ctx, testenv.ApplyOptions{DryRun: true}, filepath.Join("base", r))
 		if err != nil {
 			t.Errorf("%s: %v", r, err)
 			continue
@@ -96,7 +101,7 @@ func TestManifestsAccepted(t *testing.T) {
 			Data:       map[string]string{},
 		}
 		for _, f := range g.Files {
-			data, err := os.ReadFile(f)
+			data, err := os.ReadFile(filepath.Join("base", f))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -111,7 +116,7 @@ func TestManifestsAccepted(t *testing.T) {
 // TestDefaultRules: the rules the pod starts with load, and the RBAC in
 // rbac.yaml is what `fieldwatch rbac` prints for them.
 func TestDefaultRules(t *testing.T) {
-	set, err := rules.Load("rules.yaml")
+	set, err := rules.Load("base/rules.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,12 +128,12 @@ func TestDefaultRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := os.ReadFile("rbac.yaml")
+	got, err := os.ReadFile("base/rbac.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.HasSuffix(got, want) {
-		t.Errorf("rbac.yaml is not what `fieldwatch rbac --offline --rules deploy/rules.yaml --leader-elect --history-api --crds examples/crds` prints; run `make deploy/rbac.yaml`")
+		t.Errorf("base/rbac.yaml is not what `fieldwatch rbac --offline --rules deploy/base/rules.yaml --leader-elect --history-api --crds examples/crds` prints; run `make deploy/base/rbac.yaml`")
 	}
 }
 
@@ -137,7 +142,7 @@ func TestDefaultRules(t *testing.T) {
 // that outlives it, time to drain before the kill, and the hardening, so
 // that an edit cannot quietly drop them.
 func TestStatefulSet(t *testing.T) {
-	data, err := os.ReadFile("statefulset.yaml")
+	data, err := os.ReadFile("base/statefulset.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +151,7 @@ func TestStatefulSet(t *testing.T) {
 		"drop: [ALL]", "type: RuntimeDefault", "path: /healthz", "path: /readyz", "limits:", "requests:",
 	} {
 		if !strings.Contains(string(data), want) {
-			t.Errorf("statefulset.yaml lacks %q", want)
+			t.Errorf("base/statefulset.yaml lacks %q", want)
 		}
 	}
 	var sts appsv1.StatefulSet
@@ -187,7 +192,7 @@ func TestStatefulSet(t *testing.T) {
 		t.Error("no serviceName")
 	}
 
-	data, err = os.ReadFile("pdb.yaml")
+	data, err = os.ReadFile("base/pdb.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,17 +220,34 @@ func deref[T any](p *T, def T) T {
 	return *p
 }
 
-// TestDockerfile checks that the image builds a static binary (no cgo:
-// the distroless static base has no C library) and runs as non-root.
+// TestDockerfile checks that the Dockerfile builds a static binary (no
+// cgo: the base is empty) that runs as non-root, and the layout make image
+// builds without Docker: the same base, user, entrypoint and command.
 func TestDockerfile(t *testing.T) {
 	dockerfile, err := os.ReadFile("../Dockerfile")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"CGO_ENABLED=0", "distroless/static", "nonroot", "USER 65532"} {
+	makefile, err := os.ReadFile("../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"CGO_ENABLED=0", "FROM scratch", "USER 65532:65532", `ENTRYPOINT ["/fieldwatch"]`} {
 		if !strings.Contains(string(dockerfile), want) {
 			t.Errorf("Dockerfile lacks %q", want)
 		}
+	}
+	var cmd []string
+	for line := range strings.Lines(string(dockerfile)) {
+		if rest, ok := strings.CutPrefix(line, "CMD "); ok {
+			if err := json.Unmarshal([]byte(rest), &cmd); err != nil {
+				t.Fatalf("Dockerfile CMD: %v", err)
+			}
+		}
+	}
+	if len(cmd) == 0 || !strings.Contains(string(makefile), "--cmd "+strings.Join(cmd, " --cmd ")) ||
+		!strings.Contains(string(makefile), "--binary $(BIN)/image/fieldwatch --tag $(IMAGE):$(IMAGE_TAG) --user 65532:65532") {
+		t.Errorf("make image does not build the Dockerfile's layout: user 65532:65532 and the command %q", cmd)
 	}
 }
 
@@ -234,9 +256,9 @@ func TestDockerfile(t *testing.T) {
 // peers only.
 func TestNetworkPolicy(t *testing.T) {
 	var np networkingv1.NetworkPolicy
-	decodeFile(t, "networkpolicy.yaml", &np)
+	decodeFile(t, "base/networkpolicy.yaml", &np)
 	var sts appsv1.StatefulSet
-	decodeFile(t, "statefulset.yaml", &sts)
+	decodeFile(t, "base/statefulset.yaml", &sts)
 	sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
 	if err != nil || sel.Empty() || !sel.Matches(labels.Set(sts.Spec.Template.Labels)) {
 		t.Errorf("podSelector %v does not select the pod's labels %v", np.Spec.PodSelector, sts.Spec.Template.Labels)
