@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -208,4 +209,81 @@ func TestFailoverFreshStandby(t *testing.T) {
 		}
 	}
 	t.Logf("fresh standby: %s; %d payloads about unchanged objects", o, flood)
+}
+
+// TestFailoverKillRestartLoop is a StatefulSet's pod coming back under
+// its name: twenty times, the leader of two replicas is SIGKILLed while
+// ConfigMaps and Widgets are created, updated and deleted, and started
+// again with the same identity and state directory, at once (every fifth
+// round only once the other replica leads). Each time the other replica
+// acquires the Lease within the lease duration and a retry period of the
+// kill (the returning one, once it sees its previous process's Lease
+// unrenewed, releases it for the other), and in the end every change made
+// was delivered by one replica or the other; duplicates carry equal ids.
+func TestFailoverKillRestartLoop(t *testing.T) {
+	const (
+		rounds = 20
+		// fastLease's lease duration and retry period, and the time a
+		// Lease read and write take on a loaded machine.
+		bound = 3*time.Second + 500*time.Millisecond + 250*time.Millisecond
+	)
+	env := testenv.Shared(t)
+	ns := namespace(t, env, "failover-loop")
+	kc := env.WriteKubeconfig(t)
+	leases := env.Clientset(t).CoordinationV1().Leases(ns)
+	h := newHooks(t)
+	dirs := map[string]string{"a": t.TempDir(), "b": t.TempDir()}
+	reps := map[string]*proc{}
+	for _, name := range []string{"a", "b"} {
+		reps[name] = startFieldwatch(t, kc, replicaArgs(h, t, ns, name, dirs[name])...)
+	}
+	w := startWriters(t, env, ns, 20*time.Millisecond, 0)
+	var takeovers []time.Duration
+	for round := range rounds {
+		leader := leaderOf(t, 30*time.Second, reps["a"], reps["b"])
+		name, other := "a", "b"
+		if leader == reps["b"] {
+			name, other = "b", "a"
+		}
+		standby := reps[other]
+		testenv.Eventually(t, 30*time.Second, "the standby to follow the leader", func() bool {
+			return standby.metric("fieldwatch_baseline_confirmed_total") > 0
+		})
+		time.Sleep(500 * time.Millisecond) // mid-stream
+		killed := time.Now()
+		leader.kill()
+		late := round%5 == 4
+		var back *proc
+		if !late {
+			back = launch(t, kc, replicaArgs(h, t, ns, name, dirs[name])...)
+		}
+		testenv.Eventually(t, 30*time.Second, other+" to lead", func() bool {
+			if back != nil && back.metric("fieldwatch_leader ") == 1 {
+				t.Fatalf("round %d: %s, started again, took the Lease instead of %s", round+1, name, other)
+			}
+			return standby.metric("fieldwatch_leader ") == 1
+		})
+		lease, err := leases.Get(context.Background(), "fw", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		took := lease.Spec.AcquireTime.Sub(killed)
+		if !strings.HasPrefix(*lease.Spec.HolderIdentity, other+"_") || took > bound {
+			t.Errorf("round %d: %s acquired the Lease %s after the kill (holder %s), want %s within %s",
+				round+1, other, took.Round(10*time.Millisecond), *lease.Spec.HolderIdentity, other, bound)
+		}
+		takeovers = append(takeovers, took.Round(10*time.Millisecond))
+		t.Logf("round %d: killed %s (started again %s); %s acquired the Lease %s later", round+1, name,
+			map[bool]string{false: "at once", true: "after the takeover"}[late], other, took.Round(10*time.Millisecond))
+		if late {
+			back = launch(t, kc, replicaArgs(h, t, ns, name, dirs[name])...)
+		}
+		reps[name] = back // the next round waits until it follows
+	}
+	time.Sleep(time.Second)
+	w.finish()
+	o := settle(t, h, w, time.Minute)
+	slices.Sort(takeovers)
+	t.Logf("SIGKILL and restart x%d: %s; Lease acquired after the kill: min %s, median %s, max %s", rounds, o,
+		takeovers[0], takeovers[len(takeovers)/2], takeovers[len(takeovers)-1])
 }

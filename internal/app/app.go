@@ -55,7 +55,10 @@ type Config struct {
 	// DefaultLeaseName; with TotalShards > 1 that default becomes
 	// fieldwatch-shard-N-of-M: each shard elects its own leader).
 	LeaseNamespace, LeaseName string
-	// Identity names this replica in the Lease (default: host name).
+	// Identity names this replica in the Lease (default: host name): a
+	// process holds the Lease as Identity_<an ID of the process>, and one
+	// that starts again under the same name releases the Lease its
+	// previous process held, for the other replicas.
 	Identity string
 	// LeaseDuration, RenewDeadline and RetryPeriod time the leader
 	// election (defaults DefaultLeaseDuration, DefaultRenewDeadline,

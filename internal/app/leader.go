@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"k8s.io/client-go/tools/leaderelection"
 
@@ -21,19 +22,24 @@ var errLostLeadership = errors.New("lost leadership")
 // elect runs this replica in a leader election. Every replica watches from
 // the start: a standby keeps its changes and records in its baseline those
 // the leader's watermarks (read from the Lease) confirm. The one that
-// acquires the Lease takes over and delivers exactly what its predecessor
-// had not confirmed. It renews the Lease with its own watermarks. It stops
-// delivering at once when it cannot renew within the renew deadline, and on
-// SIGTERM drains while still holding the Lease, then releases it.
+// acquires the Lease (campaign) takes over and delivers exactly what its
+// predecessor had not confirmed. It renews the Lease with its own
+// watermarks. It stops delivering at once when it cannot renew within the
+// renew deadline, and on SIGTERM drains while still holding the Lease,
+// then releases it. Each process holds the Lease under its own identity
+// (the replica's name and an ID of the process): one that starts again
+// under its replica's name never mistakes its previous process's Lease for
+// its own.
 func (a *app) elect(ctx context.Context) error {
-	id := a.cfg.Identity
-	if id == "" {
+	replicaName := a.cfg.Identity
+	if replicaName == "" {
 		host, err := os.Hostname()
 		if err != nil {
 			return fmt.Errorf("identity for leader election: %w", err)
 		}
-		id = host
+		replicaName = host
 	}
+	id := holderIdentity(replicaName)
 	a.standby.Store(true)
 	r, err := a.newReplica(ctx, true)
 	if err != nil {
@@ -50,8 +56,9 @@ func (a *app) elect(ctx context.Context) error {
 
 	var leading atomic.Bool
 	lock := &watermarkLease{
-		namespace: a.cfg.LeaseNamespace, name: a.cfg.LeaseName, identity: id,
-		client: a.kube.CoordinationV1(), log: a.log,
+		namespace: a.cfg.LeaseNamespace, name: a.cfg.LeaseName, identity: id, replica: replicaName,
+		leaseSeconds: int(a.cfg.LeaseDuration / time.Second),
+		client:       a.kube.CoordinationV1(), log: a.log,
 		publish: func() watcher.Watermarks {
 			if !leading.Load() {
 				return nil // acquiring: keep the previous leader's
@@ -95,11 +102,6 @@ func (a *app) elect(ctx context.Context) error {
 			OnStoppedLeading: func() {
 				a.metrics.leader.Set(0)
 			},
-			OnNewLeader: func(leader string) {
-				if leader != id {
-					a.log.Info("another replica leads; standing by", "leader", leader)
-				}
-			},
 		},
 	})
 	if err != nil {
@@ -118,7 +120,12 @@ func (a *app) elect(ctx context.Context) error {
 			stopElection() // a standby just stops
 		}
 	}()
-	le.Run(leCtx)
+	a.log.Info("standing by for the Lease", "lease", a.cfg.LeaseNamespace+"/"+a.cfg.LeaseName, "identity", id)
+	if lock.campaign(leCtx, a.cfg.LeaseDuration, a.cfg.RetryPeriod) {
+		// The Lease is this process's: the elector renews it (its
+		// first attempt, at once, finds it so) and starts leading.
+		le.Run(leCtx)
+	}
 
 	var result error
 	if leading.Load() {

@@ -34,9 +34,13 @@ const maxWatermarksSize = 128 << 10
 // standby. It remembers when its holder last renewed, so that a leader can
 // stop acting before its Lease may expire for the others.
 type watermarkLease struct {
-	namespace, name, identity string
-	client                    coordinationv1client.LeasesGetter
-	log                       *slog.Logger
+	// identity is this process's holder identity (holderIdentity),
+	// replica the name of the replica it runs as.
+	namespace, name, identity, replica string
+	// leaseSeconds is the lease duration written on the Lease.
+	leaseSeconds int
+	client       coordinationv1client.LeasesGetter
+	log          *slog.Logger
 	// publish returns the watermarks to write, nil to keep the Lease's.
 	publish func() watcher.Watermarks
 	// follow receives the watermarks read from the Lease.
@@ -103,7 +107,7 @@ func (l *watermarkLease) Create(ctx context.Context, ler resourcelock.LeaderElec
 		ObjectMeta: metav1.ObjectMeta{Name: l.name, Namespace: l.namespace},
 		Spec:       resourcelock.LeaderElectionRecordToLeaseSpec(&ler),
 	}
-	l.annotate(lease)
+	l.annotate(lease, ler)
 	sent := time.Now()
 	created, err := l.client.Leases(l.namespace).Create(ctx, lease, metav1.CreateOptions{})
 	if err != nil {
@@ -122,7 +126,7 @@ func (l *watermarkLease) Update(ctx context.Context, ler resourcelock.LeaderElec
 	}
 	lease := l.lease.DeepCopy()
 	lease.Spec = resourcelock.LeaderElectionRecordToLeaseSpec(&ler)
-	l.annotate(lease)
+	l.annotate(lease, ler)
 	sent := time.Now()
 	updated, err := l.client.Leases(l.namespace).Update(ctx, lease, metav1.UpdateOptions{})
 	if err != nil {
@@ -133,8 +137,16 @@ func (l *watermarkLease) Update(ctx context.Context, ler resourcelock.LeaderElec
 	return nil
 }
 
-// annotate writes the watermarks to publish, if any, on lease.
-func (l *watermarkLease) annotate(lease *coordinationv1.Lease) {
+// annotate writes on lease, about to carry the record ler, the
+// watermarks to publish, if any. A Lease that someone holds has no
+// handover annotation (it was for the last release).
+func (l *watermarkLease) annotate(lease *coordinationv1.Lease, ler resourcelock.LeaderElectionRecord) {
+	if lease.Annotations == nil {
+		lease.Annotations = map[string]string{}
+	}
+	if ler.HolderIdentity != "" {
+		delete(lease.Annotations, handoverAnnotation)
+	}
 	if l.publish == nil {
 		return
 	}
@@ -145,9 +157,6 @@ func (l *watermarkLease) annotate(lease *coordinationv1.Lease) {
 	raw, err := json.Marshal(wm)
 	if err != nil {
 		return // a map of strings always encodes
-	}
-	if lease.Annotations == nil {
-		lease.Annotations = map[string]string{}
 	}
 	if len(raw) > maxWatermarksSize {
 		// Standbys fire everything they hold at a takeover rather than
