@@ -15,9 +15,10 @@ import (
 
 // handoverAnnotation is the annotation of a released Lease that says who
 // released it and for whom: a JSON object {"from": holder, "to": holder}.
-// "to" names the replica the Lease was handed to; without it, the replica
-// named by "from" released the Lease for the others: a process that
-// starts again under that name leaves it to them for a lease duration.
+// "to" names the replica the Lease was handed to (a standby that held
+// changes its leader never saw); without it, the replica named by "from"
+// released the Lease for the others: a process that starts again under
+// that name leaves it to them for a lease duration.
 const handoverAnnotation = "fieldwatch.io/handover"
 
 // handover is the value of handoverAnnotation.
@@ -86,7 +87,11 @@ func (l *watermarkLease) campaign(ctx context.Context, leaseDuration, retryPerio
 				l.Update(ctx, l.record(rec.LeaderTransitions+1, now)) == nil {
 				return true
 			}
-
+			if l.held != nil {
+				if n := l.held(); n > 0 {
+					l.claim(ctx, rec.HolderIdentity, n)
+				}
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -19,6 +19,10 @@ import (
 // that it restarts as a standby with a clean state.
 var errLostLeadership = errors.New("lost leadership")
 
+// errHandedOver ends the process of a leader that handed the Lease over to
+// a standby holding writes it never saw; it restarts as a standby.
+var errHandedOver = errors.New("handed the Lease over to a standby that holds writes this replica never saw")
+
 // elect runs this replica in a leader election. Every replica watches from
 // the start: a standby keeps its changes and records in its baseline those
 // the leader's watermarks (read from the Lease) confirm. The one that
@@ -59,17 +63,19 @@ func (a *app) elect(ctx context.Context) error {
 		namespace: a.cfg.LeaseNamespace, name: a.cfg.LeaseName, identity: id, replica: replicaName,
 		leaseSeconds: int(a.cfg.LeaseDuration / time.Second),
 		client:       a.kube.CoordinationV1(), log: a.log,
-		publish: func() watcher.Watermarks {
+		publish: func() (watcher.Watermarks, watcher.Gaps) {
 			if !leading.Load() {
-				return nil // acquiring: keep the previous leader's
+				return nil, nil // acquiring: keep the previous leader's
 			}
-			return r.w.Watermarks()
+			return r.w.Published()
 		},
-		follow: func(wm watcher.Watermarks) {
+		follow: func(wm watcher.Watermarks, gaps watcher.Gaps) {
 			if !leading.Load() {
-				r.w.Confirm(wm)
+				r.w.Confirm(wm, gaps)
 			}
 		},
+		held:    r.w.Held,
+		claimed: make(chan struct{}),
 	}
 	// The election runs until this replica has handed over (or stops
 	// standing by): its context is not the process's.
@@ -168,17 +174,26 @@ func (a *app) lead(ctx, lctx context.Context, r *replica, lock *watermarkLease, 
 	}
 	a.standby.Store(false)
 	a.metrics.leader.Set(1)
+	wm, gaps := lock.seen()
 	a.log.Info("leading: taking over from the last watermarks of the previous leader",
-		"lease", a.cfg.LeaseNamespace+"/"+a.cfg.LeaseName, "identity", lock.identity, "informers", len(lock.seen()))
-	r.w.TakeOver(lock.seen())
+		"lease", a.cfg.LeaseNamespace+"/"+a.cfg.LeaseName, "identity", lock.identity, "informers", len(wm), "gaps", len(gaps))
+	r.w.TakeOver(wm, gaps)
 
+	var handOver bool
 	select {
 	case <-lost:
 		a.abort(r, disp)
 		return errLostLeadership
+	case <-lock.claims():
+		// A standby saw writes this replica never received (its watch
+		// began after them): only that standby can deliver them.
+		to := lock.claimedBy()
+		lock.handTo.Store(&to)
+		handOver = true
+		a.log.Warn("a standby holds writes this replica never saw: handing the Lease over to it once what is queued is handled", "standby", to)
 	case <-ctx.Done():
+		a.log.Info("stopping: handling what is queued while holding the Lease, then releasing it", "gracePeriod", a.cfg.GracePeriod)
 	}
-	a.log.Info("stopping: handling what is queued while holding the Lease, then releasing it", "gracePeriod", a.cfg.GracePeriod)
 	drained := make(chan struct{})
 	go func() {
 		defer close(drained)
@@ -196,6 +211,9 @@ func (a *app) lead(ctx, lctx context.Context, r *replica, lock *watermarkLease, 
 	}()
 	select {
 	case <-drained:
+		if handOver {
+			return errHandedOver
+		}
 		return nil
 	case <-lost:
 		a.abort(r, disp)

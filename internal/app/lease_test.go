@@ -37,15 +37,15 @@ func TestWatermarkLease(t *testing.T) {
 	newLock := func(id string, publish bool) *watermarkLease {
 		return &watermarkLease{namespace: "lease-lock", name: "fw", identity: id, client: kube.CoordinationV1(),
 			log: slog.New(slog.DiscardHandler),
-			publish: func() watcher.Watermarks {
+			publish: func() (watcher.Watermarks, watcher.Gaps) {
 				if !publish {
-					return nil
+					return nil, nil
 				}
 				mu.Lock()
 				defer mu.Unlock()
-				return maps.Clone(published)
+				return maps.Clone(published), nil
 			},
-			follow: func(wm watcher.Watermarks) {
+			follow: func(wm watcher.Watermarks, _ watcher.Gaps) {
 				mu.Lock()
 				defer mu.Unlock()
 				followed = append(followed, wm)
@@ -67,8 +67,8 @@ func TestWatermarkLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.HolderIdentity != "a" || standby.seen()["configmaps.v1/ns"] != "5" {
-		t.Fatalf("standby read holder %q, watermarks %v", got.HolderIdentity, standby.seen())
+	if wm, _ := standby.seen(); got.HolderIdentity != "a" || wm["configmaps.v1/ns"] != "5" {
+		t.Fatalf("standby read holder %q, watermarks %v", got.HolderIdentity, wm)
 	}
 
 	mu.Lock()
@@ -84,8 +84,8 @@ func TestWatermarkLease(t *testing.T) {
 	if _, _, err := standby.Get(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if standby.seen()["configmaps.v1/ns"] != "7" {
-		t.Errorf("after the renewal the standby reads %v, want 7", standby.seen())
+	if wm, _ := standby.seen(); wm["configmaps.v1/ns"] != "7" {
+		t.Errorf("after the renewal the standby reads %v, want 7", wm)
 	}
 
 	// The standby acquires: it keeps the previous leader's watermarks.
@@ -253,7 +253,7 @@ func TestCampaign(t *testing.T) {
 	if _, ok := campaign(a3, leaseDuration/2); ok {
 		t.Error("a took a Lease handed over to b")
 	}
-	if took, ok := campaign(b2, 5*time.Second); !ok || took > retryPeriod {
+	if took, ok := campaign(b2, 5*time.Second); !ok || took > leaseDuration/2 {
 		t.Errorf("b took the Lease handed to it after %s (%v), want at once", took, ok)
 	}
 	lease, err = kube.CoordinationV1().Leases("campaign").Get(ctx, "fw", metav1.GetOptions{})
@@ -262,5 +262,87 @@ func TestCampaign(t *testing.T) {
 	}
 	if _, ok := lease.Annotations[handoverAnnotation]; ok {
 		t.Errorf("the handover annotation stays on a held Lease: %v", lease.Annotations)
+	}
+}
+
+// TestLeaseGapsAndClaim: the leader's gaps go on the Lease with its
+// watermarks; a standby reads both, and its claim reaches the leader it
+// names; a release after the claim hands the Lease to the claimant, and
+// taking it clears the handover.
+func TestLeaseGapsAndClaim(t *testing.T) {
+	env := testenv.Shared(t)
+	ctx := context.Background()
+	kube := env.Clientset(t)
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "lease-claim"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const k = "configmaps.v1/ns"
+	var followed watcher.Gaps
+	leader := &watermarkLease{namespace: "lease-claim", name: "fw", identity: "l_1", replica: "l", leaseSeconds: 15,
+		client: kube.CoordinationV1(), log: slog.New(slog.DiscardHandler), claimed: make(chan struct{}),
+		publish: func() (watcher.Watermarks, watcher.Gaps) {
+			return watcher.Watermarks{k: "9"}, watcher.Gaps{k: {After: "5", Through: "8"}}
+		}}
+	standby := &watermarkLease{namespace: "lease-claim", name: "fw", identity: "s_1", replica: "s", leaseSeconds: 15,
+		client: kube.CoordinationV1(), log: slog.New(slog.DiscardHandler),
+		follow: func(_ watcher.Watermarks, g watcher.Gaps) { followed = g }}
+	record := func(holder string) resourcelock.LeaderElectionRecord {
+		now := metav1.Now()
+		return resourcelock.LeaderElectionRecord{HolderIdentity: holder, LeaseDurationSeconds: 15, AcquireTime: now, RenewTime: now}
+	}
+	annotations := func() map[string]string {
+		t.Helper()
+		lease, err := kube.CoordinationV1().Leases("lease-claim").Get(ctx, "fw", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lease.Annotations
+	}
+	if err := leader.Create(ctx, record("l_1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := standby.Get(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, gaps := standby.seen(); gaps[k] != (watcher.Gap{After: "5", Through: "8"}) || followed[k] != gaps[k] {
+		t.Fatalf("the standby read gaps %v, followed %v", gaps, followed)
+	}
+
+	standby.claim(ctx, "l_1", 3)
+	if _, _, err := leader.Get(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-leader.claims():
+	default:
+		t.Fatal("the leader did not see the claim")
+	}
+	if got := leader.claimedBy(); got != "s_1" {
+		t.Errorf("claimed by %q", got)
+	}
+	if err := leader.Update(ctx, record("l_1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := annotations()[claimAnnotation]; !ok {
+		t.Error("the leader's renewal dropped the claim against it")
+	}
+
+	to := leader.claimedBy()
+	leader.handTo.Store(&to)
+	if err := leader.Update(ctx, record("")); err != nil {
+		t.Fatal(err)
+	}
+	a := annotations()
+	if a[handoverAnnotation] != `{"from":"l_1","to":"s_1"}` || a[claimAnnotation] != "" || a[gapsAnnotation] == "" {
+		t.Errorf("after the release: %v", a)
+	}
+	if _, _, err := standby.Get(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := standby.Update(ctx, record("s_1")); err != nil {
+		t.Fatal(err)
+	}
+	if a := annotations(); a[handoverAnnotation] != "" || a[gapsAnnotation] == "" {
+		t.Errorf("after the claimant took the Lease: %v (the handover goes; the previous leader's gaps stay until it publishes its own)", a)
 	}
 }
