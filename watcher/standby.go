@@ -177,6 +177,9 @@ func (w *Watcher) confirm(leader Watermarks, gaps Gaps) int {
 		return ok && cmp <= 0
 	})
 	for _, c := range done {
+		if w.cfg.Confirmed != nil {
+			w.cfg.Confirmed(c)
+		}
 		w.cfg.Store.record(c)
 		c.finish()
 	}

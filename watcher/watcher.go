@@ -68,6 +68,12 @@ type Config struct {
 	// the handler, and from then on it publishes its own Watermarks.
 	// Without Standby the watcher acts at once and keeps no watermarks.
 	Standby bool
+	// Confirmed, when set, is called on a standby for each change the
+	// leader's watermark confirms, in order per object, before it is
+	// recorded and dropped: what the leader delivered, which this replica
+	// will not (attribution takes the change's audit event out of its
+	// index, as the leader's match did). It must not block.
+	Confirmed func(*Change)
 	// Logger receives the watcher's logs (default slog.Default()).
 	Logger *slog.Logger
 	// Registerer receives the watcher's metrics (nil: not registered).

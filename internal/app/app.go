@@ -286,6 +286,15 @@ func (a *app) newReplica(ctx context.Context, standby bool) (*replica, error) {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
 	set := a.set.Load()
+	var confirmed func(*watcher.Change)
+	if r.att != nil {
+		// A standby takes the audit events of what the leader delivered
+		// out of its index, as the leader's matches did.
+		confirmed = func(c *watcher.Change) {
+			ac := auditChange(c, rulesChange(c))
+			r.att.ix.Consume(&ac)
+		}
+	}
 	r.w, err = watcher.New(a.cfg.Rest, watcher.Config{
 		Selectors:    set.Selectors(),
 		Projection:   set.Projection,
@@ -297,12 +306,19 @@ func (a *app) newReplica(ctx context.Context, standby bool) (*replica, error) {
 		Shard:        shard,
 		Store:        store,
 		Standby:      standby,
+		Confirmed:    confirmed,
 		Logger:       a.log,
 		Registerer:   a.reg,
 	})
 	if err != nil {
 		r.close(a.log, &a.auditSink)
 		return nil, fmt.Errorf("watcher: %w", err)
+	}
+	if r.att != nil {
+		// The audit webhook feeds this replica's index from now on, a
+		// standby's too: the one that takes over holds the events of
+		// what it delivers.
+		a.auditSink.ix.Store(r.att.ix)
 	}
 	a.watcher.Store(r.w)
 	a.log.Info("fieldwatch running", "rules", len(set.Rules()), "files", a.cfg.RulesFiles, "standby", standby, "attribution", r.att != nil)
@@ -355,7 +371,6 @@ func (a *app) serve(ctx context.Context) error {
 		// their audit events, then their actions, before the actions
 		// close.
 		defer r.att.stop(a.attributionDrain(), &a.auditSink)
-		a.auditSink.ix.Store(r.att.ix)
 	}
 	return r.w.Run(ctx)
 }

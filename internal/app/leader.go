@@ -167,11 +167,6 @@ func (a *app) lead(ctx, lctx context.Context, r *replica, lock *watermarkLease, 
 	if err != nil {
 		return err
 	}
-	if r.att != nil {
-		// The audit webhook takes events from now on (a standby's turns
-		// the apiserver away).
-		a.auditSink.ix.Store(r.att.ix)
-	}
 	a.standby.Store(false)
 	a.metrics.leader.Set(1)
 	wm, gaps := lock.seen()
