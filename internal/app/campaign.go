@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"strings"
 	"time"
 
@@ -62,6 +61,7 @@ func (l *watermarkLease) campaign(ctx context.Context, leaseDuration, retryPerio
 		raw      []byte
 		observed time.Time
 		errLog   time.Time
+		leader   string
 	)
 	for {
 		now := time.Now()
@@ -79,8 +79,11 @@ func (l *watermarkLease) campaign(ctx context.Context, leaseDuration, retryPerio
 		default:
 			if string(r) != string(raw) {
 				raw, observed = r, now
-				if rec.HolderIdentity != "" && rec.HolderIdentity != l.identity {
-					l.log.Info("another replica leads; standing by", "leader", rec.HolderIdentity)
+			}
+			if h := rec.HolderIdentity; h != leader {
+				leader = h
+				if h != "" && h != l.identity {
+					l.log.Info("another replica leads; standing by", "leader", h)
 				}
 			}
 			if l.mayTake(ctx, rec, now.Sub(observed), leaseDuration, retryPeriod) &&
@@ -178,7 +181,7 @@ func (l *watermarkLease) handoverOf() handover {
 	}
 	if raw, ok := l.lease.Annotations[handoverAnnotation]; ok {
 		if err := json.Unmarshal([]byte(raw), &h); err != nil {
-			l.log.Warn("the Lease's handover annotation does not decode; ignoring it", "annotation", handoverAnnotation, "error", fmt.Sprint(err))
+			l.log.Warn("the Lease's handover annotation does not decode; ignoring it", "annotation", handoverAnnotation, "error", err)
 			return handover{}
 		}
 	}
