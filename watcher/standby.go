@@ -177,10 +177,10 @@ func (w *Watcher) confirm(leader Watermarks, gaps Gaps) int {
 		return ok && cmp <= 0
 	})
 	for _, c := range done {
+		w.cfg.Store.record(c)
 		if w.cfg.Confirmed != nil {
 			w.cfg.Confirmed(c)
 		}
-		w.cfg.Store.record(c)
 		c.finish()
 	}
 	w.baseline.confirmed.Add(float64(len(done)))

@@ -8,6 +8,8 @@
 //     informer running as separate processes on the same stream of updates
 //     (CPU read from /proc), to a log action and to a webhook on 127.0.0.1;
 //   - webhook POSTs per second draining a backlog;
+//   - the history (a state directory with and without it): CPU per
+//     change with a log action, and bytes on disk per entry;
 //   - attribution from the audit stream on against off: CPU per change
 //     (log action) and latency from update to webhook receipt with the
 //     default --audit-wait, on a control plane that audits ConfigMap
@@ -52,7 +54,7 @@ func main() {
 	flag.IntVar(&o.objectsPerCRD, "objects-per-crd", 500, "objects of each CRD for the start-up measurement")
 	flag.IntVar(&o.latencySeconds, "latency-seconds", 10, "how long to measure latency at half the maximum rate")
 	flag.IntVar(&o.drain, "drain", 5000, "firings queued for the webhook drain measurement")
-	flag.StringVar(&o.sections, "sections", "memory,events,audit,startup,cbor", "which measurements to run (events needs the ConfigMaps memory creates)")
+	flag.StringVar(&o.sections, "sections", "memory,events,history,audit,startup,cbor", "which measurements to run (events and history update the ConfigMaps memory creates, or create them)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/fieldwatch/fieldwatch/change"
 	"github.com/fieldwatch/fieldwatch/internal/audit"
-	"github.com/fieldwatch/fieldwatch/rules"
+	"github.com/fieldwatch/fieldwatch/watcher"
 )
 
 // AuditConfig turns on attribution: who made each change, read from the
@@ -88,17 +88,6 @@ func errNeedsAudit(names []string) error {
 	return fmt.Errorf("rules %s use match.users, match.excludeUsers or the audit fields of the CEL actor (actor.user, actor.match, ...): "+
 		"they need to know who made each change, from the Kubernetes audit stream; set --audit-webhook-addr or --audit-log",
 		strings.Join(names, ", "))
-}
-
-// checkRules rejects a rule set that this process cannot run.
-func (a *app) checkRules(set *rules.Set) error {
-	if a.cfg.Audit.enabled() {
-		return nil
-	}
-	if names := set.UsesAttribution(); len(names) > 0 {
-		return errNeedsAudit(names)
-	}
-	return nil
 }
 
 // auditScope says which resources' audit events the index keeps: those
@@ -268,6 +257,13 @@ func (a *app) attributionDrain() time.Duration {
 		wait = audit.DefaultWait
 	}
 	return min(wait+time.Second, a.cfg.GracePeriod/2)
+}
+
+// consume takes the audit event of c, a change the leader confirmed, out
+// of the index, as the leader's match did (a standby's Confirmed).
+func (att *attribution) consume(c *watcher.Change) {
+	ac := auditChange(c, rulesChange(c))
+	att.ix.Consume(&ac)
 }
 
 // stop ends attribution once the watcher has stopped: the changes still

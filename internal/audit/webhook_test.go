@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // recordingSink is a Sink that keeps what it is given.
@@ -208,7 +210,7 @@ func TestWebhookAuthentication(t *testing.T) {
 		})
 	}
 	for code, want := range map[string]float64{"200": 4, "401": 1, "403": 5, "405": 1, "413": 2, "400": 1} {
-		if got := value(t, m.webhookRequests.WithLabelValues(code)); got != want {
+		if got := testutil.ToFloat64(m.webhookRequests.WithLabelValues(code)); got != want {
 			t.Errorf("webhook_requests_total{code=%s} = %v, want %v", code, got, want)
 		}
 	}
@@ -316,7 +318,7 @@ func TestWebhookClientNames(t *testing.T) {
 		post(certs["kubelet"])
 	}
 	for reason, want := range map[string]float64{RefusedCertificateName: 34, RefusedCertificate: 1, RefusedToken: 0, RefusedNoCredentials: 0} {
-		if got := value(t, m.refusedBy[reason]); got != want {
+		if got := testutil.ToFloat64(m.refusedBy[reason]); got != want {
 			t.Errorf("webhook_refused_total{reason=%s} = %v, want %v", reason, got, want)
 		}
 	}
@@ -516,7 +518,7 @@ func TestWebhookPeers(t *testing.T) {
 		}
 	}
 	for i, m := range metrics {
-		if ok, failed := value(t, m.peerOK), value(t, m.peerFailed); ok != 1 || failed != 0 {
+		if ok, failed := testutil.ToFloat64(m.peerOK), testutil.ToFloat64(m.peerFailed); ok != 1 || failed != 0 {
 			t.Errorf("replica %d forwarded %v lists, %v failed; want 1 and 0 (itself left out)", i, ok, failed)
 		}
 	}
@@ -533,7 +535,7 @@ func TestWebhookPeers(t *testing.T) {
 	if code := post(httpsClient(t, p.ca.CertPEM, p.serverCertPEM, p.serverKeyPEM), urls[0]+PeerPath, []byte(`[{"AuditID":"from-a-peer","Code":200}]`)); code != 200 {
 		t.Errorf("peer post with the receivers' certificate: %d, want 200", code)
 	}
-	if got := value(t, metrics[0].refusedBy[RefusedPeer]); got != 3 {
+	if got := testutil.ToFloat64(metrics[0].refusedBy[RefusedPeer]); got != 3 {
 		t.Errorf("refused as not a peer: %v, want 3", got)
 	}
 }
@@ -615,7 +617,7 @@ func TestWebhookAllOrNothing(t *testing.T) {
 		}
 	}
 	for result, want := range map[string]int{"indexed": held, "duplicate": held} {
-		if got := value(t, m.events.WithLabelValues(SourceWebhook, result)); got != float64(want) {
+		if got := testutil.ToFloat64(m.events.WithLabelValues(SourceWebhook, result)); got != float64(want) {
 			t.Errorf("events_total{result=%s} = %v, want %v", result, got, want)
 		}
 	}
@@ -700,10 +702,10 @@ func TestWebhookConcurrencyLimit(t *testing.T) {
 			want++
 		}
 	}
-	if ix.Len() != want || value(t, m.events.WithLabelValues(SourceWebhook, "duplicate")) != 0 {
-		t.Errorf("%d held, %v duplicates; want %d, 0", ix.Len(), value(t, m.events.WithLabelValues(SourceWebhook, "duplicate")), want)
+	if ix.Len() != want || testutil.ToFloat64(m.events.WithLabelValues(SourceWebhook, "duplicate")) != 0 {
+		t.Errorf("%d held, %v duplicates; want %d, 0", ix.Len(), testutil.ToFloat64(m.events.WithLabelValues(SourceWebhook, "duplicate")), want)
 	}
-	if got := value(t, m.webhookRequests.WithLabelValues("429")); got != 1 {
+	if got := testutil.ToFloat64(m.webhookRequests.WithLabelValues("429")); got != 1 {
 		t.Errorf("webhook_requests_total{code=429} = %v, want 1", got)
 	}
 }
