@@ -191,6 +191,7 @@ func bind(t *testing.T, env *testenv.Env, s rbacv1.Subject) {
 // delivers: those the killed leader held, whose events the apiserver had
 // sent to it, and those made after.
 func TestAuditFailover(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	certs, err := testenv.NewAuditTLS(dir, "fieldwatch-failover-audit")
 	if err != nil {
