@@ -144,6 +144,17 @@ func TestAuditOverlay(t *testing.T) {
 	if port == "" || flags["audit-webhook-addr"] != ":"+port {
 		t.Errorf("--audit-webhook-addr=%s, the Service's target port %s is container port %q", flags["audit-webhook-addr"], svc.Spec.Ports[0].TargetPort.String(), port)
 	}
+	// The replicas reach each other through a headless Service of every
+	// pod, ready or not.
+	var peers corev1.Service
+	decodeFile(t, "audit/peers-service.yaml", &peers)
+	if !slices.Contains(k.Resources, "peers-service.yaml") || peers.Spec.ClusterIP != corev1.ClusterIPNone || !peers.Spec.PublishNotReadyAddresses ||
+		!labels.SelectorFromSet(peers.Spec.Selector).Matches(labels.Set(baseDep.Spec.Template.Labels)) ||
+		peers.Spec.Ports[0].TargetPort.String() != svc.Spec.Ports[0].TargetPort.String() ||
+		flags["audit-webhook-peers"] != fmt.Sprintf("%s:%d", peers.Name, peers.Spec.Ports[0].Port) {
+		t.Errorf("--audit-webhook-peers=%s; audit/peers-service.yaml: %s, clusterIP %q, publishNotReadyAddresses %v, selector %v, ports %+v: want a headless Service of every pod's receiver named by the flag",
+			flags["audit-webhook-peers"], peers.Name, peers.Spec.ClusterIP, peers.Spec.PublishNotReadyAddresses, peers.Spec.Selector, peers.Spec.Ports)
+	}
 
 	// The apiserver's kubeconfig: the Service's port and name.
 	kc, err := clientcmd.LoadFromFile("audit/webhook-kubeconfig.yaml")

@@ -217,7 +217,7 @@ func TestStandbyFollowsLeader(t *testing.T) {
 	leader, err := New(env.Config(), Config{Selectors: sels, Namespaces: inNS, Workers: 1, Store: open("leader"), DrainTimeout: time.Minute, Standby: true,
 		Handler: collector{name: "leader", delay: 25 * time.Millisecond, mu: &mu, seen: &seen}, Logger: testLogger(t)})
 	mustf(t, err, "leader")
-	leader.TakeOver(nil)
+	leader.TakeOver(nil, nil)
 	leaderCtx, stopLeader := context.WithCancel(ctx)
 	leaderDone := make(chan error, 1)
 	go func() { leaderDone <- leader.Run(leaderCtx) }()
@@ -236,7 +236,7 @@ func TestStandbyFollowsLeader(t *testing.T) {
 	var last Watermarks
 	follow := func() {
 		last = leader.Watermarks()
-		standby.Confirm(last)
+		standby.Confirm(last, nil)
 	}
 	testenv.Eventually(t, time.Minute, "the standby to confirm the leader's changes", func() bool {
 		follow()
@@ -258,7 +258,7 @@ func TestStandbyFollowsLeader(t *testing.T) {
 	mu.Lock()
 	byLeader := len(seen)
 	mu.Unlock()
-	standby.TakeOver(last)
+	standby.TakeOver(last, nil)
 
 	time.Sleep(time.Second) // writes go on after the takeover
 	stopWriter()
@@ -312,7 +312,7 @@ func TestStandbyCRDsAndReload(t *testing.T) {
 	leader, err := New(env.Config(), Config{Selectors: sels, Namespaces: inNS, Store: open("leader"), Standby: true,
 		RediscoveryInterval: time.Second, Handler: collector{name: "leader", mu: &mu, seen: &seen}, Logger: testLogger(t)})
 	mustf(t, err, "leader")
-	leader.TakeOver(nil)
+	leader.TakeOver(nil, nil)
 	leaderCtx, stopLeader := context.WithCancel(ctx)
 	leaderDone := make(chan error, 1)
 	go func() { leaderDone <- leader.Run(leaderCtx) }()
@@ -328,7 +328,7 @@ func TestStandbyCRDsAndReload(t *testing.T) {
 		defer close(following)
 		for followCtx.Err() == nil {
 			wm := leader.Watermarks()
-			standby.Confirm(wm)
+			standby.Confirm(wm, nil)
 			lastMu.Lock()
 			last = wm
 			lastMu.Unlock()
@@ -415,7 +415,7 @@ func TestStandbyCRDsAndReload(t *testing.T) {
 	stopLeader()
 	mustf(t, <-leaderDone, "leader")
 	lastMu.Lock()
-	standby.TakeOver(last)
+	standby.TakeOver(last, nil)
 	lastMu.Unlock()
 	testenv.Eventually(t, 30*time.Second, "the standby to take over", func() bool { return !standby.standby.Load() })
 	mu.Lock()

@@ -193,6 +193,21 @@ func (p *pending) confirm(confirmed func(*Change) bool) []*Change {
 	return out
 }
 
+// count returns how many waiting changes match.
+func (p *pending) count(match func(*Change) bool) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, s := range p.m {
+		for _, c := range s.list {
+			if match(c) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // lead ends the standby: each sequence goes through each, which returns
 // what is left of it to hand to the workers (in order), and the keys
 // with changes are returned for them.

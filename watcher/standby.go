@@ -4,6 +4,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fieldwatch/fieldwatch/change"
@@ -17,6 +18,12 @@ type role struct {
 	abandoned chan struct{}
 	abandon   sync.Once
 	last      Watermarks // the leader's, as last confirmed or handed to TakeOver
+	gaps      Gaps       // the leader's gaps, with last
+	// confirmed is last, for Watermarks to read without mu.
+	confirmed atomic.Pointer[Watermarks]
+	own       Gaps // this replica's, from its takeover
+	// held counts the changes waiting in the leader's gaps (Held).
+	held atomic.Int64
 }
 
 func newRole() role {
@@ -46,8 +53,10 @@ func (w *Watcher) tracker(k watchKey) *tracker {
 // Watermarks returns, for each informer delivering to the handler (also
 // after Run returned), the resourceVersion up to which every change it
 // received is done: handled by this replica (delivered or dead-lettered,
-// as for the Store) or, on a standby, confirmed by the leader. Informers
-// without one yet are absent.
+// as for the Store) or, on a standby, confirmed by the leader (never above
+// the leader's last watermark: objects this standby found unchanged at its
+// start are no writes a leader handled). Informers without one yet are
+// absent.
 // A leader publishes them (fieldwatch writes them on its Lease at every
 // renewal) for its standbys' Confirm.
 func (w *Watcher) Watermarks() Watermarks {
@@ -59,12 +68,25 @@ func (w *Watcher) Watermarks() Watermarks {
 	w.trackersMu.Lock()
 	trackers := slices.Collect(maps.Values(w.trackers))
 	w.trackersMu.Unlock()
+	var limit Watermarks
+	standby := w.standby.Load()
+	if p := w.role.confirmed.Load(); standby && p != nil {
+		limit = *p
+	}
 	out := Watermarks{}
 	for _, t := range trackers {
 		if !t.active.Load() {
 			continue
 		}
-		if wm := t.watermark(); wm != "" {
+		wm := t.watermark()
+		if standby {
+			confirmed, ok := limit[t.key]
+			if !ok {
+				continue // nothing confirmed for it
+			}
+			wm = t.capped(confirmed)
+		}
+		if wm != "" {
 			out[t.key] = wm
 		}
 	}
@@ -75,22 +97,73 @@ func (w *Watcher) Watermarks() Watermarks {
 // waiting whose resourceVersion is at or below the watermark of its
 // informer was handled by the leader; it is recorded in the Store (so that
 // the baseline follows the leader's) and dropped. Changes of informers the
-// leader has no watermark for wait. After the takeover Confirm does
-// nothing.
-func (w *Watcher) Confirm(leader Watermarks) {
+// leader has no watermark for wait. So do the writes this replica saw one
+// by one in a gap of the leader (gaps: writes made before the leader's
+// watch began that no leader before it confirmed): the leader never
+// received them, whatever its watermark says; Held counts them. After the
+// takeover Confirm does nothing.
+func (w *Watcher) Confirm(leader Watermarks, gaps Gaps) {
 	w.role.mu.Lock()
 	defer w.role.mu.Unlock()
 	if !w.standby.Load() {
 		return
 	}
-	w.role.last = leader
-	w.confirm(leader)
+	w.role.last, w.role.gaps = leader, gaps
+	w.role.confirmed.Store(&leader)
+	w.confirm(leader, gaps)
+	held := 0
+	if len(gaps) > 0 {
+		held = w.pending.count(func(c *Change) bool { return inGap(c, gaps) })
+	}
+	w.role.held.Store(int64(held))
+}
+
+// Published returns what a leader publishes for its standbys: its
+// Watermarks and its Gaps, taken together (never watermarks of after its
+// takeover without the gaps it took over with).
+func (w *Watcher) Published() (Watermarks, Gaps) {
+	w.role.mu.Lock()
+	defer w.role.mu.Unlock()
+	return w.Watermarks(), maps.Clone(w.role.own)
+}
+
+// Held returns how many changes this standby holds that its leader never
+// received: writes it saw one by one in a gap of the leader (Confirm). The
+// leader cannot deliver them; this replica can, once it leads, so a
+// leader hands over to a standby that holds some (fieldwatch asks it to
+// on the Lease).
+func (w *Watcher) Held() int { return int(w.role.held.Load()) }
+
+// Gaps returns, once this replica leads, the gaps it took over with (nil
+// before): per informer, the writes before its watch began that no leader
+// before it confirmed. A leader publishes them with its Watermarks, so
+// that a standby that saw those writes keeps them (Confirm).
+func (w *Watcher) Gaps() Gaps {
+	w.role.mu.Lock()
+	defer w.role.mu.Unlock()
+	return maps.Clone(w.role.own)
+}
+
+// inGap reports whether c is one write seen by a watch event in a gap of
+// gaps: a change a leader with those gaps never received.
+func inGap(c *Change, gaps Gaps) bool {
+	if len(gaps) == 0 || c.bound == "" || c.mark == nil || c.uncertain || c.Observed != change.ObservedWatch {
+		return false
+	}
+	t := c.mark.t
+	g, ok := gaps[t.key]
+	if !ok {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.covers(g, c.bound)
 }
 
 // confirm records and drops what leader confirms. w.role.mu is held.
-func (w *Watcher) confirm(leader Watermarks) int {
+func (w *Watcher) confirm(leader Watermarks, gaps Gaps) int {
 	done := w.pending.confirm(func(c *Change) bool {
-		if c.bound == "" || c.mark == nil {
+		if c.bound == "" || c.mark == nil || inGap(c, gaps) {
 			return false
 		}
 		t := c.mark.t
@@ -116,18 +189,21 @@ func (w *Watcher) confirm(leader Watermarks) int {
 
 // TakeOver makes a standby lead: once its informers have synced, it
 // applies leader (the last watermarks of the previous leader, nil when
-// there are none) one last time and hands every change still waiting to
-// the handler: exactly what the previous leader had not confirmed, with
-// the old objects the standby recorded. Informers the previous leader
-// published no watermark for fire everything they hold, except objects of
-// an initial list this replica had no baseline for: with nothing to
-// compare them with, and no leader known to have handled them, they are
-// taken as the baseline, as on a first start. TakeOver returns at once; it
-// may be called before Run. Calls after the first do nothing.
-func (w *Watcher) TakeOver(leader Watermarks) {
+// there are none) and its gaps one last time and hands every change still
+// waiting to the handler: exactly what the previous leader had not
+// confirmed, with the old objects the standby recorded, the writes of its
+// gaps included. Informers the previous leader published no watermark for
+// fire everything they hold, except objects of an initial list this
+// replica had no baseline for: with nothing to compare them with, and no
+// leader known to have handled them, they are taken as the baseline, as
+// on a first start. Where this replica's watch began after the previous
+// leader's watermark, or within its gaps, it has gaps of its own (Gaps).
+// TakeOver returns at once; it may be called before Run. Calls after the
+// first do nothing.
+func (w *Watcher) TakeOver(leader Watermarks, gaps Gaps) {
 	w.role.mu.Lock()
 	if leader != nil {
-		w.role.last = leader
+		w.role.last, w.role.gaps = leader, gaps
 	}
 	w.role.mu.Unlock()
 	w.role.leadOnce.Do(func() { close(w.role.lead) })
@@ -138,8 +214,8 @@ func (w *Watcher) takeOver() {
 	w.role.mu.Lock()
 	defer w.role.mu.Unlock()
 	start := time.Now()
-	leader := w.role.last
-	confirmed := w.confirm(leader)
+	leader, gaps := w.role.last, w.role.gaps
+	confirmed := w.confirm(leader, gaps)
 	type summary struct {
 		fired, baseline int
 		wm              string
@@ -177,15 +253,26 @@ func (w *Watcher) takeOver() {
 		return keep
 	})
 	w.standby.Store(false)
+	w.role.held.Store(0)
 	// What the previous leader handled is done: this replica's watermarks
-	// start from its.
+	// start from its. Where its watch began later, what lies between is
+	// a gap.
+	own := Gaps{}
 	w.trackersMu.Lock()
 	for _, t := range w.trackers {
+		if !t.active.Load() {
+			// Not delivering: no gap to publish.
+		} else if g, ok := t.gap(leader, gaps); ok {
+			own[t.key] = g
+			w.log.Warn("taking over with a gap: this replica's watch began after the writes the previous leader had confirmed; a standby that saw them one by one gets the Lease handed over",
+				"informer", t.key, "after", g.After, "through", g.Through)
+		}
 		if wm, ok := leader[t.key]; ok {
 			t.seed(wm)
 		}
 	}
 	w.trackersMu.Unlock()
+	w.role.own = own
 	for _, k := range keys {
 		w.queue.Add(k)
 	}

@@ -29,7 +29,7 @@ func BenchmarkChangeBookkeeping(b *testing.B) {
 				b.Fatal(err)
 			}
 			if tc.election {
-				w.TakeOver(nil)
+				w.TakeOver(nil, nil)
 				w.takeOver()
 			}
 			res := change.Resource{Version: "v1", Resource: "configmaps", Kind: "ConfigMap", Namespaced: true, Preferred: true}

@@ -192,6 +192,7 @@ func (rw *resourceWatch) list(ctx context.Context, client dynamic.ResourceInterf
 		list, err = client.List(ctx, at)
 		if err == nil {
 			rw.resuming.Store(true)
+			rw.track.replayed(rw.resume)
 		}
 		if err == nil || !cannotReplay(err) {
 			return list, err // another error: the reflector retries

@@ -79,8 +79,10 @@ type Config struct {
 	Standby bool
 	// Confirmed, if set, is called on a standby with each change the
 	// leader's watermarks confirm (in order per object), before it is
-	// dropped: fieldwatch evaluates the rules on it for its history.
-	// It must not block, nor modify the change's objects (the cache's).
+	// dropped: what the leader delivered, which this replica will not.
+	// fieldwatch evaluates the rules on it for its history, and takes its
+	// audit event out of its index, as the leader's match did. It must
+	// not block, nor modify the change's objects (the cache's).
 	Confirmed func(c *Change)
 	// Logger receives the watcher's logs (default slog.Default()).
 	Logger *slog.Logger

@@ -19,6 +19,75 @@ import (
 // of different informers are never compared with each other.
 type Watermarks map[string]string
 
+// Gap is a range of resourceVersions of one informer, above After and up
+// to Through, whose writes a leader did not see one by one: its informer's
+// watch began at Through (a list then, at the latest), and no leader before
+// it confirmed them (After is the highest watermark it took over with, or
+// reached as a standby). A standby that saw a write of the gap one by one
+// does not take the leader's watermark for a confirmation of it: it keeps
+// it, and the leader hands over to that standby (see Watcher.Held).
+type Gap struct {
+	After   string `json:"after"`
+	Through string `json:"through"`
+}
+
+// Gaps maps an informer, named as in Watermarks, to the gap of a leader.
+type Gaps map[string]Gap
+
+// covers reports whether rv is in g.
+func (t *tracker) covers(g Gap, rv string) bool {
+	above, ok1 := t.cmp(rv, g.After)
+	upTo, ok2 := t.cmp(rv, g.Through)
+	return ok1 && ok2 && above > 0 && upTo <= 0
+}
+
+// gap returns the gap of this informer for a replica that takes over with
+// leader's watermarks and gaps: from the highest watermark known handled
+// (the previous leader's, or the previous run's when the watch replayed
+// from it) to where its watch began, and the part of the previous leader's
+// gap below where its watch began (the rest this replica saw one by one,
+// and delivers). No watermark of the previous leader for this informer: no
+// gap (nothing was handled before, as on a first start).
+func (t *tracker) gap(leader Watermarks, gaps Gaps) (Gap, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	wm, ok := leader[t.key]
+	if !ok || t.broken {
+		return Gap{}, false
+	}
+	var g Gap
+	has := false
+	handled := t.maxRV(wm, t.covered)
+	if c, ok := t.cmp(handled, t.from); ok && c < 0 && t.from != "" {
+		g, has = Gap{After: handled, Through: t.from}, true
+	}
+	if pg, ok := gaps[t.key]; ok {
+		through := pg.Through
+		if c, ok := t.cmp(t.from, through); ok && c < 0 && t.from != "" {
+			through = t.from
+		}
+		if c, ok := t.cmp(pg.After, through); ok && c < 0 {
+			if has {
+				// One range for both: what lies between is only
+				// held again by a standby, never lost.
+				g = Gap{After: t.minRV(g.After, pg.After), Through: t.maxRV(g.Through, through)}
+			} else {
+				g, has = Gap{After: pg.After, Through: through}, true
+			}
+		}
+	}
+	return g, has && !t.broken
+}
+
+// minRV returns the lower of two resourceVersions (a when they do not
+// compare).
+func (t *tracker) minRV(a, b string) string {
+	if c, ok := t.cmp(a, b); ok && c > 0 {
+		return b
+	}
+	return a
+}
+
 // watermarkKey names the informer of key in Watermarks.
 func (k watchKey) watermarkKey() string {
 	r := change.Resource{Group: k.gvr.Group, Version: k.gvr.Version, Resource: k.gvr.Resource}
@@ -64,6 +133,12 @@ type tracker struct {
 	// the resourceVersion of the initial list (the seq it completes when
 	// it had no objects).
 	initialSeq, firstList string
+	// from is the resourceVersion of the informer's last list: its watch
+	// has seen every write since one by one (a replay lists at the
+	// previous run's watermark). covered is the watermark a replay
+	// started from: every write up to it was handled (or, by a standby,
+	// confirmed) by the previous run.
+	from, covered string
 	// lists are the resourceVersions of the informer's lists, where the
 	// last-event rule does not apply.
 	lists map[string]bool
@@ -191,9 +266,33 @@ func (t *tracker) listed(rv string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.lists[rv] = true
+	t.from = rv
 	if t.firstList == "" {
 		t.firstList = rv
 	}
+}
+
+// replayed records that the informer lists at rv, the previous run's
+// watermark, to replay the writes since.
+func (t *tracker) replayed(rv string) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.covered = t.maxRV(t.covered, rv)
+}
+
+// capped returns the watermark, at most at rv (a standby's: what the
+// leader confirmed); "" when they do not compare.
+func (t *tracker) capped(rv string) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	wm := t.advance()
+	if wm == "" {
+		return ""
+	}
+	return t.minRV(wm, rv)
 }
 
 // progress tells the tracker the cache's resourceVersion now, read

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
@@ -176,5 +178,175 @@ func bind(t *testing.T, env *testenv.Env, s rbacv1.Subject) {
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAuditFailover: two replicas behind one Service for the apiserver's
+// audit webhook (a proxy that sends each connection to either, or to the
+// other when one is down), each forwarding what it receives to the other
+// (--audit-webhook-peers). alice and bob patch ConfigMaps of their own.
+// The leader's receiver fails for three seconds, so that it holds changes
+// whose audit events it received, then it is SIGKILLed and started again.
+// The replica that takes over names the writer of every change it
+// delivers: those the killed leader held, whose events the apiserver had
+// sent to it, and those made after.
+func TestAuditFailover(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	certs, err := testenv.NewAuditTLS(dir, "fieldwatch-failover-audit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods := map[string]*testenv.Proxy{"a": testenv.NewProxy(t, ""), "b": testenv.NewProxy(t, "")}
+	service := testenv.NewProxy(t, "")
+	service.SetTargets(pods["a"].Addr(), pods["b"].Addr())
+	webhook := certs.Webhook("https://" + service.Addr() + "/")
+	webhook.BatchMaxWait = time.Second
+	env := testenv.Start(t, testenv.Options{Audit: &testenv.Audit{Policy: testenv.AttributionPolicy, Webhook: webhook}})
+	ns := namespace(t, env, "audit-failover")
+	kc := env.WriteKubeconfig(t)
+	// a delivers to a receiver that can be made to fail; b logs.
+	h := newHooks(t)
+	rules := map[string]string{"a": h.rules(t, ns, "a"), "b": writeFile(t, "rules.yaml", `rules:
+  - name: cm
+    match:
+      resources: [{group: "", kind: ConfigMap}]
+      namespaces: [`+ns+`]
+    actions: [{log: {}}]
+`)}
+	dirs := map[string]string{"a": t.TempDir(), "b": t.TempDir()}
+	start := func(name string) *proc {
+		t.Helper()
+		args := append([]string{"--rules", rules[name], "--state-dir", dirs[name], "--leader-elect", "--leader-elect-namespace", ns,
+			"--leader-elect-name", "fw", "--leader-elect-identity", name,
+			"--audit-webhook-addr", "127.0.0.1:0", "--audit-webhook-cert-file", certs.CertFile, "--audit-webhook-key-file", certs.KeyFile,
+			"--audit-webhook-client-ca-file", certs.CAFile, "--audit-webhook-client-name", certs.ClientName,
+			"--audit-webhook-peers", pods["a"].Addr() + "," + pods["b"].Addr(),
+			// A race-built process on a loaded machine may read a write
+			// or its event seconds late; one writer per object: no
+			// window makes a match ambiguous.
+			"--audit-wait", "10s", "--audit-match-window", "10s"}, fastLease...)
+		p := launch(t, kc, args...)
+		pods[name].SetTarget(p.loggedAddr("audit webhook listening"))
+		p.waitReady(60 * time.Second)
+		return p
+	}
+	a := start("a")
+	leaderOf(t, 30*time.Second, a)
+	b := start("b")
+
+	cms := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	type write struct {
+		name, rv, user string
+		at             time.Time
+	}
+	var (
+		mu     sync.Mutex
+		writes []write
+	)
+	clients := map[string]dynamic.ResourceInterface{}
+	var names []string
+	for _, user := range []string{"alice", "bob"} {
+		clients[user] = env.Impersonating(t, user).Dynamic.Resource(cms).Namespace(ns)
+		for i := range 3 {
+			name := fmt.Sprintf("%s-%d", user, i)
+			o, err := clients[user].Create(context.Background(), &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": name}, "data": map[string]any{"v": "0"}}}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			writes = append(writes, write{name, o.GetResourceVersion(), user, time.Now()})
+			names = append(names, name)
+		}
+	}
+	testenv.Eventually(t, time.Minute, "both replicas to hold audit events", func() bool {
+		for _, p := range []*proc{a, b} {
+			if p.metric(`fieldwatch_audit_events_total{result="indexed",source="webhook"}`)+
+				p.metric(`fieldwatch_audit_events_total{result="indexed",source="peer"}`) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	ctx, stop := context.WithCancel(context.Background())
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		for i := 1; ctx.Err() == nil; i++ {
+			name := names[i%len(names)]
+			user := strings.SplitN(name, "-", 2)[0]
+			o, err := clients[user].Patch(ctx, name, types.MergePatchType, fmt.Appendf(nil, `{"data":{"v":"%d"}}`, i), metav1.PatchOptions{})
+			if err == nil {
+				mu.Lock()
+				writes = append(writes, write{name, o.GetResourceVersion(), user, time.Now()})
+				mu.Unlock()
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	testenv.Eventually(t, 30*time.Second, "b to follow a", func() bool {
+		return b.metric("fieldwatch_baseline_confirmed_total") > 0
+	})
+	h.fail("a", true)
+	time.Sleep(3 * time.Second)
+	killed := time.Now()
+	a.kill()
+	h.fail("a", false)
+	restarted := start("a")
+	testenv.Eventually(t, 30*time.Second, "b to take over", func() bool { return b.metric("fieldwatch_leader ") == 1 })
+	time.Sleep(2 * time.Second)
+	stop()
+	<-written
+
+	mu.Lock()
+	defer mu.Unlock()
+	writer := map[string]string{} // name/rv -> user
+	at := map[string]time.Time{}
+	for _, w := range writes {
+		writer[w.name+"/"+w.rv] = w.user
+		at[w.name+"/"+w.rv] = w.at
+	}
+	testenv.Eventually(t, time.Minute, "every write delivered", func() bool {
+		delivered := map[string]bool{}
+		for _, p := range h.payloads() {
+			delivered[p.name+"/"+p.rv] = true
+		}
+		for _, pl := range inNamespace(b.payloads(), ns) {
+			delivered[fmt.Sprint(pl["name"])+"/"+fmt.Sprint(pl["resourceVersion"])] = true
+		}
+		for k := range writer {
+			if !delivered[k] {
+				return false
+			}
+		}
+		return true
+	})
+	var before, after int
+	matches := map[string]int{}
+	for _, pl := range inNamespace(b.payloads(), ns) {
+		k := fmt.Sprint(pl["name"]) + "/" + fmt.Sprint(pl["resourceVersion"])
+		actor, _ := pl["actor"].(map[string]any)
+		matches[fmt.Sprint(actor["match"])]++
+		who := actor["user"]
+		if imp, ok := actor["impersonatedUser"]; ok {
+			who = imp
+		}
+		user, _ := who.(map[string]any)
+		if want := writer[k]; user["username"] != want || (actor["match"] != "window" && actor["match"] != "exact") {
+			t.Errorf("the new leader delivered %s attributed %v (%v), want %s", k, user["username"], actor["match"], want)
+		}
+		if at[k].Before(killed) {
+			before++
+		} else {
+			after++
+		}
+	}
+	t.Logf("%d writes by alice and bob; the new leader delivered %d made before the kill (their events sent to the killed leader) and %d after, matched %v; lists forwarded to the peer: %v by b, %v by the restarted a",
+		len(writes), before, after, matches, b.metric(`fieldwatch_audit_peer_forwards_total{result="ok"}`), restarted.metric(`fieldwatch_audit_peer_forwards_total{result="ok"}`))
+	if before < 10 || after == 0 {
+		t.Errorf("the new leader delivered %d changes made before the kill and %d after, want at least the 3 s the killed leader held, and some after", before, after)
 	}
 }

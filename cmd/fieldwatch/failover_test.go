@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -212,4 +213,161 @@ func TestFailoverFreshStandby(t *testing.T) {
 		}
 	}
 	t.Logf("fresh standby: %s; %d payloads about unchanged objects", o, flood)
+}
+
+// TestFailoverKillRestartLoop is a StatefulSet's pod coming back under
+// its name: twenty times, the leader of two replicas is SIGKILLed while
+// ConfigMaps and Widgets are created, updated and deleted, and started
+// again with the same identity and state directory, at once (every fifth
+// round only once the other replica leads). Each time the other replica
+// acquires the Lease within the lease duration and a retry period of the
+// kill (the returning one, once it sees its previous process's Lease
+// unrenewed, releases it for the other), and in the end every change made
+// was delivered by one replica or the other; duplicates carry equal ids.
+func TestFailoverKillRestartLoop(t *testing.T) {
+	t.Parallel()
+	const (
+		rounds = 20
+		// fastLease's lease duration and retry period, and the time a
+		// Lease read and write take on a loaded machine (this test runs
+		// beside the others).
+		bound = 3*time.Second + 500*time.Millisecond + time.Second
+	)
+	env := testenv.Shared(t)
+	ns := namespace(t, env, "failover-loop")
+	kc := env.WriteKubeconfig(t)
+	leases := env.Clientset(t).CoordinationV1().Leases(ns)
+	h := newHooks(t)
+	dirs := map[string]string{"a": t.TempDir(), "b": t.TempDir()}
+	reps := map[string]*proc{}
+	for _, name := range []string{"a", "b"} {
+		reps[name] = startFieldwatch(t, kc, replicaArgs(h, t, ns, name, dirs[name])...)
+	}
+	w := startWriters(t, env, ns, 20*time.Millisecond, 0)
+	var takeovers []time.Duration
+	handovers := 0
+	for round := range rounds {
+		for name, p := range reps {
+			select {
+			case <-p.done:
+				// It handed the Lease over to the other (which held
+				// writes it never saw) and exited: start it again,
+				// as the kubelet does.
+				handovers++
+				reps[name] = launch(t, kc, replicaArgs(h, t, ns, name, dirs[name])...)
+			default:
+			}
+		}
+		leader := leaderOf(t, 30*time.Second, reps["a"], reps["b"])
+		name, other := "a", "b"
+		if leader == reps["b"] {
+			name, other = "b", "a"
+		}
+		standby := reps[other]
+		testenv.Eventually(t, 30*time.Second, "the standby to follow the leader", func() bool {
+			return standby.metric("fieldwatch_baseline_confirmed_total") > 0
+		})
+		time.Sleep(500 * time.Millisecond) // mid-stream
+		killed := time.Now()
+		leader.kill()
+		late := round%5 == 4
+		var back *proc
+		if !late {
+			back = launch(t, kc, replicaArgs(h, t, ns, name, dirs[name])...)
+		}
+		handedOver := false
+		testenv.Eventually(t, 30*time.Second, other+" to lead", func() bool {
+			select {
+			case <-standby.done:
+				handedOver = true // it led, and handed over to the returning one
+				return true
+			default:
+			}
+			if back != nil && back.metric("fieldwatch_leader ") == 1 {
+				t.Fatalf("round %d: %s, started again, took the Lease instead of %s", round+1, name, other)
+			}
+			return standby.metric("fieldwatch_leader ") == 1
+		})
+		if handedOver {
+			t.Logf("round %d: killed %s; %s took over with a gap and handed the Lease over to %s", round+1, name, other, name)
+			if back == nil {
+				back = launch(t, kc, replicaArgs(h, t, ns, name, dirs[name])...)
+			}
+			reps[name] = back
+			continue
+		}
+		lease, err := leases.Get(context.Background(), "fw", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		took := lease.Spec.AcquireTime.Sub(killed)
+		if !strings.HasPrefix(*lease.Spec.HolderIdentity, other+"_") || took > bound {
+			t.Errorf("round %d: %s acquired the Lease %s after the kill (holder %s), want %s within %s",
+				round+1, other, took.Round(10*time.Millisecond), *lease.Spec.HolderIdentity, other, bound)
+		}
+		takeovers = append(takeovers, took.Round(10*time.Millisecond))
+		t.Logf("round %d: killed %s (started again %s); %s acquired the Lease %s later", round+1, name,
+			map[bool]string{false: "at once", true: "after the takeover"}[late], other, took.Round(10*time.Millisecond))
+		if late {
+			back = launch(t, kc, replicaArgs(h, t, ns, name, dirs[name])...)
+		}
+		reps[name] = back // the next round waits until it follows
+	}
+	time.Sleep(time.Second)
+	w.finish()
+	o := settle(t, h, w, time.Minute)
+	slices.Sort(takeovers)
+	t.Logf("SIGKILL and restart x%d: %s; Lease acquired after the kill: min %s, median %s, max %s; %d handovers to a standby holding writes of the leader's gap",
+		rounds, o, takeovers[0], takeovers[len(takeovers)/2], takeovers[len(takeovers)-1], handovers)
+}
+
+// TestFailoverGap: a replica takes over whose watch began after the last
+// writes its predecessor confirmed (it started on a new volume while the
+// leader's receiver failed, so that the leader's watermark stood still),
+// and the predecessor comes back under its name and replays those writes
+// from its baseline. The new leader never received them: it publishes the
+// gap, the returning replica keeps them instead of taking the watermark
+// for a confirmation, claims the Lease, and the leader hands it over; the
+// returning replica delivers them, the deletions of objects the new
+// leader never saw included. Nothing is lost; duplicates carry equal ids.
+func TestFailoverGap(t *testing.T) {
+	t.Parallel()
+	env := testenv.Shared(t)
+	ns := namespace(t, env, "failover-gap")
+	kc := env.WriteKubeconfig(t)
+	h := newHooks(t)
+	dirA := t.TempDir()
+	a := startFieldwatch(t, kc, replicaArgs(h, t, ns, "a", dirA)...)
+	leaderOf(t, 30*time.Second, a)
+	w := startWriters(t, env, ns, 20*time.Millisecond, 0)
+	b := startFieldwatch(t, kc, replicaArgs(h, t, ns, "b", t.TempDir())...)
+	testenv.Eventually(t, 30*time.Second, "b to follow a", func() bool {
+		return b.metric("fieldwatch_baseline_confirmed_total") > 0
+	})
+
+	// a's receiver fails: its watermark stands still while writes go on.
+	h.fail("a", true)
+	time.Sleep(2 * time.Second)
+	b.kill()
+	dirB := t.TempDir() // a new volume: b's watch begins now
+	b = startFieldwatch(t, kc, replicaArgs(h, t, ns, "b", dirB)...)
+	time.Sleep(time.Second)
+	a.kill()
+	h.fail("a", false)
+	a = startFieldwatch(t, kc, replicaArgs(h, t, ns, "a", dirA)...)
+
+	// b takes over with a gap, a claims the Lease, b hands it over.
+	if code := b.waitExit(60 * time.Second); code != 1 {
+		t.Fatalf("b exited with %d, want 1 (handed over, to start again as a standby)", code)
+	}
+	testenv.Eventually(t, 30*time.Second, "a to lead", func() bool { return a.metric("fieldwatch_leader ") == 1 })
+	t.Logf("b took over, handed the Lease to a; a fired %v changes at its takeover", a.metric("fieldwatch_baseline_takeover_changes_total"))
+	b = startFieldwatch(t, kc, replicaArgs(h, t, ns, "b", dirB)...)
+	time.Sleep(time.Second)
+	w.finish()
+	o := settle(t, h, w, time.Minute)
+	if a.metric("fieldwatch_leader ") != 1 {
+		t.Error("a no longer leads: the Lease went back and forth")
+	}
+	t.Logf("gap: %s", o)
 }

@@ -58,7 +58,10 @@ type Config struct {
 	// DefaultLeaseName; with TotalShards > 1 that default becomes
 	// fieldwatch-shard-N-of-M: each shard elects its own leader).
 	LeaseNamespace, LeaseName string
-	// Identity names this replica in the Lease (default: host name).
+	// Identity names this replica in the Lease (default: host name): a
+	// process holds the Lease as Identity_<an ID of the process>, and one
+	// that starts again under the same name releases the Lease its
+	// previous process held, for the other replicas.
 	Identity string
 	// LeaseDuration, RenewDeadline and RetryPeriod time the leader
 	// election (defaults DefaultLeaseDuration, DefaultRenewDeadline,
@@ -334,8 +337,16 @@ func (a *app) newReplica(ctx context.Context, standby bool) (*replica, error) {
 	}
 	set := a.set.Load()
 	var confirmed func(*watcher.Change)
-	if standby && a.history != nil {
+	switch {
+	case standby && a.history != nil && r.att != nil:
+		confirmed = func(c *watcher.Change) {
+			r.att.consume(c)
+			a.confirm(c)
+		}
+	case standby && a.history != nil:
 		confirmed = a.confirm
+	case standby && r.att != nil:
+		confirmed = r.att.consume
 	}
 	r.w, err = watcher.New(a.cfg.Rest, watcher.Config{
 		Selectors:           set.Selectors(),
@@ -357,6 +368,12 @@ func (a *app) newReplica(ctx context.Context, standby bool) (*replica, error) {
 	if err != nil {
 		r.close(a.log, &a.auditSink)
 		return nil, fmt.Errorf("watcher: %w", err)
+	}
+	if r.att != nil {
+		// The audit webhook feeds this replica's index from now on, a
+		// standby's too: the one that takes over holds the events of
+		// what it delivers.
+		a.auditSink.ix.Store(r.att.ix)
 	}
 	a.watcher.Store(r.w)
 	a.log.Info("fieldwatch running", "rules", len(set.Rules()), "files", a.cfg.RulesFiles, "standby", standby, "attribution", r.att != nil)
@@ -409,7 +426,6 @@ func (a *app) serve(ctx context.Context) error {
 		// their audit events, then their actions, before the actions
 		// close.
 		defer r.att.stop(a.attributionDrain(), &a.auditSink)
-		a.auditSink.ix.Store(r.att.ix)
 	}
 	return r.w.Run(ctx)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fieldwatch/fieldwatch/change"
 	"github.com/fieldwatch/fieldwatch/internal/audit"
+	"github.com/fieldwatch/fieldwatch/watcher"
 )
 
 // AuditConfig turns on attribution: who made each change, read from the
@@ -28,6 +29,11 @@ type AuditConfig struct {
 	WebhookClientCAFile             string
 	WebhookClientNames              []string
 	WebhookTokenFile                string
+	// WebhookPeers are the other replicas' receivers (host:port, a name
+	// resolving to every address such as a headless Service's): each
+	// event list the apiserver posts to this replica is forwarded to
+	// them before it is acknowledged (audit.WebhookOptions.Peers).
+	WebhookPeers []string
 	// WebhookMaxBodyBytes and WebhookMaxRequests bound a request's body
 	// and the requests read at once (audit.WebhookOptions).
 	WebhookMaxBodyBytes int64
@@ -60,7 +66,7 @@ func (c *AuditConfig) check(totalShards int) error {
 	if c.WebhookAddr != "" && totalShards > 1 {
 		return errors.New("--audit-webhook-addr with --total-shards > 1: the apiserver sends each audit event to one receiver, so the other shards would see none; use --audit-log (each replica reads the log) or run one shard")
 	}
-	if c.WebhookAddr == "" && (c.WebhookCertFile != "" || c.WebhookKeyFile != "" || c.WebhookClientCAFile != "" || c.WebhookTokenFile != "" || len(c.WebhookClientNames) > 0) {
+	if c.WebhookAddr == "" && (c.WebhookCertFile != "" || c.WebhookKeyFile != "" || c.WebhookClientCAFile != "" || c.WebhookTokenFile != "" || len(c.WebhookClientNames) > 0 || len(c.WebhookPeers) > 0) {
 		return errors.New("the --audit-webhook-* files are given but --audit-webhook-addr is not")
 	}
 	if c.WebhookClientCAFile != "" && len(c.WebhookClientNames) == 0 {
@@ -119,10 +125,16 @@ func (s *auditScope) keeps(group, resource string) bool {
 }
 
 // auditSwitch is the sink of the audit webhook, which runs for the whole
-// process: it forwards to the index of the current leadership term, and
-// has none while the replica stands by (the webhook then answers 503).
+// process: it forwards to the index of the running replica, a standby's
+// too, and has none while the replica starts or once it stopped. The
+// webhook takes the apiserver's posts while there is an index and the
+// replica leads, or, with peers to forward them to, stands by too (else a
+// standby turns them away, 503, and the apiserver's retry reaches the
+// leader).
 type auditSwitch struct {
-	ix atomic.Pointer[audit.Index]
+	ix      atomic.Pointer[audit.Index]
+	shared  bool         // the receiver forwards to peers
+	standby *atomic.Bool // the app's
 }
 
 // Add implements audit.Sink.
@@ -132,7 +144,9 @@ func (s *auditSwitch) Add(source string, recs []audit.Record, ignored int) {
 	}
 }
 
-func (s *auditSwitch) accepting() bool { return s.ix.Load() != nil }
+func (s *auditSwitch) accepting() bool {
+	return s.ix.Load() != nil && (s.shared || s.standby == nil || !s.standby.Load())
+}
 
 // startAuditWebhook starts the audit webhook receiver, when configured,
 // for the life of the process.
@@ -141,9 +155,11 @@ func (a *app) startAuditWebhook(ctx context.Context, bg interface{ Go(func()) })
 	if c.WebhookAddr == "" {
 		return nil
 	}
+	a.auditSink.shared, a.auditSink.standby = len(c.WebhookPeers) > 0, &a.standby
 	wh, err := audit.NewWebhook(audit.WebhookOptions{
 		CertFile: c.WebhookCertFile, KeyFile: c.WebhookKeyFile,
 		ClientCAFile: c.WebhookClientCAFile, ClientNames: c.WebhookClientNames, TokenFile: c.WebhookTokenFile,
+		Peers:        c.WebhookPeers,
 		MaxBodyBytes: c.WebhookMaxBodyBytes, MaxConcurrentRequests: c.WebhookMaxRequests,
 		Logger:    a.log,
 		Metrics:   a.auditMetrics,
@@ -173,9 +189,10 @@ func (a *app) startAuditWebhook(ctx context.Context, bg interface{ Go(func()) })
 }
 
 // attribution is the audit side of a replica: the index, the attributor
-// and the log follower. The audit webhook feeds the index only while the
-// replica leads (auditSwitch); the log follower feeds it from the start, so
-// that a standby that takes over has the recent events.
+// and the log follower. The audit webhook (auditSwitch) and the log
+// follower feed the index from the replica's start, so that a standby
+// that takes over has the recent events; a standby's index loses the
+// events of the changes the leader delivered (watcher.Config.Confirmed).
 type attribution struct {
 	ix       *audit.Index
 	at       *audit.Attributor
@@ -240,6 +257,13 @@ func (a *app) attributionDrain() time.Duration {
 		wait = audit.DefaultWait
 	}
 	return min(wait+time.Second, a.cfg.GracePeriod/2)
+}
+
+// consume takes the audit event of c, a change the leader confirmed, out
+// of the index, as the leader's match did (a standby's Confirmed).
+func (att *attribution) consume(c *watcher.Change) {
+	ac := auditChange(c, rulesChange(c))
+	att.ix.Consume(&ac)
 }
 
 // stop ends attribution once the watcher has stopped: the changes still

@@ -141,8 +141,8 @@ func (a *app) confirm(c *watcher.Change) {
 // confirmed and records what fires, as the leader did, in this
 // standby's history: what it needs for its history to hold, after a
 // takeover, the firings of the previous leader as well as its own. The
-// payloads are this replica's: without the leader's audit events (a
-// standby's audit webhook turns them away), actor names the field
+// payloads are this replica's: a standby attributes nothing (it may hold
+// the audit events, for when it takes over), so actor names the field
 // manager only; a CRD change's impact is scanned as the leader scans it.
 func (a *app) evaluateConfirmed(h *historyState) {
 	defer close(h.done)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"k8s.io/client-go/tools/leaderelection"
 
@@ -18,22 +19,31 @@ import (
 // that it restarts as a standby with a clean state.
 var errLostLeadership = errors.New("lost leadership")
 
+// errHandedOver ends the process of a leader that handed the Lease over to
+// a standby holding writes it never saw; it restarts as a standby.
+var errHandedOver = errors.New("handed the Lease over to a standby that holds writes this replica never saw")
+
 // elect runs this replica in a leader election. Every replica watches from
 // the start: a standby keeps its changes and records in its baseline those
 // the leader's watermarks (read from the Lease) confirm. The one that
-// acquires the Lease takes over and delivers exactly what its predecessor
-// had not confirmed. It renews the Lease with its own watermarks. It stops
-// delivering at once when it cannot renew within the renew deadline, and on
-// SIGTERM drains while still holding the Lease, then releases it.
+// acquires the Lease (campaign) takes over and delivers exactly what its
+// predecessor had not confirmed. It renews the Lease with its own
+// watermarks. It stops delivering at once when it cannot renew within the
+// renew deadline, and on SIGTERM drains while still holding the Lease,
+// then releases it. Each process holds the Lease under its own identity
+// (the replica's name and an ID of the process): one that starts again
+// under its replica's name never mistakes its previous process's Lease for
+// its own.
 func (a *app) elect(ctx context.Context) error {
-	id := a.cfg.Identity
-	if id == "" {
+	replicaName := a.cfg.Identity
+	if replicaName == "" {
 		host, err := os.Hostname()
 		if err != nil {
 			return fmt.Errorf("identity for leader election: %w", err)
 		}
-		id = host
+		replicaName = host
 	}
+	id := holderIdentity(replicaName)
 	a.standby.Store(true)
 	r, err := a.newReplica(ctx, true)
 	if err != nil {
@@ -50,19 +60,22 @@ func (a *app) elect(ctx context.Context) error {
 
 	var leading atomic.Bool
 	lock := &watermarkLease{
-		namespace: a.cfg.LeaseNamespace, name: a.cfg.LeaseName, identity: id,
-		client: a.kube.CoordinationV1(), log: a.log,
-		publish: func() watcher.Watermarks {
+		namespace: a.cfg.LeaseNamespace, name: a.cfg.LeaseName, identity: id, replica: replicaName,
+		leaseSeconds: int(a.cfg.LeaseDuration / time.Second),
+		client:       a.kube.CoordinationV1(), log: a.log,
+		publish: func() (watcher.Watermarks, watcher.Gaps) {
 			if !leading.Load() {
-				return nil // acquiring: keep the previous leader's
+				return nil, nil // acquiring: keep the previous leader's
 			}
-			return r.w.Watermarks()
+			return r.w.Published()
 		},
-		follow: func(wm watcher.Watermarks) {
+		follow: func(wm watcher.Watermarks, gaps watcher.Gaps) {
 			if !leading.Load() {
-				r.w.Confirm(wm)
+				r.w.Confirm(wm, gaps)
 			}
 		},
+		held:    r.w.Held,
+		claimed: make(chan struct{}),
 	}
 	// The election runs until this replica has handed over (or stops
 	// standing by): its context is not the process's.
@@ -95,11 +108,6 @@ func (a *app) elect(ctx context.Context) error {
 			OnStoppedLeading: func() {
 				a.metrics.leader.Set(0)
 			},
-			OnNewLeader: func(leader string) {
-				if leader != id {
-					a.log.Info("another replica leads; standing by", "leader", leader)
-				}
-			},
 		},
 	})
 	if err != nil {
@@ -118,7 +126,12 @@ func (a *app) elect(ctx context.Context) error {
 			stopElection() // a standby just stops
 		}
 	}()
-	le.Run(leCtx)
+	a.log.Info("standing by for the Lease", "lease", a.cfg.LeaseNamespace+"/"+a.cfg.LeaseName, "identity", id)
+	if lock.campaign(leCtx, a.cfg.LeaseDuration, a.cfg.RetryPeriod) {
+		// The Lease is this process's: the elector renews it (its
+		// first attempt, at once, finds it so) and starts leading.
+		le.Run(leCtx)
+	}
 
 	var result error
 	if leading.Load() {
@@ -154,24 +167,28 @@ func (a *app) lead(ctx, lctx context.Context, r *replica, lock *watermarkLease, 
 	if err != nil {
 		return err
 	}
-	if r.att != nil {
-		// The audit webhook takes events from now on (a standby's turns
-		// the apiserver away).
-		a.auditSink.ix.Store(r.att.ix)
-	}
 	a.standby.Store(false)
 	a.metrics.leader.Set(1)
+	wm, gaps := lock.seen()
 	a.log.Info("leading: taking over from the last watermarks of the previous leader",
-		"lease", a.cfg.LeaseNamespace+"/"+a.cfg.LeaseName, "identity", lock.identity, "informers", len(lock.seen()))
-	r.w.TakeOver(lock.seen())
+		"lease", a.cfg.LeaseNamespace+"/"+a.cfg.LeaseName, "identity", lock.identity, "informers", len(wm), "gaps", len(gaps))
+	r.w.TakeOver(wm, gaps)
 
+	var handOver bool
 	select {
 	case <-lost:
 		a.abort(r, disp)
 		return errLostLeadership
+	case <-lock.claims():
+		// A standby saw writes this replica never received (its watch
+		// began after them): only that standby can deliver them.
+		to := lock.claimedBy()
+		lock.handTo.Store(&to)
+		handOver = true
+		a.log.Warn("a standby holds writes this replica never saw: handing the Lease over to it once what is queued is handled", "standby", to)
 	case <-ctx.Done():
+		a.log.Info("stopping: handling what is queued while holding the Lease, then releasing it", "gracePeriod", a.cfg.GracePeriod)
 	}
-	a.log.Info("stopping: handling what is queued while holding the Lease, then releasing it", "gracePeriod", a.cfg.GracePeriod)
 	drained := make(chan struct{})
 	go func() {
 		defer close(drained)
@@ -189,6 +206,9 @@ func (a *app) lead(ctx, lctx context.Context, r *replica, lock *watermarkLease, 
 	}()
 	select {
 	case <-drained:
+		if handOver {
+			return errHandedOver
+		}
 		return nil
 	case <-lost:
 		a.abort(r, disp)

@@ -24,8 +24,29 @@ import (
 // change of that informer is handled.
 const watermarksAnnotation = "fieldwatch.io/watermarks"
 
-// maxWatermarksSize bounds the annotation, well under the 256 KiB that all
-// annotations of an object may take.
+// gapsAnnotation is the annotation in which the leader publishes, with its
+// watermarks, its gaps (watcher.Gaps): per informer, the resourceVersions
+// {"after": a, "through": b} whose writes it never saw one by one, since
+// its watch began after them and no leader before it confirmed them. A
+// standby keeps the writes of a gap it saw (the watermarks do not confirm
+// them) and asks for the Lease (claimAnnotation).
+const gapsAnnotation = "fieldwatch.io/gaps"
+
+// claimAnnotation is the annotation a standby writes on the Lease when it
+// holds writes of the leader's gaps: {"by": standby, "against": leader,
+// "changes": n}. The leader it names hands the Lease over to it (drains,
+// then releases it with handoverAnnotation naming the standby).
+const claimAnnotation = "fieldwatch.io/claim"
+
+// claim is the value of claimAnnotation.
+type claim struct {
+	By      string `json:"by"`
+	Against string `json:"against"`
+	Changes int    `json:"changes"`
+}
+
+// maxWatermarksSize bounds the watermarks and gaps annotations together,
+// well under the 256 KiB that all annotations of an object may take.
 const maxWatermarksSize = 128 << 10
 
 // watermarkLease is the leader election lock: a coordination.k8s.io Lease
@@ -34,20 +55,37 @@ const maxWatermarksSize = 128 << 10
 // standby. It remembers when its holder last renewed, so that a leader can
 // stop acting before its Lease may expire for the others.
 type watermarkLease struct {
-	namespace, name, identity string
-	client                    coordinationv1client.LeasesGetter
-	log                       *slog.Logger
-	// publish returns the watermarks to write, nil to keep the Lease's.
-	publish func() watcher.Watermarks
-	// follow receives the watermarks read from the Lease.
-	follow func(watcher.Watermarks)
+	// identity is this process's holder identity (holderIdentity),
+	// replica the name of the replica it runs as.
+	namespace, name, identity, replica string
+	// leaseSeconds is the lease duration written on the Lease.
+	leaseSeconds int
+	client       coordinationv1client.LeasesGetter
+	log          *slog.Logger
+	// publish returns the watermarks and gaps to write, nil watermarks
+	// to keep the Lease's.
+	publish func() (watcher.Watermarks, watcher.Gaps)
+	// follow receives the watermarks and gaps read from the Lease.
+	follow func(watcher.Watermarks, watcher.Gaps)
+	// held, when set, returns how many writes of the leader's gaps this
+	// standby holds: it claims the Lease when there are some.
+	held func() int
 
 	lease     *coordinationv1.Lease // as last read or written (the election's goroutine only)
 	mu        sync.Mutex
 	last      watcher.Watermarks // as last read
+	lastGaps  watcher.Gaps       // with last
 	renewed   atomic.Int64       // unix nanoseconds when the last renewal of ours was sent
 	tooLarge  atomic.Bool
 	badFormat atomic.Bool
+	// claimed is closed when a standby claims the Lease from this
+	// replica; claimant is that standby, handTo whom a release hands the
+	// Lease to.
+	claimed     chan struct{}
+	claimOnce   sync.Once
+	claimant    atomic.Pointer[string]
+	handTo      atomic.Pointer[string]
+	claimedFrom string // the holder this standby last claimed against
 }
 
 var _ resourcelock.Interface = &watermarkLease{}
@@ -69,8 +107,17 @@ func (l *watermarkLease) Get(ctx context.Context) (*resourcelock.LeaderElectionR
 	return record, raw, nil
 }
 
-// read takes the watermarks of lease.
+// read takes the watermarks and gaps of lease, and notes a claim against
+// this replica.
 func (l *watermarkLease) read(lease *coordinationv1.Lease) {
+	if c, ok := l.claimOf(lease); ok && c.Against == l.identity && c.By != "" {
+		l.claimOnce.Do(func() {
+			l.claimant.Store(&c.By)
+			if l.claimed != nil {
+				close(l.claimed)
+			}
+		})
+	}
 	raw, ok := lease.Annotations[watermarksAnnotation]
 	if !ok {
 		return
@@ -82,19 +129,81 @@ func (l *watermarkLease) read(lease *coordinationv1.Lease) {
 		}
 		return
 	}
+	var gaps watcher.Gaps
+	if raw, ok := lease.Annotations[gapsAnnotation]; ok {
+		if err := json.Unmarshal([]byte(raw), &gaps); err != nil {
+			// Without its gaps the watermarks could confirm writes
+			// the leader never saw: ignore both.
+			if !l.badFormat.Swap(true) {
+				l.log.Error("the Lease's gaps do not decode; ignoring its watermarks", "annotation", gapsAnnotation, "error", err)
+			}
+			return
+		}
+	}
 	l.mu.Lock()
-	l.last = wm
+	l.last, l.lastGaps = wm, gaps
 	l.mu.Unlock()
 	if l.follow != nil {
-		l.follow(wm)
+		l.follow(wm, gaps)
 	}
 }
 
-// seen returns the watermarks last read from the Lease.
-func (l *watermarkLease) seen() watcher.Watermarks {
+// claimOf returns the claim annotation of lease, if any.
+func (l *watermarkLease) claimOf(lease *coordinationv1.Lease) (claim, bool) {
+	var c claim
+	raw, ok := lease.Annotations[claimAnnotation]
+	if !ok {
+		return c, false
+	}
+	if err := json.Unmarshal([]byte(raw), &c); err != nil {
+		return c, false
+	}
+	return c, true
+}
+
+// seen returns the watermarks and gaps last read from the Lease.
+func (l *watermarkLease) seen() (watcher.Watermarks, watcher.Gaps) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.last
+	return l.last, l.lastGaps
+}
+
+// claims returns a channel closed when a standby claims the Lease from
+// this replica (nil without a claimed channel: never).
+func (l *watermarkLease) claims() <-chan struct{} { return l.claimed }
+
+// claimedBy returns the standby that claimed the Lease ("" for none).
+func (l *watermarkLease) claimedBy() string {
+	if p := l.claimant.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// claim writes, on a standby that holds n writes of the gaps of holder
+// (the leader), a claim for the Lease, once per leader. A conflicting
+// write (a renewal meanwhile) is tried again at the next read.
+func (l *watermarkLease) claim(ctx context.Context, holder string, n int) {
+	if l.lease == nil || holder == "" || holder == l.identity || l.claimedFrom == holder {
+		return
+	}
+	lease := l.lease.DeepCopy()
+	raw, err := json.Marshal(claim{By: l.identity, Against: holder, Changes: n})
+	if err != nil {
+		return // strings and an int always encode
+	}
+	if lease.Annotations == nil {
+		lease.Annotations = map[string]string{}
+	}
+	lease.Annotations[claimAnnotation] = string(raw)
+	updated, err := l.client.Leases(l.namespace).Update(ctx, lease, metav1.UpdateOptions{})
+	if err != nil {
+		return
+	}
+	l.lease = updated
+	l.claimedFrom = holder
+	l.log.Warn("this standby holds writes the leader never saw (made before its watch began, after what the previous leader confirmed): asking it to hand the Lease over",
+		"leader", holder, "changes", n)
 }
 
 // Create implements resourcelock.Interface.
@@ -103,7 +212,7 @@ func (l *watermarkLease) Create(ctx context.Context, ler resourcelock.LeaderElec
 		ObjectMeta: metav1.ObjectMeta{Name: l.name, Namespace: l.namespace},
 		Spec:       resourcelock.LeaderElectionRecordToLeaseSpec(&ler),
 	}
-	l.annotate(lease)
+	l.annotate(lease, ler)
 	sent := time.Now()
 	created, err := l.client.Leases(l.namespace).Create(ctx, lease, metav1.CreateOptions{})
 	if err != nil {
@@ -122,7 +231,7 @@ func (l *watermarkLease) Update(ctx context.Context, ler resourcelock.LeaderElec
 	}
 	lease := l.lease.DeepCopy()
 	lease.Spec = resourcelock.LeaderElectionRecordToLeaseSpec(&ler)
-	l.annotate(lease)
+	l.annotate(lease, ler)
 	sent := time.Now()
 	updated, err := l.client.Leases(l.namespace).Update(ctx, lease, metav1.UpdateOptions{})
 	if err != nil {
@@ -133,12 +242,32 @@ func (l *watermarkLease) Update(ctx context.Context, ler resourcelock.LeaderElec
 	return nil
 }
 
-// annotate writes the watermarks to publish, if any, on lease.
-func (l *watermarkLease) annotate(lease *coordinationv1.Lease) {
+// annotate writes on lease, about to carry the record ler, the
+// watermarks and gaps to publish, if any. A Lease that someone holds has
+// no handover annotation (it was for the last release), nor a claim
+// against someone else; a released one has no claim, and hands over to
+// the claimant if this replica yields to one.
+func (l *watermarkLease) annotate(lease *coordinationv1.Lease, ler resourcelock.LeaderElectionRecord) {
+	if lease.Annotations == nil {
+		lease.Annotations = map[string]string{}
+	}
+	if ler.HolderIdentity != "" {
+		delete(lease.Annotations, handoverAnnotation)
+		if c, ok := l.claimOf(lease); !ok || c.Against != ler.HolderIdentity {
+			delete(lease.Annotations, claimAnnotation)
+		}
+	} else {
+		delete(lease.Annotations, claimAnnotation)
+		if to := l.handTo.Load(); to != nil {
+			if h, err := json.Marshal(handover{From: l.identity, To: *to}); err == nil {
+				lease.Annotations[handoverAnnotation] = string(h)
+			}
+		}
+	}
 	if l.publish == nil {
 		return
 	}
-	wm := l.publish()
+	wm, gaps := l.publish()
 	if wm == nil {
 		return
 	}
@@ -146,13 +275,17 @@ func (l *watermarkLease) annotate(lease *coordinationv1.Lease) {
 	if err != nil {
 		return // a map of strings always encodes
 	}
-	if lease.Annotations == nil {
-		lease.Annotations = map[string]string{}
+	var rawGaps []byte
+	if len(gaps) > 0 {
+		if rawGaps, err = json.Marshal(gaps); err != nil {
+			return // maps of strings always encode
+		}
 	}
-	if len(raw) > maxWatermarksSize {
+	if len(raw)+len(rawGaps) > maxWatermarksSize {
 		// Standbys fire everything they hold at a takeover rather than
 		// trust an old value.
 		delete(lease.Annotations, watermarksAnnotation)
+		delete(lease.Annotations, gapsAnnotation)
 		if !l.tooLarge.Swap(true) {
 			l.log.Error("too many informers to publish their watermarks on the Lease: a standby that takes over fires every change it holds",
 				"informers", len(wm), "bytes", len(raw), "max", maxWatermarksSize)
@@ -160,6 +293,11 @@ func (l *watermarkLease) annotate(lease *coordinationv1.Lease) {
 		return
 	}
 	lease.Annotations[watermarksAnnotation] = string(raw)
+	if rawGaps != nil {
+		lease.Annotations[gapsAnnotation] = string(rawGaps)
+	} else {
+		delete(lease.Annotations, gapsAnnotation)
+	}
 }
 
 // wrote notes a successful write of ler, sent at sent.

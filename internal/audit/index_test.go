@@ -499,3 +499,53 @@ func TestEntryBytesBound(t *testing.T) {
 		t.Errorf("entryBytes %d, less than the 595 bytes an event takes", got)
 	}
 }
+
+// TestConsume: a standby consumes, for each change its leader confirmed,
+// the event the leader's match used: then, after a takeover, the next
+// write to the object by someone else is that someone's, not ambiguous
+// with the confirmed one's event.
+func TestConsume(t *testing.T) {
+	clock := newFakeClock()
+	ix := NewIndex(IndexOptions{Clock: clock})
+	// alice patches at 0s, bob at 0.5s: both events in one batch.
+	ix.Add(SourceWebhook, []Record{
+		rec("a1", "alice", "patch", "cm", 0),
+		rec("b1", "bob", "patch", "cm", 500*time.Millisecond),
+	}, 0)
+	clock.Step(time.Second)
+	first, second := chg(change.Updated, "cm"), chg(change.Updated, "cm")
+	first.Time = t0.Add(5 * time.Millisecond)
+	second.Time = t0.Add(505 * time.Millisecond)
+	ix.Consume(&first) // the leader delivered it; this standby confirms it
+	a, ok := ix.match(&second, true)
+	if !ok || a.Match != change.MatchWindow || a.User.Username != "bob" || a.AuditID != "b1" {
+		t.Fatalf("the change after the confirmed one: %+v (%v), want bob's b1", a, ok)
+	}
+
+	// Without the consumption the two would be ambiguous.
+	ix2 := NewIndex(IndexOptions{Clock: clock})
+	ix2.Add(SourceWebhook, []Record{rec("a2", "alice", "patch", "cm", 0), rec("b2", "bob", "patch", "cm", 500*time.Millisecond)}, 0)
+	if a, _ := ix2.match(&second, true); a.Match != change.MatchAmbiguous {
+		t.Errorf("without consuming the confirmed change's event: %s, want ambiguous", a.Match)
+	}
+
+	// An exact event is consumed by its resourceVersion; a listed change
+	// consumes nothing.
+	ix3 := NewIndex(IndexOptions{Clock: clock})
+	exact := with(rec("c1", "carol", "patch", "cm", 900*time.Millisecond), func(r *Record) {
+		r.Level, r.ResponseUID, r.ResponseResourceVersion = "RequestResponse", "uid-cm", "10"
+	})
+	ix3.Add(SourceWebhook, []Record{rec("c0", "dave", "patch", "cm", 950*time.Millisecond), exact}, 0)
+	listed := chg(change.Updated, "cm")
+	listed.Listed = true
+	ix3.Consume(&listed)
+	if n := ix3.live; n != 2 {
+		t.Errorf("a listed change consumed an event: %d left", n)
+	}
+	third := chg(change.Updated, "cm")
+	third.Time = t0.Add(time.Second)
+	ix3.Consume(&third)
+	if ix3.byID["c1"] == nil || !ix3.byID["c1"].removed || ix3.byID["c0"].removed {
+		t.Errorf("consumed %v, want the exact event c1 only", ix3.byID)
+	}
+}

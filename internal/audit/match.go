@@ -281,3 +281,58 @@ func ambiguous(cands []*entry) change.Attribution {
 	slices.Sort(names)
 	return change.Attribution{Match: change.MatchAmbiguous, Candidates: slices.Compact(names)}
 }
+
+// Consume takes out of the index the audit event that most plausibly made
+// c, without attributing c: a standby calls it for each change its leader
+// confirmed (delivered), so that, when it takes over, the events of the
+// changes the leader matched are no candidates for the next changes of
+// their objects, as on the leader. The event is c's exact one (its
+// resourceVersion), or else, of the events that fit it strongly, the last
+// to complete by the time c was watched (the write that made it
+// completes just before the watch sees it), or the first after. A change
+// learned from a list consumes nothing: it may stand for several writes.
+func (ix *Index) Consume(c *Change) {
+	if c.Listed {
+		return
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ix.expireLocked(ix.opts.Clock.Now())
+	var best *entry
+	key := c.key()
+	for range 2 {
+		for _, e := range ix.byKey[key] {
+			if ix.exact(e, c) {
+				ix.consumeLocked(e)
+				return
+			}
+			if ix.fits(e, c) == strongFit && closer(e, best, c.Time) {
+				best = e
+			}
+		}
+		if best != nil || c.Name == "" || c.Type == change.Updated && !c.DeletionStarted {
+			break
+		}
+		key.name = "" // creates with generateName, deletecollection
+	}
+	if best != nil {
+		ix.consumeLocked(best)
+	}
+}
+
+// closer reports whether e completed more plausibly for a change watched
+// at t than best (nil: any e is): by t, and the later the better; after
+// t, the sooner the better.
+func closer(e, best *entry, t time.Time) bool {
+	if best == nil {
+		return true
+	}
+	eBy, bestBy := !e.rec.Completed.After(t), !best.rec.Completed.After(t)
+	switch {
+	case eBy && bestBy:
+		return e.rec.Completed.After(best.rec.Completed)
+	case eBy != bestBy:
+		return eBy
+	}
+	return e.rec.Completed.Before(best.rec.Completed)
+}

@@ -25,11 +25,13 @@ type Metrics struct {
 	logReopens      *prometheus.CounterVec
 	logSkipped      prometheus.Counter
 	logOpenFailures *prometheus.CounterVec
+	peerForwards    *prometheus.CounterVec
 
 	// resolved once: the hot paths do no label lookups
 	evictedAge, evictedCount             prometheus.Counter
 	matchExact, matchWindow, matchAmbig  prometheus.Counter
 	webhookOK                            prometheus.Counter
+	peerOK, peerFailed                   prometheus.Counter
 	refusedBy                            map[string]prometheus.Counter
 	evictedBytes                         prometheus.Counter
 	indexedBy, ignoredBy, duplicateBy    map[string]prometheus.Counter
@@ -41,6 +43,8 @@ type Metrics struct {
 const (
 	SourceWebhook = "webhook"
 	SourceLog     = "log"
+	// SourcePeer: events another replica's receiver forwarded.
+	SourcePeer = "peer"
 )
 
 // NewMetrics creates the metrics and registers them on reg; a nil reg
@@ -58,11 +62,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"source"}),
 		webhookRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "webhook_requests_total",
-			Help: "Requests to the audit webhook, by response code (401: no credentials, 403: wrong credentials, 413: body, event or the events kept too large, 429: too many at once, 503: standing by).",
+			Help: "Requests to the audit webhook, by response code (401: no credentials, 403: wrong credentials, 413: body, event or the events kept too large, 429: too many at once, 503: starting), peers' forwards included.",
 		}, []string{"code"}),
 		webhookRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "webhook_refused_total",
-			Help: "Clients the audit webhook refused, by reason: no_credentials (401), wrong_token, untrusted_certificate (not signed by the client CA for client authentication), certificate_name (signed by it, naming none of the client names) (403).",
+			Help: "Clients the audit webhook refused, by reason: no_credentials (401), wrong_token, untrusted_certificate (not signed by the client CA for client authentication), certificate_name (signed by it, naming none of the client names), not_a_peer (a forward without the receiver's own certificate) (403).",
 		}, []string{"reason"}),
 		held: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "index_events",
@@ -105,11 +109,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: ns, Subsystem: sub, Name: "log_open_failures_total",
 			Help: "Times the audit log path could not be followed, by reason: not_regular (a FIFO, a device, a directory: refused, never read) or error (it could not be looked at or opened). Each is counted once until a file is followed; the path is looked at again every poll interval.",
 		}, []string{"reason"}),
+		peerForwards: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "peer_forwards_total",
+			Help: "Audit event lists this receiver forwarded to another replica's, by result: ok, or failed (the peer is down or refused them: it misses those events).",
+		}, []string{"result"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.events, m.decodeErrors, m.webhookRequests, m.webhookRefused, m.held, m.heldBytes, m.evictions,
-			m.matches, m.unmatched, m.waiting, m.wait, m.logReopens, m.logSkipped, m.logOpenFailures)
+			m.matches, m.unmatched, m.waiting, m.wait, m.logReopens, m.logSkipped, m.logOpenFailures, m.peerForwards)
 	}
+	m.peerOK = m.peerForwards.WithLabelValues("ok")
+	m.peerFailed = m.peerForwards.WithLabelValues("failed")
 	m.evictedAge = m.evictions.WithLabelValues("age")
 	m.evictedCount = m.evictions.WithLabelValues("count")
 	m.evictedBytes = m.evictions.WithLabelValues("bytes")
@@ -124,7 +134,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.indexedBy, m.ignoredBy, m.duplicateBy = map[string]prometheus.Counter{}, map[string]prometheus.Counter{}, map[string]prometheus.Counter{}
 	m.tooLargeBy = map[string]prometheus.Counter{}
 	m.filteredBy, m.failedBy, m.decodeErrorsBy = map[string]prometheus.Counter{}, map[string]prometheus.Counter{}, map[string]prometheus.Counter{}
-	for _, src := range []string{SourceWebhook, SourceLog} {
+	for _, src := range []string{SourceWebhook, SourceLog, SourcePeer} {
 		m.indexedBy[src] = m.events.WithLabelValues(src, "indexed")
 		m.ignoredBy[src] = m.events.WithLabelValues(src, "ignored")
 		m.duplicateBy[src] = m.events.WithLabelValues(src, "duplicate")

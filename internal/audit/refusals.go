@@ -24,9 +24,12 @@ const (
 	// RefusedCertificateName: a certificate of the client CA that names
 	// none of the client names (403): another client of that CA.
 	RefusedCertificateName = "certificate_name"
+	// RefusedPeer: a post on PeerPath by a client that does not present
+	// the receiver's own certificate (403).
+	RefusedPeer = "not_a_peer"
 )
 
-var refusedReasons = []string{RefusedNoCredentials, RefusedToken, RefusedCertificate, RefusedCertificateName}
+var refusedReasons = []string{RefusedNoCredentials, RefusedToken, RefusedCertificate, RefusedCertificateName, RefusedPeer}
 
 // refusalLog decides which refusals are logged: the first of each key,
 // then at most one every interval, with the count of those left out.

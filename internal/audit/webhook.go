@@ -64,12 +64,24 @@ type WebhookOptions struct {
 	// Metrics receive the request counts (default unregistered ones).
 	Metrics *Metrics
 	// Accepting, when set, says whether events are wanted now. When it
-	// returns false (a replica standing by for leadership), authenticated
-	// requests get 503 with Retry-After: 0 and the connection is closed:
-	// the apiserver's client retries at once (client-go retries a 5xx
-	// with Retry-After up to ten times) on a new connection, which a
-	// Service may route to the replica that accepts.
+	// returns false (a replica still starting), authenticated requests
+	// get 503 with Retry-After: 0 and the connection is closed: the
+	// apiserver's client retries at once (client-go retries a 5xx with
+	// Retry-After up to ten times) on a new connection, which a Service
+	// may route to another replica.
 	Accepting func() bool
+	// Peers are the other replicas' receivers, host:port (a name may
+	// resolve to several addresses, such as a headless Service's; one
+	// that leads back to this receiver is left out). Each event list the
+	// apiserver posts here is forwarded to them, on PeerPath, before it
+	// is acknowledged: every replica holds every event, so that the one
+	// that takes over after a failover attributes what it delivers. A
+	// peer is a client or server that presents this receiver's serving
+	// certificate: every replica has the same.
+	Peers []string
+	// PeerTimeout bounds the forwarding of one event list (default
+	// DefaultPeerTimeout).
+	PeerTimeout time.Duration
 
 	// MaxConnections bounds the connections Serve holds open at once
 	// (default connlimit.DefaultMaxConns): a new one past it closes the one
@@ -135,6 +147,7 @@ type Webhook struct {
 	ca       *reloadable[*x509.CertPool]
 	names    map[string]bool
 	token    *reloadable[[32]byte]
+	peers    *peers // nil without Peers
 }
 
 var _ http.Handler = &Webhook{}
@@ -179,6 +192,11 @@ func NewWebhook(opts WebhookOptions, sink Sink) (*Webhook, error) {
 	if opts.TokenFile != "" {
 		if w.token, err = newReloadable(loadToken, opts.TokenFile); err != nil {
 			return nil, fmt.Errorf("audit webhook: token file %s: %w", opts.TokenFile, err)
+		}
+	}
+	if len(opts.Peers) > 0 {
+		if w.peers, err = newPeers(w, opts.Peers, opts.PeerTimeout); err != nil {
+			return nil, err
 		}
 	}
 	return w, nil
@@ -231,7 +249,7 @@ func loadToken(data [][]byte) ([32]byte, error) {
 // TLSConfig returns the server's TLS configuration: the current serving
 // certificate, and client certificates requested (verified by the
 // handler, so that a wrong one gets a counted 403 rather than a failed
-// handshake).
+// handshake): the apiserver's, or a peer's.
 func (w *Webhook) TLSConfig() *tls.Config {
 	cfg := &tls.Config{
 		MinVersion: tls.VersionTLS12,
@@ -243,7 +261,7 @@ func (w *Webhook) TLSConfig() *tls.Config {
 			return c, nil
 		},
 	}
-	if w.ca != nil {
+	if w.ca != nil || w.peers != nil {
 		cfg.ClientAuth = tls.RequestClientCert
 	}
 	return cfg
@@ -303,6 +321,10 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		w.refuse(rw, r, http.StatusMethodNotAllowed, "only POST")
 		return
 	}
+	if r.URL.Path == PeerPath {
+		w.servePeer(rw, r)
+		return
+	}
 	if code, reason, client := w.authenticate(r); code != 0 {
 		if code == http.StatusUnauthorized {
 			rw.Header().Set("WWW-Authenticate", `Bearer realm="fieldwatch-audit"`)
@@ -315,11 +337,7 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		w.refuseClient(rw, r, code, why, reason, client)
 		return
 	}
-	if w.opts.Accepting != nil && !w.opts.Accepting() {
-		rw.Header().Set("Retry-After", "0")
-		rw.Header().Set("Connection", "close")
-		w.m.webhookCode(http.StatusServiceUnavailable)
-		http.Error(rw, "not accepting audit events: standing by", http.StatusServiceUnavailable)
+	if !w.accepting(rw) {
 		return
 	}
 	select {
@@ -356,12 +374,36 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	if len(batch.chunks) == 0 && ignored > 0 {
 		w.sink.Add(SourceWebhook, nil, ignored)
 	}
+	var forward []Record
+	if w.peers != nil && batch.n > 0 {
+		forward = make([]Record, 0, batch.n)
+		for _, recs := range batch.chunks {
+			forward = append(forward, recs...)
+		}
+	}
 	for _, recs := range batch.chunks {
 		w.sink.Add(SourceWebhook, recs, ignored)
 		ignored = 0
 	}
+	if forward != nil {
+		// Acknowledged only once the peers hold the events too: a
+		// batch the apiserver sees acknowledged outlives this process.
+		w.peers.forward(r.Context(), forward)
+	}
 	w.m.webhookCode(http.StatusOK)
 	rw.WriteHeader(http.StatusOK)
+}
+
+// accepting answers 503 and returns false while Accepting says no.
+func (w *Webhook) accepting(rw http.ResponseWriter) bool {
+	if w.opts.Accepting == nil || w.opts.Accepting() {
+		return true
+	}
+	rw.Header().Set("Retry-After", "0")
+	rw.Header().Set("Connection", "close")
+	w.m.webhookCode(http.StatusServiceUnavailable)
+	http.Error(rw, "not accepting audit events yet: starting", http.StatusServiceUnavailable)
+	return false
 }
 
 // errRequestKeepsTooMuch is the error of a request whose events would

@@ -398,7 +398,11 @@ func TestWebhookReloadsCertificate(t *testing.T) {
 // TestWebhookStandingBy: while Accepting says no, authenticated posts get
 // 503 with Retry-After and a closed connection, and nothing reaches the
 // sink; unauthenticated ones are still refused as such.
-func TestWebhookStandingBy(t *testing.T) {
+// TestWebhookNotAccepting: while Accepting says no (a replica starting,
+// before it has an index), an authenticated post gets 503 with
+// Retry-After: 0 on a closed connection, so that the apiserver retries at
+// once, elsewhere; then it is taken.
+func TestWebhookNotAccepting(t *testing.T) {
 	p := newWebhookPKI(t, t.TempDir())
 	sink := &recordingSink{}
 	var accepting sync.Mutex
@@ -433,21 +437,130 @@ func TestWebhookStandingBy(t *testing.T) {
 		return resp
 	}
 	if resp := post(""); resp.StatusCode != 401 {
-		t.Errorf("standing by, no credentials: %d, want 401", resp.StatusCode)
+		t.Errorf("not accepting, no credentials: %d, want 401", resp.StatusCode)
 	}
 	resp := post(p.token)
 	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "0" || !resp.Close {
-		t.Errorf("standing by: %d Retry-After %q close %v, want 503, 0, closed", resp.StatusCode, resp.Header.Get("Retry-After"), resp.Close)
+		t.Errorf("not accepting: %d Retry-After %q close %v, want 503, 0, closed", resp.StatusCode, resp.Header.Get("Retry-After"), resp.Close)
 	}
 	if n := len(sink.ids()); n != 0 {
-		t.Errorf("standing by: %d records reached the sink", n)
+		t.Errorf("not accepting: %d records reached the sink", n)
 	}
 	accepting.Lock()
 	leading = true
 	accepting.Unlock()
 	if resp := post(p.token); resp.StatusCode != 200 || len(sink.ids()) == 0 {
-		t.Errorf("leading: %d, %d records", resp.StatusCode, len(sink.ids()))
+		t.Errorf("accepting: %d, %d records", resp.StatusCode, len(sink.ids()))
 	}
+}
+
+// TestWebhookPeers: two replicas' receivers with the same certificate,
+// each the other's peer (and, through a name, its own): a list the
+// apiserver posts to either is held by both once it is acknowledged, and
+// by the receiving one once only; a post on the peer path without the
+// receivers' certificate is refused, the apiserver's included.
+func TestWebhookPeers(t *testing.T) {
+	p := newWebhookPKI(t, t.TempDir())
+	listen := func() net.Listener {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ln
+	}
+	lnA, lnB := listen(), listen()
+	peers := []string{lnA.Addr().String(), lnB.Addr().String()} // each is one of its own
+	sinks := []*sourceSink{{}, {}}
+	metrics := []*Metrics{NewMetrics(nil), NewMetrics(nil)}
+	var urls []string
+	for i, ln := range []net.Listener{lnA, lnB} {
+		w, err := NewWebhook(WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, ClientCAFile: p.caFile, ClientNames: []string{"kube-apiserver"},
+			Peers: peers, Metrics: metrics[i], Logger: slog.New(slog.DiscardHandler)}, sinks[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- w.Serve(ctx, ln) }()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("serve: %v", err)
+			}
+		})
+		urls = append(urls, "https://"+ln.Addr().String())
+	}
+	apiserver := httpsClient(t, p.ca.CertPEM, p.clientCert, p.clientKey)
+	post := func(c *http.Client, url string, body []byte) int {
+		t.Helper()
+		resp, err := c.Post(url, "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	lines := readLines(t, apiserverLog)
+	if code := post(apiserver, urls[0]+"/audit", eventList(lines[:10])); code != 200 {
+		t.Fatalf("post to a: %d", code)
+	}
+	if code := post(apiserver, urls[1]+"/audit", eventList(lines[10:20])); code != 200 {
+		t.Fatalf("post to b: %d", code)
+	}
+	for i, s := range sinks {
+		own, forwarded := s.by(SourceWebhook), s.by(SourcePeer)
+		if len(own) == 0 || len(forwarded) == 0 {
+			t.Errorf("replica %d holds %d events posted to it and %d forwarded, want both", i, len(own), len(forwarded))
+		}
+		if other := sinks[1-i].by(SourceWebhook); !slices.Equal(forwarded, other) {
+			t.Errorf("replica %d was forwarded %v, the other was posted %v", i, forwarded, other)
+		}
+	}
+	for i, m := range metrics {
+		if ok, failed := testutil.ToFloat64(m.peerOK), testutil.ToFloat64(m.peerFailed); ok != 1 || failed != 0 {
+			t.Errorf("replica %d forwarded %v lists, %v failed; want 1 and 0 (itself left out)", i, ok, failed)
+		}
+	}
+	// The peer path takes the receivers' own certificate only.
+	for name, c := range map[string]*http.Client{
+		"the apiserver's certificate": apiserver,
+		"no certificate":              httpsClient(t, p.ca.CertPEM, nil, nil),
+		"another server certificate":  httpsClient(t, p.ca.CertPEM, p.otherServerCert, p.otherServer),
+	} {
+		if code := post(c, urls[0]+PeerPath, []byte(`[{"AuditID":"forged"}]`)); code != 403 {
+			t.Errorf("peer post with %s: %d, want 403", name, code)
+		}
+	}
+	if code := post(httpsClient(t, p.ca.CertPEM, p.serverCertPEM, p.serverKeyPEM), urls[0]+PeerPath, []byte(`[{"AuditID":"from-a-peer","Code":200}]`)); code != 200 {
+		t.Errorf("peer post with the receivers' certificate: %d, want 200", code)
+	}
+	if got := testutil.ToFloat64(metrics[0].refusedBy[RefusedPeer]); got != 3 {
+		t.Errorf("refused as not a peer: %v, want 3", got)
+	}
+}
+
+// sourceSink is a Sink that keeps the audit IDs it is given by source.
+type sourceSink struct {
+	mu  sync.Mutex
+	ids map[string][]string
+}
+
+func (s *sourceSink) Add(source string, recs []Record, _ int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ids == nil {
+		s.ids = map[string][]string{}
+	}
+	for _, r := range recs {
+		s.ids[source] = append(s.ids[source], r.AuditID)
+	}
+}
+
+func (s *sourceSink) by(source string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.ids[source])
 }
 
 // TestWebhookAllOrNothing: a request that is refused (a malformed item, a

@@ -1,8 +1,10 @@
 package testenv
 
 import (
+	"errors"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 )
@@ -11,15 +13,18 @@ import (
 // partition: connections drop, new ones are refused) and restore on the
 // same address. Its target may be set after it listens, for a server
 // whose address is known only once it runs (a process told to listen on
-// port 0).
+// port 0). With several targets it is a Service in front of replicas:
+// each connection goes to the next target in turn, or to the one after
+// when that one refuses it (an endpoint that is down).
 type Proxy struct {
 	t    testing.TB
 	addr string
 
-	mu     sync.Mutex
-	target string
-	ln     net.Listener
-	conns  map[net.Conn]bool
+	mu      sync.Mutex
+	targets []string
+	next    int
+	ln      net.Listener
+	conns   map[net.Conn]bool
 }
 
 // NewProxy listens on a free 127.0.0.1 port and forwards each connection
@@ -31,7 +36,10 @@ func NewProxy(t testing.TB, target string) *Proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Proxy{t: t, addr: ln.Addr().String(), target: target, conns: map[net.Conn]bool{}}
+	p := &Proxy{t: t, addr: ln.Addr().String(), conns: map[net.Conn]bool{}}
+	if target != "" {
+		p.targets = []string{target}
+	}
 	p.serve(ln)
 	t.Cleanup(p.Cut)
 	return p
@@ -41,10 +49,31 @@ func NewProxy(t testing.TB, target string) *Proxy {
 func (p *Proxy) Addr() string { return p.addr }
 
 // SetTarget makes new connections go to target.
-func (p *Proxy) SetTarget(target string) {
+func (p *Proxy) SetTarget(target string) { p.SetTargets(target) }
+
+// SetTargets makes new connections go to each of targets in turn.
+func (p *Proxy) SetTargets(targets ...string) {
 	p.mu.Lock()
-	p.target = target
+	p.targets = slices.Clone(targets)
+	p.next = 0
 	p.mu.Unlock()
+}
+
+// dial connects to the next target that takes the connection.
+func (p *Proxy) dial() (net.Conn, error) {
+	p.mu.Lock()
+	targets := slices.Clone(p.targets)
+	first := p.next
+	p.next++
+	p.mu.Unlock()
+	err := errors.New("no target")
+	for i := range targets {
+		var up net.Conn
+		if up, err = net.Dial("tcp", targets[(first+i)%len(targets)]); err == nil {
+			return up, nil
+		}
+	}
+	return nil, err
 }
 
 func (p *Proxy) serve(ln net.Listener) {
@@ -57,14 +86,7 @@ func (p *Proxy) serve(ln net.Listener) {
 			if err != nil {
 				return
 			}
-			p.mu.Lock()
-			target := p.target
-			p.mu.Unlock()
-			if target == "" {
-				_ = c.Close()
-				continue
-			}
-			up, err := net.Dial("tcp", target)
+			up, err := p.dial()
 			if err != nil {
 				_ = c.Close()
 				continue

@@ -1,0 +1,231 @@
+package audit
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// PeerPath is the path on which a receiver takes, from another replica's,
+// the audit events the apiserver posted to that one.
+const PeerPath = "/fieldwatch.io/v1/peer-events"
+
+// peerInstanceHeader names the process that forwards events: a receiver
+// that finds its own name there is the forwarder itself (a peer address
+// that leads back to it), and answers without reading.
+const peerInstanceHeader = "X-Fieldwatch-Instance"
+
+// DefaultPeerTimeout bounds the forwarding of one batch to the peers.
+const DefaultPeerTimeout = 2 * time.Second
+
+// peerResolveEvery is how long the addresses a peer name resolves to are
+// used before it is resolved again.
+const peerResolveEvery = 5 * time.Second
+
+// errNotPeer is the error of a peer that serves another certificate.
+var errNotPeer = errors.New("the peer does not serve this receiver's certificate")
+
+// peers forwards the events the apiserver posted to this receiver to the
+// other replicas' receivers, so that every replica holds every event: the
+// one that takes over after a failover attributes what it delivers, as its
+// predecessor would have. A receiver proves it is a peer with the
+// receiver's own serving certificate and key (every replica has the same
+// ones): as the client certificate of a forward, and as the server's.
+type peers struct {
+	names    []string // host:port, as configured
+	instance string   // this process, in peerInstanceHeader
+	timeout  time.Duration
+	client   *http.Client
+	w        *Webhook
+
+	mu       sync.Mutex
+	addrs    []string // resolved, less self
+	resolved time.Time
+	self     map[string]bool
+}
+
+func newPeers(w *Webhook, names []string, timeout time.Duration) (*peers, error) {
+	for _, n := range names {
+		if _, _, err := net.SplitHostPort(n); err != nil {
+			return nil, fmt.Errorf("audit webhook: peer %q: want host:port: %w", n, err)
+		}
+	}
+	id := make([]byte, 16)
+	if _, err := rand.Read(id); err != nil {
+		return nil, fmt.Errorf("audit webhook: instance id: %w", err)
+	}
+	if timeout <= 0 {
+		timeout = DefaultPeerTimeout
+	}
+	p := &peers{names: names, instance: hex.EncodeToString(id), timeout: timeout, w: w, self: map[string]bool{}}
+	p.client = &http.Client{
+		Timeout: timeout,
+		Transport: &http.Transport{
+			TLSClientConfig: &tls.Config{
+				MinVersion: tls.VersionTLS12,
+				// The peer is verified by VerifyConnection instead:
+				// it must serve this receiver's own certificate,
+				// whatever address it was reached at.
+				InsecureSkipVerify:   true,
+				VerifyConnection:     p.verify,
+				GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return w.cert.get() },
+			},
+			MaxIdleConnsPerHost: 2,
+			IdleConnTimeout:     90 * time.Second,
+		},
+		// A redirect would send the events elsewhere.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return p, nil
+}
+
+// verify accepts a peer that serves this receiver's certificate.
+func (p *peers) verify(cs tls.ConnectionState) error {
+	if !p.w.isOwnCertificate(cs.PeerCertificates) {
+		return errNotPeer
+	}
+	return nil
+}
+
+// targets returns the peers' addresses, resolving the names again every
+// peerResolveEvery (a headless Service's addresses change with its pods).
+func (p *peers) targets(ctx context.Context) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if time.Since(p.resolved) < peerResolveEvery {
+		return p.addrs
+	}
+	var addrs []string
+	for _, n := range p.names {
+		host, port, _ := net.SplitHostPort(n)
+		ips, err := net.DefaultResolver.LookupHost(ctx, host)
+		if err != nil {
+			p.w.log.Warn("audit webhook: cannot resolve a peer; not forwarding to it now", "peer", n, "error", err)
+			continue
+		}
+		for _, ip := range ips {
+			if a := net.JoinHostPort(ip, port); !p.self[a] {
+				addrs = append(addrs, a)
+			}
+		}
+	}
+	p.addrs, p.resolved = addrs, time.Now()
+	return addrs
+}
+
+// forward posts recs, encoded, to every peer at once and waits for them
+// (at most the timeout). A peer that fails misses these events: it is
+// down, and a replica that starts again holds only what comes after.
+func (p *peers) forward(ctx context.Context, recs []Record) {
+	body, err := json.Marshal(recs)
+	if err != nil {
+		return // strings, numbers and times always encode
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.timeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, addr := range p.targets(ctx) {
+		wg.Go(func() { p.post(ctx, addr, body) })
+	}
+	wg.Wait()
+}
+
+// post sends body to the peer at addr.
+func (p *peers) post(ctx context.Context, addr string, body []byte) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+addr+PeerPath, bytes.NewReader(body))
+	if err != nil {
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(peerInstanceHeader, p.instance)
+	resp, err := p.client.Do(req)
+	if err != nil {
+		p.w.m.peerFailed.Inc()
+		if suppressed, ok := p.w.refusals.allow("peer-forward", time.Now()); ok {
+			p.w.log.Warn("audit webhook: cannot forward audit events to a peer; it misses them", "peer", addr, "error", err, "suppressed", suppressed)
+		}
+		return
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	_ = resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusOK && resp.Header.Get(peerInstanceHeader) == p.instance:
+		// This receiver itself: not a peer.
+		p.mu.Lock()
+		p.self[addr] = true
+		p.resolved = time.Time{}
+		p.mu.Unlock()
+	case resp.StatusCode == http.StatusOK:
+		p.w.m.peerOK.Inc()
+	default:
+		p.w.m.peerFailed.Inc()
+		if suppressed, ok := p.w.refusals.allow("peer-forward", time.Now()); ok {
+			p.w.log.Warn("audit webhook: a peer refused forwarded audit events; it misses them", "peer", addr, "code", resp.StatusCode, "suppressed", suppressed)
+		}
+	}
+}
+
+// servePeer takes the events a peer forwards: from a client that presents
+// this receiver's own certificate only.
+func (w *Webhook) servePeer(rw http.ResponseWriter, r *http.Request) {
+	if w.peers != nil && r.Header.Get(peerInstanceHeader) == w.peers.instance {
+		rw.Header().Set(peerInstanceHeader, w.peers.instance)
+		rw.WriteHeader(http.StatusOK)
+		return
+	}
+	if r.TLS == nil || !w.isOwnCertificate(r.TLS.PeerCertificates) {
+		w.m.refusedBy[RefusedPeer].Inc()
+		w.refuseClient(rw, r, http.StatusForbidden, "not a peer", RefusedPeer, "")
+		return
+	}
+	if !w.accepting(rw) {
+		return
+	}
+	select {
+	case w.slots <- struct{}{}:
+		defer func() { <-w.slots }()
+	default:
+		rw.Header().Set("Retry-After", "1")
+		w.refuse(rw, r, http.StatusTooManyRequests, fmt.Sprintf("%d audit event lists are being read: retry", cap(w.slots)))
+		return
+	}
+	var recs []Record
+	dec := json.NewDecoder(http.MaxBytesReader(rw, r.Body, w.opts.MaxBodyBytes))
+	if err := dec.Decode(&recs); err != nil {
+		w.m.decodeErrorsBy[SourcePeer].Inc()
+		w.refuse(rw, r, http.StatusBadRequest, "peer events: "+err.Error())
+		return
+	}
+	var kept int64
+	for i := range recs {
+		kept += int64(recordBytes + recs[i].keptBytes())
+	}
+	if kept > w.opts.MaxBodyBytes/4 {
+		w.refuse(rw, r, http.StatusRequestEntityTooLarge, errRequestKeepsTooMuch.Error())
+		return
+	}
+	w.sink.Add(SourcePeer, recs, 0)
+	w.m.webhookCode(http.StatusOK)
+	rw.WriteHeader(http.StatusOK)
+}
+
+// isOwnCertificate reports whether chain's leaf is this receiver's
+// serving certificate.
+func (w *Webhook) isOwnCertificate(chain []*x509.Certificate) bool {
+	own, err := w.cert.get()
+	if err != nil || own == nil || len(own.Certificate) == 0 || len(chain) == 0 {
+		return false
+	}
+	return bytes.Equal(chain[0].Raw, own.Certificate[0])
+}
