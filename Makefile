@@ -102,7 +102,7 @@ image: ## build the container image (needs a Docker engine)
 	docker build -t fieldwatch:dev .
 
 .PHONY: bench
-bench: controlplane build ## fieldwatch vs a bare informer on a local control plane: one table (about 10 minutes)
+bench: controlplane build ## fieldwatch vs a bare informer on a local control plane, CRD-count and object-count scenarios included: one table (about 30 minutes)
 	$(GO) run ./hack/bench $(BENCH_FLAGS)
 
 .PHONY: bench-go

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -85,6 +86,7 @@ type handoverKey struct {
 // or the Store is read: readers of the watches see the old informer until
 // the new one replaces it (or it is gone).
 func (w *Watcher) reconcile(ctx context.Context) error {
+	defer prometheus.NewTimer(w.metrics.discoveryPass).ObserveDuration()
 	d, err := discover(w.disc, w.customResources())
 	if err != nil {
 		return err

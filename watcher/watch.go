@@ -69,6 +69,8 @@ type resourceWatch struct {
 	// applied; waited counts the seconds the gate held the stream.
 	progress *gateProgress
 	waited   prometheus.Counter
+	// lists and watches count the requests (the watcher's, shared).
+	lists, watches prometheus.Counter
 
 	mode    startMode
 	covered func(namespace string) bool // baselineStart: the namespaces base covers; nil for all
@@ -113,6 +115,8 @@ func newResourceWatch(w *Watcher, res change.Resource, namespace string, proj ch
 		track:    w.tracker(watchKey{gvr(res), namespace}),
 		progress: newGateProgress(),
 		waited:   w.metrics.backpressure.WithLabelValues(res.String()),
+		lists:    w.metrics.requests.WithLabelValues("list"),
+		watches:  w.metrics.requests.WithLabelValues("watch"),
 	}
 	for _, t := range []change.Type{change.Created, change.Updated, change.Deleted} {
 		rw.events[t] = w.metrics.events.WithLabelValues(res.Group, res.Version, res.Resource, string(t))
@@ -124,6 +128,7 @@ func newResourceWatch(w *Watcher, res change.Resource, namespace string, proj ch
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			started := time.Now()
+			rw.lists.Inc()
 			w.cfg.Shard.apply(&opts)
 			list, err := rw.list(ctx, client, opts)
 			rw.observeError(err)
@@ -147,6 +152,7 @@ func newResourceWatch(w *Watcher, res change.Resource, namespace string, proj ch
 				rw.resume = "" // the list at the watermark went through
 			}
 			w.cfg.Shard.apply(&opts)
+			rw.watches.Inc()
 			wi, err := client.Watch(ctx, opts)
 			rw.observeError(err)
 			if err == nil && opts.SendInitialEvents != nil && *opts.SendInitialEvents {

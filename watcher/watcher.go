@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/transport"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/fieldwatch/fieldwatch/change"
@@ -72,6 +74,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the watcher's metrics (nil: not registered).
 	Registerer prometheus.Registerer
+
+	// discoveryRequests is where New's discovery client counts its
+	// requests.
+	discoveryRequests *atomic.Int64
 }
 
 // QueueLimits bound the changes waiting for a worker: each change an
@@ -186,6 +192,9 @@ type Watcher struct {
 	stopping func(change.Resource)
 	// passes counts the discovery passes done (tests wait for some).
 	passes atomic.Int64
+	// discoveryRequests counts the HTTP requests of discovery (New's
+	// discovery client counts them).
+	discoveryRequests *atomic.Int64
 }
 
 // New returns a Watcher for the cluster config points to.
@@ -194,12 +203,30 @@ func New(config *rest.Config, cfg Config) (*Watcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dynamic client: %w", err)
 	}
-	disc, err := discovery.NewDiscoveryClientForConfig(config)
+	requests := &atomic.Int64{}
+	dc := rest.CopyConfig(config)
+	dc.Wrap(countRequests(requests))
+	disc, err := discovery.NewDiscoveryClientForConfig(dc)
 	if err != nil {
 		return nil, fmt.Errorf("discovery client: %w", err)
 	}
+	cfg.discoveryRequests = requests
 	return newForClients(dyn, disc, cfg)
 }
+
+// countRequests wraps a transport to count its requests in n.
+func countRequests(n *atomic.Int64) transport.WrapperFunc {
+	return func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			n.Add(1)
+			return rt.RoundTrip(r)
+		})
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // newForClients returns a Watcher that uses the given clients.
 func newForClients(dyn dynamic.Interface, disc discovery.DiscoveryInterface, cfg Config) (*Watcher, error) {
@@ -259,7 +286,12 @@ func newForClients(dyn dynamic.Interface, disc discovery.DiscoveryInterface, cfg
 		// one replays the writes since.
 		cfg.Store.follow(w.Watermarks)
 	}
-	w.metrics = newMetrics(cfg.Registerer, w.pending, func() float64 { return float64(w.CachedObjects()) })
+	w.discoveryRequests = cfg.discoveryRequests
+	if w.discoveryRequests == nil {
+		w.discoveryRequests = &atomic.Int64{} // clients that do not count
+	}
+	w.metrics = newMetrics(cfg.Registerer, w.pending, func() float64 { return float64(w.CachedObjects()) },
+		func() float64 { return float64(w.discoveryRequests.Load()) })
 	w.baseline = newBaselineMetrics(cfg.Registerer, cfg.Store, w.watermarkLag)
 	w.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[key](5*time.Millisecond, cfg.MaxRetryDelay),

@@ -108,7 +108,8 @@ func run(ctx context.Context, o options) error {
 	all := []struct {
 		name string
 		run  func(context.Context) error
-	}{{"memory", b.memory}, {"events", b.events}, {"audit", b.auditSection}, {"startup", b.startup}, {"cbor", b.cborSection}}
+	}{{"memory", b.memory}, {"events", b.events}, {"audit", b.auditSection}, {"startup", b.startup}, {"cbor", b.cborSection},
+		{"crds", b.crdCount}, {"objects", b.objectCount}}
 	want := strings.Split(o.sections, ",")
 	for _, s := range all {
 		if s.name == "events" && !slices.Contains(want, "memory") {

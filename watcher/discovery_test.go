@@ -1,0 +1,43 @@
+package watcher
+
+import (
+	"testing"
+
+	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
+)
+
+// TestDiscoveryRequests: with the apiserver's aggregated discovery a pass
+// asks two documents (/api and /apis) whatever the number of groups, the
+// metrics count the requests and time the passes, and the informers'
+// start-up requests are counted by verb.
+func TestDiscoveryRequests(t *testing.T) {
+	env := testenv.Shared(t)
+	installWidgets(t, env)
+	w, reg := startWatcher(t, env.Config(), Config{
+		Selectors: []change.Selector{{Resource: "configmaps"}, {Group: "example.com", Kind: "Widget"}},
+		Handler:   &recorder{},
+	})
+	waitPasses(t, w, 2)
+	passes := float64(w.passes.Load())
+	requests := metricValue(t, reg, "fieldwatch_watcher_discovery_requests_total", nil)
+	if requests < 2 || requests > 2*passes+2 {
+		t.Errorf("discovery requests %v for %v passes, want 2 a pass (aggregated discovery)", requests, passes)
+	}
+	families, err := reg.Gather()
+	mustf(t, err, "gather")
+	timed := uint64(0)
+	for _, f := range families {
+		if f.GetName() == "fieldwatch_watcher_discovery_duration_seconds" {
+			timed = f.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	if timed < uint64(passes) {
+		t.Errorf("discovery passes timed %d, want at least %v", timed, passes)
+	}
+	// Each watched resource (configmaps, widgets and the CRDs the
+	// watcher follows) listed or watched at least once.
+	if n := metricValue(t, reg, "fieldwatch_watcher_requests_total", nil); n < 3 {
+		t.Errorf("list and watch requests %v, want at least 3", n)
+	}
+}
