@@ -2,8 +2,14 @@
 // any resource it serves, built-in, aggregated or CRD-backed.
 //
 // Discovery lists the resources; the caller's selectors pick some of them;
-// one dynamic informer per GroupVersionResource watches each, caching
-// compact projected objects (Object) rather than full unstructured ones.
+// one informer per GroupVersionResource watches each, caching compact
+// projected objects (Object) rather than full unstructured ones. An
+// informer is a client-go Reflector writing to the watcher's own cache
+// (objectStore), which hands each change on as it is applied, in the
+// reflector's goroutine: no DeltaFIFO, no processing goroutine and no
+// string-keyed index per resource, so that thousands of CRDs, most with
+// few objects, cost little each; the watches share the client's HTTP/2
+// connections.
 // Resources, selectors, projections and change types are package change's,
 // the vocabulary the watcher shares with the rules. The
 // set of informers follows the cluster: a CRD created while running is

@@ -8,6 +8,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/fieldwatch/fieldwatch/change"
@@ -214,5 +215,33 @@ func TestNamespaceInterned(t *testing.T) {
 	}
 	if c.GetNamespace() != "" || c.Map()["metadata"].(map[string]any)["namespace"] != nil {
 		t.Errorf("cluster-scoped object has namespace %q", c.GetNamespace())
+	}
+}
+
+// TestObjectUID: a UUID is kept in binary and given back as it was; any
+// other UID (upper case, not a UUID, empty) is kept as it is.
+func TestObjectUID(t *testing.T) {
+	for _, uid := range []types.UID{
+		"5b0d2c1e-8f3a-4c7b-9e21-0a1b2c3d4e5f", "00000000-0000-0000-0000-000000000001",
+		"5B0D2C1E-8F3A-4C7B-9E21-0A1B2C3D4E5F", "uid-a", "5b0d2c1e-8f3a-4c7b-9e21-0a1b2c3d4e5", "5b0d2c1e+8f3a-4c7b-9e21-0a1b2c3d4e5f", "",
+	} {
+		o := &Object{}
+		o.setUID(uid)
+		if got := o.GetUID(); got != uid {
+			t.Errorf("GetUID() = %q, want %q", got, uid)
+		}
+		if binary := o.uidText == nil && uid != ""; binary != (uid == "5b0d2c1e-8f3a-4c7b-9e21-0a1b2c3d4e5f" || uid == "00000000-0000-0000-0000-000000000001") {
+			t.Errorf("%q kept in binary: %v", uid, binary)
+		}
+		p := &Object{}
+		p.setUID(uid)
+		if !o.sameUID(p) {
+			t.Errorf("%q: not the same UID as itself", uid)
+		}
+		q := &Object{}
+		q.setUID("11111111-2222-3333-4444-555555555555")
+		if o.sameUID(q) {
+			t.Errorf("%q: the same UID as another", uid)
+		}
 	}
 }

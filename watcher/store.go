@@ -335,8 +335,10 @@ func (s *Store) load(gr schema.GroupResource, res change.Resource) (map[types.UI
 				typ = &objectType{gvk: groupVersion(res).WithKind(res.Kind), apiVersion: res.APIVersion(), projection: p}
 				types_[r.Projection] = typ
 			}
-			out[types.UID(k)] = &Object{ns: intern(r.Namespace), name: r.Name, uid: types.UID(k),
+			o := &Object{ns: intern(r.Namespace), name: r.Name,
 				resourceVersion: r.ResourceVersion, rest: append([]byte(nil), r.Rest...), typ: typ}
+			o.setUID(types.UID(k))
+			out[types.UID(k)] = o
 			return nil
 		})
 	})
@@ -438,7 +440,7 @@ func (s *Store) record(c *Change) {
 	}
 	switch c.Type {
 	case change.Deleted:
-		s.remove(c.Resource, c.Old.uid)
+		s.remove(c.Resource, c.Old.GetUID())
 	default:
 		s.put(c.Resource, c.New)
 	}
@@ -446,7 +448,7 @@ func (s *Store) record(c *Change) {
 
 // put queues the recording of obj as res's handled state.
 func (s *Store) put(res change.Resource, obj *Object) {
-	s.queue(storeOp{res: res, uid: obj.uid, obj: obj})
+	s.queue(storeOp{res: res, uid: obj.GetUID(), obj: obj})
 }
 
 // remove queues the forgetting of an object.

@@ -502,7 +502,7 @@ func (w *Watcher) CachedObjects() int {
 	n := 0
 	for _, rw := range w.watches {
 		if rw.deliver.Load() {
-			n += len(rw.store.ListKeys())
+			n += rw.store.len()
 		}
 	}
 	return n
@@ -620,11 +620,7 @@ func (w *Watcher) customResources() func(schema.GroupResource) bool {
 		return func(gr schema.GroupResource) bool { return !builtinGroup(gr.Group) }
 	}
 	set := map[schema.GroupResource]bool{}
-	for _, item := range w.crds.store.List() {
-		o, ok := item.(*Object)
-		if !ok {
-			continue
-		}
+	for _, o := range w.crds.store.list() {
 		spec, _ := o.Map()["spec"].(map[string]any)
 		names, _ := spec["names"].(map[string]any)
 		group, _ := spec["group"].(string)
