@@ -11,18 +11,19 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// objectStore is the cache of one resourceWatch, and the informer around
-// it: a client-go Reflector lists and watches the resource and writes to
-// it, and each write hands the change to the resourceWatch's handlers at
-// once, in the reflector's goroutine. There is no DeltaFIFO between them
-// and no processing goroutine per resource: what an informer per resource
-// spent on both (a queue of deltas, an indexed store keyed by strings, two
-// goroutines) goes. Handlers never block (they append to pending), except
+// objectStore is the cache of one resourceWatch: its informer
+// (listAndWatch) lists and watches the resource and writes to it, and each
+// write hands the change to the resourceWatch's handlers at once, in the
+// informer's goroutine. There is no DeltaFIFO between them and no
+// processing goroutine per resource: what a client-go informer per
+// resource spends on both (a queue of deltas, an indexed store keyed by
+// strings, two goroutines) goes. It implements client-go's ReflectorStore,
+// which is how it is written to. Handlers never block (they append to pending), except
 // the gate: a watch event whose change would pass a bound of QueueLimits
 // waits here, and the reflector with it, so that the watch stream waits
 // (back-pressure). Lists never wait.
 //
-// Only the reflector's goroutine writes; readers (CachedObjects, a
+// Only the informer's goroutine writes; readers (CachedObjects, a
 // snapshot, a handover) take the read lock.
 type objectStore struct {
 	rw *resourceWatch
@@ -37,8 +38,10 @@ type objectStore struct {
 
 	synced atomic.Bool // the initial list is handed on
 	// listStarted is when the list (or watch-list) now filling the
-	// cache started (the reflector's goroutine's alone).
+	// cache started; rvGone says the apiserver can no longer serve rv, so
+	// that the next list is of now (the informer's goroutine's alone).
 	listStarted time.Time
+	rvGone      bool
 }
 
 // objectKey keys a cached object: its interned namespace and its name,
@@ -130,15 +133,22 @@ func (s *objectStore) Resync() error { return nil }
 // tombstones: the watch missed their deletion) before the listed ones are
 // handed on, in the list's order, as client-go's informers do.
 func (s *objectStore) Replace(list []any, rv string) error {
-	items := make(map[objectKey]*Object, len(list))
 	order := make([]*Object, 0, len(list))
 	for _, obj := range list {
 		o, err := s.rw.project(obj, true)
 		if err != nil {
 			return err
 		}
-		items[keyOf(o)] = o
 		order = append(order, o)
+	}
+	return s.replace(order, rv)
+}
+
+// replace is Replace of projected objects.
+func (s *objectStore) replace(order []*Object, rv string) error {
+	items := make(map[objectKey]*Object, len(order))
+	for _, o := range order {
+		items[keyOf(o)] = o
 	}
 	s.rw.listed.Store(&listMark{at: s.listStarted, resourceVersion: rv})
 	s.rw.track.listed(rv)

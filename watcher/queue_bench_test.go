@@ -118,7 +118,7 @@ func runQueueing(b *testing.B, objects, updates int) queueingRun {
 			return fw, nil
 		},
 	}
-	rw.refl = cache.NewReflectorWithOptions(lw, &unstructured.Unstructured{}, rw.store, cache.ReflectorOptions{})
+	rw.source = cache.NewReflectorWithOptions(lw, &unstructured.Unstructured{}, rw.store, cache.ReflectorOptions{}).RunWithContext
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	rw.run(ctx)

@@ -14,9 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
 
@@ -58,7 +56,13 @@ type resourceWatch struct {
 	w        *Watcher
 	events   map[change.Type]prometheus.Counter // resolved once: emit is on the hot path
 	store    *objectStore
-	refl     *cache.Reflector
+	// client lists the resource (in namespace, when not ""); watches go
+	// through the watcher's stream client.
+	client    dynamic.ResourceInterface
+	namespace string
+	// source fills the store until its context ends: listAndWatch (a
+	// benchmark puts a fake in).
+	source func(ctx context.Context)
 	deliver  atomic.Bool     // hand changes to the watcher's handler
 	observe  func(c *Change) // internal observer (CRD tracking), may be nil
 	// listed is the last list that filled the cache (nil before the
@@ -79,7 +83,7 @@ type resourceWatch struct {
 	listObserved change.Observed
 	record       bool // with a Store: record the initial objects that are not news
 	// resume is, for replayStart, the resourceVersion to list at until
-	// the first list succeeded (the reflector's goroutine's alone).
+	// the first list succeeded (the informer's goroutine's alone).
 	resume string
 	// resuming is set from a replay's list at the watermark until its
 	// watch delivers something: a relist meanwhile (the apiserver no
@@ -123,52 +127,15 @@ func newResourceWatch(w *Watcher, res change.Resource, namespace string, proj ch
 	for _, t := range []change.Type{change.Created, change.Updated, change.Deleted} {
 		rw.events[t] = w.metrics.events.WithLabelValues(res.Group, res.Version, res.Resource, string(t))
 	}
-	client := dynamic.ResourceInterface(w.dyn.Resource(gvr(res)))
+	rw.client = dynamic.ResourceInterface(w.dyn.Resource(gvr(res)))
 	if namespace != "" {
-		client = w.dyn.Resource(gvr(res)).Namespace(namespace)
+		rw.client = w.dyn.Resource(gvr(res)).Namespace(namespace)
 	}
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			if opts.Continue == "" {
-				rw.store.listStarted = time.Now()
-			}
-			rw.lists.Inc()
-			w.cfg.Shard.apply(&opts)
-			list, err := rw.list(ctx, client, opts)
-			rw.observeError(err)
-			return list, err
-		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			watchList := opts.SendInitialEvents != nil && *opts.SendInitialEvents
-			switch {
-			case rw.resume != "" && watchList:
-				// A watch-list starts from now; a replay lists at the
-				// watermark (the reflector falls back to a list).
-				return nil, errReplay
-			case rw.resume != "":
-				rw.resume = "" // the list at the watermark went through
-			}
-			if watchList {
-				// Its initial events fill the cache as a list does.
-				rw.store.listStarted = time.Now()
-			}
-			w.cfg.Shard.apply(&opts)
-			rw.watches.Inc()
-			wi, err := client.Watch(ctx, opts)
-			rw.observeError(err)
-			return wi, err
-		},
-	}
+	rw.namespace = namespace
 	rw.store = newObjectStore(rw)
-	rw.refl = cache.NewReflectorWithOptions(lw, &unstructured.Unstructured{}, rw.store, cache.ReflectorOptions{
-		Name:         res.String(),
-		ResyncPeriod: 0, // a resync only replays the cache: nothing to learn from it
-	})
+	rw.source = rw.listAndWatch
 	return rw
 }
-
-// errReplay refuses a watch-list while a replay has not listed yet.
-var errReplay = errors.New("replaying from the previous run's watermark: listing at it first")
 
 // list lists the resource. The first list of a replay is served at the
 // previous run's watermark; when the apiserver no longer can (compacted,
@@ -267,14 +234,14 @@ func (rw *resourceWatch) observeError(err error) {
 	}
 }
 
-// run runs the informer until ctx ends: one goroutine, the reflector's.
+// run runs the informer until ctx ends, in one goroutine.
 func (rw *resourceWatch) run(ctx context.Context) {
 	rw.track.restart()
 	ctx, rw.cancel = context.WithCancel(ctx)
 	rw.store.ctx = ctx
 	go func() {
 		defer close(rw.done)
-		rw.refl.RunWithContext(ctx)
+		rw.source(ctx)
 	}()
 }
 

@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -171,10 +172,11 @@ type Watcher struct {
 	watches    map[watchKey]*resourceWatch
 
 	// The fields below are the goroutine of Run's alone.
-	known      map[schema.GroupResource]bool // resources discovered at least once
-	failedGV   map[schema.GroupVersion]bool  // group versions whose discovery fails
-	everFailed map[schema.GroupVersion]bool  // group versions whose discovery ever failed
-	crds       *resourceWatch                // nil when CRDs cannot be listed
+	known      map[schema.GroupResource]bool    // resources discovered at least once
+	failedGV   map[schema.GroupVersion]bool     // group versions whose discovery fails
+	everFailed map[schema.GroupVersion]bool     // group versions whose discovery ever failed
+	crds       *resourceWatch                   // nil when CRDs cannot be listed
+	crdNames   map[*Object]schema.GroupResource // what each cached CRD serves
 	// followAPIServices is set when APIServices can be listed: their
 	// changes trigger discovery.
 	followAPIServices bool
@@ -195,6 +197,9 @@ type Watcher struct {
 	// discoveryRequests counts the HTTP requests of discovery (New's
 	// discovery client counts them).
 	discoveryRequests *atomic.Int64
+	// streams is the client the informers watch with (nil with the
+	// clients of tests that run none).
+	streams rest.Interface
 }
 
 // New returns a Watcher for the cluster config points to.
@@ -211,7 +216,16 @@ func New(config *rest.Config, cfg Config) (*Watcher, error) {
 		return nil, fmt.Errorf("discovery client: %w", err)
 	}
 	cfg.discoveryRequests = requests
-	return newForClients(dyn, disc, cfg)
+	streams, err := newStreamClient(config)
+	if err != nil {
+		return nil, err
+	}
+	w, err := newForClients(dyn, disc, cfg)
+	if err != nil {
+		return nil, err
+	}
+	w.streams = streams
+	return w, nil
 }
 
 // countRequests wraps a transport to count its requests in n.
@@ -620,14 +634,33 @@ func (w *Watcher) customResources() func(schema.GroupResource) bool {
 		return func(gr schema.GroupResource) bool { return !builtinGroup(gr.Group) }
 	}
 	set := map[schema.GroupResource]bool{}
+	names := make(map[*Object]schema.GroupResource, len(w.crdNames))
 	for _, o := range w.crds.store.list() {
-		spec, _ := o.Map()["spec"].(map[string]any)
-		names, _ := spec["names"].(map[string]any)
-		group, _ := spec["group"].(string)
-		plural, _ := names["plural"].(string)
-		set[schema.GroupResource{Group: group, Resource: plural}] = true
+		gr, ok := w.crdNames[o]
+		if !ok {
+			gr = crdServes(o)
+		}
+		names[o] = gr
+		set[gr] = true
 	}
+	// Objects never change: what a CRD serves is read once a version,
+	// not at every pass (CRDs that CRD rules read keep their schemas).
+	w.crdNames = names
 	return func(gr schema.GroupResource) bool { return set[gr] }
+}
+
+// crdServes returns the group resource a cached CRD serves.
+func crdServes(o *Object) schema.GroupResource {
+	var crd struct {
+		Spec struct {
+			Group string `json:"group"`
+			Names struct {
+				Plural string `json:"plural"`
+			} `json:"names"`
+		} `json:"spec"`
+	}
+	_ = json.Unmarshal(o.rest, &crd) // rest is JSON written by json.Marshal
+	return schema.GroupResource{Group: crd.Spec.Group, Resource: crd.Spec.Names.Plural}
 }
 
 // stopAll stops every informer. The watches map is emptied first, so
