@@ -134,11 +134,16 @@ func (b *bench) crdCount(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		for _, v := range []struct {
-			name  string
-			rules []string
-		}{{"deploy/ rules", []string{deployRules}}, {"deploy/ + crd-definitions rules", []string{deployRules, crdRules}}} {
-			fw, err := b.runFieldwatchCRDs(ctx, kubeconfig, v.rules, dyn, created)
+		type variant struct {
+			name, binary string
+			rules        []string
+		}
+		variants := []variant{{"deploy/ rules", b.binary, []string{deployRules}}, {"deploy/ + crd-definitions rules", b.binary, []string{deployRules, crdRules}}}
+		if b.o.compare != "" {
+			variants = append(variants, variant{"deploy/ rules, " + b.o.compare, b.o.compare, []string{deployRules}})
+		}
+		for _, v := range variants {
+			fw, err := b.runFieldwatchCRDs(ctx, kubeconfig, v.binary, v.rules, dyn, created)
 			if err != nil {
 				return err
 			}
@@ -150,7 +155,8 @@ func (b *bench) crdCount(ctx context.Context) error {
 				fmt.Sprintf("%.1f s, %.0f MiB", bare.ready.Seconds(), mib(bare.rss)),
 				fmt.Sprintf("%.1f s, %.0f MiB", fw.ready.Seconds(), mib(fw.rss)),
 				fmt.Sprintf("%.2fx, %.2fx", fw.ready.Seconds()/bare.ready.Seconds(), float64(fw.rss)/float64(bare.rss)),
-				fmt.Sprintf("peak RSS %.0f MiB (bare %.0f), %.1f KiB a resource", mib(fw.peak), mib(bare.peak), float64(fw.rss)/1024/float64(fw.resources)))
+				fmt.Sprintf("peak RSS %.0f MiB (bare %.0f), %.1f KiB a resource; heap after a collection %.0f MiB (bare %.0f)",
+					mib(fw.peak), mib(bare.peak), float64(fw.rss)/1024/float64(fw.resources), mib(fw.heap), mib(bare.heap)))
 			b.t.add("  goroutines, discovery requests at start", fmt.Sprintf("%d, %d", bare.goroutines, bare.discovery),
 				fmt.Sprintf("%d, %d", fw.goroutines, fw.discovery), fmt.Sprintf("%.2fx", float64(fw.goroutines)/float64(bare.goroutines)),
 				fmt.Sprintf("%.2f goroutines a resource (%d resources); discovery pass %.2f s; list+watch requests %d; fired at start %d; a new CRD's first object fired in %.2f s",
@@ -188,7 +194,7 @@ func (b *bench) createScaleCRDs(ctx context.Context, dyn dynamic.Interface, from
 // scaleResult is one consumer's measurements in a scale scenario.
 type scaleResult struct {
 	ready               time.Duration
-	rss, peak           int64
+	rss, peak, heap     int64
 	goroutines          int
 	discovery, requests int
 	resources           int
@@ -231,18 +237,24 @@ func (b *bench) runBareCRDs(kubeconfig string) (scaleResult, error) {
 	r.rss = settle(p)
 	r.peak = p.peakRSS()
 	r.goroutines, r.discovery = p.childStat("goroutines"), p.childStat("discovery")
-	return r, nil
+	heap, err := p.childHeap()
+	r.heap = int64(heap)
+	return r, err
 }
 
 // runFieldwatchCRDs runs fieldwatch with rules on the scale CRDs, then
 // creates CRD number next with an object and waits for it to fire.
-func (b *bench) runFieldwatchCRDs(ctx context.Context, kubeconfig string, rules []string, dyn dynamic.Interface, next int) (scaleResult, error) {
-	args := []string{}
+func (b *bench) runFieldwatchCRDs(ctx context.Context, kubeconfig, binary string, rules []string, dyn dynamic.Interface, next int) (scaleResult, error) {
+	pprofAddr, err := freeAddr()
+	if err != nil {
+		return scaleResult{}, err
+	}
+	args := []string{"--pprof", "--pprof-addr", pprofAddr}
 	for _, r := range rules[1:] {
 		args = append(args, "--rules", r)
 	}
 	start := time.Now()
-	p, err := startFieldwatch("fieldwatch-crds", b.binary, kubeconfig, rules[0], nil, args...)
+	p, err := startFieldwatch("fieldwatch-crds", binary, kubeconfig, rules[0], nil, args...)
 	if err != nil {
 		return scaleResult{}, err
 	}
@@ -261,6 +273,9 @@ func (b *bench) runFieldwatchCRDs(ctx context.Context, kubeconfig string, rules 
 		r.pass = time.Duration(p.metric("fieldwatch_watcher_discovery_duration_seconds_sum ") / n * float64(time.Second))
 	}
 	r.firedAtStart = int(p.count.Load())
+	if r.heap, err = fieldwatchHeap(p, pprofAddr); err != nil {
+		return r, err
+	}
 	// A new CRD and its object: how long from the object's creation to
 	// its firing (the CRD is served first, as a user would wait for it).
 	if _, err := dyn.Resource(crdsGVR).Create(ctx, scaleCRD(next), metav1.CreateOptions{}); ignoreExists(err) != nil {
@@ -398,13 +413,18 @@ func (b *bench) runFieldwatchObjects(kubeconfig, rulesFile string, n int) (scale
 	}
 	r := scaleResult{objects: n}
 	r.rss = settle(p)
-	// A heap profile with gc=1 collects first: the heap then is what
-	// the cache holds.
+	heap, err := fieldwatchHeap(p, pprofAddr)
+	r.heapPerObject = float64(heap) / float64(n)
+	return r, err
+}
+
+// fieldwatchHeap returns the heap of a fieldwatch process after a
+// collection: a heap profile with gc=1 collects first.
+func fieldwatchHeap(p *process, pprofAddr string) (int64, error) {
 	if code, _ := httpGet("http://" + pprofAddr + "/debug/pprof/heap?gc=1"); code != http.StatusOK {
-		return r, fmt.Errorf("fieldwatch's heap profile: HTTP %d", code)
+		return 0, fmt.Errorf("fieldwatch's heap profile: HTTP %d", code)
 	}
-	r.heapPerObject = p.metric("go_memstats_heap_alloc_bytes ") / float64(n)
-	return r, nil
+	return int64(p.metric("go_memstats_heap_alloc_bytes ")), nil
 }
 
 // childStat reads the last "NAME N" line of a bare child.
