@@ -12,9 +12,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilnet "k8s.io/apimachinery/pkg/util/net"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
+	clientfeatures "k8s.io/client-go/features"
 	"k8s.io/client-go/rest"
 )
 
@@ -36,11 +38,17 @@ import (
 // (800 ms doubling to 30 s, with jitter), connection refused and 429 only
 // rewatch.
 
-// newStreamClient returns the REST client informers watch with: the
-// dynamic client's configuration (JSON), without client-side throttling,
-// as client-go never throttles watches (--kube-qps bounds the other
-// requests). Its transport, and so its HTTP/2 connections, are the
-// dynamic client's.
+// newStreamClient returns the REST client informers list and watch with:
+// the dynamic client's configuration (JSON), without client-side
+// throttling. client-go never throttles watches, and so not a watch-list,
+// which is how an informer starts where the apiserver serves it; the
+// paginated lists of a replay from the watermark, or of an apiserver
+// without watch-lists, go unthrottled too, so that a start with thousands
+// of resources is not paced by --kube-qps (at 50 a second, 3,000 lists
+// and the replay's probes took two minutes): the apiserver's priority and
+// fairness paces them (429, which the informer retries after a backoff).
+// --kube-qps bounds every other request. Its transport, and so its HTTP/2
+// connections, are the dynamic client's.
 func newStreamClient(config *rest.Config) (rest.Interface, error) {
 	cfg := dynamic.ConfigFor(config)
 	cfg.QPS, cfg.Burst, cfg.RateLimiter = -1, 0, nil
@@ -88,8 +96,8 @@ func (rw *resourceWatch) listAndWatch(ctx context.Context) {
 	var (
 		b         backoff
 		relist    = true
-		watchList = rw.w.streams != nil
-		stream    *eventStream
+		watchList = clientfeatures.FeatureGates().Enabled(clientfeatures.WatchListClient)
+		stream    eventSource
 		err       error
 	)
 	for ctx.Err() == nil {
@@ -157,7 +165,7 @@ func isExpired(err error) bool {
 // sync fills the cache: with a watch-list, whose stream it returns to
 // go on as the watch, where the apiserver serves one (*watchList is
 // cleared when it does not); with a list otherwise.
-func (rw *resourceWatch) sync(ctx context.Context, watchList *bool) (*eventStream, error) {
+func (rw *resourceWatch) sync(ctx context.Context, watchList *bool) (eventSource, error) {
 	rv := rw.store.lastRV()
 	if rw.store.rvGone {
 		rv = ""
@@ -238,8 +246,11 @@ func (rw *resourceWatch) listAll(ctx context.Context, rv string) error {
 }
 
 // openWatch starts a watch from rv; initial makes it a watch-list (its
-// initial events, then a bookmark, are the state at rv or later).
-func (rw *resourceWatch) openWatch(ctx context.Context, rv string, initial bool) (*eventStream, error) {
+// initial events, then a bookmark, are the state at rv or later). The
+// stream is read in the informer's goroutine, as JSON, unless client-go's
+// CBOR is allowed (ClientsAllowCBOR): then client-go's watch decodes it,
+// in a goroutine of its own.
+func (rw *resourceWatch) openWatch(ctx context.Context, rv string, initial bool) (eventSource, error) {
 	timeout := int64((minWatchTimeout + time.Duration(rand.Int64N(int64(maxWatchTimeout-minWatchTimeout)))).Seconds())
 	opts := metav1.ListOptions{Watch: true, ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: &timeout}
 	if initial {
@@ -249,8 +260,13 @@ func (rw *resourceWatch) openWatch(ctx context.Context, rv string, initial bool)
 	}
 	rw.w.cfg.Shard.apply(&opts)
 	rw.watches.Inc()
-	if rw.w.streams == nil {
-		return nil, errors.New("no watch client")
+	if rw.w.streams == nil || clientfeatures.FeatureGates().Enabled(clientfeatures.ClientsAllowCBOR) {
+		wi, err := rw.client.Watch(ctx, opts)
+		if err != nil {
+			rw.observeError(err)
+			return nil, err
+		}
+		return watchSource{wi}, nil
 	}
 	body, err := rw.w.streams.Get().AbsPath(rw.path()...).
 		SpecificallyVersionedParams(&opts, metav1.ParameterCodec, metav1.SchemeGroupVersion).
@@ -261,6 +277,13 @@ func (rw *resourceWatch) openWatch(ctx context.Context, rv string, initial bool)
 		return nil, err
 	}
 	return &eventStream{body: body, dec: json.NewDecoder(body)}, nil
+}
+
+// eventSource is an open watch: next returns its events one by one, with
+// io.EOF once it ended, and the API error of an ERROR event.
+type eventSource interface {
+	next(ctx context.Context) (watch.EventType, *unstructured.Unstructured, error)
+	close()
 }
 
 // path is the URL path of the resource's collection.
@@ -286,6 +309,45 @@ type eventStream struct {
 
 func (s *eventStream) close() { _ = s.body.Close() }
 
+func (s *eventStream) next(context.Context) (watch.EventType, *unstructured.Unstructured, error) {
+	var e watchEvent
+	if err := s.dec.Decode(&e); err != nil {
+		return "", nil, err
+	}
+	if e.Type == string(watch.Error) {
+		return "", nil, statusError(e.Object)
+	}
+	obj := &unstructured.Unstructured{}
+	if err := utiljson.Unmarshal(e.Object, &obj.Object); err != nil {
+		return "", nil, fmt.Errorf("decode a watch event: %w", err)
+	}
+	return watch.EventType(e.Type), obj, nil
+}
+
+// watchSource is a client-go watch as an eventSource.
+type watchSource struct{ wi watch.Interface }
+
+func (s watchSource) close() { s.wi.Stop() }
+
+func (s watchSource) next(ctx context.Context) (watch.EventType, *unstructured.Unstructured, error) {
+	select {
+	case <-ctx.Done():
+		return "", nil, io.EOF
+	case e, ok := <-s.wi.ResultChan():
+		switch {
+		case !ok:
+			return "", nil, io.EOF
+		case e.Type == watch.Error:
+			return "", nil, apierrors.FromObject(e.Object)
+		}
+		obj, ok := e.Object.(*unstructured.Unstructured)
+		if !ok {
+			return "", nil, fmt.Errorf("a watch event of type %T", e.Object)
+		}
+		return e.Type, obj, nil
+	}
+}
+
 // watchEvent is one event of a watch stream as the apiserver writes it.
 type watchEvent struct {
 	Type   string          `json:"type"`
@@ -301,25 +363,22 @@ var errListed = errors.New("watch-list: initial events done")
 // are collected there until the bookmark that ends them, which replaces
 // the cache's content and returns errListed. It returns how many events
 // it read.
-func (rw *resourceWatch) consume(ctx context.Context, s *eventStream, listed *[]*Object) (int, error) {
+func (rw *resourceWatch) consume(ctx context.Context, s eventSource, listed *[]*Object) (int, error) {
 	n := 0
 	for {
-		var e watchEvent
-		if err := s.dec.Decode(&e); err != nil {
-			if ctx.Err() != nil || errors.Is(err, io.EOF) {
-				return n, nil
-			}
+		typ, obj, err := s.next(ctx)
+		var status apierrors.APIStatus
+		switch {
+		case ctx.Err() != nil || errors.Is(err, io.EOF):
+			return n, nil
+		case errors.As(err, &status):
+			return n, err
+		case err != nil:
 			return n, fmt.Errorf("read the watch of %s: %w", rw.res, err)
 		}
 		n++
-		obj := &unstructured.Unstructured{}
-		if err := utiljson.Unmarshal(e.Object, &obj.Object); err != nil {
-			return n, fmt.Errorf("decode a watch event of %s: %w", rw.res, err)
-		}
-		switch e.Type {
-		case "ERROR":
-			return n, statusError(e.Object)
-		case "BOOKMARK":
+		switch typ {
+		case watch.Bookmark:
 			if listed != nil && obj.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
 				if err := rw.store.replace(*listed, obj.GetResourceVersion()); err != nil {
 					return n, err
@@ -328,7 +387,7 @@ func (rw *resourceWatch) consume(ctx context.Context, s *eventStream, listed *[]
 				return n, errListed
 			}
 			_ = rw.store.Bookmark(obj.GetResourceVersion())
-		case "ADDED":
+		case watch.Added:
 			if listed != nil {
 				o, err := rw.project(obj, true)
 				if err != nil {
@@ -340,16 +399,16 @@ func (rw *resourceWatch) consume(ctx context.Context, s *eventStream, listed *[]
 			if err := rw.store.Add(obj); err != nil {
 				rw.w.log.Error("cannot apply a watch event", "gvr", rw.res.String(), "error", err)
 			}
-		case "MODIFIED":
+		case watch.Modified:
 			if err := rw.store.Update(obj); err != nil {
 				rw.w.log.Error("cannot apply a watch event", "gvr", rw.res.String(), "error", err)
 			}
-		case "DELETED":
+		case watch.Deleted:
 			if err := rw.store.Delete(obj); err != nil {
 				rw.w.log.Error("cannot apply a watch event", "gvr", rw.res.String(), "error", err)
 			}
 		default:
-			return n, fmt.Errorf("a watch event of %s of unknown type %q", rw.res, e.Type)
+			return n, fmt.Errorf("a watch event of %s of unknown type %q", rw.res, typ)
 		}
 		if ctx.Err() != nil {
 			return n, nil

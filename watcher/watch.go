@@ -127,9 +127,14 @@ func newResourceWatch(w *Watcher, res change.Resource, namespace string, proj ch
 	for _, t := range []change.Type{change.Created, change.Updated, change.Deleted} {
 		rw.events[t] = w.metrics.events.WithLabelValues(res.Group, res.Version, res.Resource, string(t))
 	}
-	rw.client = dynamic.ResourceInterface(w.dyn.Resource(gvr(res)))
+	dyn := w.dyn
+	if w.streams != nil {
+		// Informers list as they watch, without client-side throttling.
+		dyn = dynamic.New(w.streams)
+	}
+	rw.client = dynamic.ResourceInterface(dyn.Resource(gvr(res)))
 	if namespace != "" {
-		rw.client = w.dyn.Resource(gvr(res)).Namespace(namespace)
+		rw.client = dyn.Resource(gvr(res)).Namespace(namespace)
 	}
 	rw.namespace = namespace
 	rw.store = newObjectStore(rw)
