@@ -39,7 +39,8 @@ type Object struct {
 	// resourceVersion is opaque: kept as the apiserver sent it.
 	resourceVersion string
 	// rest is the projected object without apiVersion, kind and the four
-	// fields above, as compact JSON with sorted keys.
+	// fields above, as compact JSON with sorted keys; compressed when it
+	// is large (setRest, read through json).
 	rest []byte
 	// typ is shared by every object of one informer.
 	typ *objectType
@@ -96,7 +97,7 @@ func newObject(obj map[string]any, typ *objectType) (*Object, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode %s %s/%s: %w", typ.gvk.Kind, o.GetNamespace(), o.name, err)
 	}
-	o.rest = rest
+	o.setRest(rest)
 	return o, nil
 }
 
@@ -111,9 +112,9 @@ func stringField(m map[string]any, key string) string {
 // map belongs to the caller.
 func (o *Object) Map() map[string]any {
 	m := map[string]any{}
-	if len(o.rest) > 0 {
+	if rest := o.json(); len(rest) > 0 {
 		// rest was produced by json.Marshal of a map: it always decodes.
-		_ = utiljson.Unmarshal(o.rest, &m)
+		_ = utiljson.Unmarshal(rest, &m)
 	}
 	if o.typ != nil {
 		m["apiVersion"] = o.typ.apiVersion
@@ -272,7 +273,7 @@ func (o *Object) metaField(key string, out any) bool {
 	var m struct {
 		Metadata map[string]json.RawMessage `json:"metadata"`
 	}
-	if json.Unmarshal(o.rest, &m) != nil {
+	if json.Unmarshal(o.json(), &m) != nil {
 		return false
 	}
 	raw, ok := m.Metadata[key]

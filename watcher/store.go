@@ -335,8 +335,8 @@ func (s *Store) load(gr schema.GroupResource, res change.Resource) (map[types.UI
 				typ = &objectType{gvk: groupVersion(res).WithKind(res.Kind), apiVersion: res.APIVersion(), projection: p}
 				types_[r.Projection] = typ
 			}
-			o := &Object{ns: intern(r.Namespace), name: r.Name,
-				resourceVersion: r.ResourceVersion, rest: append([]byte(nil), r.Rest...), typ: typ}
+			o := &Object{ns: intern(r.Namespace), name: r.Name, resourceVersion: r.ResourceVersion, typ: typ}
+			o.setRest(append([]byte(nil), r.Rest...))
 			o.setUID(types.UID(k))
 			out[types.UID(k)] = o
 			return nil
@@ -541,7 +541,7 @@ func (s *Store) flush() {
 				}
 				projections[op.obj.typ] = p
 			}
-			rest := op.obj.rest
+			rest := op.obj.json()
 			if hashed := op.obj.typ.projection.Hashed; len(hashed) > 0 {
 				// Values payloads redact are stored as hashes.
 				if rest, err = hashRest(s.salt, rest, hashed); err != nil {

@@ -659,7 +659,7 @@ func crdServes(o *Object) schema.GroupResource {
 			} `json:"names"`
 		} `json:"spec"`
 	}
-	_ = json.Unmarshal(o.rest, &crd) // rest is JSON written by json.Marshal
+	_ = json.Unmarshal(o.json(), &crd) // JSON written by json.Marshal
 	return schema.GroupResource{Group: crd.Spec.Group, Resource: crd.Spec.Names.Plural}
 }
 
