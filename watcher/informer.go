@@ -233,6 +233,9 @@ func (s *objectStore) admit(o *Object) bool {
 	var since time.Time
 	defer func() {
 		if !since.IsZero() {
+			if rw.waited == nil {
+				rw.waited = rw.w.metrics.backpressure.WithLabelValues(rw.res.String())
+			}
 			rw.waited.Add(time.Since(since).Seconds())
 		}
 	}()

@@ -54,7 +54,11 @@ type resourceWatch struct {
 	fromList *objectType // typ, for objects decoded from a list
 	foreign  *objectType // for other shards' objects
 	w        *Watcher
-	events   map[change.Type]prometheus.Counter // resolved once: emit is on the hot path
+	// events are the resource's series of events_total, each made at
+	// its first event (thousands of resources hold few objects: series
+	// cost about 1 KiB each) and kept for the hot path; only the
+	// informer's goroutine, and the watcher's once it stopped, emit.
+	events map[change.Type]prometheus.Counter
 	store    *objectStore
 	// client lists the resource (in namespace, when not ""); watches go
 	// through the watcher's stream client.
@@ -70,7 +74,7 @@ type resourceWatch struct {
 	listed atomic.Pointer[listMark]
 	track  *tracker // the watermark of this informer's key
 	// waited counts the seconds the gate (objectStore.admit) held the
-	// watch stream.
+	// watch stream (made at the first wait).
 	waited prometheus.Counter
 	// lists and watches count the requests (the watcher's, shared).
 	lists, watches prometheus.Counter
@@ -120,12 +124,8 @@ func newResourceWatch(w *Watcher, res change.Resource, namespace string, proj ch
 		done:     make(chan struct{}),
 		events:   map[change.Type]prometheus.Counter{},
 		track:    w.tracker(watchKey{gvr(res), namespace}),
-		waited:   w.metrics.backpressure.WithLabelValues(res.String()),
 		lists:    w.metrics.requests.WithLabelValues("list"),
 		watches:  w.metrics.requests.WithLabelValues("watch"),
-	}
-	for _, t := range []change.Type{change.Created, change.Updated, change.Deleted} {
-		rw.events[t] = w.metrics.events.WithLabelValues(res.Group, res.Version, res.Resource, string(t))
 	}
 	dyn := w.dyn
 	if w.streams != nil {
@@ -463,7 +463,12 @@ const (
 // emit hands c to the internal observer and, when the resource is
 // selected, to the work queue, with its mark in the tracker.
 func (rw *resourceWatch) emit(c *Change, bound boundKind) {
-	rw.events[c.Type].Inc()
+	ev := rw.events[c.Type]
+	if ev == nil {
+		ev = rw.w.metrics.events.WithLabelValues(rw.res.Group, rw.res.Version, rw.res.Resource, string(c.Type))
+		rw.events[c.Type] = ev
+	}
+	ev.Inc()
 	if rw.observe != nil {
 		rw.observe(c)
 	}
