@@ -12,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utiljson "k8s.io/apimachinery/pkg/util/json"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
@@ -197,13 +196,16 @@ func (rw *resourceWatch) sync(ctx context.Context, watchList *bool) (eventSource
 			return nil, err
 		case isExpired(err):
 			rw.store.rvGone = true
-			return nil, err
+			rv = ""
 		case apierrors.IsBadRequest(err) || apierrors.IsInvalid(err) || apierrors.IsMethodNotSupported(err) || apierrors.IsNotAcceptable(err):
 			// An apiserver without watch-lists: list from now on.
 			rw.w.log.Info("the apiserver serves no watch-list; listing instead", "gvr", rw.res.String(), "error", err)
 			*watchList = false
 		default:
-			return nil, err
+			// As client-go's Reflector does: a list at once, not a
+			// backoff (the watch cache of a resource just created may
+			// not serve a watch-list yet).
+			rw.w.log.Debug("watch-list failed; listing instead", "gvr", rw.res.String(), "error", err)
 		}
 	}
 	return nil, rw.listAll(ctx, rv)
@@ -288,7 +290,7 @@ func (rw *resourceWatch) openWatch(ctx context.Context, rv string, initial bool)
 // eventSource is an open watch: next returns its events one by one, with
 // io.EOF once it ended, and the API error of an ERROR event.
 type eventSource interface {
-	next(ctx context.Context) (watch.EventType, *unstructured.Unstructured, error)
+	next(ctx context.Context) (watch.EventType, any, error)
 	close()
 }
 
@@ -315,7 +317,9 @@ type eventStream struct {
 
 func (s *eventStream) close() { _ = s.body.Close() }
 
-func (s *eventStream) next(context.Context) (watch.EventType, *unstructured.Unstructured, error) {
+// next returns the next event, its object as rawObject: decoding it is
+// the projection's (decodeProjected).
+func (s *eventStream) next(context.Context) (watch.EventType, any, error) {
 	var e watchEvent
 	if err := s.dec.Decode(&e); err != nil {
 		return "", nil, err
@@ -323,11 +327,7 @@ func (s *eventStream) next(context.Context) (watch.EventType, *unstructured.Unst
 	if e.Type == string(watch.Error) {
 		return "", nil, statusError(e.Object)
 	}
-	obj := &unstructured.Unstructured{}
-	if err := utiljson.Unmarshal(e.Object, &obj.Object); err != nil {
-		return "", nil, fmt.Errorf("decode a watch event: %w", err)
-	}
-	return watch.EventType(e.Type), obj, nil
+	return watch.EventType(e.Type), rawObject(e.Object), nil
 }
 
 // watchSource is a client-go watch as an eventSource.
@@ -335,7 +335,7 @@ type watchSource struct{ wi watch.Interface }
 
 func (s watchSource) close() { s.wi.Stop() }
 
-func (s watchSource) next(ctx context.Context) (watch.EventType, *unstructured.Unstructured, error) {
+func (s watchSource) next(ctx context.Context) (watch.EventType, any, error) {
 	select {
 	case <-ctx.Done():
 		return "", nil, io.EOF
@@ -385,14 +385,18 @@ func (rw *resourceWatch) consume(ctx context.Context, s eventSource, listed *[]*
 		n++
 		switch typ {
 		case watch.Bookmark:
-			if listed != nil && obj.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
-				if err := rw.store.replace(*listed, obj.GetResourceVersion()); err != nil {
+			rv, initialEnd, err := bookmark(obj)
+			if err != nil {
+				return n, fmt.Errorf("a bookmark of %s: %w", rw.res, err)
+			}
+			if listed != nil && initialEnd {
+				if err := rw.store.replace(*listed, rv); err != nil {
 					return n, err
 				}
 				*listed = nil
 				return n, errListed
 			}
-			_ = rw.store.Bookmark(obj.GetResourceVersion())
+			_ = rw.store.Bookmark(rv)
 		case watch.Added:
 			if listed != nil {
 				o, err := rw.project(obj, true)
@@ -420,6 +424,27 @@ func (rw *resourceWatch) consume(ctx context.Context, s eventSource, listed *[]*
 			return n, nil
 		}
 	}
+}
+
+// bookmark returns the resourceVersion of a bookmark's object, and
+// whether it ends a watch-list's initial events.
+func bookmark(obj any) (rv string, initialEnd bool, err error) {
+	switch o := obj.(type) {
+	case *unstructured.Unstructured:
+		return o.GetResourceVersion(), o.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true", nil
+	case rawObject:
+		var b struct {
+			Metadata struct {
+				ResourceVersion string            `json:"resourceVersion"`
+				Annotations     map[string]string `json:"annotations"`
+			} `json:"metadata"`
+		}
+		if err := json.Unmarshal(o, &b); err != nil {
+			return "", false, err
+		}
+		return b.Metadata.ResourceVersion, b.Metadata.Annotations[metav1.InitialEventsAnnotationKey] == "true", nil
+	}
+	return "", false, fmt.Errorf("unexpected object type %T", obj)
 }
 
 // statusError turns the Status of an ERROR event into its API error.

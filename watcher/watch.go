@@ -289,6 +289,12 @@ func (rw *resourceWatch) project(obj any, listed bool) (*Object, error) {
 	switch o := obj.(type) {
 	case *Object:
 		return o, nil
+	case rawObject:
+		m, err := decodeProjected(rw.typ.projection, o)
+		if err != nil {
+			return nil, fmt.Errorf("decode an object of %s: %w", rw.res, err)
+		}
+		return rw.project(&unstructured.Unstructured{Object: m}, listed)
 	case *unstructured.Unstructured:
 		typ := rw.typ
 		if listed {

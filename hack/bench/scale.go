@@ -328,7 +328,7 @@ func (b *bench) objectCount(ctx context.Context) error {
 	rulesFile := filepath.Join(b.dir, "objects.yaml")
 	if err := os.WriteFile(rulesFile, []byte(`rules:
   - name: owner-changed
-    match: {resources: [{version: v1, kind: ConfigMap}], namespaces: [`+scaleNS+`]}
+    match: {resources: [{group: "", kind: ConfigMap}], namespaces: [`+scaleNS+`]}
     on: [update]
     fields: [data.owner]
     actions: [{log: {}}]
@@ -351,9 +351,18 @@ func (b *bench) objectCount(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		fw, err := b.runFieldwatchObjects(kubeconfig, rulesFile, n)
+		fw, err := b.runFieldwatchObjects(b.binary, kubeconfig, rulesFile, n)
 		if err != nil {
 			return err
+		}
+		if b.o.compare != "" {
+			other, err := b.runFieldwatchObjects(b.o.compare, kubeconfig, rulesFile, n)
+			if err != nil {
+				return err
+			}
+			b.t.add(fmt.Sprintf("%d ConfigMaps, %s: settled RSS, heap a object", n, b.o.compare), "",
+				fmt.Sprintf("%.0f MiB, %.0f B", mib(other.rss), other.heapPerObject),
+				fmt.Sprintf("%.2fx, %.2fx", float64(other.rss)/float64(bare.rss), other.heapPerObject/bare.heapPerObject), "")
 		}
 		b.t.add(fmt.Sprintf("%d ConfigMaps (~300 B each), a rule reading data.owner: settled RSS, heap a object", n),
 			fmt.Sprintf("%.0f MiB, %.0f B", mib(bare.rss), bare.heapPerObject),
@@ -398,12 +407,12 @@ func (b *bench) runBareObjects(kubeconfig string, n int) (scaleResult, error) {
 	return r, err
 }
 
-func (b *bench) runFieldwatchObjects(kubeconfig, rulesFile string, n int) (scaleResult, error) {
+func (b *bench) runFieldwatchObjects(binary, kubeconfig, rulesFile string, n int) (scaleResult, error) {
 	pprofAddr, err := freeAddr()
 	if err != nil {
 		return scaleResult{}, err
 	}
-	p, err := startFieldwatch("fieldwatch-objects", b.binary, kubeconfig, rulesFile, nil, "--pprof", "--pprof-addr", pprofAddr)
+	p, err := startFieldwatch("fieldwatch-objects", binary, kubeconfig, rulesFile, nil, "--pprof", "--pprof-addr", pprofAddr)
 	if err != nil {
 		return scaleResult{}, err
 	}
