@@ -35,6 +35,23 @@ func TestDiscoveryRequests(t *testing.T) {
 	if timed < uint64(passes) {
 		t.Errorf("discovery passes timed %d, want at least %v", timed, passes)
 	}
+	// The CRDs the watcher follows for itself come as metadata only:
+	// their names say what they serve.
+	w.mu.Lock()
+	crds := w.crds
+	w.mu.Unlock()
+	objs := crds.store.list()
+	if !crds.metaOnly || len(objs) == 0 {
+		t.Fatalf("CRD follower: metadata only %v, %d CRDs", crds.metaOnly, len(objs))
+	}
+	for _, o := range objs {
+		if spec, ok := o.Map()["spec"]; ok {
+			t.Fatalf("CRD %s cached with its spec: %.80v", o.GetName(), spec)
+		}
+	}
+	if !w.customResources()(widgets.GroupResource()) {
+		t.Error("widgets not known as custom resources")
+	}
 	// Each watched resource (configmaps, widgets and the CRDs the
 	// watcher follows) listed or watched at least once.
 	if n := metricValue(t, reg, "fieldwatch_watcher_requests_total", nil); n < 3 {

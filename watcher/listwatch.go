@@ -278,7 +278,7 @@ func (rw *resourceWatch) openWatch(ctx context.Context, rv string, initial bool)
 	}
 	body, err := rw.w.streams.Get().AbsPath(rw.path()...).
 		SpecificallyVersionedParams(&opts, metav1.ParameterCodec, metav1.SchemeGroupVersion).
-		SetHeader("Accept", "application/json").
+		SetHeader("Accept", rw.accept()).
 		Stream(ctx)
 	if err != nil {
 		rw.observeError(err)
@@ -292,6 +292,15 @@ func (rw *resourceWatch) openWatch(ctx context.Context, rv string, initial bool)
 type eventSource interface {
 	next(ctx context.Context) (watch.EventType, any, error)
 	close()
+}
+
+// accept is what the informer's watch asks for: the objects, or their
+// metadata only (metaOnly).
+func (rw *resourceWatch) accept() string {
+	if rw.metaOnly {
+		return "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+	}
+	return "application/json"
 }
 
 // path is the URL path of the resource's collection.

@@ -28,7 +28,7 @@ func (w *Watcher) startCRDWatch(ctx context.Context) {
 			"every", w.cfg.RediscoveryInterval)
 		return
 	}
-	rw := w.startWatch(ctx, crdResource, "", crdProjection, false, start{mode: quietStart})
+	rw := w.startWatch(ctx, crdResource, "", change.Projection{}, false, start{mode: quietStart})
 	w.crds = rw
 	cache.WaitForCacheSync(ctx.Done(), rw.hasSynced)
 }
@@ -143,7 +143,7 @@ func (w *Watcher) reconcile(ctx context.Context) error {
 
 	for key, wt := range wants {
 		rw := w.watches[key]
-		if rw != nil && rw.typ.projection.Equal(wt.proj) {
+		if rw != nil && rw.typ.projection.Equal(wt.proj) && rw.metaOnly == !wt.deliver {
 			rw.deliver.Store(wt.deliver)
 			rw.track.setActive(wt.deliver)
 			continue
@@ -230,12 +230,9 @@ func (w *Watcher) wants(resources []change.Resource) map[watchKey]*want {
 		if !sel && !internal {
 			continue
 		}
-		var proj change.Projection
+		var proj change.Projection // internal only: identity (metaOnly)
 		if sel {
 			proj = w.projection(r)
-		}
-		if internal {
-			proj = proj.Union(crdProjection)
 		}
 		namespaces := []string{""}
 		if sel && !internal && r.Namespaced && w.namespaces != nil {
@@ -255,6 +252,11 @@ func (w *Watcher) wants(resources []change.Resource) map[watchKey]*want {
 // it.
 func (w *Watcher) startWatch(ctx context.Context, res change.Resource, namespace string, proj change.Projection, deliver bool, st start) *resourceWatch {
 	rw := newResourceWatch(w, res, namespace, proj)
+	// What the watcher follows for itself (CRDs, APIServices) and no
+	// rule reads needs their names only: their watch carries metadata
+	// (3,000 CRDs with 20 KiB schemas: 60 MB less to send and to read
+	// before the first discovery).
+	rw.metaOnly = !deliver
 	rw.deliver.Store(deliver)
 	rw.track.setActive(deliver)
 	rw.mode = st.mode

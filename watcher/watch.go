@@ -59,16 +59,20 @@ type resourceWatch struct {
 	// cost about 1 KiB each) and kept for the hot path; only the
 	// informer's goroutine, and the watcher's once it stopped, emit.
 	events map[change.Type]prometheus.Counter
-	store    *objectStore
+	store  *objectStore
 	// client lists the resource (in namespace, when not ""); watches go
 	// through the watcher's stream client.
 	client    dynamic.ResourceInterface
 	namespace string
+	// metaOnly: the informer delivers nothing, it follows the resource
+	// for the watcher (CRDs, APIServices): its watch carries the objects'
+	// metadata only (PartialObjectMetadata).
+	metaOnly bool
 	// source fills the store until its context ends: listAndWatch (a
 	// benchmark puts a fake in).
-	source func(ctx context.Context)
-	deliver  atomic.Bool     // hand changes to the watcher's handler
-	observe  func(c *Change) // internal observer (CRD tracking), may be nil
+	source  func(ctx context.Context)
+	deliver atomic.Bool     // hand changes to the watcher's handler
+	observe func(c *Change) // internal observer (CRD tracking), may be nil
 	// listed is the last list that filled the cache (nil before the
 	// first one completes).
 	listed atomic.Pointer[listMark]

@@ -2,11 +2,11 @@ package watcher
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -138,7 +138,6 @@ var (
 		Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices",
 		Kind: "APIService", Preferred: true,
 	}
-	crdProjection = change.Projection{Paths: [][]string{{"spec", "group"}, {"spec", "names"}}}
 )
 
 // Watcher watches the selected resources and hands their changes to a
@@ -172,11 +171,10 @@ type Watcher struct {
 	watches    map[watchKey]*resourceWatch
 
 	// The fields below are the goroutine of Run's alone.
-	known      map[schema.GroupResource]bool    // resources discovered at least once
-	failedGV   map[schema.GroupVersion]bool     // group versions whose discovery fails
-	everFailed map[schema.GroupVersion]bool     // group versions whose discovery ever failed
-	crds       *resourceWatch                   // nil when CRDs cannot be listed
-	crdNames   map[*Object]schema.GroupResource // what each cached CRD serves
+	known      map[schema.GroupResource]bool // resources discovered at least once
+	failedGV   map[schema.GroupVersion]bool  // group versions whose discovery fails
+	everFailed map[schema.GroupVersion]bool  // group versions whose discovery ever failed
+	crds       *resourceWatch                // nil when CRDs cannot be listed
 	// followAPIServices is set when APIServices can be listed: their
 	// changes trigger discovery.
 	followAPIServices bool
@@ -356,6 +354,12 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 	w.started.Store(true)
 	w.log.Info("watcher synced", "resources", len(w.resources()), "standby", w.cfg.Standby)
+	// The start decoded every object and CRD once: most of what it
+	// allocated is garbage now, and the runtime would hand that memory
+	// back to the system only over minutes. Handing it back at once makes
+	// the pod's resident memory what the cache holds (3,000 CRDs: 393 MiB
+	// at the start's peak, 269 MiB held after it, 45 MiB of live heap).
+	debug.FreeOSMemory()
 	startWorkers := func() {
 		for range w.cfg.Workers {
 			workers.Go(func() {
@@ -634,33 +638,17 @@ func (w *Watcher) customResources() func(schema.GroupResource) bool {
 		return func(gr schema.GroupResource) bool { return !builtinGroup(gr.Group) }
 	}
 	set := map[schema.GroupResource]bool{}
-	names := make(map[*Object]schema.GroupResource, len(w.crdNames))
 	for _, o := range w.crds.store.list() {
-		gr, ok := w.crdNames[o]
-		if !ok {
-			gr = crdServes(o)
-		}
-		names[o] = gr
-		set[gr] = true
+		set[crdServes(o.name)] = true
 	}
-	// Objects never change: what a CRD serves is read once a version,
-	// not at every pass (CRDs that CRD rules read keep their schemas).
-	w.crdNames = names
 	return func(gr schema.GroupResource) bool { return set[gr] }
 }
 
-// crdServes returns the group resource a cached CRD serves.
-func crdServes(o *Object) schema.GroupResource {
-	var crd struct {
-		Spec struct {
-			Group string `json:"group"`
-			Names struct {
-				Plural string `json:"plural"`
-			} `json:"names"`
-		} `json:"spec"`
-	}
-	_ = json.Unmarshal(o.json(), &crd) // JSON written by json.Marshal
-	return schema.GroupResource{Group: crd.Spec.Group, Resource: crd.Spec.Names.Plural}
+// crdServes returns the group resource a CRD serves: its name is
+// <plural>.<group>, as the apiserver's validation of CRDs requires.
+func crdServes(name string) schema.GroupResource {
+	plural, group, _ := strings.Cut(name, ".")
+	return schema.GroupResource{Group: group, Resource: plural}
 }
 
 // stopAll stops every informer. The watches map is emptied first, so
