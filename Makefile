@@ -1,6 +1,8 @@
 # fieldwatch Makefile. `make help` lists the targets.
 # A fresh machine needs only Go and the Go module proxy: every target builds
-# what it needs, the local control plane (kube-apiserver + etcd) included.
+# what it needs, the local control plane (kube-apiserver + etcd) included;
+# `make test` also installs Debian's postgresql and chromium packages when
+# they are missing (testdeps).
 
 SHELL := /bin/bash
 GO ?= go
@@ -12,7 +14,15 @@ BENCHSTAT := golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 
 # -p 4: the integration tests mostly wait on their control planes, so four
 # packages at a time keep 2 cores busy where -p 2 (GOMAXPROCS) left one idle.
-TEST_FLAGS ?= -race -count=1 -timeout 45m -p 4
+# -parallel 4: so do the end-to-end tests of cmd/fieldwatch (fieldwatch
+# processes, leases, receivers), which run in parallel; run alone at a load
+# of 6 to 13, the package took 122 s with 2 (GOMAXPROCS) and 64 s with 4.
+TEST_FLAGS ?= -race -count=1 -timeout 45m -p 4 -parallel 4
+# TEST_PKGS lists the packages whose tests take longest first: go test
+# starts packages in the order given (four at a time, -p 4), and ./...
+# alone started watcher, the last in import path order and among the
+# longest, only once the others left a slot, 190 s into the run.
+TEST_PKGS ?= ./cmd/fieldwatch ./watcher ./internal/app ./internal/audit ./examples ./action ./rules ./...
 # FUZZ_TIME is an execution count ("Nx"), not a duration: with a duration,
 # Go 1.26's fuzz coordinator can fail a clean run with "context deadline
 # exceeded" as the time runs out (go.dev/issue/75804, fixed in Go 1.27).
@@ -30,41 +40,78 @@ FUZZ_MINIMIZE ?= 1000x
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+# QUIETGO folds the thousands of "go: downloading" lines of a first build
+# into one progress line.
+QUIETGO := $(CURDIR)/hack/quietgo.sh
+
 .PHONY: build
 build: ## build bin/fieldwatch (static, as in the image)
-	CGO_ENABLED=0 $(GO) build -o $(BIN)/fieldwatch ./cmd/fieldwatch
+	CGO_ENABLED=0 $(QUIETGO) $(GO) build -o $(BIN)/fieldwatch ./cmd/fieldwatch
 
 .PHONY: controlplane
 controlplane: ## build kube-apiserver and etcd into bin/ (once; about 12 minutes the first time)
 	hack/controlplane/build.sh
 
+# testdeps installs what the tests start besides the control plane:
+# PostgreSQL (the history's shared store) and Chromium (its page), from
+# Debian's packages, as root. No cluster is created at install (so no
+# server starts): the tests initialise and start their own.
+.PHONY: testdeps
+testdeps: ## install Debian's postgresql and chromium for the tests, when missing (apt-get, as root)
+	@missing=""; \
+	  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	  [ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
+	  if [ -n "$$missing" ]; then \
+	    echo "installing$$missing from Debian's packages"; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get update -q && apt-get install -y -q --no-install-recommends postgresql-common && \
+	    mkdir -p /etc/postgresql-common/createcluster.d && \
+	    echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.d/fieldwatch-tests.conf && \
+	    apt-get install -y -q --no-install-recommends $$missing; \
+	  fi
+
 .PHONY: check
 check: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
+	$(QUIETGO) $(GO) vet ./...
+	cd charts && $(QUIETGO) $(GO) vet ./...
 
 .PHONY: tidy
 tidy: ## check that go mod tidy would leave go.mod and go.sum as they are
 	@$(GO) mod tidy -diff || { echo "go.mod or go.sum is not tidy: run go mod tidy"; exit 1; }
+	@cd charts && $(GO) mod tidy -diff || { echo "charts/go.mod or charts/go.sum is not tidy: run go mod tidy in charts/"; exit 1; }
 
 .PHONY: lint
 lint: check tidy ## gofmt, go vet, go mod tidy check and golangci-lint (pinned)
 	$(GO) run $(GOLANGCI_LINT) run ./...
+	cd charts && $(GO) run $(GOLANGCI_LINT) run ./...
 
 # test runs fuzz-short beside the go test run (their output is shown
 # after it, in that order): the tests leave a core idle while they wait on
-# their control planes, and every fuzz target still runs.
+# their control planes, and every fuzz target still runs. The chart's
+# tests are a module of their own (charts/go.mod: Helm's SDK stays out of
+# fieldwatch's go.mod) and run after the others.
 .PHONY: test
-test: controlplane check examples ## unit and integration tests with -race on the real control plane, and fuzz-short beside them
+test: controlplane testdeps check examples ## unit and integration tests with -race on the real control plane, the chart's tests, and fuzz-short beside them
 	@fuzzlog=$$(mktemp); \
 	  $(MAKE) --no-print-directory fuzz-short > $$fuzzlog 2>&1 & fuzz=$$!; \
-	  echo "$(GO) test $(TEST_FLAGS) ./... (and make fuzz-short beside it)"; \
-	  $(GO) test $(TEST_FLAGS) ./...; tests=$$?; \
+	  echo "$(GO) test $(TEST_FLAGS) $(TEST_PKGS) (and make fuzz-short beside it)"; \
+	  $(GO) test $(TEST_FLAGS) $(TEST_PKGS); tests=$$?; \
+	  echo "cd charts && $(GO) test $(TEST_FLAGS) ./..."; \
+	  (cd charts && $(GO) test $(TEST_FLAGS) ./...); charts=$$?; \
 	  wait $$fuzz; fuzzed=$$?; \
 	  echo "make fuzz-short:"; cat $$fuzzlog; rm -f $$fuzzlog; \
 	  if [ $$fuzzed -ne 0 ]; then echo "fuzz-short failed"; fi; \
-	  [ $$tests -eq 0 ] && [ $$fuzzed -eq 0 ]
+	  [ $$tests -eq 0 ] && [ $$charts -eq 0 ] && [ $$fuzzed -eq 0 ]
+
+.PHONY: helm
+helm: ## build bin/helm: the Helm CLI of the version the chart's tests use (helm.sh/helm/v4, a tool of charts/go.mod)
+	cd charts && $(QUIETGO) $(GO) build -o $(BIN)/helm helm.sh/helm/v4/cmd/helm
+
+.PHONY: chart-golden
+chart-golden: ## rewrite the chart's golden renders and its README's values table (charts/testdata, charts/fieldwatch/README.md)
+	cd charts && $(GO) test -count=1 -run 'TestTemplateGolden|TestValuesTable' ./... -update
 
 .PHONY: examples
 examples: build ## run every example's cases through `fieldwatch test`
@@ -75,7 +122,7 @@ examples: build ## run every example's cases through `fieldwatch test`
 	done
 
 # FUZZ_TARGETS are package:Fuzz pairs; go test -fuzz takes one at a time.
-FUZZ_TARGETS := ./rules:FuzzLoad ./rules:FuzzCompilePath ./internal/fieldpath:FuzzParse ./rules:FuzzAppendJSON ./rules:FuzzRedaction ./rules:FuzzChangesApply ./internal/yamlstrict:FuzzUnmarshal ./action:FuzzParseRetryAfter ./action:FuzzVerifySignature ./crd/diff:FuzzCompare ./crd/diff:FuzzParse ./crd/validate:FuzzValidate ./internal/audit:FuzzDecodeEventList
+FUZZ_TARGETS := ./rules:FuzzLoad ./rules:FuzzCompilePath ./internal/fieldpath:FuzzParse ./rules:FuzzAppendJSON ./rules:FuzzRedaction ./rules:FuzzChangesApply ./internal/yamlstrict:FuzzUnmarshal ./action:FuzzParseRetryAfter ./action:FuzzVerifySignature ./crd/diff:FuzzCompare ./crd/diff:FuzzParse ./crd/validate:FuzzValidate ./internal/audit:FuzzDecodeEventList ./internal/history:FuzzParsePayload
 
 .PHONY: fuzz-short
 fuzz-short: ## run every fuzz target briefly (FUZZ_TIME executions, default 5000x; FUZZ_MINIMIZE per new input)
@@ -91,11 +138,11 @@ fuzz: ## run every fuzz target longer (2,000,000 executions each)
 
 .PHONY: deploy/rbac.yaml
 deploy/rbac.yaml: build ## regenerate the deploy RBAC from deploy/rules.yaml (for the example CRDs)
-	(echo "# Regenerate with: make deploy/rbac.yaml (fieldwatch rbac --offline --rules deploy/rules.yaml --leader-elect --crds examples/crds)."; \
+	(echo "# Regenerate with: make deploy/rbac.yaml (fieldwatch rbac --offline --rules deploy/rules.yaml --leader-elect --history-api --crds examples/crds)."; \
 	  echo "# It grants the custom resources of examples/crds only: for your cluster run"; \
-	  echo "#   fieldwatch rbac --rules deploy/rules.yaml --leader-elect > deploy/rbac.yaml"; \
+	  echo "#   fieldwatch rbac --rules deploy/rules.yaml --leader-elect --history-api > deploy/rbac.yaml"; \
 	  echo "# against it (or --offline --crds with your CRDs). Resources it may not read are skipped and logged."; \
-	  $(BIN)/fieldwatch rbac --offline --rules deploy/rules.yaml --leader-elect --crds examples/crds) > deploy/rbac.yaml
+	  $(BIN)/fieldwatch rbac --offline --rules deploy/rules.yaml --leader-elect --history-api --crds examples/crds) > deploy/rbac.yaml
 
 .PHONY: image
 image: ## build the container image (needs a Docker engine)
@@ -106,19 +153,32 @@ bench: controlplane build ## fieldwatch vs a bare informer on a local control pl
 	$(GO) run ./hack/bench $(BENCH_FLAGS)
 
 .PHONY: bench-go
-bench-go: controlplane ## the go test benchmarks of watcher, internal/app, rules, action, internal/audit, crd/... and crd-diff
+bench-go: controlplane ## the go test benchmarks of watcher, internal/app, rules, action, internal/audit, internal/history, crd/... and crd-diff
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./watcher
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./internal/app
 	$(GO) test -run '^$$' -bench . ./rules ./action ./internal/audit ./crd/...
 	$(GO) test -run '^$$' -bench CRDDiff -benchtime 1x ./cmd/fieldwatch
+	$(GO) test -run '^$$' -bench Record -benchtime 100000x ./internal/history
+	$(GO) test -run '^$$' -bench Query1M -benchtime 200x -timeout 30m ./internal/history
 
 .PHONY: demo
-demo: controlplane build ## run fieldwatch on a local control plane and show what fires
-	$(GO) run ./hack/demo
+demo: demo-intro controlplane build ## run fieldwatch on a local control plane: who made each change, a breaking CRD change, the widgets it hits and the history page (DEMO_FLAGS=-hold keeps it running)
+	@$(QUIETGO) $(GO) build -o $(BIN)/demo ./hack/demo
+	$(BIN)/demo $(DEMO_FLAGS)
+
+# demo-intro says what make demo builds before it builds it.
+.PHONY: demo-intro
+demo-intro:
+	@if [ -x $(BIN)/kube-apiserver ] && [ -x $(BIN)/etcd ]; then \
+	  echo "make demo: builds bin/fieldwatch and the demo (a minute the first time), then runs it (under a minute)"; \
+	else \
+	  echo "make demo: builds kube-apiserver and etcd into bin/ from the Go module proxy (once: about 12 minutes on 2 cores),"; \
+	  echo "then bin/fieldwatch and the demo (a minute or two), then runs it (under a minute)"; \
+	fi
 
 .PHONY: clean
 clean: ## remove build outputs (keeps the control plane binaries)
-	rm -f $(BIN)/fieldwatch
+	rm -f $(BIN)/fieldwatch $(BIN)/demo
 	$(GO) clean -testcache
 
 .PHONY: distclean

@@ -27,6 +27,12 @@ type Options struct {
 	// action, gvr, namespace and name. Default slog.Default().
 	Logger *slog.Logger
 	// Registerer is where the metrics are registered; nil registers none.
+	// Each series has the labels rule, action (the action's kind) and index
+	// (its position in the rule): fieldwatch_action_fired_total,
+	// _delivered_total, _failed_total (failed attempts), _retried_total,
+	// _dead_lettered_total, _handed_over_total (left to the next leader by
+	// Abort or HandOver), the gauge fieldwatch_action_queue_depth and the
+	// histogram fieldwatch_action_delivery_seconds (Deliver to delivered).
 	Registerer prometheus.Registerer
 	// Stdout is the log action's output when it names no file. Default
 	// os.Stdout.
@@ -156,9 +162,31 @@ func (o Options) withDefaults() Options {
 // ErrClosed is returned by Deliver once Close has been called.
 var ErrClosed = errors.New("action: dispatcher closed")
 
-// Dispatcher runs the actions of rule firings. Each action, identified by
-// its rule's name, its index and its spec, has its own bounded queue and
-// its own workers. Its methods are safe for concurrent use.
+// Dispatcher runs the actions of rule firings. Its methods are safe for
+// concurrent use.
+//
+// Every action of every rule, identified by the rule's name, the action's
+// index and its spec, has its own bounded queue and its own workers, so
+// that one slow receiver slows neither the other actions nor the watcher,
+// until its queue is full: then Deliver blocks (backpressure) instead of
+// dropping the firing. Failed deliveries are retried with exponential
+// backoff and jitter, honouring Retry-After; a firing that fails for good,
+// or that is still undelivered when Close's grace period ends, is written
+// to the dead-letter file (DeadLetterFile in Options.StateDir). Order is
+// kept by the log action (one writer) and the kafka action (one worker
+// hands records to the producer in queue order; a record the producer gives
+// up on is retried later, out of order); the other actions run several
+// workers each.
+//
+// The nats action publishes to JetStream with the payload's id as the
+// Nats-Msg-Id (the stream's duplicate window drops repeats); the kafka
+// action produces through an idempotent franz-go producer with acks=all,
+// keyed by the object's uid (the id in the KafkaIDHeader header). Each
+// holds one connection, opened on first use, reconnecting on its own,
+// closed when its workers stop (Retain or Close). The webhook, nats and
+// kafka actions can send CloudEvents 1.0, structured or binary
+// (cloudevents.go writes the spec out; the tests decode it with the
+// CloudEvents SDK).
 type Dispatcher struct {
 	opts    Options
 	log     *slog.Logger

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
@@ -194,41 +195,29 @@ func (h *harness) deadLetters(t testing.TB) []DeadLetter {
 	return out
 }
 
-// metric returns the value of the series of name (without the fieldwatch_action_
-// prefix) for rule, action and index: a counter's or gauge's value, a
-// histogram's sample count.
+// metric returns the value of the series of name (without the
+// fieldwatch_action_ prefix) for rule, action and index, read with
+// prometheus/testutil: a counter's or gauge's value, a histogram's sample
+// count.
 func (h *harness) metric(t testing.TB, name, rule, action string, index int) float64 {
 	t.Helper()
-	mfs, err := h.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	m, labels := h.metrics, []string{rule, action, strconv.Itoa(index)}
+	counters := map[string]*prometheus.CounterVec{
+		"fired_total": m.fired, "delivered_total": m.delivered, "failed_total": m.failed,
+		"retried_total": m.retried, "dead_lettered_total": m.deadLettered, "handed_over_total": m.handedOver,
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != "fieldwatch_action_"+name {
-			continue
+	switch {
+	case counters[name] != nil:
+		return testutil.ToFloat64(counters[name].WithLabelValues(labels...))
+	case name == "queue_depth":
+		return testutil.ToFloat64(m.depth.WithLabelValues(labels...))
+	case name == "delivery_seconds":
+		var d dto.Metric
+		if err := m.latency.WithLabelValues(labels...).(prometheus.Metric).Write(&d); err != nil {
+			t.Fatal(err)
 		}
-		for _, m := range mf.GetMetric() {
-			if labelsAre(m, rule, action, strconv.Itoa(index)) {
-				switch {
-				case m.Counter != nil:
-					return m.Counter.GetValue()
-				case m.Gauge != nil:
-					return m.Gauge.GetValue()
-				case m.Histogram != nil:
-					return float64(m.Histogram.GetSampleCount())
-				}
-			}
-		}
+		return float64(d.GetHistogram().GetSampleCount())
 	}
+	t.Fatalf("no metric fieldwatch_action_%s", name)
 	return 0
-}
-
-func labelsAre(m *dto.Metric, rule, action, index string) bool {
-	want := map[string]string{"rule": rule, "action": action, "index": index}
-	for _, l := range m.GetLabel() {
-		if want[l.GetName()] != l.GetValue() {
-			return false
-		}
-	}
-	return len(m.GetLabel()) == len(want)
 }

@@ -119,7 +119,7 @@ func TestDefaultRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := rbac.Generate(set, rbac.Options{LeaderElection: true, CRDs: crds})
+	want, err := rbac.Generate(set, rbac.Options{LeaderElection: true, HistoryAPI: true, CRDs: crds})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestDefaultRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !bytes.HasSuffix(got, want) {
-		t.Errorf("rbac.yaml is not what `fieldwatch rbac --offline --rules deploy/rules.yaml --leader-elect --crds examples/crds` prints; run `make deploy/rbac.yaml`")
+		t.Errorf("rbac.yaml is not what `fieldwatch rbac --offline --rules deploy/rules.yaml --leader-elect --history-api --crds examples/crds` prints; run `make deploy/rbac.yaml`")
 	}
 }
 

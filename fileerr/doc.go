@@ -6,9 +6,9 @@
 //
 // and a List holds every error of one load, so that a user sees all the
 // problems of a file in one run. internal/yamlstrict reports its decoding
-// errors as Errors (without the file, which its caller adds); rules'
-// Load, Parse, Compile and Validate and internal/cases' Load and Parse
-// return a List; crd/diff's manifest readers return an Error.
+// errors as Errors (without the file, which its caller adds); rules' Load,
+// Parse, Compile and Validate and internal/cases' Load and Parse return a
+// List; crd/diff's manifest readers return an Error.
 //
 // A Go user of those packages reads the position with errors.As:
 //

@@ -138,6 +138,7 @@ func (c *compiler) rule(rs *RuleSpec, p string) *Rule {
 }
 
 func (c *compiler) match(r *Rule, m *MatchSpec, p string) {
+	r.where.match = fileerr.Error{Path: p}
 	if m == nil {
 		c.errorf(p, "required: match.resources says which resources the rule watches")
 		return
@@ -162,6 +163,10 @@ func (c *compiler) match(r *Rule, m *MatchSpec, p string) {
 			}
 		}
 		r.Selectors = append(r.Selectors, sel)
+		r.where.resources = append(r.where.resources, fileerr.Error{Path: sp})
+	}
+	for i := range m.Namespaces {
+		r.where.namespaces = append(r.where.namespaces, fileerr.Error{Path: fieldpath.Item(p+".namespaces", i)})
 	}
 	for _, list := range []struct {
 		key  string

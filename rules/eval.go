@@ -10,6 +10,33 @@ import (
 
 // Set is a compiled rules file (or several merged): what Load and Parse
 // return. It is immutable and safe for concurrent use.
+//
+// Rules are compiled once: paths (parsed by internal/fieldpath, the one
+// parser of the path syntax) into lists of segments walked without parsing
+// (and, for paths without [*], without allocation), CEL expressions into
+// programs, metered only when their cost could grow beyond linear; a rule
+// also computes its Projection, the parts of the objects it reads. Eval
+// takes the rules that match the change's resource (cached per resource),
+// filters on the object (namespaces, names, labels), then runs the cheapest
+// test first: field triggers, then the update's changes (computed once per
+// change and shared by the rules that ignore the same fields), then the
+// when expression, and builds a payload for each rule that fires, with a
+// hand-written JSON encoder that FuzzAppendJSON holds to encoding/json's
+// bytes. Redaction and ignored fields copy what they rewrite. The locations
+// that fields, ignoreFields and redact select are kept as a tree of their
+// tokens (locTree), so that the diff asks about each place at the cost of
+// its depth and redaction rewrites a value in one pass: evaluation cost
+// grows linearly with the object, however many keys or list items a [*]
+// selects.
+//
+// Rules that match CustomResourceDefinitions only can read the comparison
+// of the old and the new CRD (crd.go): the CEL variable crd, and the
+// payload's crd field for rules with the crd key or whose when reads crd.
+// crd: {impact: true} asks for the custom resources the breaking checks
+// hit; Eval lists no objects, so its caller computes that (WantsCRDImpact
+// says when, Change.CRD carries it). Such rules make Selectors include the
+// custom resources of the CRDs they match, cached whole (Projection) in
+// every namespace (Namespaces).
 type Set struct {
 	rules  []*Rule
 	byName map[string]*Rule

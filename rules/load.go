@@ -120,6 +120,7 @@ func parseFile(name string, data []byte) ([]*Rule, fileerr.List) {
 		r.Source = fmt.Sprintf("%s:%d:%d", name, line, col)
 		r.nameErr.File = name
 		r.nameErr.Line, r.nameErr.Col = pos.At(p + ".name")
+		r.where.place(name, pos)
 	}
 	return rules, append(errs, cerrs...)
 }

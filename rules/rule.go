@@ -41,6 +41,9 @@ type Rule struct {
 	crdPolicy  *diff.Policy
 	projection change.Projection
 	nameErr    fileerr.Error // where the name is, for duplicate-name errors
+	// where holds where the rule's match and its entries were written,
+	// for the errors of checks made after loading (CheckNamespaced).
+	where matchPositions
 }
 
 // UsesAttribution reports whether r needs to know who made a change from

@@ -12,7 +12,7 @@ import (
 
 // The schema of a rules file, as written: plain structs with yaml and json
 // tags. Load and Parse decode a file into a File; Compile turns a File into
-// a Set. doc.go documents every key for users.
+// a Set. docs/rules.md documents every key for users.
 
 // File is a rules file.
 type File struct {

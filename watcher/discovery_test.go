@@ -3,6 +3,8 @@ package watcher
 import (
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/fieldwatch/fieldwatch/change"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
@@ -20,7 +22,7 @@ func TestDiscoveryRequests(t *testing.T) {
 	})
 	waitPasses(t, w, 2)
 	passes := float64(w.passes.Load())
-	requests := metricValue(t, reg, "fieldwatch_watcher_discovery_requests_total", nil)
+	requests := testutil.ToFloat64(w.metrics.discoveryRequests)
 	if requests < 2 || requests > 2*passes+2 {
 		t.Errorf("discovery requests %v for %v passes, want 2 a pass (aggregated discovery)", requests, passes)
 	}
@@ -54,7 +56,7 @@ func TestDiscoveryRequests(t *testing.T) {
 	}
 	// Each watched resource (configmaps, widgets and the CRDs the
 	// watcher follows) listed or watched at least once.
-	if n := metricValue(t, reg, "fieldwatch_watcher_requests_total", nil); n < 3 {
+	if n := testutil.ToFloat64(w.metrics.requests.WithLabelValues("list")) + testutil.ToFloat64(w.metrics.requests.WithLabelValues("watch")); n < 3 {
 		t.Errorf("list and watch requests %v, want at least 3", n)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -230,7 +231,7 @@ func TestStandbyFollowsLeader(t *testing.T) {
 		wr.run(t, wctx, cms, ns, "cm", 5*time.Millisecond)
 	}()
 
-	standby, reg := startWatcher(t, env.Config(), Config{Selectors: sels, Namespaces: inNS, Standby: true, Store: open("standby"),
+	standby, _ := startWatcher(t, env.Config(), Config{Selectors: sels, Namespaces: inNS, Standby: true, Store: open("standby"),
 		Handler: collector{name: "standby", mu: &mu, seen: &seen}})
 	var last Watermarks
 	follow := func() {
@@ -239,7 +240,7 @@ func TestStandbyFollowsLeader(t *testing.T) {
 	}
 	testenv.Eventually(t, time.Minute, "the standby to confirm the leader's changes", func() bool {
 		follow()
-		return metricValue(t, reg, "fieldwatch_baseline_confirmed_total", nil) > 20
+		return testutil.ToFloat64(standby.baseline.confirmed) > 20
 	})
 	for range 10 {
 		follow()
@@ -267,7 +268,7 @@ func TestStandbyFollowsLeader(t *testing.T) {
 		defer mu.Unlock()
 		return len(lost(t, wr.writes, wr.final, seen)) == 0
 	})
-	fired := metricValue(t, reg, "fieldwatch_baseline_takeover_changes_total", nil)
+	fired := takeovers(standby)
 	mu.Lock()
 	dupes := map[handled]int{}
 	for _, h := range seen {
@@ -316,7 +317,7 @@ func TestStandbyCRDsAndReload(t *testing.T) {
 	leaderDone := make(chan error, 1)
 	go func() { leaderDone <- leader.Run(leaderCtx) }()
 	testenv.Eventually(t, time.Minute, "the leader to sync", leader.Synced)
-	standby, reg := startWatcher(t, env.Config(), Config{Selectors: sels, Namespaces: inNS, Standby: true, Store: open("standby"),
+	standby, _ := startWatcher(t, env.Config(), Config{Selectors: sels, Namespaces: inNS, Standby: true, Store: open("standby"),
 		RediscoveryInterval: time.Second, Handler: collector{name: "standby", mu: &mu, seen: &seen}})
 
 	var lastMu sync.Mutex
@@ -348,7 +349,7 @@ func TestStandbyCRDsAndReload(t *testing.T) {
 	caughtUp := func(what string) {
 		t.Helper()
 		testenv.Eventually(t, 30*time.Second, "the standby to confirm "+what, func() bool {
-			return metricValue(t, reg, "fieldwatch_watcher_pending_objects", nil) == 0
+			return testutil.ToFloat64(standby.metrics.pendingKeys) == 0
 		})
 	}
 
@@ -405,7 +406,7 @@ func TestStandbyCRDsAndReload(t *testing.T) {
 		return handledBy("leader", change.Deleted) == n
 	})
 	testenv.Eventually(t, 30*time.Second, "the standby to drop the CRD", func() bool {
-		return metricValue(t, reg, "fieldwatch_watcher_resources", nil) == 0
+		return testutil.ToFloat64(standby.metrics.resources) == 0
 	})
 
 	stopFollowing()
@@ -426,11 +427,10 @@ func TestStandbyCRDsAndReload(t *testing.T) {
 	// The deletions came as watch events (the apiserver deletes a CRD's
 	// objects first), confirmed by the leader's watermark, or, when the
 	// informer stopped before, from the cache: then they fire again.
-	if got := metricValue(t, reg, "fieldwatch_baseline_takeover_changes_total", nil); got > n ||
-		got != metricValue(t, reg, "fieldwatch_baseline_takeover_changes_total", map[string]string{"type": "deleted"}) {
+	if got := takeovers(standby); got > n || got != testutil.ToFloat64(standby.baseline.takeover.WithLabelValues(string(change.Deleted))) {
 		t.Errorf("the standby fired %v changes at its takeover, want at most the %d deletions", got, n)
 	}
 	testenv.Eventually(t, 30*time.Second, "what the standby fired to be handled", func() bool {
-		return float64(handledBy("standby", change.Deleted)) == metricValue(t, reg, "fieldwatch_baseline_takeover_changes_total", nil)
+		return float64(handledBy("standby", change.Deleted)) == takeovers(standby)
 	})
 }

@@ -6,20 +6,20 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 
+	"github.com/fieldwatch/fieldwatch/change"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
@@ -181,40 +181,12 @@ func field(o *Object, path ...string) any {
 	return v
 }
 
-// metricValue returns the sum of a counter or gauge family's samples
-// whose labels contain the given pairs.
-func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+// takeovers is the changes w fired at its takeover, of every type.
+func takeovers(w *Watcher) (n float64) {
+	for _, typ := range []change.Type{change.Created, change.Updated, change.Deleted} {
+		n += testutil.ToFloat64(w.baseline.takeover.WithLabelValues(string(typ)))
 	}
-	sum := 0.0
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			match := true
-			for k, v := range labels {
-				if !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool {
-					return l.GetName() == k && l.GetValue() == v
-				}) {
-					match = false
-				}
-			}
-			if !match {
-				continue
-			}
-			switch {
-			case m.GetCounter() != nil:
-				sum += m.GetCounter().GetValue()
-			case m.GetGauge() != nil:
-				sum += m.GetGauge().GetValue()
-			}
-		}
-	}
-	return sum
+	return n
 }
 
 func mustf(t *testing.T, err error, format string, args ...any) {

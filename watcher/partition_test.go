@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -33,7 +34,7 @@ func TestPartitionAndCompaction(t *testing.T) {
 	cfg.Host = "https://" + px.Addr()
 
 	rec := &recorder{}
-	_, reg := startWatcher(t, cfg, Config{Selectors: []change.Selector{{Resource: "configmaps"}}, Handler: rec})
+	w, _ := startWatcher(t, cfg, Config{Selectors: []change.Selector{{Resource: "configmaps"}}, Handler: rec})
 	const n = 20
 	for i := range n {
 		_, err := cms.Create(ctx, configMap(ns, fmt.Sprintf("cm-%02d", i), map[string]any{"v": "0"}), metav1.CreateOptions{})
@@ -66,7 +67,7 @@ func TestPartitionAndCompaction(t *testing.T) {
 	px.Restore()
 
 	testenv.Eventually(t, 60*time.Second, "the relist", func() bool {
-		return metricValue(t, reg, "fieldwatch_watcher_relist_deletions_total", nil) >= 5 &&
+		return testutil.ToFloat64(w.metrics.tombstones.WithLabelValues("configmaps.v1")) >= 5 &&
 			len(rec.of(configMaps, ns, "new-04")) == 1 && len(rec.of(configMaps, ns, "cm-19")) >= 2
 	})
 	final, err := cms.List(ctx, metav1.ListOptions{})

@@ -224,7 +224,9 @@ func (w *Watcher) wants(resources []change.Resource) map[watchKey]*want {
 		if w.isForbidden(gvr(r)) {
 			continue
 		}
-		sel := change.Selected(w.selectors, r)
+		// Confined to namespaces, the watcher reads no cluster-scoped
+		// resource but those it follows for itself.
+		sel := change.Selected(w.selectors, r) && (w.cfg.Confine == nil || r.Namespaced)
 		internal := (gvr(r) == gvr(crdResource) && w.crds != nil) ||
 			(gvr(r) == gvr(apiServiceResource) && w.followAPIServices)
 		if !sel && !internal {
@@ -235,16 +237,36 @@ func (w *Watcher) wants(resources []change.Resource) map[watchKey]*want {
 			proj = w.projection(r)
 		}
 		namespaces := []string{""}
-		if sel && !internal && r.Namespaced && w.namespaces != nil {
-			if ns := w.namespaces(r); len(ns) > 0 {
-				namespaces = ns
-			}
+		if sel && !internal && r.Namespaced {
+			namespaces = w.namespacesOf(r)
 		}
 		for _, ns := range namespaces {
 			out[watchKey{gvr(r), ns}] = &want{res: r, deliver: sel, proj: proj, internal: internal, namespace: ns}
 		}
 	}
 	return out
+}
+
+// namespacesOf returns the namespaces to watch the selected namespaced
+// resource r in: [""] for all, those Config.Namespaces gives, and when
+// the watcher is confined (Config.Confine) those of them it is confined
+// to, every one of those when Namespaces gives none. It may return none:
+// r is then not watched. w.mu must be held.
+func (w *Watcher) namespacesOf(r change.Resource) []string {
+	var ns []string
+	if w.namespaces != nil {
+		ns = w.namespaces(r)
+	}
+	confine := w.cfg.Confine
+	switch {
+	case confine == nil && len(ns) == 0:
+		return []string{""}
+	case confine == nil:
+		return ns
+	case len(ns) == 0:
+		return confine
+	}
+	return slices.DeleteFunc(slices.Clone(ns), func(n string) bool { return !slices.Contains(confine, n) })
 }
 
 // startWatch starts an informer for res in namespace ("" for all), in

@@ -105,6 +105,9 @@ func (w *Watcher) confirm(leader Watermarks) int {
 	})
 	for _, c := range done {
 		w.cfg.Store.record(c)
+		if w.cfg.Confirmed != nil {
+			w.cfg.Confirmed(c)
+		}
 		c.finish()
 	}
 	w.baseline.confirmed.Add(float64(len(done)))

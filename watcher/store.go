@@ -39,6 +39,11 @@ import (
 // what it loses is re-reported after the restart (at least once, with the
 // same payload ids): never the reverse. bbolt's transactions make the file
 // survive a SIGKILL at any moment.
+//
+// The values a projection's Hashed paths select (what payloads redact: a
+// Secret's data, say) are stored as salted hashes, never as values; at the
+// next start a hash that still matches the object's value is put back as
+// that value before comparing.
 type Store struct {
 	db   *bolt.DB
 	path string

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	bolt "go.etcd.io/bbolt"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -514,7 +515,7 @@ func TestRestartReplays(t *testing.T) {
 	store, err := OpenStore(path, testLogger(t))
 	mustf(t, err, "open the baseline")
 	t.Cleanup(func() { _ = store.Close() })
-	_, reg := startWatcher(t, env.Config(), Config{Selectors: sel, Projection: proj, Handler: second, Store: store,
+	w, _ := startWatcher(t, env.Config(), Config{Selectors: sel, Projection: proj, Handler: second, Store: store,
 		Namespaces: func(change.Resource) []string { return []string{ns} }})
 	testenv.Eventually(t, 30*time.Second, "updates 3 to 8", func() bool { return len(second.of(configMaps, ns, "hot")) == 6 })
 	cs := second.of(configMaps, ns, "hot")
@@ -530,7 +531,7 @@ func TestRestartReplays(t *testing.T) {
 			t.Errorf("change %d: resourceVersion %s, want %s", i, c.New.GetResourceVersion(), rvs[n-1])
 		}
 	}
-	if v := metricValue(t, reg, "fieldwatch_baseline_resumes_total", map[string]string{"outcome": "replayed"}); v != 1 {
+	if v := testutil.ToFloat64(w.baseline.replays.WithLabelValues("replayed")); v != 1 {
 		t.Errorf("fieldwatch_baseline_resumes_total{outcome=\"replayed\"} = %v, want 1", v)
 	}
 	if n := second.count(func(c *Change) bool { return c.Object().GetName() != "hot" }); n != 0 {
@@ -567,7 +568,7 @@ func TestRestartCannotReplay(t *testing.T) {
 	store, err := OpenStore(path, testLogger(t))
 	mustf(t, err, "open the baseline")
 	t.Cleanup(func() { _ = store.Close() })
-	_, reg := startWatcher(t, env.Config(), Config{Selectors: sel, Projection: proj, Handler: second, Store: store,
+	w, _ := startWatcher(t, env.Config(), Config{Selectors: sel, Projection: proj, Handler: second, Store: store,
 		Namespaces: func(change.Resource) []string { return []string{ns} }})
 	testenv.Eventually(t, 30*time.Second, "the net effect", func() bool { return len(second.of(configMaps, ns, "x")) == 1 })
 	c := second.of(configMaps, ns, "x")[0]
@@ -576,7 +577,7 @@ func TestRestartCannotReplay(t *testing.T) {
 		t.Errorf("x: %s observed %q listed %v, %v -> %v; want an update 0 -> 3 observed at the restart",
 			c.Type, c.Observed, c.Listed, field(c.Old, "data", "n"), field(c.New, "data", "n"))
 	}
-	if v := metricValue(t, reg, "fieldwatch_baseline_resumes_total", map[string]string{"outcome": "compared"}); v != 1 {
+	if v := testutil.ToFloat64(w.baseline.replays.WithLabelValues("compared")); v != 1 {
 		t.Errorf("fieldwatch_baseline_resumes_total{outcome=\"compared\"} = %v, want 1", v)
 	}
 }

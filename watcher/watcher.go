@@ -36,6 +36,15 @@ type Config struct {
 	// only there (less memory, and namespaced RBAC suffices). nil or an
 	// empty result watches every namespace.
 	Namespaces func(change.Resource) []string
+	// Confine, when set, confines the watcher to these namespaces (a
+	// namespaced install, `fieldwatch run --namespaces`): a selected
+	// namespaced resource is listed and watched in each of them (or in
+	// those of them that Namespaces gives), and cluster-scoped resources
+	// are not watched, so that Roles in these namespaces suffice. CRDs
+	// and APIServices are still followed when the watcher may list them
+	// (a ClusterRole); without that, new resources are found by the
+	// periodic discovery, which every authenticated user may do.
+	Confine []string
 	// Handler receives the changes. Required.
 	Handler Handler
 	// Workers is the number of changes handled in parallel (default 4).
@@ -71,6 +80,11 @@ type Config struct {
 	// the handler, and from then on it publishes its own Watermarks.
 	// Without Standby the watcher acts at once and keeps no watermarks.
 	Standby bool
+	// Confirmed, if set, is called on a standby with each change the
+	// leader's watermarks confirm (in order per object), before it is
+	// dropped: fieldwatch evaluates the rules on it for its history.
+	// It must not block, nor modify the change's objects (the cache's).
+	Confirmed func(c *Change)
 	// Logger receives the watcher's logs (default slog.Default()).
 	Logger *slog.Logger
 	// Registerer receives the watcher's metrics (nil: not registered).
@@ -142,6 +156,24 @@ var (
 
 // Watcher watches the selected resources and hands their changes to a
 // Handler. Build it with New, then call Run.
+//
+// Discovery lists the resources; the selectors pick some of them; one
+// dynamic informer per GroupVersionResource watches each, caching compact
+// projected objects (Object) rather than full unstructured ones. The set of
+// informers follows the cluster: a CRD created while running is watched
+// within seconds, a CRD deleted is dropped without error loops. Events go
+// through a rate-limited work queue keyed by resource/namespace/name, so
+// that one key is handled by one worker at a time, in order. Every write
+// the watch delivers is a Change of its own, never merged with another;
+// what waits is bounded (QueueLimits), an informer's watch stream waiting
+// at a bound.
+//
+// In a leader election the watcher starts as a standby (Config.Standby): it
+// watches and keeps its changes without handing them on; the leader
+// publishes its Watermarks and the standby applies them (Confirm),
+// recording in its Store what they cover and dropping it; TakeOver hands
+// the rest to the handler. A leader that loses its election calls Abandon
+// and stops at once, leaving what it did not handle to the next one.
 type Watcher struct {
 	cfg      Config
 	dyn      dynamic.Interface
@@ -247,6 +279,9 @@ func newForClients(dyn dynamic.Interface, disc discovery.DiscoveryInterface, cfg
 	}
 	if err := cfg.Shard.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Confine != nil && len(cfg.Confine) == 0 {
+		return nil, errors.New("watcher: Config.Confine names no namespace")
 	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = 4

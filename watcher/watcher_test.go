@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -106,7 +107,7 @@ func TestCRDComesAndGoes(t *testing.T) {
 	ns := namespace(t, env)
 	ctx := context.Background()
 	rec := &recorder{}
-	w, reg := startWatcher(t, env.Config(), Config{Selectors: []change.Selector{{Group: "*", Custom: true}}, Handler: rec,
+	w, _ := startWatcher(t, env.Config(), Config{Selectors: []change.Selector{{Group: "*", Custom: true}}, Handler: rec,
 		RediscoveryInterval: time.Second})
 
 	gadgets := schema.GroupVersionResource{Group: "gadgets.example.org", Version: "v1", Resource: "gadgets"}
@@ -150,9 +151,10 @@ func TestCRDComesAndGoes(t *testing.T) {
 	})
 	// Nothing loops: a few more discovery passes add no errors for the
 	// vanished resource beyond the ones that told the watcher it was gone.
-	before := metricValue(t, reg, "fieldwatch_watcher_list_watch_errors_total", nil)
+	gadgetErrors := w.metrics.listWatchErrors.WithLabelValues("gadgets.v1.gadgets.example.org")
+	before := testutil.ToFloat64(gadgetErrors)
 	waitPasses(t, w, 3)
-	after := metricValue(t, reg, "fieldwatch_watcher_list_watch_errors_total", nil)
+	after := testutil.ToFloat64(gadgetErrors)
 	if after-before > 1 {
 		t.Errorf("list/watch errors grew by %v after the CRD was gone", after-before)
 	}
@@ -355,7 +357,7 @@ func TestHotObjectBackPressure(t *testing.T) {
 		return nil
 	}}
 	const bound, updates = 10, 60
-	wat, reg := startWatcher(t, env.Config(), Config{
+	wat, _ := startWatcher(t, env.Config(), Config{
 		Selectors:  []change.Selector{{Resource: "configmaps"}},
 		Namespaces: func(change.Resource) []string { return []string{ns} },
 		Handler:    rec, Workers: 1,
@@ -373,7 +375,7 @@ func TestHotObjectBackPressure(t *testing.T) {
 	testenv.Eventually(t, 10*time.Second, "the object's changes to reach its bound", func() bool { return wat.pending.waiting(k) == bound })
 	release.Do(func() { close(gate) })
 	testenv.Eventually(t, time.Minute, "every update", func() bool { return len(rec.of(configMaps, ns, "hot")) == updates+1 })
-	if v := metricValue(t, reg, "fieldwatch_watcher_backpressure_seconds_total", nil); v <= 0 {
+	if v := testutil.ToFloat64(wat.metrics.backpressure.WithLabelValues("configmaps.v1")); v <= 0 {
 		t.Errorf("fieldwatch_watcher_backpressure_seconds_total %v after the watch waited", v)
 	}
 	cs := rec.of(configMaps, ns, "hot")
@@ -459,10 +461,9 @@ func TestMissingAPIService(t *testing.T) {
 	t.Cleanup(func() { _ = dyn.Resource(apiservices).Delete(ctx, "v1.missing.example.net", metav1.DeleteOptions{}) })
 
 	rec := &recorder{}
-	_, reg := startWatcher(t, env.Config(), Config{Selectors: []change.Selector{{Group: "*"}}, Handler: rec})
+	w, _ := startWatcher(t, env.Config(), Config{Selectors: []change.Selector{{Group: "*"}}, Handler: rec})
 	testenv.Eventually(t, 30*time.Second, "discovery failure to be counted", func() bool {
-		return metricValue(t, reg, "fieldwatch_watcher_discovery_failures_total",
-			map[string]string{"group_version": "missing.example.net/v1"}) > 0
+		return testutil.ToFloat64(w.metrics.discoveryFails.WithLabelValues("missing.example.net/v1")) > 0
 	})
 	_, err = dyn.Resource(configMaps).Namespace(ns).Create(ctx, configMap(ns, "still", nil), metav1.CreateOptions{})
 	mustf(t, err, "create configmap")
@@ -479,7 +480,7 @@ func TestAPIServiceTriggersDiscovery(t *testing.T) {
 	env := testenv.Shared(t)
 	ns := namespace(t, env)
 	ctx := context.Background()
-	_, reg := startWatcher(t, env.Config(), Config{Selectors: []change.Selector{{Resource: "configmaps"}},
+	w, _ := startWatcher(t, env.Config(), Config{Selectors: []change.Selector{{Resource: "configmaps"}},
 		Handler: &recorder{}, RediscoveryInterval: 10 * time.Minute})
 	apiservices := schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
 	dyn := env.Dynamic(t)
@@ -497,8 +498,7 @@ func TestAPIServiceTriggersDiscovery(t *testing.T) {
 	mustf(t, err, "create APIService")
 	t.Cleanup(func() { _ = dyn.Resource(apiservices).Delete(ctx, "v1.late.example.net", metav1.DeleteOptions{}) })
 	testenv.Eventually(t, 20*time.Second, "the new APIService to be discovered", func() bool {
-		return metricValue(t, reg, "fieldwatch_watcher_discovery_failures_total",
-			map[string]string{"group_version": "late.example.net/v1"}) > 0
+		return testutil.ToFloat64(w.metrics.discoveryFails.WithLabelValues("late.example.net/v1")) > 0
 	})
 }
 
@@ -554,5 +554,51 @@ func TestNamespaceScopedInformers(t *testing.T) {
 		if cs := rec.of(configMaps, k.ns, k.name); len(cs) != 0 {
 			t.Errorf("%s/%s was reported although its namespace was not watched then: %s", k.ns, k.name, kinds(cs))
 		}
+	}
+}
+
+// TestConfinedToNamespaces: a watcher confined to namespaces watches a
+// selected resource in those only, or in those of the rules' namespaces
+// that are among them, never everywhere; and no cluster-scoped resource.
+func TestConfinedToNamespaces(t *testing.T) {
+	env := testenv.Shared(t)
+	ctx := context.Background()
+	base := namespace(t, env)
+	a, b, c := base, base+"-b", base+"-c"
+	for _, ns := range []string{b, c} {
+		_, err := env.Clientset(t).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		mustf(t, err, "namespace")
+	}
+	sel := []change.Selector{{Resource: "configmaps"}, {Resource: "namespaces"}}
+	only := func(ns ...string) func(change.Resource) []string { return func(change.Resource) []string { return ns } }
+	rec := &recorder{}
+	w, _ := startWatcher(t, env.Config(), Config{Selectors: sel, Handler: rec, Confine: []string{a, b}})
+	namespaces := schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+	watched := w.watchedNamespaces()
+	if got := watched[configMaps]; !reflect.DeepEqual(got, []string{a, b}) {
+		t.Errorf("configmaps watched in %v, want %v", got, []string{a, b})
+	}
+	if got, ok := watched[namespaces]; ok {
+		t.Errorf("namespaces, cluster-scoped, are watched (%v)", got)
+	}
+	for _, ns := range []string{a, b, c} {
+		_, err := env.Dynamic(t).Resource(configMaps).Namespace(ns).Create(ctx, configMap(ns, "first", nil), metav1.CreateOptions{})
+		mustf(t, err, "create in %s", ns)
+	}
+	testenv.Eventually(t, 30*time.Second, "creates in a and b", func() bool {
+		return len(rec.of(configMaps, a, "first")) == 1 && len(rec.of(configMaps, b, "first")) == 1
+	})
+
+	w.SetSelectors(sel, nil, only(b, c)) // the rules name b and c: b only
+	testenv.Eventually(t, 30*time.Second, "b only", func() bool {
+		return reflect.DeepEqual(w.watchedNamespaces()[configMaps], []string{b}) && w.Synced()
+	})
+	w.SetSelectors(sel, nil, only(c)) // outside: not watched, not everywhere
+	testenv.Eventually(t, 30*time.Second, "nothing", func() bool {
+		_, ok := w.watchedNamespaces()[configMaps]
+		return !ok && w.Synced()
+	})
+	if cs := rec.of(configMaps, c, "first"); len(cs) != 0 {
+		t.Errorf("%s/first was reported: %s", c, kinds(cs))
 	}
 }

@@ -30,6 +30,7 @@ import (
 // excludeUsers drops a controller's writes and keeps a person's; the
 // receiver refuses posts without the apiserver's credentials.
 func TestAuditAttribution(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	certs, err := testenv.NewAuditTLS(dir, "fieldwatch-e2e-audit")
 	if err != nil {

@@ -52,6 +52,9 @@ func runCLICases(t *testing.T, tests []cliCase) {
 	}
 }
 
+// TestCLI is not parallel: its run cases set klog's global logger, which
+// client-go in the other tests' goroutines reads. Parallel tests start
+// once it is done.
 func TestCLI(t *testing.T) {
 	bad := writeFile(t, "bad.yaml", "rules:\n  - name: x\n    match: {resources: [{group: '', kind: ConfigMap}]}\n    fields: [spec..size]\n    actions: [{webhook: {url: 'ftp://nowhere'}}]\n")
 	failing := writeFile(t, "cases.yaml", `cases:
@@ -111,6 +114,7 @@ func TestCLI(t *testing.T) {
 // TestAPIResources lists what the control plane serves, the example CRD
 // marked as such.
 func TestAPIResources(t *testing.T) {
+	t.Parallel()
 	env := testenv.Shared(t)
 	if _, err := env.ApplyFiles(context.Background(), testenv.ApplyOptions{}, repo(t, "examples/crds/widgets.yaml")); err != nil {
 		t.Fatal(err)
@@ -142,6 +146,7 @@ func TestAPIResources(t *testing.T) {
 // `fieldwatch test`) stuck reading a rules file that never ends (a FIFO
 // held open, never written): it exits at once with 1 and says so.
 func TestValidateStopsOnSIGTERM(t *testing.T) {
+	t.Parallel()
 	for _, cmdline := range []string{"validate FIFO", "test --rules FIFO FIFO"} {
 		t.Run(cmdline, func(t *testing.T) {
 			fifo := filepath.Join(t.TempDir(), "rules.yaml")
@@ -193,6 +198,7 @@ func TestValidateStopsOnSIGTERM(t *testing.T) {
 // match a regex of 10,003 instructions against 1 MiB (3 minutes of RE2
 // before) fails the case quickly and says the cost limit stopped it.
 func TestTestCommandStopsCostlyRules(t *testing.T) {
+	t.Parallel()
 	rulesFile := writeFile(t, "rules.yaml", "rules:\n  - name: costly\n    match: {resources: [{group: '', kind: ConfigMap}]}\n"+
 		"    when: object.data.v.matches('"+strings.Repeat("a{1000}", 10)+"b')\n    actions: [{log: {}}]\n")
 	casesFile := writeFile(t, "cases.yaml", "cases:\n  - name: a large value\n    type: created\n    resource: {resource: configmaps}\n"+

@@ -60,6 +60,7 @@ spec:
 // CRD the cluster lacks is crd-added; with a limit the counts are lower
 // bounds and say so.
 func TestCRDDiffCluster(t *testing.T) {
+	t.Parallel()
 	env := testenv.Shared(t)
 	const group = "cluster.crddiff.example.com"
 	apply(t, env, clusterCRD(group, false))

@@ -8,6 +8,7 @@ import (
 )
 
 func TestCRDDiff(t *testing.T) {
+	t.Parallel()
 	dir := "testdata/crd-diff/"
 	old, new, objects := dir+"old.yaml", dir+"new.yaml", dir+"objects"
 	oldCRD := mustRead(t, old)
@@ -82,6 +83,7 @@ func TestCRDDiff(t *testing.T) {
 // TestCRDDiffJSON compares -o json with testdata/crd-diff/widgets.golden.json
 // (go test -update rewrites it).
 func TestCRDDiffJSON(t *testing.T) {
+	t.Parallel()
 	dir := "testdata/crd-diff/"
 	code, stdout, stderr := runCLI(t, "crd-diff", "-o", "json", dir+"old.yaml", dir+"new.yaml", "--objects", dir+"objects")
 	if code != 1 {

@@ -152,6 +152,15 @@ func (p *proc) waitPayloads(n int, timeout time.Duration) []map[string]any {
 	return p.payloads()
 }
 
+// waitPayloadsIn waits until at least n payloads about objects of
+// namespace ns were printed (tests run in parallel: other tests' CRDs
+// fire cluster-wide rules too) and returns those.
+func (p *proc) waitPayloadsIn(ns string, n int, timeout time.Duration) []map[string]any {
+	p.t.Helper()
+	testenv.Eventually(p.t, timeout, fmt.Sprintf("%d payloads in namespace %s", n, ns), func() bool { return len(inNamespace(p.payloads(), ns)) >= n })
+	return inNamespace(p.payloads(), ns)
+}
+
 func (p *proc) waitReady(timeout time.Duration) {
 	p.t.Helper()
 	testenv.Eventually(p.t, timeout, "fieldwatch /readyz", func() bool {

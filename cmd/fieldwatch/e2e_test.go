@@ -50,6 +50,7 @@ func inNamespace(ps []map[string]any, ns string) []map[string]any {
 // payloads with testdata/crd-audit.golden.json (time, uid and
 // resourceVersion normalised).
 func TestCRDAuditGolden(t *testing.T) {
+	t.Parallel()
 	env := testenv.Shared(t)
 	ctx := context.Background()
 	if _, err := env.ApplyFiles(ctx, testenv.ApplyOptions{}, repo(t, "examples/crds/widgets.yaml")); err != nil {
@@ -67,16 +68,16 @@ func TestCRDAuditGolden(t *testing.T) {
 		}
 	}
 	apply(t, env, "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: audit}\nspec: {size: 1, color: blue}\n")
-	p.waitPayloads(1, 30*time.Second)
+	p.waitPayloadsIn(ns, 1, 30*time.Second)
 	patch(`{"spec":{"color":"red"}}`)
-	p.waitPayloads(2, 30*time.Second)
+	p.waitPayloadsIn(ns, 2, 30*time.Second)
 	patch(`{"spec":{"replicas":3}}`, "scale")
-	p.waitPayloads(3, 30*time.Second)
+	p.waitPayloadsIn(ns, 3, 30*time.Second)
 	patch(`{"status":{"phase":"Ready","size":3}}`, "status")
 	if err := w.Delete(ctx, "w1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	got := inNamespace(p.waitPayloads(4, 30*time.Second), ns)
+	got := p.waitPayloadsIn(ns, 4, 30*time.Second)
 	// The status change fired nothing, so the delete is the fourth.
 	p.stop()
 	if n := len(inNamespace(p.payloads(), ns)); n != 4 {

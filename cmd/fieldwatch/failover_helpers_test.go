@@ -281,6 +281,14 @@ func (w *writers) uidOf(kind, name string) types.UID {
 	return ""
 }
 
+// waitWrites waits until the writers have made n more writes than so far:
+// changes in flight, where a test used to sleep.
+func (w *writers) waitWrites(t *testing.T, n int) {
+	t.Helper()
+	target := len(w.made()) + n
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("%d more writes", n), func() bool { return len(w.made()) >= target })
+}
+
 // made returns the writes so far.
 func (w *writers) made() []made {
 	w.mu.Lock()

@@ -27,6 +27,7 @@ func replicaArgs(h *hooks, t *testing.T, ns, name, stateDir string) []string {
 // standby. Every change made is delivered by one replica or the other;
 // duplicates carry equal ids.
 func TestFailoverSIGKILL(t *testing.T) {
+	t.Parallel()
 	env := testenv.Shared(t)
 	ns := namespace(t, env, "failover-kill")
 	kc := env.WriteKubeconfig(t)
@@ -48,7 +49,7 @@ func TestFailoverSIGKILL(t *testing.T) {
 		testenv.Eventually(t, 30*time.Second, "the standby to follow the leader", func() bool {
 			return standby.metric("fieldwatch_baseline_confirmed_total") > 0
 		})
-		time.Sleep(time.Second) // mid-stream
+		w.waitWrites(t, 20) // mid-stream
 		killed := time.Now()
 		leader.kill()
 		testenv.Eventually(t, 30*time.Second, "the standby to take over", func() bool {
@@ -61,7 +62,7 @@ func TestFailoverSIGKILL(t *testing.T) {
 		reps[name] = startFieldwatch(t, kc, replicaArgs(h, t, ns, name, dirs[name])...)
 		t.Logf("round %d: %s restarted and ready in %s", round+1, name, time.Since(restart).Round(10*time.Millisecond))
 	}
-	time.Sleep(time.Second)
+	w.waitWrites(t, 20) // with both replicas running again
 	w.finish()
 	o := settle(t, h, w, time.Minute)
 	t.Logf("SIGKILL x5: %s; takeovers %v", o, takeovers)
@@ -73,6 +74,7 @@ func TestFailoverSIGKILL(t *testing.T) {
 // replica takes over, and exits; the other delivers everything the first
 // did not, and no change made after the handover comes from both.
 func TestFailoverPartition(t *testing.T) {
+	t.Parallel()
 	const renewDeadline = 2 * time.Second // fastLease
 	env := testenv.Shared(t)
 	ns := namespace(t, env, "failover-partition")
@@ -89,7 +91,7 @@ func TestFailoverPartition(t *testing.T) {
 
 	h.fail("a", true) // a keeps retrying what it holds
 	testenv.Eventually(t, 10*time.Second, "a to retry", func() bool { return !h.lastAttempt("a").IsZero() })
-	time.Sleep(500 * time.Millisecond)
+	w.waitWrites(t, 20) // firings a holds undelivered
 	cut := time.Now()
 	px.Cut()
 	testenv.Eventually(t, 30*time.Second, "b to take over", func() bool { return b.metric("fieldwatch_leader ") == 1 })
@@ -97,7 +99,7 @@ func TestFailoverPartition(t *testing.T) {
 	if code := a.waitExit(30 * time.Second); code != 1 {
 		t.Errorf("a exited with %d after losing its Lease, want 1 (restart as a candidate)", code)
 	}
-	time.Sleep(time.Second)
+	w.waitWrites(t, 20) // made after the handover
 	w.finish()
 	o := settle(t, h, w, time.Minute)
 
@@ -136,6 +138,7 @@ func TestFailoverPartition(t *testing.T) {
 // 8s old, so that none is created and deleted in the gap between the two
 // (a gap no replica watches: only its net effect, nothing, is visible).
 func TestFailoverRollout(t *testing.T) {
+	t.Parallel()
 	env := testenv.Shared(t)
 	ns := namespace(t, env, "failover-rollout")
 	kc := env.WriteKubeconfig(t)
@@ -144,14 +147,14 @@ func TestFailoverRollout(t *testing.T) {
 	old := startFieldwatch(t, kc, replicaArgs(h, t, ns, "pod", dir)...)
 	leaderOf(t, 30*time.Second, old)
 	w := startWriters(t, env, ns, 20*time.Millisecond, 8*time.Second)
-	time.Sleep(2 * time.Second)
+	w.waitWrites(t, 100) // before the rollout
 	old.stop()
 	started := time.Now()
 	next := startFieldwatch(t, kc, replicaArgs(h, t, ns, "pod", dir)...)
 	leaderOf(t, 30*time.Second, next)
 	t.Logf("the new replica leads %s after the old one exited, firing %v changes made meanwhile or left by the old one",
 		time.Since(started).Round(10*time.Millisecond), next.metric("fieldwatch_baseline_takeover_changes_total"))
-	time.Sleep(2 * time.Second)
+	w.waitWrites(t, 100) // after it
 	w.finish()
 	o := settle(t, h, w, time.Minute)
 	t.Logf("rollout: %s", o)
@@ -163,6 +166,7 @@ func TestFailoverRollout(t *testing.T) {
 // losing anything and without reporting the objects that did not change
 // as created.
 func TestFailoverFreshStandby(t *testing.T) {
+	t.Parallel()
 	env := testenv.Shared(t)
 	ns := namespace(t, env, "failover-fresh")
 	kc := env.WriteKubeconfig(t)
@@ -186,18 +190,18 @@ func TestFailoverFreshStandby(t *testing.T) {
 	a := startFieldwatch(t, kc, replicaArgs(h, t, ns, "a", t.TempDir())...)
 	leaderOf(t, 30*time.Second, a)
 	w := startWriters(t, env, ns, 20*time.Millisecond, 0)
-	time.Sleep(time.Second)
+	w.waitWrites(t, 20)
 	b := startFieldwatch(t, kc, replicaArgs(h, t, ns, "b", t.TempDir())...)
 	testenv.Eventually(t, 30*time.Second, "the new standby to follow the leader", func() bool {
 		return b.metric("fieldwatch_baseline_confirmed_total") > still
 	})
-	time.Sleep(time.Second)
+	w.waitWrites(t, 20) // mid-stream
 	killed := time.Now()
 	a.kill()
 	testenv.Eventually(t, 30*time.Second, "b to take over", func() bool { return b.metric("fieldwatch_leader ") == 1 })
 	t.Logf("b took over %s after the kill, firing %v changes", time.Since(killed).Round(10*time.Millisecond),
 		b.metric("fieldwatch_baseline_takeover_changes_total"))
-	time.Sleep(time.Second)
+	w.waitWrites(t, 20) // made after the takeover
 	w.finish()
 	o := settle(t, h, w, time.Minute)
 	flood := 0

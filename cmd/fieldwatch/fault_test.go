@@ -63,6 +63,7 @@ func byName(ps []map[string]any) map[string][]map[string]any {
 // with the value it replaced, and whatever the kill cut short is reported
 // again with the same id, never as a different change.
 func TestSIGKILLRestart(t *testing.T) {
+	t.Parallel()
 	env := testenv.Shared(t)
 	ns := namespace(t, env, "sigkill")
 	ctx := context.Background()
@@ -85,8 +86,11 @@ func TestSIGKILLRestart(t *testing.T) {
 	const n = 30
 	createConfigMaps(t, env, ns, "cm", n)
 
-	// First run: the existing objects are the baseline.
+	// First run: the existing objects are the baseline, once recorded (the
+	// Store commits in batches: a kill before the first leaves none, and
+	// the next run then has nothing to compare with).
 	p1 := startFieldwatch(t, kc, "--rules", rules, "--state-dir", stateDir)
+	testenv.Eventually(t, 30*time.Second, "the baseline recorded", func() bool { return p1.metric("fieldwatch_baseline_objects") >= n })
 	for i := range n {
 		setV(fmt.Sprintf("cm-%02d", i), "live")
 	}
@@ -224,6 +228,7 @@ func (r *receiver) deliveries() map[string]int {
 // TestWebhookReceiverDownThenBack: firings made while the receiver is down
 // are retried and all delivered once it is back, none dead-lettered.
 func TestWebhookReceiverDownThenBack(t *testing.T) {
+	t.Parallel()
 	env := testenv.Shared(t)
 	ns := namespace(t, env, "receiver")
 	rec := newReceiver(t)

@@ -52,6 +52,7 @@ func names(ps ...[]map[string]any) map[string]int {
 // leader delivers; when it stops, the other takes over and delivers what
 // follows. No change is delivered by both.
 func TestLeaderElection(t *testing.T) {
+	t.Parallel()
 	env := testenv.Shared(t)
 	ns := namespace(t, env, "leader")
 	kc := env.WriteKubeconfig(t)
@@ -108,6 +109,7 @@ func TestLeaderElection(t *testing.T) {
 // once, each only its own objects. Without the ShardedListAndWatch gate the
 // client filters.
 func TestShards(t *testing.T) {
+	t.Parallel()
 	env := testenv.Shared(t)
 	testShards(t, env, "shards-client", "client-side", 0)
 }
@@ -115,6 +117,7 @@ func TestShards(t *testing.T) {
 // TestShardsServerSide is TestShards on an apiserver with
 // ShardedListAndWatch, where each replica lists and watches only its range.
 func TestShardsServerSide(t *testing.T) {
+	t.Parallel()
 	env := testenv.Start(t, testenv.Options{FeatureGates: []string{"ShardedListAndWatch=true"}})
 	testShards(t, env, "shards-server", "server-side", 1)
 }

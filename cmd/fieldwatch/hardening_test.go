@@ -44,6 +44,7 @@ func openFDs(t *testing.T, pid int) int {
 // Before the cap, the idle connections took every descriptor: a new
 // /healthz was never answered, nor a new connection to the receiver.
 func TestHTTPServersUnderIdleConnectionFlood(t *testing.T) {
+	t.Parallel()
 	env := testenv.Shared(t)
 	kc := env.WriteKubeconfig(t)
 	rules := writeFile(t, "rules.yaml", defaultCMRules)
@@ -67,7 +68,12 @@ func TestHTTPServersUnderIdleConnectionFlood(t *testing.T) {
 		{name: "audit webhook", server: "audit-webhook", audit: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			args := []string{"--rules", rules, "--http-idle-timeout", "3s"}
+			// The idle timeout outlasts the first cap's worth of TLS
+			// handshakes of a -race binary on a loaded machine (with 3s,
+			// tests running beside it made them slower than it: nothing
+			// was ever evicted), and the idle ones still go within the
+			// minute below.
+			args := []string{"--rules", rules, "--http-idle-timeout", "10s"}
 			listeners := 1
 			if tc.audit {
 				args = append(args, "--audit-webhook-addr", "127.0.0.1:0", "--audit-webhook-cert-file", at.CertFile,
@@ -159,6 +165,7 @@ func TestHTTPServersUnderIdleConnectionFlood(t *testing.T) {
 // read forever at full CPU, the FIFO blocked its open() (and never saw the
 // regular file), and fieldwatch never exited on SIGTERM.
 func TestAuditLogNotARegularFile(t *testing.T) {
+	t.Parallel()
 	env := testenv.Shared(t)
 	kc := env.WriteKubeconfig(t)
 	rules := writeFile(t, "rules.yaml", defaultCMRules)

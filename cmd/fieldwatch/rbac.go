@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 
+	"github.com/fieldwatch/fieldwatch/fileerr"
 	"github.com/fieldwatch/fieldwatch/internal/rbac"
 	"github.com/fieldwatch/fieldwatch/rules"
 	"github.com/fieldwatch/fieldwatch/watcher"
@@ -25,10 +28,15 @@ func rbacCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&opts.Namespace, "namespace", "fieldwatch", "namespace of the service account")
 	fs.StringVar(&opts.ServiceAccount, "service-account", "fieldwatch", "service account to bind")
 	fs.BoolVar(&opts.LeaderElection, "leader-elect", false, "add a Role for the leader election Lease in --namespace")
+	fs.BoolVar(&opts.HistoryAPI, "history-api", false, "bind system:auth-delegator (create TokenReviews and SubjectAccessReviews), which the history's API and page need to serve callers with a token")
 	offline := fs.Bool("offline", false, "do not ask the cluster how kinds map to resources; guess plurals")
 	var crds files
 	fs.Var(&crds, "crds", "with --offline: CRD manifests (file or directory; repeat for several) whose custom resources rules that select every custom resource are granted")
 	fs.BoolVar(&opts.AllowWildcardPatch, "allow-wildcard-patch", false, "grant patch to rules whose selector is a wildcard (every resource they match, Secrets excepted)")
+	fs.Var((*nameList)(&opts.Namespaces), "namespaces", "the RBAC of a namespaced install (fieldwatch run --namespaces with these namespaces): Roles in them only, no ClusterRole; "+
+		"rules that name another namespace or select cluster-scoped resources are refused")
+	fs.BoolVar(&opts.ReadCRDs, "read-crds", false, "with --namespaces: add a ClusterRole that reads CustomResourceDefinitions, so that new CRDs are followed at once rather than by the periodic discovery")
+	output := fs.String("o", "yaml", "output: yaml (RBAC manifests to apply) or helm-values (the rbac values, and watchNamespaces, of the Helm chart charts/fieldwatch, which makes the leader election Role itself)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -36,6 +44,15 @@ func rbacCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		_, _ = fmt.Fprintln(stderr, "fieldwatch rbac: --rules FILE is required and no arguments are taken")
 		return 2
 	}
+	if *output != "yaml" && *output != "helm-values" {
+		_, _ = fmt.Fprintf(stderr, "fieldwatch rbac: -o %q: want yaml or helm-values\n", *output)
+		return 2
+	}
+	if opts.ReadCRDs && len(opts.Namespaces) == 0 {
+		_, _ = fmt.Fprintln(stderr, "fieldwatch rbac: --read-crds goes with --namespaces (a cluster-wide install reads CRDs anyway)")
+		return 2
+	}
+	opts.Namespaces = slices.Compact(slices.Sorted(slices.Values(opts.Namespaces)))
 	set, err := rules.Load(ruleFiles...)
 	if err != nil {
 		_, _ = fmt.Fprintln(stderr, err)
@@ -61,7 +78,21 @@ func rbacCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	out, err := rbac.Generate(set, opts)
+	perms, err := rbac.Compute(set, opts)
+	if list := fileerr.List(nil); errors.As(err, &list) {
+		_, _ = fmt.Fprintln(stderr, err) // FILE:LINE:COL: ..., one a line
+		return 1
+	}
+	if err != nil {
+		_, _ = fmt.Fprintf(stderr, "fieldwatch rbac: %v\n", err)
+		return 1
+	}
+	var out []byte
+	if *output == "helm-values" {
+		out, err = perms.HelmValues(opts)
+	} else {
+		out, err = perms.Manifests(opts)
+	}
 	if err != nil {
 		_, _ = fmt.Fprintf(stderr, "fieldwatch rbac: %v\n", err)
 		return 1

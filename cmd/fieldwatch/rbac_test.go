@@ -48,6 +48,7 @@ const rbacRules = `rules:
 // (impersonated), and checks that the rules work and nothing else is
 // allowed.
 func TestRBACLeastPrivilege(t *testing.T) {
+	t.Parallel()
 	env := testenv.Shared(t)
 	ctx := context.Background()
 	if _, err := env.ApplyFiles(ctx, testenv.ApplyOptions{}, repo(t, "examples/crds/widgets.yaml")); err != nil {
@@ -176,6 +177,7 @@ func impersonating(t *testing.T, admin, user string, groups ...string) string {
 // cluster-wide), cannot patch what no patch action needs, and no rule
 // grants "*".
 func TestRBACEveryExample(t *testing.T) {
+	t.Parallel()
 	env := testenv.Shared(t)
 	ctx := context.Background()
 	if _, err := env.ApplyFiles(ctx, testenv.ApplyOptions{}, repo(t, "examples/crds/widgets.yaml"), repo(t, "examples/crds/gadgets.yaml")); err != nil {

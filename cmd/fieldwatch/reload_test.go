@@ -77,6 +77,7 @@ func (m *mountedRules) write(content string) {
 // while fieldwatch runs, with the file updated the way a mounted ConfigMap
 // is.
 func TestHotReload(t *testing.T) {
+	t.Parallel()
 	env := testenv.Shared(t)
 	ctx := context.Background()
 	if _, err := env.ApplyFiles(ctx, testenv.ApplyOptions{}, repo(t, "examples/crds/widgets.yaml")); err != nil {
@@ -111,14 +112,23 @@ func TestHotReload(t *testing.T) {
 	// Add a rule for a resource not watched so far.
 	rules.write("rules:" + reloadRuleCM + reloadRuleWidget)
 	testenv.Eventually(t, 30*time.Second, "the reload", func() bool { return p.metric("fieldwatch_rules_reloads_total") == 1 })
-	// Widgets that exist when the new rule starts watching are its
-	// baseline: create one once the informer is running and synced.
-	testenv.Eventually(t, 30*time.Second, "widgets to be watched and synced", func() bool {
-		code, _ := p.get("/readyz")
-		return p.metric("fieldwatch_watcher_resources") == 2 && code == 200
+	// Widgets that exist when the new rule's informer lists them are its
+	// baseline, and /readyz does not wait for that list: create a probe
+	// widget every second until one fires.
+	testenv.Eventually(t, 30*time.Second, "widgets to be watched", func() bool {
+		return p.metric("fieldwatch_watcher_resources") == 2
 	})
-	apply(t, env, "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: probe, namespace: reload}\nspec: {size: 1}\n")
-	testenv.Eventually(t, 30*time.Second, "widget-created to fire", func() bool { return count("widget-created") == 1 })
+	probes, last := 0, time.Time{}
+	testenv.Eventually(t, 30*time.Second, "widget-created to fire", func() bool {
+		if count("widget-created") > 0 {
+			return true
+		}
+		if time.Since(last) >= time.Second {
+			apply(t, env, fmt.Sprintf("apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: probe-%d, namespace: reload}\nspec: {size: 1}\n", probes))
+			probes, last = probes+1, time.Now()
+		}
+		return false
+	})
 
 	// A broken file is rejected and the running rules stay.
 	rules.write("rules:\n  - name: broken\n    match: {resources: [{group: '', kind: ConfigMap}]}\n    actions: [{webhook: {url: 'not a url'}}]\n")

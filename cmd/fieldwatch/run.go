@@ -53,7 +53,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Var(&ruleFiles, "rules", "rules file (repeat for several; they are merged). Required")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", ":8080", "address for /metrics, /healthz and /readyz (\"\" to disable; port 0 picks a free port, logged as \"http server listening\")")
 	fs.DurationVar(&cfg.HTTPIdleTimeout, "http-idle-timeout", connlimit.DefaultIdleTimeout, "close a keep-alive connection of the HTTP servers (--http-addr, --pprof-addr, --audit-webhook-addr) after this long without a request")
-	fs.StringVar(&cfg.StateDir, "state-dir", "", "directory for the restart baseline (baseline.db) and the dead-letter file (dead-letter.jsonl); on a volume that outlives the pod, nothing is lost across restarts and rollouts")
+	fs.StringVar(&cfg.StateDir, "state-dir", "", "directory for the restart baseline (baseline.db), the dead-letter file (dead-letter.jsonl) and the history (history.db); on a volume that outlives the pod, nothing is lost across restarts and rollouts")
 	fs.IntVar(&cfg.Workers, "workers", app.DefaultWorkers, "changes evaluated in parallel")
 	queueBytes, objectBytes := byteSize(watcher.DefaultQueueBytes), byteSize(watcher.DefaultQueueObjectBytes)
 	fs.IntVar(&cfg.Queue.Changes, "queue-max-changes", watcher.DefaultQueueChanges, "changes waiting for a worker at most, each write its own; beyond it the watcher slows down")
@@ -71,6 +71,9 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.Shard, "shard", 0, "this replica's shard, 0 <= shard < total-shards")
 	fs.IntVar(&cfg.TotalShards, "total-shards", 1, "number of shards the objects are split into (by the FNV-1a hash of their UID)")
 	fs.DurationVar(&cfg.GracePeriod, "grace-period", app.DefaultGracePeriod, "on SIGTERM, how long queued changes and actions may drain; then what is left is dead-lettered (with --leader-elect: left to the next leader)")
+	fs.Var((*nameList)(&cfg.Namespaces), "namespaces", "namespaced install: watch only these namespaces (a comma list, or repeat), with the rights of Roles in them (fieldwatch rbac --namespaces prints them); "+
+		"cluster-scoped resources are not watched, a rule without match.namespaces watches all of these, and rules that name another namespace or select cluster-scoped resources are refused")
+	fs.DurationVar(&cfg.DiscoveryInterval, "discovery-interval", app.DefaultDiscoveryInterval, "how often discovery runs besides when CRDs or APIServices change; without the right to list those (a namespaced install without --read-crds RBAC) it is how soon the resources of a new CRD are watched")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	pprof := fs.Bool("pprof", false, "serve Go profiles under /debug/pprof/ on --pprof-addr")
 	fs.StringVar(&cfg.PprofAddr, "pprof-addr", "127.0.0.1:6060", "loopback address for --pprof (other addresses are refused; use kubectl port-forward)")
@@ -78,6 +81,11 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"most custom resources one CRD change's impact scan reads (rules with crd: {impact: true}); beyond, the payload says the counts are lower bounds")
 	fs.DurationVar(&cfg.CRDImpactTimeout, "crd-impact-timeout", app.DefaultCRDImpactTimeout,
 		"longest one CRD change's impact scan runs, list included; beyond, the payload says the counts are lower bounds")
+	keepHistory := fs.Bool("history", true, "keep the history of what fired (in <state-dir>/history.db, or --history-dsn), served on --http-addr at /api/v1/history and /history")
+	fs.StringVar(&cfg.History.DSN, "history-dsn", "", "keep the history in this PostgreSQL database (a postgres:// URL or key=value settings; replicas may share it) instead of the state dir; give the password in $PGPASSWORD or a passfile, not here")
+	historyBytes := byteSize(app.DefaultHistoryMaxBytes)
+	fs.Var(&historyBytes, "history-max-bytes", "most bytes the history takes (a quantity such as 512Mi, at least 16Mi); the oldest entries are removed first")
+	fs.DurationVar(&cfg.History.MaxAge, "history-max-age", app.DefaultHistoryMaxAge, "how long entries are kept in the history; older ones are removed")
 	au := &cfg.Audit
 	maxBody := byteSize(audit.DefaultMaxBodyBytes)
 	indexBytes := byteSize(audit.DefaultMaxBytes)
@@ -105,6 +113,8 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cfg.PprofAddr = ""
 	}
 	cfg.Queue.Bytes, cfg.Queue.ObjectBytes = int64(queueBytes), int64(objectBytes)
+	cfg.History.Disabled = !*keepHistory
+	cfg.History.MaxBytes = int64(historyBytes)
 	au.WebhookMaxBodyBytes = int64(maxBody)
 	au.IndexMaxBytes = int64(indexBytes)
 	if len(ruleFiles) == 0 || fs.NArg() > 0 {

@@ -8,19 +8,35 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 )
 
-// Compare compares two versions of one CustomResourceDefinition: the CRD
-// as it is (old) and as it is about to be or has just been applied (new).
-// It checks the CRD-wide settings (scope, names, stored, served and
-// storage versions, conversion) and, for each version both serve, the
-// version's schema and subresources. Neither CRD is modified.
+// Compare compares two versions of one CustomResourceDefinition: the CRD as
+// it is (old) and as it is about to be or has just been applied (new). It
+// checks the CRD-wide settings (scope, names, stored, served and storage
+// versions, conversion) and, for each version both serve, the version's
+// schema and subresources. Neither CRD is modified.
 //
-// old.Status.StoredVersions is what the stored-version check reads; when
-// it is empty (a CRD read from a manifest rather than from the cluster),
-// the old storage version is taken as the one stored version.
+// old.Status.StoredVersions is what the stored-version check reads; when it
+// is empty (a CRD read from a manifest rather than from the cluster), the
+// old storage version is taken as the one stored version.
 //
-// The cost is linear in the size of the two CRDs (times the number of
-// pairs of served versions when the new CRD serves several without
-// conversion).
+// Between versions: with conversion None the apiserver serves one stored
+// object at every served version as it is and rewrites it at the storage
+// version, pruned to its schema, on the next write. So the schema checks
+// also run, with Check.Against set to the other version and only the
+// breaking and unknown ones reported, between: every pair of served
+// versions of the new CRD, older against newer in Kubernetes version order
+// (only what the old CRD did not already have: a difference it also had
+// between two versions it served unconverted is not reported again); on a
+// storage switch, each version objects are stored at (the old
+// status.storedVersions, else the old storage version) against the new
+// storage version; on a change from Webhook to None, each version objects
+// are stored at and no longer served against each served version.
+//
+// Checks come CRD-wide first, then per version in the new CRD's version
+// order, each schema depth first with properties in name order, then the
+// checks between versions: the same inputs always give the same Result.
+//
+// The cost is linear in the size of the two CRDs (times the number of pairs
+// of served versions when the new CRD serves several without conversion).
 func Compare(old, new *apiextensionsv1.CustomResourceDefinition) *Result {
 	return CompareWith(old, new, nil)
 }

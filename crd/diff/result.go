@@ -24,7 +24,112 @@ const (
 	Unknown Severity = "unknown"
 )
 
-// Check is one difference between the old and the new CRD.
+// Check is one difference between the old and the new CRD. Its Check names
+// the kind of difference, with the severity it has by default
+// (docs/crd-checks.md sets each beside crdify's and OLM v1's):
+//
+// CRD-wide and per version:
+//
+//	crd-removed, crd-added        breaking, safe  (CompareAll: a CRD only in the old or
+//	                                        the new set)
+//	scope-changed                 breaking  Namespaced <-> Cluster
+//	kind-changed                  breaking  names.kind, listKind or plural changed
+//	names-changed                 safe      singular, shortNames or categories changed
+//	preserve-unknown-fields-*     as below  spec.preserveUnknownFields changed
+//	stored-version-removed        breaking  a version of the old status.storedVersions (the
+//	                                        old storage version when the status is empty)
+//	                                        is not in the new spec.versions: the apiserver
+//	                                        refuses the update
+//	storage-version-changed       safe      the storage version switched; breaking or unknown
+//	                                        with conversion None when the schema of a version
+//	                                        objects are stored at has what the new storage
+//	                                        version's drops or tightens (see Compare)
+//	conversion-changed            unknown   webhook endpoint or ConversionReview versions
+//	                                        changed; a strategy change by what it does:
+//	                                        None -> Webhook safe while one version is served and
+//	                                        stored, else unknown; Webhook -> None safe when one
+//	                                        version is served and stored or their schemas are the
+//	                                        same, else unknown
+//	conversion-ca-bundle-changed  safe      only the webhook's CA bundle changed
+//	served-version-removed        breaking  a served version was removed or is no longer served
+//	version-removed               safe      a version neither served nor stored was removed
+//	version-added, version-served safe      a version was added, or is served again
+//	version-deprecated            safe
+//	status-subresource-removed    breaking
+//	status-subresource-added      unknown   status sent with the object is now ignored
+//	scale-subresource-removed     breaking
+//	scale-subresource-added       safe
+//	scale-subresource-changed     unknown
+//	selectable-field-removed      breaking
+//	selectable-field-added        safe
+//	printer-columns-changed       safe
+//	schema-changed                unknown   a version's schema added or removed, or keys
+//	                                        structural schemas forbid (id, $schema, $ref,
+//	                                        definitions, dependencies, patternProperties,
+//	                                        additionalItems, items as a list) changed
+//
+// Schema, for each version both CRDs serve, walking properties, items,
+// additionalProperties, allOf, anyOf, oneOf and not:
+//
+//	field-removed                 breaking  a property was removed (the apiserver prunes it);
+//	                                        safe when x-kubernetes-preserve-unknown-fields
+//	                                        keeps it; unknown when additionalProperties now
+//	                                        validates it
+//	field-added                   safe
+//	type-changed                  breaking  (nothing below a changed type is compared)
+//	type-widened                  safe      integer -> number, integer or string ->
+//	                                        int-or-string, anything -> any
+//	required-added                breaking  field is the required property
+//	required-removed              safe
+//	default-added, -changed, -removed  breaking  (objects silently get another value)
+//	enum-added                    breaking  an enum on a field that had none
+//	enum-values-removed           breaking
+//	enum-values-added             safe
+//	enum-removed                  safe
+//	<limit>-added, -tightened     breaking  limit: minimum, maximum (exclusiveMinimum and
+//	<limit>-relaxed, -removed     safe        exclusiveMaximum count as tightening), min-length,
+//	                                          max-length, min-items, max-items,
+//	                                          min-properties, max-properties
+//	multiple-of-added, -changed   breaking
+//	multiple-of-relaxed, -removed safe      relaxed: the old value is a multiple of the new
+//	pattern-added, format-added   breaking
+//	pattern-changed, format-changed  unknown  (whether a new regular expression or format
+//	                                        accepts every value the old one did is not decided)
+//	pattern-removed, format-removed  safe
+//	nullable-removed              breaking
+//	nullable-added                safe      breaking when the field has a default: an explicit
+//	                                        null then stays null instead of being defaulted
+//	description-changed           safe      only under a Policy that compares descriptions
+//	preserve-unknown-fields-removed  breaking  unknown fields are now pruned
+//	preserve-unknown-fields-added    safe
+//	embedded-resource-added       breaking  x-kubernetes-embedded-resource
+//	embedded-resource-removed     unknown
+//	unique-items-added            breaking
+//	unique-items-removed          safe
+//	list-type-changed             breaking atomic -> set or map; safe set or map -> atomic;
+//	                                        unknown set <-> map
+//	list-map-keys-changed         unknown
+//	map-type-changed              unknown
+//	validation-rule-added         breaking  x-kubernetes-validations, matched by rule text
+//	validation-rule-changed       unknown   a rule's text (at the same index) or
+//	                                        optionalOldSelf changed
+//	validation-rule-message-changed  safe   message, messageExpression, reason, fieldPath
+//	validation-rule-removed       safe
+//	additional-properties-removed breaking  the map's keys are now pruned
+//	additional-properties-added   safe
+//	allof-added                   breaking  allOf elements added (allOf lists of equal length
+//	allof-removed                 safe        are compared element by element instead)
+//	anyof-added, oneof-added, not-added          breaking  where there was none
+//	anyof-removed, oneof-removed, not-removed    safe
+//	anyof-alternatives-added      safe
+//	anyof-changed, oneof-changed, not-changed    unknown
+//
+// x-kubernetes-int-or-string is part of the type, with the anyOf of an
+// integer and a string that generators put beside it. Descriptions, titles,
+// examples and externalDocs are not compared. Inside allOf, anyOf, oneOf
+// and not, a property, items or additionalProperties schema only one side
+// has is compared with an empty schema, so that its constraints show as
+// added or removed.
 type Check struct {
 	// Version is the CRD version the check is about ("" for checks of the
 	// whole CRD: scope, names, conversion).
@@ -44,8 +149,8 @@ type Check struct {
 	// value of a map), metadata.annotations["a.b/c"]; "" for the object
 	// root and for checks that are not about a field.
 	Field string `json:"field,omitempty"`
-	// Check names the kind of change, in kebab case (see the package
-	// documentation for the list). Names are stable.
+	// Check names the kind of change, in kebab case (see Check for the
+	// list, CheckNames for the names). Names are stable.
 	Check string `json:"check"`
 	// Old and New are the values before and after, as plain JSON values
 	// (an enum's removed values, a limit, a default, a type name); absent

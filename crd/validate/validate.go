@@ -14,9 +14,20 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
-// CRD validates crd as kube-apiserver validates its create: the errors
-// the apiserver would refuse it with, none when it would accept it. crd
-// is not modified.
+// CRD validates crd as kube-apiserver validates its create: the errors the
+// apiserver would refuse it with, none when it would accept it. crd is not
+// modified.
+//
+// It runs k8s.io/apiextensions-apiserver's
+// pkg/apis/apiextensions/validation (the release in go.mod): names
+// (metadata.name must be plural.group), scope, versions (exactly one
+// storage version, served versions with a schema), structural schemas
+// (every node with a type, defaults pruned and valid, list types, CEL rules
+// that compile within their cost budget), the conversion and the
+// subresources. The defaults the apiserver applies before it validates
+// (listKind, conversion None, status.storedVersions from the storage
+// version) are applied to a copy first; the status of the input is ignored,
+// as the apiserver ignores it on a create.
 func CRD(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition) field.ErrorList {
 	c := crd.DeepCopy()
 	c.Status = apiextensionsv1.CustomResourceDefinitionStatus{}

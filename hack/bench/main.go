@@ -8,6 +8,8 @@
 //     informer running as separate processes on the same stream of updates
 //     (CPU read from /proc), to a log action and to a webhook on 127.0.0.1;
 //   - webhook POSTs per second draining a backlog;
+//   - the history (a state directory with and without it): CPU per
+//     change with a log action, and bytes on disk per entry;
 //   - attribution from the audit stream on against off: CPU per change
 //     (log action) and latency from update to webhook receipt with the
 //     default --audit-wait, on a control plane that audits ConfigMap
@@ -68,7 +70,7 @@ func main() {
 	flag.IntVar(&o.objectsPerCRD, "objects-per-crd", 500, "objects of each CRD for the start-up measurement")
 	flag.IntVar(&o.latencySeconds, "latency-seconds", 10, "how long to measure latency at half the maximum rate")
 	flag.IntVar(&o.drain, "drain", 5000, "firings queued for the webhook drain measurement")
-	flag.StringVar(&o.sections, "sections", "memory,events,audit,startup,cbor,crds,objects", "which measurements to run (events needs the ConfigMaps memory creates)")
+	flag.StringVar(&o.sections, "sections", "memory,events,history,audit,startup,cbor,crds,objects", "which measurements to run (events and history update the ConfigMaps memory creates, or create them)")
 	flag.StringVar(&o.compare, "compare", "", "another fieldwatch binary to run beside bin/fieldwatch in the CRD-count (deploy/ rules) and object-count scenarios, for a change's before and after in one run")
 	crdCounts := flag.String("crd-counts", "100,1000,3000", "CRD counts of the CRD-count scenario (crds), ascending")
 	objectCounts := flag.String("object-counts", "100000,300000", "ConfigMap counts of the object-count scenario (objects), ascending")

@@ -108,15 +108,17 @@ func run(ctx context.Context, o options) error {
 	all := []struct {
 		name string
 		run  func(context.Context) error
-	}{{"memory", b.memory}, {"events", b.events}, {"audit", b.auditSection}, {"startup", b.startup}, {"cbor", b.cborSection},
+	}{{"memory", b.memory}, {"events", b.events}, {"history", b.historySection}, {"audit", b.auditSection}, {"startup", b.startup}, {"cbor", b.cborSection},
 		{"crds", b.crdCount}, {"objects", b.objectCount}}
 	want := strings.Split(o.sections, ",")
+	created := slices.Contains(want, "memory")
 	for _, s := range all {
-		if s.name == "events" && !slices.Contains(want, "memory") {
-			// events updates the ConfigMaps memory creates.
+		if (s.name == "events" || s.name == "history") && slices.Contains(want, s.name) && !created {
+			// events and history update the ConfigMaps memory creates.
 			if err := createMany(ctx, b.dyn.Resource(configMapsGVR).Namespace(cmNS), b.o.configMaps, benchConfigMap); err != nil {
 				return err
 			}
+			created = true
 		}
 		if slices.Contains(want, s.name) {
 			if err := s.run(ctx); err != nil {

@@ -48,8 +48,11 @@ type Config struct {
 	Workers int
 	// DryRun makes patch actions log instead of patching.
 	DryRun bool
-	// LeaderElect makes replicas elect one leader through a Lease; only
-	// the leader watches and acts.
+	// LeaderElect makes replicas elect one leader through a Lease. Every
+	// replica watches; only the leader evaluates and acts. It publishes its
+	// watermarks on the Lease with each renewal, and a standby keeps the
+	// changes they do not cover yet, to deliver them when it takes over
+	// (docs/guarantees.md, High availability).
 	LeaderElect bool
 	// LeaseNamespace and LeaseName name the Lease (LeaseName default
 	// DefaultLeaseName; with TotalShards > 1 that default becomes
@@ -100,6 +103,21 @@ type Config struct {
 	// Audit turns on attribution from the Kubernetes audit stream; its
 	// zero value leaves it off.
 	Audit AuditConfig
+	// History keeps what fired, served on HTTPAddr (/api/v1/history,
+	// /history); its zero value keeps it in StateDir.
+	History HistoryConfig
+	// DiscoveryInterval is how often discovery runs besides when CRDs or
+	// APIServices change (default DefaultDiscoveryInterval): without the
+	// right to list them (a namespaced install) it is how soon a new
+	// CRD's resources are watched.
+	DiscoveryInterval time.Duration
+	// Namespaces, when set, confine fieldwatch to these namespaces (a
+	// namespaced install, whose RBAC is Roles in them): it watches
+	// namespaced resources in these only, a rule without
+	// match.namespaces in all of them, and refuses rules that name
+	// another namespace or select cluster-scoped resources
+	// (rules.Set.CheckNamespaced).
+	Namespaces []string
 }
 
 // checkLoopback returns an error unless addr (host:port) names a
@@ -113,6 +131,18 @@ func checkLoopback(addr string) error {
 		return fmt.Errorf("pprof address %q is not a loopback address (127.0.0.1, ::1 or localhost): profiles are served on this host only", addr)
 	}
 	return nil
+}
+
+// checkRules rejects a rule set that this process cannot run: rules that
+// need attribution without an audit source, and in a namespaced install
+// rules that reach outside it.
+func (a *app) checkRules(ctx context.Context, set *rules.Set) error {
+	if !a.cfg.Audit.enabled() {
+		if names := set.UsesAttribution(); len(names) > 0 {
+			return errNeedsAudit(names)
+		}
+	}
+	return a.checkNamespaced(ctx, set)
 }
 
 // app is one running `fieldwatch run`.
@@ -139,6 +169,9 @@ type app struct {
 	// their listeners, by server name (connectionCaps).
 	conns    *connlimit.Metrics
 	connCaps map[string]int
+
+	// history is nil without one (Config.History).
+	history *historyState
 }
 
 // Run runs fieldwatch until ctx ends (SIGTERM): it stops watching, lets the
@@ -146,14 +179,14 @@ type app struct {
 // what is left, and returns nil. It returns an error when the rules do not
 // load or the process cannot start.
 func Run(ctx context.Context, cfg Config) error {
-	a, err := newApp(cfg)
+	a, err := newApp(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	return a.run(ctx)
 }
 
-func newApp(cfg Config) (*app, error) {
+func newApp(ctx context.Context, cfg Config) (*app, error) {
 	cfg = cfg.withDefaults()
 	if cfg.PprofAddr != "" {
 		if err := checkLoopback(cfg.PprofAddr); err != nil {
@@ -169,11 +202,14 @@ func newApp(cfg Config) (*app, error) {
 	if err := cfg.Audit.check(cfg.TotalShards); err != nil {
 		return nil, err
 	}
+	if err := cfg.History.check(); err != nil {
+		return nil, err
+	}
 	set, digest, err := loadRules(cfg.RulesFiles)
 	if err != nil {
 		return nil, err
 	}
-	if err := a.checkRules(set); err != nil {
+	if err := a.checkRules(ctx, set); err != nil {
 		return nil, err
 	}
 	if cfg.Audit.enabled() {
@@ -210,6 +246,20 @@ func (a *app) run(ctx context.Context) error {
 		shutdownCtx, done := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer done()
 		_ = srv.Shutdown(shutdownCtx)
+	}
+	// The history closes last: the actions' completions record in it
+	// until they are done.
+	h, err := a.openHistory(ctx)
+	if err != nil {
+		return err
+	}
+	if h != nil {
+		a.history = h
+		defer func() {
+			if err := h.close(ctx); err != nil {
+				a.log.Error("closing the history", "error", err)
+			}
+		}()
 	}
 	if a.cfg.HTTPAddr != "" {
 		srv, ln, err := a.serveHTTP()
@@ -283,19 +333,26 @@ func (a *app) newReplica(ctx context.Context, standby bool) (*replica, error) {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
 	set := a.set.Load()
+	var confirmed func(*watcher.Change)
+	if standby && a.history != nil {
+		confirmed = a.confirm
+	}
 	r.w, err = watcher.New(a.cfg.Rest, watcher.Config{
-		Selectors:    set.Selectors(),
-		Projection:   set.Projection,
-		Namespaces:   set.Namespaces,
-		Handler:      &pipeline{app: a, errLog: rate.Sometimes{Interval: time.Second}, att: r.att},
-		Workers:      a.cfg.Workers,
-		Queue:        a.cfg.Queue,
-		DrainTimeout: a.cfg.GracePeriod / 2,
-		Shard:        shard,
-		Store:        store,
-		Standby:      standby,
-		Logger:       a.log,
-		Registerer:   a.reg,
+		Selectors:           set.Selectors(),
+		Projection:          set.Projection,
+		Namespaces:          set.Namespaces,
+		Confine:             a.cfg.Namespaces,
+		RediscoveryInterval: a.cfg.DiscoveryInterval,
+		Handler:             &pipeline{app: a, errLog: rate.Sometimes{Interval: time.Second}, att: r.att},
+		Workers:             a.cfg.Workers,
+		Queue:               a.cfg.Queue,
+		DrainTimeout:        a.cfg.GracePeriod / 2,
+		Shard:               shard,
+		Store:               store,
+		Standby:             standby,
+		Confirmed:           confirmed,
+		Logger:              a.log,
+		Registerer:          a.reg,
 	})
 	if err != nil {
 		r.close(a.log, &a.auditSink)
@@ -452,6 +509,7 @@ func (a *app) serveHTTP() (*http.Server, net.Listener, error) {
 		}
 		_, _ = io.WriteString(w, why+"\n")
 	})
+	a.serveHistory(mux)
 	// The bound address: with port 0 the log is where to learn it.
 	a.log.Info("http server listening", "addr", ln.Addr().String(), "max_connections", ln.Max())
 	if a.cfg.Ready != nil {

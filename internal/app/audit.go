@@ -12,7 +12,6 @@ import (
 
 	"github.com/fieldwatch/fieldwatch/change"
 	"github.com/fieldwatch/fieldwatch/internal/audit"
-	"github.com/fieldwatch/fieldwatch/rules"
 )
 
 // AuditConfig turns on attribution: who made each change, read from the
@@ -83,17 +82,6 @@ func errNeedsAudit(names []string) error {
 	return fmt.Errorf("rules %s use match.users, match.excludeUsers or the audit fields of the CEL actor (actor.user, actor.match, ...): "+
 		"they need to know who made each change, from the Kubernetes audit stream; set --audit-webhook-addr or --audit-log",
 		strings.Join(names, ", "))
-}
-
-// checkRules rejects a rule set that this process cannot run.
-func (a *app) checkRules(set *rules.Set) error {
-	if a.cfg.Audit.enabled() {
-		return nil
-	}
-	if names := set.UsesAttribution(); len(names) > 0 {
-		return errNeedsAudit(names)
-	}
-	return nil
 }
 
 // auditScope says which resources' audit events the index keeps: those

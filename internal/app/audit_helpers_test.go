@@ -89,7 +89,7 @@ func newAuditPlane() (*auditPlane, error) {
 	p.certFile, p.keyFile, p.clientCAFile, p.tokenFile = certs.CertFile, certs.KeyFile, certs.CAFile, token[0]
 	p.clientName = certs.ClientName
 	p.caPEM = certs.CAPEM
-	if p.hook, err = newGatedProxy(false); err != nil {
+	if p.hook, err = newGatedProxy(); err != nil {
 		return nil, err
 	}
 	root, err := testenv.RepoRoot()
@@ -109,12 +109,10 @@ func newAuditPlane() (*auditPlane, error) {
 }
 
 // gatedProxy forwards TCP connections to a target that can change, and
-// can hold the bytes flowing one way (hold) until released: from its
-// clients, or with fromTarget from the target.
+// can hold the bytes its clients send (hold) until released.
 type gatedProxy struct {
-	addr       string
-	ln         net.Listener
-	fromTarget bool
+	addr string
+	ln   net.Listener
 
 	mu      sync.Mutex
 	targets []string // new connections go to each in turn
@@ -123,12 +121,12 @@ type gatedProxy struct {
 	conns   map[net.Conn]bool
 }
 
-func newGatedProxy(fromTarget bool) (*gatedProxy, error) {
+func newGatedProxy() (*gatedProxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p := &gatedProxy{addr: ln.Addr().String(), ln: ln, fromTarget: fromTarget, conns: map[net.Conn]bool{}}
+	p := &gatedProxy{addr: ln.Addr().String(), ln: ln, conns: map[net.Conn]bool{}}
 	go p.serve()
 	return p, nil
 }
@@ -167,8 +165,8 @@ func (p *gatedProxy) serve() {
 		p.mu.Lock()
 		p.conns[c], p.conns[up] = true, true
 		p.mu.Unlock()
-		go p.pipe(up, c, !p.fromTarget)
-		go p.pipe(c, up, p.fromTarget)
+		go p.pipe(up, c, true)
+		go p.pipe(c, up, false)
 	}
 }
 
@@ -319,7 +317,7 @@ func runFieldwatch(t *testing.T, plane *auditPlane, src string, edit func(*Confi
 			webhook <- addr
 		}
 	}
-	a, err := newApp(cfg)
+	a, err := newApp(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -400,7 +398,10 @@ func (r *fieldwatchRun) metricsSummary() string {
 	return strings.Join(out, "; ")
 }
 
-// metric returns the sum of the samples of a counter or gauge.
+// metric returns the sum of the samples of a counter or gauge family of
+// the app's registry: the audit package's collectors, unexported, are
+// reached only through it (the app's own are read with
+// testutil.ToFloat64).
 func (r *fieldwatchRun) metric(t *testing.T, name string) float64 {
 	t.Helper()
 	families, err := r.app.reg.Gather()

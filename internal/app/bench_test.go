@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -237,7 +238,7 @@ func BenchmarkCRDImpact(b *testing.B) {
 				}
 
 			}
-			if n := counterValue(b, a.metrics.impactScans.WithLabelValues(source)); n != float64(b.N) {
+			if n := testutil.ToFloat64(a.metrics.impactScans.WithLabelValues(source)); n != float64(b.N) {
 				b.Fatalf("%v scans from the %s, want %d", n, source, b.N)
 			}
 			perObject(b)

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
@@ -134,16 +134,16 @@ func TestCRDImpactList(t *testing.T) {
 					}
 				}
 			}
-			scans := counterValue(t, a.metrics.impactScans.WithLabelValues("list"))
+			scans := testutil.ToFloat64(a.metrics.impactScans.WithLabelValues("list"))
 			if want := map[bool]float64{true: 0, false: 1}[res.Breaking == 0]; scans != want {
 				t.Errorf("list scans %v, want %v", scans, want)
 			}
-			if got := counterValue(t, a.metrics.impactObjects); got != float64(tt.scanned) {
+			if got := testutil.ToFloat64(a.metrics.impactObjects); got != float64(tt.scanned) {
 				t.Errorf("objects scanned metric %v, want %d", got, tt.scanned)
 			}
 			for _, reason := range []string{"limit", "timeout", "error"} {
 				want := map[bool]float64{true: 1, false: 0}[reason == tt.failure]
-				if got := counterValue(t, a.metrics.impactFailures.WithLabelValues(reason)); got != want {
+				if got := testutil.ToFloat64(a.metrics.impactFailures.WithLabelValues(reason)); got != want {
 					t.Errorf("failures{reason=%s} = %v, want %v", reason, got, want)
 				}
 			}
@@ -181,16 +181,6 @@ func TestListVersion(t *testing.T) {
 			t.Errorf("listVersion(%v -> %v) = %q, want %q", tt.old, tt.new, got, tt.want)
 		}
 	}
-}
-
-// counterValue reads a counter.
-func counterValue(t testing.TB, c prometheus.Counter) float64 {
-	t.Helper()
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetCounter().GetValue()
 }
 
 // TestCRDImpactCache runs the impact scan of the pipeline from the
@@ -272,7 +262,7 @@ func TestCRDImpactCache(t *testing.T) {
 			t.Errorf("%s: error %q", im.Check, im.Error)
 		}
 	}
-	if n := counterValue(t, a.metrics.impactScans.WithLabelValues("cache")); n != 1 {
+	if n := testutil.ToFloat64(a.metrics.impactScans.WithLabelValues("cache")); n != 1 {
 		t.Errorf("cache scans %v, want 1", n)
 	}
 
@@ -285,7 +275,7 @@ func TestCRDImpactCache(t *testing.T) {
 		!strings.Contains(e, "the apiserver prunes spec.owner from every read after the change") {
 		t.Errorf("field-removed error %q", e)
 	}
-	if n := counterValue(t, a.metrics.impactScans.WithLabelValues("list")); n != 1 {
+	if n := testutil.ToFloat64(a.metrics.impactScans.WithLabelValues("list")); n != 1 {
 		t.Errorf("list scans %v, want 1", n)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/fieldwatch/fieldwatch/internal/connlimit"
@@ -28,6 +29,8 @@ const (
 	DefaultLeaseDuration = 15 * time.Second
 	DefaultRenewDeadline = 10 * time.Second
 	DefaultRetryPeriod   = 2 * time.Second
+	// DefaultDiscoveryInterval is Config.DiscoveryInterval's default.
+	DefaultDiscoveryInterval = 30 * time.Second
 	// DefaultCRDImpactMaxObjects and DefaultCRDImpactTimeout bound the
 	// impact scan of one CRD change.
 	DefaultCRDImpactMaxObjects = 50000
@@ -40,7 +43,8 @@ const auditLogState = "audit-log.state"
 
 // withDefaults returns cfg with the defaults in the fields it leaves zero,
 // and what derives from other fields: each shard's Lease name and the
-// audit log's state file in the state directory.
+// audit log's state file in the state directory; Namespaces sorted, each
+// once.
 func (cfg Config) withDefaults() Config {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -53,11 +57,19 @@ func (cfg Config) withDefaults() Config {
 	orDefault(&cfg.RenewDeadline, DefaultRenewDeadline)
 	orDefault(&cfg.RetryPeriod, DefaultRetryPeriod)
 	orDefault(&cfg.HTTPIdleTimeout, connlimit.DefaultIdleTimeout)
+	orDefault(&cfg.DiscoveryInterval, DefaultDiscoveryInterval)
+	if cfg.History.MaxBytes <= 0 {
+		cfg.History.MaxBytes = DefaultHistoryMaxBytes
+	}
+	orDefault(&cfg.History.MaxAge, DefaultHistoryMaxAge)
 	if cfg.LeaseName == "" {
 		cfg.LeaseName = DefaultLeaseName
 	}
 	if cfg.LeaderElect && cfg.TotalShards > 1 && cfg.LeaseName == DefaultLeaseName {
 		cfg.LeaseName = shardLeaseName(cfg.Shard, cfg.TotalShards)
+	}
+	if cfg.Namespaces != nil {
+		cfg.Namespaces = slices.Compact(slices.Sorted(slices.Values(cfg.Namespaces)))
 	}
 	if au := &cfg.Audit; au.LogPath != "" && au.LogStateFile == "" && cfg.StateDir != "" {
 		au.LogStateFile = filepath.Join(cfg.StateDir, auditLogState)

@@ -2,6 +2,7 @@ package app
 
 import (
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 )
@@ -18,7 +19,8 @@ func TestWithDefaults(t *testing.T) {
 		{"zero", Config{}, func(t *testing.T, c Config) {
 			if c.Workers != DefaultWorkers || c.GracePeriod != DefaultGracePeriod || c.LeaseName != DefaultLeaseName ||
 				c.LeaseDuration != DefaultLeaseDuration || c.RenewDeadline != DefaultRenewDeadline || c.RetryPeriod != DefaultRetryPeriod ||
-				c.CRDImpactMaxObjects != DefaultCRDImpactMaxObjects || c.CRDImpactTimeout != DefaultCRDImpactTimeout || c.Logger == nil {
+				c.CRDImpactMaxObjects != DefaultCRDImpactMaxObjects || c.CRDImpactTimeout != DefaultCRDImpactTimeout || c.Logger == nil ||
+				c.DiscoveryInterval != DefaultDiscoveryInterval || c.Namespaces != nil {
 				t.Errorf("defaults not applied: %+v", c)
 			}
 			if c.Audit.LogStateFile != "" {
@@ -58,6 +60,11 @@ func TestWithDefaults(t *testing.T) {
 		{"audit state given stays", Config{StateDir: state, Audit: AuditConfig{LogPath: "/a.log", LogStateFile: "/elsewhere"}}, func(t *testing.T, c Config) {
 			if c.Audit.LogStateFile != "/elsewhere" {
 				t.Errorf("LogStateFile = %q, want /elsewhere", c.Audit.LogStateFile)
+			}
+		}},
+		{"namespaces sorted, each once", Config{Namespaces: []string{"b", "a", "b"}}, func(t *testing.T, c Config) {
+			if !slices.Equal(c.Namespaces, []string{"a", "b"}) {
+				t.Errorf("Namespaces = %v, want [a b]", c.Namespaces)
 			}
 		}},
 		{"no state directory, no audit state", Config{Audit: AuditConfig{LogPath: "/a.log"}}, func(t *testing.T, c Config) {

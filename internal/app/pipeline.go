@@ -8,6 +8,7 @@ import (
 
 	"github.com/fieldwatch/fieldwatch/change"
 	"github.com/fieldwatch/fieldwatch/internal/audit"
+	"github.com/fieldwatch/fieldwatch/internal/history"
 	"github.com/fieldwatch/fieldwatch/rules"
 	"github.com/fieldwatch/fieldwatch/watcher"
 )
@@ -62,7 +63,7 @@ func (p *pipeline) Handle(ctx context.Context, c *watcher.Change) error {
 		return ctx.Err() // shutting down: the watcher keeps the change queued
 	}
 	done := c.Defer()
-	err := p.att.at.Submit(ctx, ac, func(a audit.Attribution) {
+	err := p.att.at.Submit(ctx, ac, func(a change.Attribution) {
 		defer func() { <-p.att.inflight }()
 		if p.att.aborted.Load() {
 			return // the Lease is lost: the change stays undone
@@ -111,7 +112,8 @@ func (p *pipeline) evaluate(set *rules.Set, c *watcher.Change, rc *rules.Change)
 
 // deliver hands the firings to the actions. done (the change's Defer) is
 // called once every action of every firing is done: delivered, or
-// dead-lettered. An error means the actions are closing; what was not
+// dead-lettered. Each firing is then recorded in the history (which
+// never blocks). An error means the actions are closing; what was not
 // queued is dead-lettered.
 func (p *pipeline) deliver(ctx context.Context, firings []rules.Firing, done func()) error {
 	var remaining atomic.Int64
@@ -121,8 +123,16 @@ func (p *pipeline) deliver(ctx context.Context, firings []rules.Firing, done fun
 			done()
 		}
 	}
+	h := p.app.history
 	for _, f := range firings {
-		if err := p.app.disp.Load().Deliver(ctx, f, each); err != nil {
+		finished := each
+		if h != nil {
+			finished = func() {
+				h.rec.Record(f.Payload, history.Delivered)
+				each()
+			}
+		}
+		if err := p.app.disp.Load().Deliver(ctx, f, finished); err != nil {
 			return err
 		}
 	}

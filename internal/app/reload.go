@@ -76,7 +76,7 @@ func (a *app) watchRules(ctx context.Context) {
 					a.log.Error("reopen log files", "error", err)
 				}
 			}
-			a.reloadRules()
+			a.reloadRules(ctx)
 		case <-events:
 			// Editors and ConfigMap updates write in several steps:
 			// reload once they settle.
@@ -85,7 +85,7 @@ func (a *app) watchRules(ctx context.Context) {
 			a.log.Warn("watching rules files", "error", err)
 		case <-settle:
 			settle = nil
-			a.reloadRules()
+			a.reloadRules(ctx)
 		}
 	}
 }
@@ -93,12 +93,12 @@ func (a *app) watchRules(ctx context.Context) {
 // reloadRules loads the rules files again. Invalid rules are logged and counted
 // and the running rules stay; valid ones replace them, and the watcher
 // adjusts its informers (those of resources still in use keep running).
-func (a *app) reloadRules() {
+func (a *app) reloadRules(ctx context.Context) {
 	a.reload.Lock()
 	defer a.reload.Unlock()
 	set, digest, err := loadRules(a.cfg.RulesFiles)
 	if err == nil {
-		err = a.checkRules(set)
+		err = a.checkRules(ctx, set)
 	}
 	if err != nil {
 		a.metrics.reloadFails.Inc()

@@ -53,8 +53,8 @@ func (o *AttributorOptions) defaults() {
 // events that have not arrived yet. Its contract:
 //
 //   - Submit's callback gets the change's Attribution as soon as a fitting
-//     audit event is in the Index, or with MatchNone once Wait has passed
-//     since Submit;
+//     audit event is in the Index, or with change.MatchNone once Wait has
+//     passed since Submit;
 //   - callbacks of one object run one at a time, in submission order: a
 //     change waits behind the earlier changes of its object (their own
 //     bounds pass first, so its bound holds), and its callback runs after
@@ -68,10 +68,46 @@ func (o *AttributorOptions) defaults() {
 //
 // When the event is already held and nothing of the object is pending,
 // Submit runs the callback on the caller's goroutine before it returns,
-// with no timer and no goroutine (and the callbacks of the same object
-// that other goroutines submit meanwhile). Otherwise callbacks run on
-// goroutines of the Attributor. Callbacks must not call Submit for their own object and
-// wait for it.
+// with no timer and no goroutine (and the callbacks of the same object that
+// other goroutines submit meanwhile). Otherwise callbacks run on goroutines
+// of the Attributor. Callbacks must not call Submit for their own object
+// and wait for it.
+//
+// It matches each change against the Index:
+//
+//   - exact: the audit event's responseObject (RequestResponse level)
+//     carries the object's uid and the change's resourceVersion;
+//   - window: Metadata or Request level, so no resourceVersion: one audit
+//     event of a verb that fits the change, with a 2xx response, on the
+//     same object, whose request was received no later than the change
+//     was observed (plus the allowed clock skew) and which completed within
+//     the match window of it. When the candidates are several writes by
+//     the same identity, the user is certain and the request-level fields
+//     that differ between them (auditID at least) are left out. When every
+//     candidate was held before the change was observed, the change is
+//     decided only when its wait is over: such an event may be another
+//     request's (a no-op write, an event posted ahead of the apiserver's),
+//     and the change's own, when it comes, makes it ambiguous or exact;
+//   - ambiguous: candidates by different identities: the usernames are
+//     listed and no user is named. fieldwatch never guesses;
+//   - none: nothing fitted within the wait bound (the policy does not audit
+//     the resource, the event was lost or is later than the bound).
+//
+// The verbs that fit: create for a creation (and, weakly, the update or
+// patch of create-on-update and server-side apply); update and patch for an
+// update, delete, deletecollection and pods/eviction for one that set
+// metadata.deletionTimestamp; those for a deletion (and, weakly, the update
+// or patch that removed the last finalizer of a terminating object). A
+// change that only weak candidates fit is decided when its wait is over, in
+// case its own request is still on its way.
+//
+// Attribution at Metadata level is as good as the timing: a no-op patch
+// (audited, but producing no watch event) by another user shortly before a
+// real change can be taken for it when its event arrives after the change
+// was observed and before the real change's own (a no-op update is
+// recognised when the change gives its previous resourceVersion). Exact
+// matching (RequestResponse level for the resources where it matters) has
+// no such limit.
 type Attributor struct {
 	ix   *Index
 	opts AttributorOptions
@@ -104,13 +140,13 @@ type objectQueue struct {
 }
 
 type readyCall struct {
-	cb func(Attribution)
-	a  Attribution
+	cb func(change.Attribution)
+	a  change.Attribution
 }
 
 type waiter struct {
 	c         Change
-	cb        func(Attribution)
+	cb        func(change.Attribution)
 	submitted time.Time
 	deadline  time.Time
 	q         *objectQueue
@@ -139,7 +175,7 @@ func NewAttributor(ix *Index, opts AttributorOptions) *Attributor {
 // Submit attributes c and calls cb with the result (see Attributor). It
 // blocks while MaxWaiting changes wait, until ctx ends (its error is
 // returned and cb is never called) or Close (ErrClosed).
-func (a *Attributor) Submit(ctx context.Context, c Change, cb func(Attribution)) error {
+func (a *Attributor) Submit(ctx context.Context, c Change, cb func(change.Attribution)) error {
 	if c.Type != change.Created && c.Type != change.Updated && c.Type != change.Deleted || c.Resource == "" || c.Name == "" {
 		return fmt.Errorf("audit: change %s %s/%s of kind %s cannot be attributed", c.Resource, c.Namespace, c.Name, c.Type)
 	}
@@ -222,11 +258,11 @@ func (a *Attributor) Submit(ctx context.Context, c Change, cb func(Attribution))
 
 // matchNow matches c against the events held now, when nothing of its
 // object waits: ok is false when c must wait. A Listed change never waits:
-// it is MatchNone when nothing fits.
-func (a *Attributor) matchNow(c *Change) (Attribution, bool) {
+// it is change.MatchNone when nothing fits.
+func (a *Attributor) matchNow(c *Change) (change.Attribution, bool) {
 	res, ok := a.ix.match(c, c.Listed)
 	if !ok && c.Listed {
-		return Attribution{Match: MatchNone}, true
+		return change.Attribution{Match: change.MatchNone}, true
 	}
 	return res, ok
 }
@@ -264,7 +300,7 @@ func (a *Attributor) resolveLocked(q *objectQueue, expired bool) {
 			if !due {
 				return
 			}
-			res = Attribution{Match: MatchNone}
+			res = change.Attribution{Match: change.MatchNone}
 		}
 		q.waiting[0] = nil
 		q.waiting = q.waiting[1:]
@@ -284,7 +320,7 @@ func (a *Attributor) resolveLocked(q *objectQueue, expired bool) {
 
 // readyLocked queues cb's call behind q's earlier ones, starting a
 // goroutine to run them unless one runs.
-func (a *Attributor) readyLocked(q *objectQueue, cb func(Attribution), res Attribution) {
+func (a *Attributor) readyLocked(q *objectQueue, cb func(change.Attribution), res change.Attribution) {
 	q.ready = append(q.ready, readyCall{cb: cb, a: res})
 	if q.running {
 		return
@@ -391,13 +427,13 @@ func (a *Attributor) scopeRemoveLocked(q *objectQueue) {
 	}
 }
 
-func (a *Attributor) count(res Attribution, waited time.Duration) {
+func (a *Attributor) count(res change.Attribution, waited time.Duration) {
 	switch res.Match {
-	case MatchExact:
+	case change.MatchExact:
 		a.m.matchExact.Inc()
-	case MatchWindow:
+	case change.MatchWindow:
 		a.m.matchWindow.Inc()
-	case MatchAmbiguous:
+	case change.MatchAmbiguous:
 		a.m.matchAmbig.Inc()
 	default:
 		a.m.unmatched.Inc()
@@ -428,9 +464,9 @@ func (a *Attributor) Drain(ctx context.Context, interval time.Duration) {
 }
 
 // Close stops waiting: every waiting change is resolved at once with what
-// the index holds (MatchNone when nothing fits), and Close returns when
-// all callbacks have returned (so it must not be called from one). Submit
-// fails with ErrClosed afterwards.
+// the index holds (change.MatchNone when nothing fits), and Close returns
+// when all callbacks have returned (so it must not be called from one).
+// Submit fails with ErrClosed afterwards.
 func (a *Attributor) Close() {
 	a.mu.Lock()
 	if a.done {

@@ -13,6 +13,8 @@ import (
 
 	"github.com/fieldwatch/fieldwatch/change"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // results collects callbacks in the order they ran.
@@ -21,8 +23,8 @@ type results struct {
 	got []string
 }
 
-func (r *results) cb(label string) func(Attribution) {
-	return func(a Attribution) {
+func (r *results) cb(label string) func(change.Attribution) {
+	return func(a change.Attribution) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.got = append(r.got, fmt.Sprintf("%s:%s:%s", label, a.Match, a.Username()))
@@ -53,12 +55,12 @@ func TestAttributorFastPath(t *testing.T) {
 	ix, a, clk := newTestAttributor(AttributorOptions{})
 	defer a.Close()
 	ix.Add(SourceWebhook, []Record{rec("e1", "alice", "patch", "a", 0)}, 0)
-	var got Attribution
+	var got change.Attribution
 	called := false
-	if err := a.Submit(context.Background(), chg(change.Updated, "a"), func(r Attribution) { got, called = r, true }); err != nil {
+	if err := a.Submit(context.Background(), chg(change.Updated, "a"), func(r change.Attribution) { got, called = r, true }); err != nil {
 		t.Fatal(err)
 	}
-	if !called || got.Match != MatchWindow || got.Username() != "alice" {
+	if !called || got.Match != change.MatchWindow || got.Username() != "alice" {
 		t.Fatalf("the callback did not run before Submit returned: called %v, %+v", called, got)
 	}
 	if clk.pending() != 0 {
@@ -92,10 +94,10 @@ func TestAttributorWaitsThenTimesOut(t *testing.T) {
 	if got := r.waitFor(t, 2); got[1] != "a1:none:" {
 		t.Fatalf("got %v", got)
 	}
-	if v := value(t, a.m.unmatched); v != 1 {
+	if v := testutil.ToFloat64(a.m.unmatched); v != 1 {
 		t.Errorf("unmatched_total %v, want 1", v)
 	}
-	if v := value(t, a.m.waiting); v != 0 {
+	if v := testutil.ToFloat64(a.m.waiting); v != 0 {
 		t.Errorf("waiting_changes %v, want 0", v)
 	}
 }
@@ -266,16 +268,16 @@ func TestAttributorConcurrent(t *testing.T) {
 				now := time.Now()
 				c := Change{Resource: "configmaps", Namespace: "ns", Name: name, UID: name, ResourceVersion: fmt.Sprint(i), Type: change.Updated, Time: now}
 				r := Record{AuditID: fmt.Sprint(name, "/", i), Verb: "patch", Resource: "configmaps", Namespace: "ns", Name: name, Code: 200,
-					Received: now, Completed: now, User: UserInfo{Username: user}, ResponseUID: name, ResponseResourceVersion: fmt.Sprint(i)}
+					Received: now, Completed: now, User: change.UserInfo{Username: user}, ResponseUID: name, ResponseResourceVersion: fmt.Sprint(i)}
 				early := rand.IntN(2) == 0
 				if early {
 					ix.Add(SourceWebhook, []Record{r}, 0)
 				}
-				err := a.Submit(context.Background(), c, func(at Attribution) {
+				err := a.Submit(context.Background(), c, func(at change.Attribution) {
 					mu.Lock()
 					defer mu.Unlock()
 					seen[name] = append(seen[name], i)
-					if at.Match != MatchExact || at.Username() != user {
+					if at.Match != change.MatchExact || at.Username() != user {
 						wrong++
 					}
 				})
@@ -331,13 +333,13 @@ func TestAttributorRejectsIncompleteChanges(t *testing.T) {
 	_, a, _ := newTestAttributor(AttributorOptions{})
 	defer a.Close()
 	for _, c := range []Change{{Resource: "configmaps", Name: "a"}, {Type: change.Updated, Name: "a"}, {Type: change.Deleted, Resource: "configmaps"}} {
-		if err := a.Submit(context.Background(), c, func(Attribution) { t.Error("called") }); err == nil || !strings.Contains(err.Error(), "cannot be attributed") {
+		if err := a.Submit(context.Background(), c, func(change.Attribution) { t.Error("called") }); err == nil || !strings.Contains(err.Error(), "cannot be attributed") {
 			t.Errorf("%+v: %v", c, err)
 		}
 	}
 }
 
-func mustSubmit(t *testing.T, a *Attributor, ctx context.Context, c Change, cb func(Attribution)) {
+func mustSubmit(t *testing.T, a *Attributor, ctx context.Context, c Change, cb func(change.Attribution)) {
 	t.Helper()
 	if err := a.Submit(ctx, c, cb); err != nil {
 		t.Fatal(err)

@@ -123,11 +123,11 @@ func BenchmarkAttribute(b *testing.B) {
 
 	b.Run("off", func(b *testing.B) {
 		matched := 0
-		cb := func(a Attribution) { matched++ }
+		cb := func(a change.Attribution) { matched++ }
 		i := 0
 		for b.Loop() {
 			c := changeOf(i)
-			cb(Attribution{Match: Match(c.Type)})
+			cb(change.Attribution{Match: change.Match(c.Type)})
 			i++
 		}
 	})
@@ -147,8 +147,8 @@ func BenchmarkAttribute(b *testing.B) {
 		a := NewAttributor(ix, AttributorOptions{Clock: clk})
 		defer a.Close()
 		matched := 0
-		cb := func(at Attribution) {
-			if at.Match == MatchWindow {
+		cb := func(at change.Attribution) {
+			if at.Match == change.MatchWindow {
 				matched++
 			}
 		}
@@ -170,15 +170,15 @@ func BenchmarkAttribute(b *testing.B) {
 		ix := NewIndex(IndexOptions{Clock: clk})
 		a := NewAttributor(ix, AttributorOptions{Clock: clk})
 		defer a.Close()
-		done := make(chan Attribution, 1)
-		cb := func(at Attribution) { done <- at }
+		done := make(chan change.Attribution, 1)
+		cb := func(at change.Attribution) { done <- at }
 		i := 0
 		for b.Loop() {
 			if err := a.Submit(ctx, changeOf(i), cb); err != nil {
 				b.Fatal(err)
 			}
 			ix.Add(SourceWebhook, []Record{event(i)}, 0)
-			if at := <-done; at.Match != MatchWindow {
+			if at := <-done; at.Match != change.MatchWindow {
 				b.Fatalf("change %d: %+v", i, at)
 			}
 			clk.Step(time.Millisecond)

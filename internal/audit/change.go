@@ -44,27 +44,10 @@ type Change struct {
 	// compared with a restart baseline): it may be long past, so its audit
 	// event is not waited for. It is matched against the events held when
 	// its turn comes (after the earlier changes of its object), and is
-	// MatchNone when none fits.
+	// change.MatchNone when none fits.
 	Listed bool
 }
 
 func (c *Change) key() objectKey {
 	return objectKey{group: c.Group, resource: c.Resource, namespace: c.Namespace, name: c.Name}
 }
-
-// Match says how a change was attributed (package change's, the
-// vocabulary audit shares with the rules).
-type Match = change.Match
-
-// The match kinds.
-const (
-	MatchExact     = change.MatchExact
-	MatchWindow    = change.MatchWindow
-	MatchAmbiguous = change.MatchAmbiguous
-	MatchNone      = change.MatchNone
-)
-
-// Attribution is who made a change, as the audit stream tells (package
-// change's). Its slices are shared with the index: callers must not modify
-// them.
-type Attribution = change.Attribution

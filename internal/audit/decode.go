@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
 // APIVersion is the only audit event version the decoder reads: what the
@@ -49,8 +51,8 @@ type wireUser struct {
 	Groups   wireStrings `json:"groups"`
 }
 
-func (u *wireUser) info() UserInfo {
-	return UserInfo{Username: u.Username, UID: u.UID, Groups: u.Groups}
+func (u *wireUser) info() change.UserInfo {
+	return change.UserInfo{Username: u.Username, UID: u.UID, Groups: u.Groups}
 }
 
 // wireStrings is a list of strings (groups, source IPs) that is refused

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // logLine is a real Metadata-level patch event of the apiserver's log with
@@ -82,10 +84,10 @@ func TestFollowerSplitsLines(t *testing.T) {
 		if got := sink.ids(); !slices.Equal(got, want) {
 			t.Fatalf("seed %d: got %v, want %v", seed, got, want)
 		}
-		if v := value(t, m.logSkipped); v != 1 {
+		if v := testutil.ToFloat64(m.logSkipped); v != 1 {
 			t.Errorf("seed %d: %v lines skipped, want 1", seed, v)
 		}
-		if v := value(t, m.decodeErrorsBy[SourceLog]); v != 0 {
+		if v := testutil.ToFloat64(m.decodeErrorsBy[SourceLog]); v != 0 {
 			t.Errorf("seed %d: %v decode errors", seed, v)
 		}
 		if f.lineStart != int64(len(data)) {
@@ -185,14 +187,14 @@ func TestFollowerRotationAndTruncation(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 5*time.Second, "truncation noticed", func() bool {
-		return value(t, m.logReopens.WithLabelValues("truncated")) == 1
+		return testutil.ToFloat64(m.logReopens.WithLabelValues("truncated")) == 1
 	})
 	appendFile(t, path, lines(t, "three", 0, 2))
 	waitIDs(t, sink, slices.Concat(ids("one", 0, 5), ids("two", 0, 4), ids("three", 0, 2)))
-	if v := value(t, m.logReopens.WithLabelValues("rotated")); v != 1 {
+	if v := testutil.ToFloat64(m.logReopens.WithLabelValues("rotated")); v != 1 {
 		t.Errorf("rotations %v, want 1", v)
 	}
-	if v := value(t, m.decodeErrorsBy[SourceLog]); v != 0 {
+	if v := testutil.ToFloat64(m.decodeErrorsBy[SourceLog]); v != 0 {
 		t.Errorf("%v decode errors: a half line was parsed", v)
 	}
 }
@@ -293,11 +295,11 @@ func TestFollowerHugeBinaryLines(t *testing.T) {
 			waitIDs(t, sink, ids("after", 0, 3))
 			elapsed := time.Since(start)
 			stop()
-			errs := value(t, m.decodeErrorsBy[SourceLog])
+			errs := testutil.ToFloat64(m.decodeErrorsBy[SourceLog])
 			if tc.decodeErrors && errs < 10000 || !tc.decodeErrors && errs != 0 {
 				t.Errorf("%v decode errors counted", errs)
 			}
-			if v := value(t, m.logSkipped); v != tc.skipped {
+			if v := testutil.ToFloat64(m.logSkipped); v != tc.skipped {
 				t.Errorf("%v lines skipped, want %v", v, tc.skipped)
 			}
 			logged := strings.Count(logs.String(), "audit log: undecodable line") + strings.Count(logs.String(), "audit log: skipped")
@@ -326,6 +328,6 @@ func TestFollowerStopsWhileReading(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 10*time.Second, "the endless line skipped (it is being read)", func() bool { return value(t, m.logSkipped) >= 1 })
+	testenv.Eventually(t, 10*time.Second, "the endless line skipped (it is being read)", func() bool { return testutil.ToFloat64(m.logSkipped) >= 1 })
 	stop()
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // TestFollowerRefusesWhatIsNotARegularFile: a path naming a symlink to
@@ -45,7 +47,7 @@ func TestFollowerRefusesWhatIsNotARegularFile(t *testing.T) {
 				m := NewMetrics(nil)
 				stop, logs := runFollower(t, FollowerOptions{Path: path, Metrics: m}, sink, false)
 				refused := m.logOpenFailures.WithLabelValues("not_regular")
-				testenv.Eventually(t, 5*time.Second, "the refusal counted", func() bool { return value(t, refused) == 1 })
+				testenv.Eventually(t, 5*time.Second, "the refusal counted", func() bool { return testutil.ToFloat64(refused) == 1 })
 				if !replaced {
 					stop()
 					return
@@ -62,7 +64,7 @@ func TestFollowerRefusesWhatIsNotARegularFile(t *testing.T) {
 				}
 				waitIDs(t, sink, ids("new", 0, 3))
 				stop()
-				if v := value(t, refused); v != 1 {
+				if v := testutil.ToFloat64(refused); v != 1 {
 					t.Errorf("the refusal counted %v times, want once", v)
 				}
 				if n := strings.Count(logs.String(), "is not a regular file"); n != 1 {
@@ -94,7 +96,7 @@ func TestFollowerRefusesAReplacementThatIsNotARegularFile(t *testing.T) {
 	}
 	appendFile(t, path+".1", lines(t, "one", 2, 3)) // the old file, still read
 	testenv.Eventually(t, 5*time.Second, "the FIFO refused", func() bool {
-		return value(t, m.logOpenFailures.WithLabelValues("not_regular")) == 1
+		return testutil.ToFloat64(m.logOpenFailures.WithLabelValues("not_regular")) == 1
 	})
 	waitIDs(t, sink, ids("one", 0, 3))
 	if err := os.Remove(path); err != nil {

@@ -142,11 +142,7 @@ func TestMain(m *testing.M) {
 
 // webhookConfig is the apiserver's side of the receiver, sending its
 // batches every 100ms so that tests see events at once.
-func (h *hookFixture) webhookConfig() *testenv.AuditWebhook {
-	w := h.certs.Webhook(h.url)
-	w.BatchMaxWait = 100 * time.Millisecond
-	return w
-}
+func (h *hookFixture) webhookConfig() *testenv.AuditWebhook { return h.certs.Webhook(h.url) }
 
 func ptr[T any](v T) *T { return &v }
 
@@ -157,7 +153,7 @@ type watched struct {
 	submitted time.Time
 	resolved  time.Time
 	done      bool
-	result    Attribution
+	result    change.Attribution
 }
 
 // observer watches one resource in one namespace, as the pipeline's
@@ -168,6 +164,10 @@ type observer struct {
 	gvr  schema.GroupVersionResource
 	ns   string
 	gate chan struct{} // when non-nil, changes are submitted only once it is closed
+	// lagging: a change counts as watched when it is submitted, as from a
+	// watch that lags behind the audit stream (with gate: its events are
+	// held before it is watched).
+	lagging bool
 
 	mu          sync.Mutex
 	changes     []*watched
@@ -181,7 +181,13 @@ type observer struct {
 // watch from (otherwise the objects there are seen as created first).
 func observe(t *testing.T, ctx context.Context, env *testenv.Env, a *Attributor, gvr schema.GroupVersionResource, ns, from string, gate chan struct{}) *observer {
 	t.Helper()
-	o := &observer{t: t, a: a, gvr: gvr, ns: ns, gate: gate, byObject: map[string][]*watched{}, terminating: map[string]bool{}, lastRV: map[string]string{}}
+	return observeLagging(t, ctx, env, a, gvr, ns, from, gate, false)
+}
+
+// observeLagging is observe with the observer's lagging set.
+func observeLagging(t *testing.T, ctx context.Context, env *testenv.Env, a *Attributor, gvr schema.GroupVersionResource, ns, from string, gate chan struct{}, lagging bool) *observer {
+	t.Helper()
+	o := &observer{t: t, a: a, gvr: gvr, ns: ns, gate: gate, lagging: lagging, byObject: map[string][]*watched{}, terminating: map[string]bool{}, lastRV: map[string]string{}}
 	w, err := env.Dynamic(t).Resource(gvr).Namespace(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: from})
 	if err != nil {
 		t.Fatalf("watch %s in %s: %v", gvr.Resource, ns, err)
@@ -262,8 +268,11 @@ func (o *observer) change(ev watch.Event) *watched {
 func (o *observer) submit(ctx context.Context, wc *watched) {
 	o.mu.Lock()
 	wc.submitted = time.Now()
+	if o.lagging {
+		wc.Time = wc.submitted
+	}
 	o.mu.Unlock()
-	err := o.a.Submit(ctx, wc.Change, func(res Attribution) {
+	err := o.a.Submit(ctx, wc.Change, func(res change.Attribution) {
 		o.mu.Lock()
 		defer o.mu.Unlock()
 		wc.resolved, wc.done, wc.result = time.Now(), true, res

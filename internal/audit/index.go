@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 	"unsafe"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
 // The defaults of IndexOptions.
@@ -146,7 +148,7 @@ type Index struct {
 	// source IPs) and impersonated users between held events.
 	strs  map[string]string
 	lists map[string][]string
-	users map[string]*UserInfo
+	users map[string]*change.UserInfo
 	key   []byte // scratch for the lookups in lists and users
 	// interned is the bytes strs, lists and users hold (of strings that
 	// held events may no longer share).
@@ -216,7 +218,7 @@ func (ix *Index) list(ss []string) []string {
 
 // user returns a user equal to u that other held events may share. The
 // caller holds ix.mu.
-func (ix *Index) user(u *UserInfo) *UserInfo {
+func (ix *Index) user(u *change.UserInfo) *change.UserInfo {
 	ix.key = appendJoined(appendJoined(ix.key[:0], u.Username, u.UID), u.Groups...)
 	if v, ok := ix.users[string(ix.key)]; ok {
 		return v
@@ -225,7 +227,7 @@ func (ix *Index) user(u *UserInfo) *UserInfo {
 		clear(ix.users)
 	}
 	k := string(ix.key)
-	v := &UserInfo{Username: ix.str(u.Username), UID: ix.str(u.UID), Groups: ix.list(u.Groups)}
+	v := &change.UserInfo{Username: ix.str(u.Username), UID: ix.str(u.UID), Groups: ix.list(u.Groups)}
 	ix.users[k] = v
 	ix.intern(len(k) + userBytes)
 	return v
@@ -250,7 +252,7 @@ func NewIndex(opts IndexOptions) *Index {
 		byID:  map[string]*entry{},
 		strs:  map[string]string{},
 		lists: map[string][]string{},
-		users: map[string]*UserInfo{},
+		users: map[string]*change.UserInfo{},
 	}
 }
 

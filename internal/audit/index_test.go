@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fieldwatch/fieldwatch/change"
 )
@@ -98,7 +98,7 @@ func rec(id, user, verb, name string, completed time.Duration) Record {
 		AuditID: id, Level: "Metadata", Verb: verb, Version: "v1", Resource: "configmaps",
 		Namespace: "ns", Name: name, Code: 200,
 		Received: t0.Add(completed - 10*time.Millisecond), Completed: t0.Add(completed),
-		User: UserInfo{Username: user, Groups: []string{"system:authenticated"}}, UserAgent: "kubectl/" + user,
+		User: change.UserInfo{Username: user, Groups: []string{"system:authenticated"}}, UserAgent: "kubectl/" + user,
 		SourceIPs: []string{"10.0.0.1"},
 	}
 }
@@ -122,7 +122,7 @@ func TestMatch(t *testing.T) {
 	sub := func(s string) func(*Record) { return func(r *Record) { r.Subresource = s } }
 	code := func(c int32) func(*Record) { return func(r *Record) { r.Code = c } }
 	as := func(u string) func(*Record) {
-		return func(r *Record) { r.ImpersonatedUser = &UserInfo{Username: u} }
+		return func(r *Record) { r.ImpersonatedUser = &change.UserInfo{Username: u} }
 	}
 	genName := func(prefix string) func(*Record) {
 		return func(r *Record) { r.Name, r.GenerateName = "", prefix }
@@ -227,7 +227,7 @@ func TestMatch(t *testing.T) {
 				}
 				got := "undecided"
 				switch {
-				case ok && a.Match == MatchAmbiguous:
+				case ok && a.Match == change.MatchAmbiguous:
 					got = fmt.Sprintf("%sambiguous %s", prefix, joinComma(a.Candidates))
 					if a.User != nil || a.AuditID != "" {
 						t.Errorf("ambiguous names a user: %+v", a)
@@ -289,7 +289,7 @@ func TestMatchEarlyEvents(t *testing.T) {
 				switch {
 				case !ok:
 					return "undecided"
-				case a.Match == MatchAmbiguous:
+				case a.Match == change.MatchAmbiguous:
 					return "ambiguous " + joinComma(a.Candidates)
 				case a.AuditID == "":
 					return fmt.Sprintf("%s %s -", a.Match, a.Username())
@@ -333,11 +333,11 @@ func joinComma(ss []string) string {
 func TestMatchFields(t *testing.T) {
 	ix := NewIndex(IndexOptions{Clock: newFakeClock()})
 	r := rec("e1", "admin", "patch", "a", 0)
-	r.ImpersonatedUser = &UserInfo{Username: "alice", Groups: []string{"devs"}}
+	r.ImpersonatedUser = &change.UserInfo{Username: "alice", Groups: []string{"devs"}}
 	ix.Add(SourceLog, []Record{r}, 0)
 	c := chg(change.Updated, "a")
 	a, ok := ix.match(&c, false)
-	if !ok || a.Match != MatchWindow || a.User.Username != "admin" || a.ImpersonatedUser.Username != "alice" ||
+	if !ok || a.Match != change.MatchWindow || a.User.Username != "admin" || a.ImpersonatedUser.Username != "alice" ||
 		a.Verb != "patch" || a.UserAgent != "kubectl/admin" || !slices.Equal(a.SourceIPs, []string{"10.0.0.1"}) || a.AuditID != "e1" {
 		t.Errorf("window match %+v", a)
 	}
@@ -348,7 +348,7 @@ func TestMatchFields(t *testing.T) {
 	ix.Add(SourceLog, []Record{r2, r3}, 0)
 	c = chg(change.Updated, "b")
 	a, _ = ix.match(&c, false)
-	if a.Match != MatchWindow || a.Username() != "alice" || a.AuditID != "" || a.Verb != "" || a.UserAgent != "" ||
+	if a.Match != change.MatchWindow || a.Username() != "alice" || a.AuditID != "" || a.Verb != "" || a.UserAgent != "" ||
 		!slices.Equal(a.SourceIPs, []string{"10.0.0.1"}) {
 		t.Errorf("one identity, two requests: %+v", a)
 	}
@@ -369,7 +369,7 @@ func TestIndexBounds(t *testing.T) {
 	if ix.Len() != 3 {
 		t.Errorf("held %d, want 3", ix.Len())
 	}
-	if got := value(t, m.evictedCount); got != 2 {
+	if got := testutil.ToFloat64(m.evictedCount); got != 2 {
 		t.Errorf("count evictions %v, want 2", got)
 	}
 	for i, want := range []bool{false, false, true, true, true} {
@@ -389,7 +389,7 @@ func TestIndexBounds(t *testing.T) {
 		t.Errorf("held %d, want 1", ix.Len())
 	}
 	for result, want := range map[string]float64{"indexed": 6, "ignored": 7, "duplicate": 1, "filtered": 1, "failed": 1} {
-		if got := value(t, m.events.WithLabelValues(SourceWebhook, result)); got != want {
+		if got := testutil.ToFloat64(m.events.WithLabelValues(SourceWebhook, result)); got != want {
 			t.Errorf("events_total{result=%s} = %v, want %v", result, got, want)
 		}
 	}
@@ -404,8 +404,8 @@ func TestIndexBounds(t *testing.T) {
 	// age
 	clk.Step(11 * time.Second)
 	ix.expire()
-	if ix.Len() != 0 || value(t, m.evictedAge) != 1 || value(t, m.held) != 0 {
-		t.Errorf("after MaxAge: held %d, age evictions %v, gauge %v", ix.Len(), value(t, m.evictedAge), value(t, m.held))
+	if ix.Len() != 0 || testutil.ToFloat64(m.evictedAge) != 1 || testutil.ToFloat64(m.held) != 0 {
+		t.Errorf("after MaxAge: held %d, age evictions %v, gauge %v", ix.Len(), testutil.ToFloat64(m.evictedAge), testutil.ToFloat64(m.held))
 	}
 	if len(ix.byID) != 0 || len(ix.byKey) != 0 || len(ix.fifo)-ix.head != 0 {
 		t.Errorf("after MaxAge: byID %d byKey %d fifo %d", len(ix.byID), len(ix.byKey), len(ix.fifo)-ix.head)
@@ -437,25 +437,6 @@ func TestIndexMemoryStaysBounded(t *testing.T) {
 	}
 }
 
-// value reads a counter or gauge.
-func value(t testing.TB, m prometheus.Metric) float64 {
-	t.Helper()
-	var d dto.Metric
-	if err := m.Write(&d); err != nil {
-		t.Fatal(err)
-	}
-	switch {
-	case d.Counter != nil:
-		return d.Counter.GetValue()
-	case d.Gauge != nil:
-		return d.Gauge.GetValue()
-	case d.Histogram != nil:
-		return float64(d.Histogram.GetSampleCount())
-	}
-	t.Fatalf("metric %v is no counter, gauge or histogram", m.Desc())
-	return 0
-}
-
 // TestIndexBytes: the index evicts the oldest events past MaxBytes
 // (counted by reason bytes), matched ones included, keeps its gauge, and
 // drops a record that would keep more than MaxEventBytes; the interning
@@ -475,17 +456,17 @@ func TestIndexBytes(t *testing.T) {
 			}
 		}
 	}
-	if ix.Bytes() > 10*one+one/2 || ix.Bytes() != 10*one || value(t, m.heldBytes) != float64(ix.Bytes()) {
-		t.Errorf("%d bytes (gauge %v), want 10 events' %d", ix.Bytes(), value(t, m.heldBytes), 10*one)
+	if ix.Bytes() > 10*one+one/2 || ix.Bytes() != 10*one || testutil.ToFloat64(m.heldBytes) != float64(ix.Bytes()) {
+		t.Errorf("%d bytes (gauge %v), want 10 events' %d", ix.Bytes(), testutil.ToFloat64(m.heldBytes), 10*one)
 	}
 	// The ten oldest went, o04 (matched) among them: nine were evicted.
-	if ix.Len() != 10 || value(t, m.evictedBytes) != 9 {
-		t.Errorf("held %d, %v evicted by bytes; want 10, 9", ix.Len(), value(t, m.evictedBytes))
+	if ix.Len() != 10 || testutil.ToFloat64(m.evictedBytes) != 9 {
+		t.Errorf("held %d, %v evicted by bytes; want 10, 9", ix.Len(), testutil.ToFloat64(m.evictedBytes))
 	}
 	big := rec("big", strings.Repeat("u", MaxEventBytes), "patch", "o20", 0)
 	ix.Add(SourceWebhook, []Record{big}, 0)
-	if ix.Len() != 10 || value(t, m.tooLargeBy[SourceWebhook]) != 1 {
-		t.Errorf("a record over MaxEventBytes: held %d, too_large %v", ix.Len(), value(t, m.tooLargeBy[SourceWebhook]))
+	if ix.Len() != 10 || testutil.ToFloat64(m.tooLargeBy[SourceWebhook]) != 1 {
+		t.Errorf("a record over MaxEventBytes: held %d, too_large %v", ix.Len(), testutil.ToFloat64(m.tooLargeBy[SourceWebhook]))
 	}
 
 	// Distinct 60 KiB user agents: held events are evicted by bytes, and

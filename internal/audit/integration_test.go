@@ -16,11 +16,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
 // TestAttributionThreeIdentities: two impersonated users and a service
@@ -96,7 +99,7 @@ func TestAttributionThreeIdentities(t *testing.T) {
 				got := o.waitResolved(t, n, 15*time.Second)
 				c := got[n-1]
 				res := c.result
-				if res.Match != MatchWindow && res.Match != MatchExact {
+				if res.Match != change.MatchWindow && res.Match != change.MatchExact {
 					t.Errorf("%s %s %s by %s: %s %+v", resource, c.Type, c.Name, w.Username, res.Match, res)
 					continue
 				}
@@ -113,7 +116,7 @@ func TestAttributionThreeIdentities(t *testing.T) {
 				}
 				// Metadata level: window matches, but a delete's status names
 				// the object's uid.
-				if want := map[bool]Match{true: MatchExact, false: MatchWindow}[s.verb == "delete"]; res.Match != want {
+				if want := map[bool]change.Match{true: change.MatchExact, false: change.MatchWindow}[s.verb == "delete"]; res.Match != want {
 					t.Errorf("%s %s %s: match %s, want %s", resource, c.Type, c.Name, res.Match, want)
 				}
 			}
@@ -160,17 +163,17 @@ func TestAttributionConcurrentWriters(t *testing.T) {
 	}
 	total := len(writers) * objectsPerWriter * (updates + 2)
 	got := o.waitResolved(t, total, 90*time.Second)
-	counts := map[Match]int{}
+	counts := map[change.Match]int{}
 	wrong := 0
 	for _, c := range got {
 		counts[c.result.Match]++
-		if (c.result.Match == MatchExact || c.result.Match == MatchWindow) && c.result.Username() != owner[c.Name] {
+		if (c.result.Match == change.MatchExact || c.result.Match == change.MatchWindow) && c.result.Username() != owner[c.Name] {
 			wrong++
 			t.Errorf("%s %s rv %s attributed to %s, written by %s", c.Type, c.Name, c.ResourceVersion, c.result.Username(), owner[c.Name])
 		}
 	}
 	t.Logf("%d changes from %d writers: %v", len(got), len(writers), counts)
-	if len(got) < 500 || wrong != 0 || counts[MatchNone] != 0 || counts[MatchAmbiguous] != 0 {
+	if len(got) < 500 || wrong != 0 || counts[change.MatchNone] != 0 || counts[change.MatchAmbiguous] != 0 {
 		t.Errorf("%d changes, %d wrong, %v", len(got), wrong, counts)
 	}
 }
@@ -206,8 +209,8 @@ func TestAttributionTwoUsersOneObject(t *testing.T) {
 	alice, bob := env.Impersonating(t, "alice"), env.Impersonating(t, "bob")
 	for _, tc := range []struct {
 		ns   string
-		want Match
-	}{{"two-users", MatchAmbiguous}, {"exact", MatchExact}} {
+		want change.Match
+	}{{"two-users", change.MatchAmbiguous}, {"exact", change.MatchExact}} {
 		t.Run(tc.ns, func(t *testing.T) {
 			env.EnsureNamespace(t, tc.ns)
 			admin := env.Dynamic(t).Resource(configmaps).Namespace(tc.ns)
@@ -241,12 +244,12 @@ func TestAttributionTwoUsersOneObject(t *testing.T) {
 			for _, c := range got {
 				r := c.result
 				switch tc.want {
-				case MatchAmbiguous:
-					if r.Match != MatchAmbiguous || !slices.Equal(r.Candidates, []string{"alice", "bob"}) || r.User != nil {
+				case change.MatchAmbiguous:
+					if r.Match != change.MatchAmbiguous || !slices.Equal(r.Candidates, []string{"alice", "bob"}) || r.User != nil {
 						t.Errorf("rv %s: %+v, want ambiguous between alice and bob", c.ResourceVersion, r)
 					}
-				case MatchExact:
-					if r.Match != MatchExact || r.Username() != byRV[c.ResourceVersion] {
+				case change.MatchExact:
+					if r.Match != change.MatchExact || r.Username() != byRV[c.ResourceVersion] {
 						t.Errorf("rv %s: %s %s, want exact %s", c.ResourceVersion, r.Match, r.Username(), byRV[c.ResourceVersion])
 					}
 				}
@@ -257,10 +260,13 @@ func TestAttributionTwoUsersOneObject(t *testing.T) {
 
 // TestAttributionTiming: audit events that arrive before the changes are
 // submitted (early: after they were watched, but the pipeline is behind),
-// after it (late: the receiver holds the apiserver's POST), or never (the
-// policy leaves the namespace out): every callback comes within the wait
-// bound, in order per object. (Events that came before the change was
-// watched decide only at the bound: TestAttributionForgedEvent.)
+// before the changes were even watched (a watch lagging behind the audit
+// stream), after it (late: the receiver holds the apiserver's POST), or
+// never (the policy leaves the namespace out): every callback comes within
+// the wait bound, in order per object. Events that came before the change
+// was watched decide only at the bound: such an event may be another
+// request's (TestAttributionForgedEvent), so the change waits for one
+// that comes after it, then goes out with what it has.
 func TestAttributionTiming(t *testing.T) {
 	env := testenv.Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -282,11 +288,11 @@ func TestAttributionTiming(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	check := func(t *testing.T, got []watched, want Match, minWait, maxWait time.Duration) {
+	check := func(t *testing.T, got []watched, want change.Match, minWait, maxWait time.Duration) {
 		t.Helper()
 		for _, c := range got {
 			waited := c.resolved.Sub(c.submitted)
-			if c.result.Match != want || (want != MatchNone && c.result.Username() != "alice") {
+			if c.result.Match != want || (want != change.MatchNone && c.result.Username() != "alice") {
 				t.Errorf("%s #%d: %s %q, want %s", c.Type, c.seq, c.result.Match, c.result.Username(), want)
 			}
 			if waited < minWait || waited > maxWait {
@@ -305,8 +311,24 @@ func TestAttributionTiming(t *testing.T) {
 		testenv.Eventually(t, 10*time.Second, "the changes watched", func() bool { return len(o.snapshot()) >= 5 })
 		close(gate)
 		got := o.waitResolved(t, 5, 10*time.Second)
-		check(t, got[:4], MatchWindow, 0, 100*time.Millisecond)
-		check(t, got[4:], MatchExact, 0, 100*time.Millisecond)
+		check(t, got[:4], change.MatchWindow, 0, 100*time.Millisecond)
+		check(t, got[4:], change.MatchExact, 0, 100*time.Millisecond)
+	})
+
+	t.Run("before the watch", func(t *testing.T) {
+		env.EnsureNamespace(t, "lagging")
+		ix, a := newAttribution(t, IndexOptions{}, AttributorOptions{Wait: wait})
+		gate := make(chan struct{})
+		o := observeLagging(t, ctx, env, a, configmaps, "lagging", "", gate, true)
+		lifecycle(t, "lagging", "b")
+		testenv.Eventually(t, 10*time.Second, "the audit events held", func() bool { return ix.Len() >= 5 })
+		testenv.Eventually(t, 10*time.Second, "the changes seen", func() bool { return len(o.snapshot()) >= 5 })
+		close(gate)
+		got := o.waitResolved(t, 5, wait+5*time.Second)
+		// The deletion's status names the uid: exact, yet it waits behind
+		// the changes before it.
+		check(t, got[:4], change.MatchWindow, wait, wait+time.Second)
+		check(t, got[4:], change.MatchExact, wait, wait+time.Second)
 	})
 
 	t.Run("late", func(t *testing.T) {
@@ -330,8 +352,8 @@ func TestAttributionTiming(t *testing.T) {
 			}
 		}
 		// The deletion's status names the uid: exact even at Metadata level.
-		check(t, got[:4], MatchWindow, time.Second, wait)
-		check(t, got[4:], MatchExact, time.Second, wait)
+		check(t, got[:4], change.MatchWindow, time.Second, wait)
+		check(t, got[4:], change.MatchExact, time.Second, wait)
 	})
 
 	t.Run("never", func(t *testing.T) {
@@ -340,7 +362,7 @@ func TestAttributionTiming(t *testing.T) {
 		o := observe(t, ctx, env, a, configmaps, "unaudited", "", nil)
 		lifecycle(t, "unaudited", "n")
 		got := o.waitResolved(t, 5, wait+5*time.Second)
-		check(t, got, MatchNone, wait, wait+time.Second)
+		check(t, got, change.MatchNone, wait, wait+time.Second)
 	})
 }
 
@@ -436,7 +458,7 @@ rules:
 	}
 	testenv.Eventually(t, 30*time.Second, "the apiserver rotated its log", rotated)
 	testenv.Eventually(t, 30*time.Second, "the follower followed the rotation", func() bool {
-		return value(t, m.logReopens.WithLabelValues("rotated")) >= 1
+		return testutil.ToFloat64(m.logReopens.WithLabelValues("rotated")) >= 1
 	})
 	writeSome("after", 2, 4)
 	o.waitResolved(t, writes, 30*time.Second)
@@ -445,16 +467,16 @@ rules:
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 10*time.Second, "the follower noticed the truncation", func() bool {
-		return value(t, m.logReopens.WithLabelValues("truncated")) >= 1
+		return testutil.ToFloat64(m.logReopens.WithLabelValues("truncated")) >= 1
 	})
 	writeSome("truncated", 2, 4)
 	got := o.waitResolved(t, writes, 30*time.Second)
 	for _, c := range got {
-		if c.result.Match != MatchExact || c.result.Username() != "carol" {
+		if c.result.Match != change.MatchExact || c.result.Username() != "carol" {
 			t.Errorf("%s %s rv %s: %s %q, want exact carol", c.Type, c.Name, c.ResourceVersion, c.result.Match, c.result.Username())
 		}
 	}
-	if v := value(t, m.decodeErrorsBy[SourceLog]); v != 0 {
+	if v := testutil.ToFloat64(m.decodeErrorsBy[SourceLog]); v != 0 {
 		t.Errorf("%v lines failed to decode", v)
 	}
 	t.Logf("%d changes attributed from the log across a rotation and a truncation", len(got))
@@ -485,7 +507,7 @@ func TestAttributionGenerateName(t *testing.T) {
 	for i := range 3 {
 		create(alice)
 		got := o.waitResolved(t, i+1, 10*time.Second)
-		if r := got[i].result; r.Match != MatchWindow || r.Username() != "alice" || r.Verb != "create" {
+		if r := got[i].result; r.Match != change.MatchWindow || r.Username() != "alice" || r.Verb != "create" {
 			t.Errorf("%s: %+v, want a window match of alice's create", got[i].Name, r)
 		}
 	}
@@ -500,7 +522,7 @@ func TestAttributionGenerateName(t *testing.T) {
 	testenv.Eventually(t, 10*time.Second, "both creations watched", func() bool { return len(o2.snapshot()) >= 2 })
 	close(gate)
 	for _, c := range o2.waitResolved(t, 2, 10*time.Second) {
-		if r := c.result; r.Match != MatchAmbiguous || !slices.Equal(r.Candidates, []string{"alice", "bob"}) {
+		if r := c.result; r.Match != change.MatchAmbiguous || !slices.Equal(r.Candidates, []string{"alice", "bob"}) {
 			t.Errorf("%s: %+v, want ambiguous between alice and bob", c.Name, r)
 		}
 	}
@@ -530,7 +552,7 @@ func TestAttributionFinalizers(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := o.waitResolved(t, 2, 10*time.Second)
-	if c := got[1]; !c.DeletionStarted || c.result.Match != MatchWindow || c.result.Username() != "alice" || c.result.Verb != "delete" {
+	if c := got[1]; !c.DeletionStarted || c.result.Match != change.MatchWindow || c.result.Username() != "alice" || c.result.Verb != "delete" {
 		t.Errorf("deletion started: %+v %+v, want alice's delete", c.Change, c.result)
 	}
 	if _, err := bob.Dynamic.Resource(configmaps).Namespace(ns).Patch(ctx, "kept", types.JSONPatchType,
@@ -539,7 +561,7 @@ func TestAttributionFinalizers(t *testing.T) {
 	}
 	got = o.waitResolved(t, 3, 10*time.Second)
 	c := got[2]
-	if c.Type != "deleted" || !c.WasTerminating || c.result.Match != MatchWindow || c.result.Username() != "bob" || c.result.Verb != "patch" {
+	if c.Type != "deleted" || !c.WasTerminating || c.result.Match != change.MatchWindow || c.result.Username() != "bob" || c.result.Verb != "patch" {
 		t.Errorf("deletion: %+v %+v, want bob's patch", c.Change, c.result)
 	}
 	if waited := c.resolved.Sub(c.submitted); waited < wait-100*time.Millisecond || waited > wait+time.Second {
@@ -617,12 +639,12 @@ func TestAttributionForgedEvent(t *testing.T) {
 		name, ns, object string
 		cert, key        []byte
 		wantCode         int
-		want             Match
+		want             change.Match
 		wantCandidates   []string
 	}{
-		{"another client of the CA", "forged", "kubelet", kubeletCert, kubeletKey, http.StatusForbidden, MatchWindow, nil},
-		{"an accepted client, Metadata level", "forged", "accepted", receiver.certs.ClientCertPEM, receiver.certs.ClientKeyPEM, http.StatusOK, MatchAmbiguous, []string{"alice", "bob"}},
-		{"an accepted client, RequestResponse level", "exact", "forged-accepted", receiver.certs.ClientCertPEM, receiver.certs.ClientKeyPEM, http.StatusOK, MatchExact, nil},
+		{"another client of the CA", "forged", "kubelet", kubeletCert, kubeletKey, http.StatusForbidden, change.MatchWindow, nil},
+		{"an accepted client, Metadata level", "forged", "accepted", receiver.certs.ClientCertPEM, receiver.certs.ClientKeyPEM, http.StatusOK, change.MatchAmbiguous, []string{"alice", "bob"}},
+		{"an accepted client, RequestResponse level", "exact", "forged-accepted", receiver.certs.ClientCertPEM, receiver.certs.ClientKeyPEM, http.StatusOK, change.MatchExact, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env.EnsureNamespace(t, tc.ns)
@@ -638,12 +660,12 @@ func TestAttributionForgedEvent(t *testing.T) {
 			})
 			_, a := newAttribution(t, IndexOptions{}, AttributorOptions{Wait: 10 * time.Second})
 			o := observe(t, ctx, env, a, configmaps, tc.ns, created.GetResourceVersion(), nil)
-			refused := value(t, receiver.metrics.refusedBy[RefusedCertificateName])
+			refused := testutil.ToFloat64(receiver.metrics.refusedBy[RefusedCertificateName])
 
 			if code := postToReceiver(t, tc.cert, tc.key, forgedEventList(t, tc.ns, tc.object, "alice")); code != tc.wantCode {
 				t.Fatalf("the forged event: %d, want %d", code, tc.wantCode)
 			}
-			if got := value(t, receiver.metrics.refusedBy[RefusedCertificateName]) - refused; got != map[bool]float64{true: 1, false: 0}[tc.wantCode == http.StatusForbidden] {
+			if got := testutil.ToFloat64(receiver.metrics.refusedBy[RefusedCertificateName]) - refused; got != map[bool]float64{true: 1, false: 0}[tc.wantCode == http.StatusForbidden] {
 				t.Errorf("webhook_refused_total{reason=certificate_name} grew by %v", got)
 			}
 			// The apiserver's event of bob's patch is held until the change
@@ -661,8 +683,8 @@ func TestAttributionForgedEvent(t *testing.T) {
 			c := o.waitResolved(t, 1, 15*time.Second)[0]
 			r := c.result
 			switch tc.want {
-			case MatchAmbiguous:
-				if r.Match != MatchAmbiguous || !slices.Equal(r.Candidates, tc.wantCandidates) || r.User != nil {
+			case change.MatchAmbiguous:
+				if r.Match != change.MatchAmbiguous || !slices.Equal(r.Candidates, tc.wantCandidates) || r.User != nil {
 					t.Errorf("bob's change: %s %q %v, want ambiguous between %v", r.Match, r.Username(), r.Candidates, tc.wantCandidates)
 				}
 			default:
@@ -703,7 +725,7 @@ func TestAttributionRetriedBatch(t *testing.T) {
 		defer ix.mu.Unlock()
 		return slices.ContainsFunc(ix.byKey[objectKey{resource: "configmaps", namespace: ns, name: "busy"}], func(e *entry) bool { return e.rec.Verb == "create" })
 	})
-	held, indexed := ix.Len(), value(t, m.indexedBy[SourceWebhook])
+	held, indexed := ix.Len(), testutil.ToFloat64(m.indexedBy[SourceWebhook])
 	o := observe(t, ctx, env, a, configmaps, ns, created.GetResourceVersion(), nil)
 
 	// Fill the receiver's slots with posts whose bodies do not end yet.
@@ -726,13 +748,13 @@ func TestAttributionRetriedBatch(t *testing.T) {
 		go func() { _, _ = pw.Write(body[:10]) }()
 	}
 	testenv.Eventually(t, 10*time.Second, "the receiver's slots taken", func() bool { return len(receiver.webhook.slots) == DefaultMaxConcurrentRequests })
-	busy := value(t, receiver.metrics.webhookRequests.WithLabelValues("429"))
+	busy := testutil.ToFloat64(receiver.metrics.webhookRequests.WithLabelValues("429"))
 
 	if _, err := alice.Dynamic.Resource(configmaps).Namespace(ns).Patch(ctx, "busy", types.MergePatchType, []byte(`{"data":{"k":"1"}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 20*time.Second, "the apiserver's batch refused with 429", func() bool {
-		return value(t, receiver.metrics.webhookRequests.WithLabelValues("429")) > busy
+		return testutil.ToFloat64(receiver.metrics.webhookRequests.WithLabelValues("429")) > busy
 	})
 	if n := ix.Len(); n != held {
 		t.Errorf("%d events held while the receiver was busy, want the %d before", n, held)
@@ -747,10 +769,10 @@ func TestAttributionRetriedBatch(t *testing.T) {
 		}
 	}
 	c := o.waitResolved(t, 1, 20*time.Second)[0]
-	if c.result.Match != MatchWindow || c.result.Username() != "alice" {
+	if c.result.Match != change.MatchWindow || c.result.Username() != "alice" {
 		t.Errorf("alice's patch: %s %q, want window alice", c.result.Match, c.result.Username())
 	}
-	if got := value(t, m.indexedBy[SourceWebhook]) - indexed; got != 1 || value(t, m.duplicateBy[SourceWebhook]) != 0 {
-		t.Errorf("indexed %v more, %v duplicates: want the patch's event once", got, value(t, m.duplicateBy[SourceWebhook]))
+	if got := testutil.ToFloat64(m.indexedBy[SourceWebhook]) - indexed; got != 1 || testutil.ToFloat64(m.duplicateBy[SourceWebhook]) != 0 {
+		t.Errorf("indexed %v more, %v duplicates: want the patch's event once", got, testutil.ToFloat64(m.duplicateBy[SourceWebhook]))
 	}
 }

@@ -34,13 +34,13 @@ const (
 // lose to it. An exact match decides at once: it names the change's
 // version. An exact or window match consumes the event it used, so that
 // the next change of the object is matched with the rest.
-func (ix *Index) match(c *Change, final bool) (a Attribution, ok bool) {
+func (ix *Index) match(c *Change, final bool) (a change.Attribution, ok bool) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	return ix.matchLocked(c, final)
 }
 
-func (ix *Index) matchLocked(c *Change, final bool) (Attribution, bool) {
+func (ix *Index) matchLocked(c *Change, final bool) (change.Attribution, bool) {
 	ix.expireLocked(ix.opts.Clock.Now())
 	var strong, weak []*entry
 	key := c.key()
@@ -48,7 +48,7 @@ func (ix *Index) matchLocked(c *Change, final bool) (Attribution, bool) {
 		for _, e := range ix.byKey[key] {
 			if ix.exact(e, c) {
 				ix.consumeLocked(e)
-				return attribution(MatchExact, e, []*entry{e}), true
+				return attribution(change.MatchExact, e, []*entry{e}), true
 			}
 			switch ix.fits(e, c) {
 			case strongFit:
@@ -67,21 +67,21 @@ func (ix *Index) matchLocked(c *Change, final bool) (Attribution, bool) {
 	cands := strong
 	if len(cands) == 0 {
 		if !final {
-			return Attribution{}, false
+			return change.Attribution{}, false
 		}
 		cands = weak
 	}
 	switch {
 	case len(cands) == 0:
-		return Attribution{}, false
+		return change.Attribution{}, false
 	case !final && allBefore(cands, c.Time):
-		return Attribution{}, false
+		return change.Attribution{}, false
 	case len(cands) == 1:
 		e := cands[0]
 		if !e.multi() {
 			ix.consumeLocked(e)
 		}
-		return attribution(MatchWindow, e, cands), true
+		return attribution(change.MatchWindow, e, cands), true
 	}
 	id := cands[0].rec.identity()
 	for _, e := range cands[1:] {
@@ -98,7 +98,7 @@ func (ix *Index) matchLocked(c *Change, final bool) (Attribution, bool) {
 			first = i
 		}
 	}
-	a := attribution(MatchWindow, cands[max(first, 0)], cands)
+	a := attribution(change.MatchWindow, cands[max(first, 0)], cands)
 	for i, e := range cands {
 		if i == first {
 			ix.consumeLocked(e)
@@ -248,10 +248,10 @@ func (ix *Index) consumeLocked(e *entry) {
 
 // attribution describes e as the match for a change that all of cands fit
 // (e among them): fields that differ between the candidates are left out.
-func attribution(m Match, e *entry, cands []*entry) Attribution {
+func attribution(m change.Match, e *entry, cands []*entry) change.Attribution {
 	r := &e.rec
 	u := r.User
-	a := Attribution{Match: m, User: &u, Verb: r.Verb, UserAgent: r.UserAgent, SourceIPs: r.SourceIPs}
+	a := change.Attribution{Match: m, User: &u, Verb: r.Verb, UserAgent: r.UserAgent, SourceIPs: r.SourceIPs}
 	if r.ImpersonatedUser != nil {
 		iu := *r.ImpersonatedUser
 		a.ImpersonatedUser = &iu
@@ -273,11 +273,11 @@ func attribution(m Match, e *entry, cands []*entry) Attribution {
 	return a
 }
 
-func ambiguous(cands []*entry) Attribution {
+func ambiguous(cands []*entry) change.Attribution {
 	names := make([]string, 0, len(cands))
 	for _, e := range cands {
 		names = append(names, e.rec.Username())
 	}
 	slices.Sort(names)
-	return Attribution{Match: MatchAmbiguous, Candidates: slices.Compact(names)}
+	return change.Attribution{Match: change.MatchAmbiguous, Candidates: slices.Compact(names)}
 }

@@ -4,6 +4,8 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
 // Metrics are the Prometheus metrics of attribution (prefix
@@ -111,9 +113,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.evictedAge = m.evictions.WithLabelValues("age")
 	m.evictedCount = m.evictions.WithLabelValues("count")
 	m.evictedBytes = m.evictions.WithLabelValues("bytes")
-	m.matchExact = m.matches.WithLabelValues(string(MatchExact))
-	m.matchWindow = m.matches.WithLabelValues(string(MatchWindow))
-	m.matchAmbig = m.matches.WithLabelValues(string(MatchAmbiguous))
+	m.matchExact = m.matches.WithLabelValues(string(change.MatchExact))
+	m.matchWindow = m.matches.WithLabelValues(string(change.MatchWindow))
+	m.matchAmbig = m.matches.WithLabelValues(string(change.MatchAmbiguous))
 	m.webhookOK = m.webhookRequests.WithLabelValues("200")
 	m.refusedBy = map[string]prometheus.Counter{}
 	for _, r := range refusedReasons {

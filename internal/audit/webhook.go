@@ -97,11 +97,33 @@ const (
 
 // Webhook receives audit.k8s.io/v1 EventList POSTs from the apiserver's
 // webhook backend (batch or blocking mode) over HTTPS, on any path, and
-// adds their events to a Sink. Only a client that presents one of the configured
-// credentials may post: without credentials it gets 401, with wrong ones
-// (a token that is not the one, a certificate that the client CA did not
-// sign or that names none of ClientNames) 403; each is counted by reason
-// and logged, at most once per reason every RefusalLogInterval.
+// adds their events to a Sink. Only a client that presents one of the
+// configured credentials may post: without credentials it gets 401, with
+// wrong ones (a token that is not the one, a certificate that the client CA
+// did not sign or that names none of ClientNames) 403; each is counted by
+// reason and logged, at most once per reason every RefusalLogInterval.
+//
+// The webhook accepts only the apiserver: a client certificate of the
+// client CA that names one of WebhookOptions.ClientNames, or the token.
+// Whoever can post can name anyone as the author of a change. What a post
+// may cost is bounded: MaxConcurrentRequests read at once (more get 429),
+// MaxBodyBytes of body of which a quarter of events kept, MaxEventJSONBytes
+// of JSON and MaxEventBytes kept an event (a larger event is dropped and
+// counted), all or nothing per post; the Index bounds its events by count,
+// bytes (IndexOptions.MaxBytes) and age.
+//
+// The apiserver side: --audit-policy-file, and --audit-webhook-config-file
+// (a kubeconfig whose cluster.server is the receiver, with its CA and the
+// client certificate or token the receiver checks) or --audit-log-path
+// (--audit-log-format=json, the default; written synchronously). The batch
+// webhook backend (the default mode) sends a batch when it has
+// --audit-webhook-batch-max-size events (400) or after
+// --audit-webhook-batch-max-wait, 30s by default: longer than the
+// Attributor's wait, so set it to about 1s.
+// --audit-webhook-truncate-enabled keeps batches under 10 MB (below
+// DefaultMaxBodyBytes) and events under 100 KB (below MaxEventJSONBytes) by
+// dropping the bodies of large events, which then match by window instead
+// of exactly.
 type Webhook struct {
 	opts     WebhookOptions
 	sink     Sink

@@ -44,10 +44,10 @@ type smallEvents struct {
 
 func (s *smallEvents) Read(p []byte) (int, error) {
 	for len(s.buf) < len(p) && s.i <= s.n {
-		switch {
-		case s.i == 0:
+		switch s.i {
+		case 0:
 			s.buf = append(s.buf, `{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[`...)
-		case s.i == s.n:
+		case s.n:
 			s.buf = append(s.buf, `]}`...)
 		default:
 			if s.i > 1 {

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // recordingSink is a Sink that keeps what it is given.
@@ -208,7 +210,7 @@ func TestWebhookAuthentication(t *testing.T) {
 		})
 	}
 	for code, want := range map[string]float64{"200": 4, "401": 1, "403": 5, "405": 1, "413": 2, "400": 1} {
-		if got := value(t, m.webhookRequests.WithLabelValues(code)); got != want {
+		if got := testutil.ToFloat64(m.webhookRequests.WithLabelValues(code)); got != want {
 			t.Errorf("webhook_requests_total{code=%s} = %v, want %v", code, got, want)
 		}
 	}
@@ -316,7 +318,7 @@ func TestWebhookClientNames(t *testing.T) {
 		post(certs["kubelet"])
 	}
 	for reason, want := range map[string]float64{RefusedCertificateName: 34, RefusedCertificate: 1, RefusedToken: 0, RefusedNoCredentials: 0} {
-		if got := value(t, m.refusedBy[reason]); got != want {
+		if got := testutil.ToFloat64(m.refusedBy[reason]); got != want {
 			t.Errorf("webhook_refused_total{reason=%s} = %v, want %v", reason, got, want)
 		}
 	}
@@ -502,7 +504,7 @@ func TestWebhookAllOrNothing(t *testing.T) {
 		}
 	}
 	for result, want := range map[string]int{"indexed": held, "duplicate": held} {
-		if got := value(t, m.events.WithLabelValues(SourceWebhook, result)); got != float64(want) {
+		if got := testutil.ToFloat64(m.events.WithLabelValues(SourceWebhook, result)); got != float64(want) {
 			t.Errorf("events_total{result=%s} = %v, want %v", result, got, want)
 		}
 	}
@@ -587,10 +589,10 @@ func TestWebhookConcurrencyLimit(t *testing.T) {
 			want++
 		}
 	}
-	if ix.Len() != want || value(t, m.events.WithLabelValues(SourceWebhook, "duplicate")) != 0 {
-		t.Errorf("%d held, %v duplicates; want %d, 0", ix.Len(), value(t, m.events.WithLabelValues(SourceWebhook, "duplicate")), want)
+	if ix.Len() != want || testutil.ToFloat64(m.events.WithLabelValues(SourceWebhook, "duplicate")) != 0 {
+		t.Errorf("%d held, %v duplicates; want %d, 0", ix.Len(), testutil.ToFloat64(m.events.WithLabelValues(SourceWebhook, "duplicate")), want)
 	}
-	if got := value(t, m.webhookRequests.WithLabelValues("429")); got != 1 {
+	if got := testutil.ToFloat64(m.webhookRequests.WithLabelValues("429")); got != 1 {
 		t.Errorf("webhook_requests_total{code=429} = %v, want 1", got)
 	}
 }

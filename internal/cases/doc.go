@@ -1,9 +1,15 @@
-// Package cases runs offline test cases against rules: `fieldwatch test`.
-// A cases file lists changes (old and new objects) and what must happen
-// to each: which rules fire, with which changes, with which evaluation
-// errors. Load (or Parse) reads one; Run evaluates the cases against a
-// rules.Set and reports each as passed or failed, with a line diff
-// (LineDiff) of what differs and the payloads of what fired.
+// Package cases runs offline test cases against rules: `fieldwatch test`. A
+// cases file lists changes (old and new objects) and what must happen to
+// each: which rules fire, with which changes, with which evaluation errors.
+//
+//	set, err := rules.Load("rules.yaml")
+//	cs, err := cases.Load("cases.yaml", time.Now())
+//	for _, r := range cases.Run(set, cs) {
+//		fmt.Println(r.Name, r.Pass, r.Diff)
+//	}
+//
+// Run reports each case as passed or failed, with a line diff (LineDiff) of
+// what differs and the payloads of what fired.
 //
 // A cases file is a YAML mapping with one key, cases (docs/rules.md,
 // "Offline cases", documents it for users):
@@ -32,9 +38,9 @@
 //	    objects: [...]                      # custom resources, for the impact
 //	                                        # of a CRD update (crd: {impact: true})
 //
-// For a case with objects, Run compares the two CRDs and scans the
-// objects (package crd/impact) for the rules that ask for the
-// impact, as `fieldwatch run` does with its cache.
+// For a case with objects, Run compares the two CRDs and scans the objects
+// (package crd/impact) for the rules that ask for the impact, as
+// `fieldwatch run` does with its cache.
 //
 // cases uses package rules only through its exported API; like rules it
 // must not import k8s.io/client-go.

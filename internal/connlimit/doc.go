@@ -1,6 +1,11 @@
 // Package connlimit keeps the HTTP servers of fieldwatch (/metrics and the
 // probes, the Go profiles, the audit webhook receiver) from running the
-// process out of file descriptors.
+// process out of file descriptors. A server wraps its listener:
+//
+//	limit, err := connlimit.FileLimit()
+//	caps := connlimit.Caps(limit, connlimit.Want{Name: "http"}, connlimit.Want{Name: "audit-webhook"})
+//	ln = connlimit.NewListener(ln, connlimit.Options{Name: "http", Max: caps[0], Metrics: m})
+//	err = srv.Serve(ln)
 //
 // A Listener holds at most a fixed number of connections. When a new one
 // arrives and the listener is full, it closes the connection that has
@@ -14,6 +19,6 @@
 // The caps come from the descriptor limit (FileLimit, Caps): half of
 // RLIMIT_NOFILE is shared by the listeners, the other half is kept for the
 // rest of the process (the watcher's connections to the apiserver, the
-// restart baseline, the dead-letter and state files, action connections
-// and exec pipes).
+// restart baseline, the dead-letter and state files, action connections and
+// exec pipes).
 package connlimit

@@ -104,7 +104,7 @@ func closedByServer(c net.Conn, r io.Reader) bool {
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	_, err := r.Read(make([]byte, 1))
 	var ne net.Error
-	return err != nil && !(errors.As(err, &ne) && ne.Timeout())
+	return err != nil && (!errors.As(err, &ne) || !ne.Timeout())
 }
 
 // openAfter reports whether the server leaves c open for a short while:

@@ -1,5 +1,12 @@
 // Package fieldpath is the syntax of fieldwatch's field paths, the one
-// place that parses and writes them:
+// place that parses and writes them: Parse turns a path into its segments
+// and Format writes the canonical text, which parses back to the same
+// segments; Child, Item and Every extend a path.
+//
+//	segs, err := fieldpath.Parse(`spec.containers[name=web].image`)
+//	p := fieldpath.Child("spec", "a.b") // spec["a.b"]
+//
+// The syntax:
 //
 //	spec.size                         map keys separated by dots
 //	metadata.annotations["a.b/c"]     a quoted key: any characters ('single' quotes work too)
@@ -16,13 +23,12 @@
 // back with Parse; internal/yamlstrict names the fields of the errors it
 // reports (rules[2].fields[0].path) with Child and Item.
 //
-// Parse returns the segments of a path and Format its canonical text,
-// which parses back to the same segments. What a path selects in an object
-// is for its user: rules matches [key=value] values against numbers by
-// its own rules, crd/impact matches [*] against any key.
+// What a path selects in an object is for its user: rules matches
+// [key=value] values against numbers by its own rules, crd/impact matches
+// [*] against any key.
 //
-// The package is internal: no exported API of fieldwatch takes or returns
-// a parsed path (paths travel as text), so its Go API can change with its
+// The package is internal: no exported API of fieldwatch takes or returns a
+// parsed path (paths travel as text), so its Go API can change with its
 // users. It imports only the standard library (deps_test.go checks it), so
 // that crd/diff and crd/impact, which use nothing else of fieldwatch, can
 // use it.

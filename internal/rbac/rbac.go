@@ -29,6 +29,10 @@ type Options struct {
 	Namespace, ServiceAccount string
 	// LeaderElection adds a Role on Leases in Namespace.
 	LeaderElection bool
+	// HistoryAPI binds the ClusterRole system:auth-delegator (create
+	// TokenReviews and SubjectAccessReviews): the history's API and page
+	// authenticate and authorize their callers with the apiserver.
+	HistoryAPI bool
 	// Resources are what discovery sees; with nil (offline), kinds are
 	// mapped to resource names by the usual plural rules.
 	Resources []change.Resource
@@ -43,6 +47,34 @@ type Options struct {
 	// then covers every resource it matches (Secrets excepted). Without
 	// it such a rule is refused.
 	AllowWildcardPatch bool
+	// Namespaces, when set, ask for the RBAC of a namespaced install
+	// (`fieldwatch run --namespaces`): Roles in these namespaces only,
+	// and no ClusterRole but that of ReadCRDs. A rule without
+	// match.namespaces is granted in each of them; a wildcard selector
+	// its namespaced resources only; rules that name another namespace
+	// or select cluster-scoped resources are refused
+	// (rules.Set.CheckNamespaced).
+	Namespaces []string
+	// ReadCRDs adds to a namespaced install's RBAC a ClusterRole that
+	// reads CustomResourceDefinitions, its only cluster-wide right: the
+	// watcher then follows CRDs as they come and go at once (instead of
+	// at its periodic discovery) and tells custom resources by their
+	// CRDs rather than by their group names.
+	ReadCRDs bool
+}
+
+// Permissions are the RBAC rules `fieldwatch run` needs for a rules Set:
+// Compute makes them; Manifests and HelmValues write them out.
+type Permissions struct {
+	// Cluster are the rules of the ClusterRole: cluster-wide reads (and
+	// writes), and following CRDs and APIServices. In a namespaced
+	// install only the CRD read of Options.ReadCRDs, if asked.
+	Cluster []rbacv1.PolicyRule
+	// Namespaced are the rules of the Role in each namespace: rules
+	// restricted to namespaces are granted there only.
+	Namespaced map[string][]rbacv1.PolicyRule
+	// notes are the comment lines that say what the grants rest on.
+	notes []string
 }
 
 // Generate returns the least-privilege ClusterRole and ClusterRoleBinding, a
@@ -50,7 +82,9 @@ type Options struct {
 // leader election a Role and RoleBinding for the Lease, that `fieldwatch
 // run` needs for set: get, list and watch on what the rules select and on CRDs and
 // APIServices (to follow them), create on events.k8s.io Events where an event action is
-// used, and patch where a patch action is used.
+// used, and patch where a patch action is used. With opts.Namespaces, the
+// RBAC of a namespaced install: Roles in those namespaces, and a
+// ClusterRole only to read CRDs (opts.ReadCRDs).
 //
 // A wildcard selector never grants "*" where that would include core
 // Secrets (which a wildcard does not select, see change.Selector): it is
@@ -58,6 +92,15 @@ type Options struct {
 // matches, or refused offline. A patch action of a rule with a wildcard
 // selector is refused unless opts.AllowWildcardPatch.
 func Generate(set *rules.Set, opts Options) ([]byte, error) {
+	p, err := Compute(set, opts)
+	if err != nil {
+		return nil, err
+	}
+	return p.Manifests(opts)
+}
+
+// withDefaults fills in the names opts leaves empty.
+func (opts Options) withDefaults() Options {
 	if opts.Name == "" {
 		opts.Name = "fieldwatch"
 	}
@@ -67,11 +110,36 @@ func Generate(set *rules.Set, opts Options) ([]byte, error) {
 	if opts.ServiceAccount == "" {
 		opts.ServiceAccount = "fieldwatch"
 	}
+	return opts
+}
+
+// readCRDs are the rules that let the watcher follow CRDs.
+var readCRDs = []string{"get", "list", "watch"}
+
+// Compute returns the permissions that `fieldwatch run` needs for set (see
+// Generate), or every error of the rules that cannot be granted.
+func Compute(set *rules.Set, opts Options) (*Permissions, error) {
+	opts = opts.withDefaults()
+	namespaced := len(opts.Namespaces) > 0
+	if namespaced {
+		resources := opts.Resources
+		if resources == nil {
+			resources = opts.CRDs
+		}
+		if err := set.CheckNamespaced(rules.Namespaced{Namespaces: opts.Namespaces, Resources: resources}); err != nil {
+			return nil, err
+		}
+	}
 	g := grants{}
-	// The watcher follows CRDs and APIServices to rediscover at once when
-	// resources come and go.
-	g.add([]string{"apiextensions.k8s.io"}, []string{"customresourcedefinitions"}, "get", "list", "watch")
-	g.add([]string{"apiregistration.k8s.io"}, []string{"apiservices"}, "get", "list", "watch")
+	switch {
+	case !namespaced:
+		// The watcher follows CRDs and APIServices to rediscover at once
+		// when resources come and go.
+		g.add([]string{"apiextensions.k8s.io"}, []string{"customresourcedefinitions"}, readCRDs...)
+		g.add([]string{"apiregistration.k8s.io"}, []string{"apiservices"}, "get", "list", "watch")
+	case opts.ReadCRDs:
+		g.add([]string{"apiextensions.k8s.io"}, []string{"customresourcedefinitions"}, readCRDs...)
+	}
 	// A rule restricted to namespaces is granted in those namespaces only
 	// (Roles): the watcher then lists and watches there only, unless
 	// another rule on the same resource watches every namespace, which the
@@ -89,7 +157,16 @@ func Generate(set *rules.Set, opts Options) ([]byte, error) {
 			targets = append(targets, ts...)
 			wildcard = wildcard || isWildcard(s)
 		}
+		if namespaced {
+			// CheckNamespaced refused the selectors of cluster-scoped
+			// resources: these are what wildcards match, which a
+			// namespaced watcher does not watch.
+			targets = slices.DeleteFunc(targets, func(t target) bool { return t.cluster })
+		}
 		namespaces := r.Namespaces()
+		if len(namespaces) == 0 {
+			namespaces = opts.Namespaces // nil: every namespace
+		}
 		grant := func(t target, resources []string, verbs ...string) {
 			if t.cluster || len(namespaces) == 0 {
 				g.add(t.groups, resources, verbs...)
@@ -106,7 +183,8 @@ func Generate(set *rules.Set, opts Options) ([]byte, error) {
 			grant(t, t.resources, "get", "list", "watch")
 		}
 		// The custom resources a rule needs for the impact of CRD
-		// changes are watched in every namespace.
+		// changes are watched in every namespace (such a rule selects
+		// CRDs: a namespaced install refused it above).
 		for _, s := range r.ImpactSelectors() {
 			ts, err := resolve(s, opts)
 			if err != nil {
@@ -141,32 +219,72 @@ func Generate(set *rules.Set, opts Options) ([]byte, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	p := &Permissions{Cluster: g.rules(), Namespaced: map[string][]rbacv1.PolicyRule{}}
+	for ns, gr := range inNS {
+		p.Namespaced[ns] = gr.rules()
+	}
+	switch {
+	case enumerated(set) && opts.Resources != nil:
+		p.notes = []string{
+			"Wildcard selectors are granted the resources the cluster serves now (Secrets only where",
+			"a rule names them): run `fieldwatch rbac` again after installing CRDs of new groups.",
+		}
+	case enumerated(set):
+		p.notes = []string{
+			"Rules for every custom resource are granted those of the CRDs given (--crds): run",
+			"`fieldwatch rbac` against your cluster, or with your CRDs, for the ones it serves.",
+		}
+	}
+	if namespaced {
+		p.notes = append(p.notes,
+			"A namespaced install (fieldwatch run --namespaces "+strings.Join(opts.Namespaces, ",")+"): Roles in those namespaces only.")
+		if !opts.ReadCRDs {
+			p.notes = append(p.notes,
+				"Without --read-crds no ClusterRole: new CRDs are found by the periodic discovery (30 s).")
+		}
+	}
+	return p, nil
+}
+
+// namespaces returns the namespaces of the Roles, sorted.
+func (p *Permissions) namespaces() []string {
+	out := make([]string, 0, len(p.Namespaced))
+	for ns := range p.Namespaced {
+		out = append(out, ns)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Manifests returns the permissions as RBAC manifests to apply: the
+// ClusterRole and its binding (when there are cluster-wide rules), a Role
+// and RoleBinding per namespace, and with opts.LeaderElection the Role
+// and RoleBinding of the Lease, for the service account opts names.
+func (p *Permissions) Manifests(opts Options) ([]byte, error) {
+	opts = opts.withDefaults()
 	labels := map[string]string{"app.kubernetes.io/name": "fieldwatch"}
 	subject := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: opts.ServiceAccount, Namespace: opts.Namespace}
-	docs := []any{
-		&rbacv1.ClusterRole{
-			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
-			ObjectMeta: metav1.ObjectMeta{Name: opts.Name, Labels: labels},
-			Rules:      g.rules(),
-		},
-		&rbacv1.ClusterRoleBinding{
-			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"},
-			ObjectMeta: metav1.ObjectMeta{Name: opts.Name, Labels: labels},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: opts.Name},
-			Subjects:   []rbacv1.Subject{subject},
-		},
+	var docs []any
+	if len(p.Cluster) > 0 {
+		docs = append(docs,
+			&rbacv1.ClusterRole{
+				TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
+				ObjectMeta: metav1.ObjectMeta{Name: opts.Name, Labels: labels},
+				Rules:      p.Cluster,
+			},
+			&rbacv1.ClusterRoleBinding{
+				TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"},
+				ObjectMeta: metav1.ObjectMeta{Name: opts.Name, Labels: labels},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: opts.Name},
+				Subjects:   []rbacv1.Subject{subject},
+			})
 	}
-	namespaces := make([]string, 0, len(inNS))
-	for ns := range inNS {
-		namespaces = append(namespaces, ns)
-	}
-	slices.Sort(namespaces)
-	for _, ns := range namespaces {
+	for _, ns := range p.namespaces() {
 		docs = append(docs,
 			&rbacv1.Role{
 				TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
 				ObjectMeta: metav1.ObjectMeta{Name: opts.Name, Namespace: ns, Labels: labels},
-				Rules:      inNS[ns].rules(),
+				Rules:      p.Namespaced[ns],
 			},
 			&rbacv1.RoleBinding{
 				TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
@@ -180,10 +298,7 @@ func Generate(set *rules.Set, opts Options) ([]byte, error) {
 			&rbacv1.Role{
 				TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
 				ObjectMeta: metav1.ObjectMeta{Name: opts.Name + "-leader-election", Namespace: opts.Namespace, Labels: labels},
-				Rules: []rbacv1.PolicyRule{{
-					APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
-					Verbs: []string{"get", "create", "update"},
-				}},
+				Rules:      LeaderElectionRules(),
 			},
 			&rbacv1.RoleBinding{
 				TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
@@ -192,15 +307,18 @@ func Generate(set *rules.Set, opts Options) ([]byte, error) {
 				Subjects:   []rbacv1.Subject{subject},
 			})
 	}
+	if opts.HistoryAPI {
+		docs = append(docs, &rbacv1.ClusterRoleBinding{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"},
+			ObjectMeta: metav1.ObjectMeta{Name: opts.Name + "-auth-delegator", Labels: labels},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:auth-delegator"},
+			Subjects:   []rbacv1.Subject{subject},
+		})
+	}
 	var out bytes.Buffer
 	out.WriteString("# Generated by `fieldwatch rbac`: the least privilege these rules need.\n")
-	switch {
-	case enumerated(set) && opts.Resources != nil:
-		out.WriteString("# Wildcard selectors are granted the resources the cluster serves now (Secrets only where\n")
-		out.WriteString("# a rule names them): run `fieldwatch rbac` again after installing CRDs of new groups.\n")
-	case enumerated(set):
-		out.WriteString("# Rules for every custom resource are granted those of the CRDs given (--crds): run\n")
-		out.WriteString("# `fieldwatch rbac` against your cluster, or with your CRDs, for the ones it serves.\n")
+	for _, n := range p.notes {
+		out.WriteString("# " + n + "\n")
 	}
 	for _, d := range docs {
 		b, err := yaml.Marshal(d)
@@ -210,6 +328,55 @@ func Generate(set *rules.Set, opts Options) ([]byte, error) {
 		out.WriteString("---\n")
 		out.Write(stripCreationTimestamp(b))
 	}
+	return out.Bytes(), nil
+}
+
+// LeaderElectionRules are the rules of the leader election Role, on the
+// Leases of the service account's namespace.
+func LeaderElectionRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{{
+		APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
+		Verbs: []string{"get", "create", "update"},
+	}}
+}
+
+// helmValues are the values of charts/fieldwatch that HelmValues writes.
+type helmValues struct {
+	WatchNamespaces []string `json:"watchNamespaces,omitempty"`
+	RBAC            struct {
+		ClusterRules   []rbacv1.PolicyRule            `json:"clusterRules"`
+		NamespaceRules map[string][]rbacv1.PolicyRule `json:"namespaceRules"`
+		ReadCRDs       bool                           `json:"readCRDs"`
+		HistoryAPI     bool                           `json:"historyAPI"`
+	} `json:"rbac"`
+}
+
+// HelmValues returns the permissions as values of the Helm chart
+// (charts/fieldwatch): rbac.clusterRules, rbac.namespaceRules,
+// rbac.historyAPI (opts.HistoryAPI) and, for a namespaced install,
+// watchNamespaces and rbac.readCRDs (its ClusterRole is the chart's). The
+// chart adds the leader election Role itself.
+func (p *Permissions) HelmValues(opts Options) ([]byte, error) {
+	var v helmValues
+	v.RBAC.ClusterRules = p.Cluster
+	v.RBAC.NamespaceRules = p.Namespaced
+	v.RBAC.HistoryAPI = opts.HistoryAPI
+	if len(opts.Namespaces) > 0 {
+		v.WatchNamespaces = opts.Namespaces
+		v.RBAC.ClusterRules = []rbacv1.PolicyRule{}
+		v.RBAC.ReadCRDs = opts.ReadCRDs
+	}
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	out.WriteString("# Generated by `fieldwatch rbac -o helm-values`: the chart's RBAC for these rules, the least\n")
+	out.WriteString("# privilege they need. helm install fieldwatch charts/fieldwatch -f THIS-FILE --set-file rules.inline=RULES-FILE\n")
+	for _, n := range p.notes {
+		out.WriteString("# " + n + "\n")
+	}
+	out.Write(b)
 	return out.Bytes(), nil
 }
 

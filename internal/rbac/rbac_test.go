@@ -1,6 +1,8 @@
 package rbac
 
 import (
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -85,6 +87,8 @@ func TestGenerate(t *testing.T) {
 		discovered []change.Resource
 		crds       []change.Resource
 		wildPatch  bool
+		namespaces []string // a namespaced install
+		readCRDs   bool
 		want       []string
 		err        string // the error, instead of grants
 	}{{
@@ -283,6 +287,58 @@ func TestGenerate(t *testing.T) {
 			"example.com/widgets:get,list,watch",
 			"example.com/widgets/status:patch",
 		},
+	}, {
+		name: "namespaced: Roles only, a rule without namespaces in every watched one, wildcards their namespaced resources",
+		rules: `rules:
+  - name: config
+    match: {resources: [{group: "", kind: ConfigMap}]}
+    actions: [{event: {reason: X}}]
+  - name: widgets
+    match: {resources: [{group: example.com, kind: Widget}], namespaces: [b]}
+    actions: [{patch: {merge: {metadata: {labels: {a: b}}}}}]
+  - name: every-custom
+    match: {resources: [{group: "*", kind: "*"}], custom: true}
+    actions: [{log: {}}]
+`,
+		discovered: discovered,
+		namespaces: []string{"a", "b"},
+		want: []string{
+			"a: /configmaps:get,list,watch",
+			"a: events.k8s.io/events:create",
+			"a: example.com/gadgets:get,list,watch",
+			"a: example.com/widgets:get,list,watch",
+			"a: other.io/things:get,list,watch",
+			"b: /configmaps:get,list,watch",
+			"b: events.k8s.io/events:create",
+			"b: example.com/widgets:get,list,patch,watch",
+			"b: example.com/gadgets:get,list,watch",
+			"b: other.io/things:get,list,watch",
+		},
+	}, {
+		name: "namespaced with --read-crds: a ClusterRole that reads CRDs, nothing else cluster-wide",
+		rules: `rules:
+  - name: config
+    match: {resources: [{group: "", kind: ConfigMap}]}
+    actions: [{log: {}}]
+`,
+		discovered: discovered,
+		namespaces: []string{"a"},
+		readCRDs:   true,
+		want: []string{
+			"apiextensions.k8s.io/customresourcedefinitions:get,list,watch",
+			"a: /configmaps:get,list,watch",
+		},
+	}, {
+		name: "namespaced: a namespace outside and a cluster-scoped kind are refused where they are written",
+		rules: `rules:
+  - name: nodes
+    match: {resources: [{group: "", kind: Node}], namespaces: [a, kube-system]}
+    actions: [{log: {}}]
+`,
+		discovered: discovered,
+		namespaces: []string{"a"},
+		err: "rules.yaml:3:25: rules[0].match.resources[0]: Node is cluster-scoped: fieldwatch runs namespaced (--namespaces a) and watches namespaced resources only; reading it needs a ClusterRole, so run fieldwatch cluster-wide for this rule\n" +
+			`rules.yaml:3:67: rules[0].match.namespaces[1]: namespace "kube-system" is not watched: fieldwatch runs namespaced (--namespaces a) and may read nothing outside those namespaces`,
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -290,7 +346,7 @@ func TestGenerate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			out, err := Generate(set, Options{Resources: tt.discovered, CRDs: tt.crds, AllowWildcardPatch: tt.wildPatch})
+			out, err := Generate(set, Options{Resources: tt.discovered, CRDs: tt.crds, AllowWildcardPatch: tt.wildPatch, Namespaces: tt.namespaces, ReadCRDs: tt.readCRDs})
 			if tt.err != "" {
 				if err == nil || err.Error() != tt.err {
 					t.Errorf("error %v, want %q", err, tt.err)
@@ -305,5 +361,53 @@ func TestGenerate(t *testing.T) {
 				t.Errorf("grants:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
 			}
 		})
+	}
+}
+
+// TestHelmValues: -o helm-values holds the same rules as the manifests,
+// as the chart's values; a namespaced install's also its namespaces, no
+// cluster rules (the chart makes the CRD read of readCRDs itself).
+func TestHelmValues(t *testing.T) {
+	set, err := rules.Parse("rules.yaml", []byte(`rules:
+  - name: config
+    match: {resources: [{group: "", kind: ConfigMap}], namespaces: [a]}
+    actions: [{log: {}}]
+  - name: widgets
+    match: {resources: [{group: example.com, kind: Widget}]}
+    actions: [{log: {}}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, opts := range []Options{
+		{Resources: discovered},
+		{Resources: discovered, Namespaces: []string{"a", "b"}, ReadCRDs: true, HistoryAPI: true},
+	} {
+		p, err := Compute(set, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := p.HelmValues(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v helmValues
+		if err := yaml.UnmarshalStrict(out, &v); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		wantCluster := p.Cluster
+		if opts.Namespaces != nil {
+			wantCluster = []rbacv1.PolicyRule{}
+			if len(p.Cluster) != 1 || p.Cluster[0].Resources[0] != "customresourcedefinitions" {
+				t.Errorf("namespaced with ReadCRDs: cluster rules %v, want the CRD read only", p.Cluster)
+			}
+		}
+		if !reflect.DeepEqual(v.RBAC.ClusterRules, wantCluster) || !reflect.DeepEqual(v.RBAC.NamespaceRules, p.Namespaced) ||
+			!slices.Equal(v.WatchNamespaces, opts.Namespaces) || v.RBAC.ReadCRDs != opts.ReadCRDs || v.RBAC.HistoryAPI != opts.HistoryAPI {
+			t.Errorf("namespaces %v: values\n%s\ndo not hold the permissions %+v", opts.Namespaces, out, p)
+		}
+		if len(v.RBAC.NamespaceRules["a"]) == 0 {
+			t.Errorf("namespaces %v: no Role in a:\n%s", opts.Namespaces, out)
+		}
 	}
 }

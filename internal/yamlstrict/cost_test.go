@@ -57,7 +57,7 @@ func benchmarkDecode(b *testing.B, src string) {
 	runtime.KeepAlive(pos)
 	for b.Loop() {
 		var d doc
-		Unmarshal([]byte(src), &d)
+		_, _ = Unmarshal([]byte(src), &d)
 	}
 	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)), "retained-B")
 	b.ReportMetric(float64(len(src)), "file-B")

@@ -1,6 +1,14 @@
 // Package yamlstrict decodes YAML into Go structs strictly and reports
 // every problem of a document in one pass, each with its line, column and
-// field path (rules[2].fields[0].path).
+// field path (rules[2].fields[0].path). The loaders of rules files and
+// cases files decode with it:
+//
+//	var f rules.File
+//	pos, errs := yamlstrict.Unmarshal(data, &f)
+//	for i := range errs {
+//		errs[i].File = name // Unmarshal does not know the file
+//	}
+//	line, col := pos.At("rules[2].fields[0].path") // for an error found later
 //
 // It walks gopkg.in/yaml.v3 nodes itself instead of using yaml.Unmarshal so
 // that it can (1) reject unknown keys with the field path and the key's

@@ -1,0 +1,179 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/fieldwatch/fieldwatch/internal/history"
+	"github.com/fieldwatch/fieldwatch/internal/history/web"
+	"github.com/fieldwatch/fieldwatch/watcher"
+)
+
+// HistoryConfig is where fieldwatch keeps the history of what it fired
+// (docs/history.md): by default in the state directory (history.db), in
+// PostgreSQL with DSN, and none without either or when Disabled.
+type HistoryConfig struct {
+	// Disabled keeps no history.
+	Disabled bool
+	// DSN, when set, keeps the history in this PostgreSQL database,
+	// which replicas may share, instead of the state directory.
+	DSN string
+	// MaxBytes and MaxAge bound it (defaults DefaultHistoryMaxBytes and
+	// DefaultHistoryMaxAge): the oldest entries are removed first.
+	MaxBytes int64
+	MaxAge   time.Duration
+}
+
+// History defaults.
+const (
+	// DefaultHistoryMaxBytes bounds the history: some 700,000 entries of
+	// the usual size.
+	DefaultHistoryMaxBytes = 512 << 20
+	// MinHistoryMaxBytes is the smallest bound taken: the embedded
+	// store keeps room for its log and a reserve besides the entries.
+	MinHistoryMaxBytes = 16 << 20
+	// DefaultHistoryMaxAge bounds the history's age: 90 days.
+	DefaultHistoryMaxAge = 90 * 24 * time.Hour
+	// historyFile is the embedded history in the state directory.
+	historyFile = "history.db"
+	// confirmedQueue bounds the changes a standby has yet to evaluate for
+	// its history.
+	confirmedQueue = 4096
+)
+
+// check rejects a bound too small to work with.
+func (h *HistoryConfig) check() error {
+	if h.MaxBytes > 0 && h.MaxBytes < MinHistoryMaxBytes {
+		return fmt.Errorf("--history-max-bytes %d: at least %d (16Mi)", h.MaxBytes, MinHistoryMaxBytes)
+	}
+	return nil
+}
+
+// historyState is the history of a running fieldwatch.
+type historyState struct {
+	store     history.Store
+	rec       *history.Recorder
+	web       *web.Server
+	confirmed chan *watcher.Change // a standby's changes confirmed by the leader, to evaluate
+	done      chan struct{}        // closed when the evaluator of confirmed stops
+}
+
+// openHistory opens the history's store and starts its recorder; nil
+// when there is no history.
+func (a *app) openHistory(ctx context.Context) (*historyState, error) {
+	h := &a.cfg.History
+	if h.Disabled || (h.DSN == "" && a.cfg.StateDir == "") {
+		a.log.Info("no history of firings: it needs --state-dir or --history-dsn")
+		return nil, nil
+	}
+	m := history.NewMetrics(a.reg)
+	var (
+		store history.Store
+		err   error
+	)
+	if h.DSN != "" {
+		store, err = history.OpenPostgres(ctx, h.DSN, a.log, m)
+	} else {
+		if err = os.MkdirAll(a.cfg.StateDir, 0o700); err != nil {
+			return nil, fmt.Errorf("state dir: %w", err)
+		}
+		store, err = history.OpenSQLite(filepath.Join(a.cfg.StateDir, historyFile), history.SQLiteOptions{
+			Logger: a.log, Metrics: m, MaxBytes: h.MaxBytes,
+		})
+	}
+	if err != nil {
+		// The history must never stop delivery: run without it, and say so.
+		a.log.Error("the history cannot be opened: running without it (deliveries are not affected)", "error", err)
+		return nil, nil
+	}
+	hs := &historyState{
+		store: store,
+		rec: history.NewRecorder(history.RecorderOptions{
+			Store: store, MaxAge: h.MaxAge, MaxBytes: h.MaxBytes, Logger: a.log, Metrics: m,
+		}),
+		web:       web.New(web.Options{Store: store, Kube: a.kube, Logger: a.log, Registerer: a.reg}),
+		confirmed: make(chan *watcher.Change, confirmedQueue),
+		done:      make(chan struct{}),
+	}
+	go a.evaluateConfirmed(hs)
+	a.log.Info("keeping the history of firings", "store", storeName(h, a.cfg.StateDir), "maxBytes", h.MaxBytes, "maxAge", h.MaxAge.String())
+	return hs, nil
+}
+
+// storeName says where the history is, without the DSN's secrets.
+func storeName(h *HistoryConfig, stateDir string) string {
+	if h.DSN != "" {
+		return "postgresql"
+	}
+	return filepath.Join(stateDir, historyFile)
+}
+
+// close stops the recorder (writing what it holds within 5 s) and the
+// store; call it once the actions are done.
+func (h *historyState) close(ctx context.Context) error {
+	close(h.confirmed)
+	<-h.done
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	h.rec.Close(ctx)
+	return h.store.Close()
+}
+
+// confirm is the standby watcher's Confirmed hook: a change the leader
+// handled, to evaluate for this replica's history. It never blocks: when
+// the standby is that far behind, the change is left out of its history
+// (counted as dropped).
+func (a *app) confirm(c *watcher.Change) {
+	h := a.history
+	select {
+	case h.confirmed <- c:
+	default:
+		h.rec.Drop()
+	}
+}
+
+// evaluateConfirmed evaluates the rules on the changes the leader
+// confirmed and records what fires, as the leader did, in this
+// standby's history: what it needs for its history to hold, after a
+// takeover, the firings of the previous leader as well as its own. The
+// payloads are this replica's: without the leader's audit events (a
+// standby's audit webhook turns them away), actor names the field
+// manager only; a CRD change's impact is scanned as the leader scans it.
+func (a *app) evaluateConfirmed(h *historyState) {
+	defer close(h.done)
+	for c := range h.confirmed {
+		set := a.set.Load()
+		if len(set.RulesFor(c.Resource)) == 0 {
+			continue
+		}
+		rc := rulesChange(c)
+		if set.WantsCRDImpact(rc) {
+			a.crdImpact(context.Background(), c, rc)
+		}
+		firings, _ := set.Eval(rc) // evaluation errors are the leader's to count
+		for _, f := range firings {
+			h.rec.Record(f.Payload, history.Confirmed)
+		}
+	}
+}
+
+// serveHistory adds the history's API and pages to mux, or, without a
+// history, answers there why there is none.
+func (a *app) serveHistory(mux *http.ServeMux) {
+	if a.history != nil {
+		a.history.web.Register(mux)
+		return
+	}
+	none := func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = io.WriteString(w, `{"error":"this fieldwatch keeps no history: run it with --state-dir or --history-dsn (and without --history=false)"}`+"\n")
+	}
+	mux.HandleFunc("/api/v1/history", none)
+	mux.HandleFunc("/history", none)
+}

@@ -1,0 +1,20 @@
+// Package history keeps what fieldwatch fired: one Entry per payload id,
+// the payload as the actions received it (after redaction) with the
+// fields a query selects by beside it, in a Store that is a real
+// database, bounded by size and age.
+//
+// A Recorder takes payloads from the delivery path without ever blocking
+// it: it queues them, bounded, and one goroutine writes them in batches;
+// when the queue is full, or the store fails for longer than the queue
+// lasts, payloads are dropped from the history and counted, never from
+// delivery. The embedded store is SQLite through a pure-Go driver
+// (OpenSQLite, a file in the state directory, so that the binary stays
+// static); a corrupt file is set aside and a new one started. PostgreSQL
+// (OpenPostgres) lets replicas share one history. Queries (Query, parsed
+// from URL parameters with ParseQuery, every parameter validated) page
+// newest first with a cursor.
+//
+// The HTTP API, the page and their authorization live in package
+// history/web; the package history itself imports neither client-go nor
+// the watcher, the rules or the actions: it works on payload bytes.
+package history

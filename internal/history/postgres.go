@@ -1,0 +1,295 @@
+package history
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// pgTable is the history's table in a PostgreSQL database shared with
+// other things.
+const pgTable = "fieldwatch_history"
+
+// pgSchema creates the table: the columns of the SQLite one, id unique
+// (replicas write concurrently), bytes the row's stored size for the
+// size bound.
+const pgSchema = `
+CREATE TABLE IF NOT EXISTS ` + pgTable + ` (
+  seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  id TEXT NOT NULL UNIQUE,
+  time BIGINT NOT NULL,
+  recorded BIGINT NOT NULL,
+  rule TEXT NOT NULL,
+  type TEXT NOT NULL,
+  grp TEXT NOT NULL,
+  resource TEXT NOT NULL,
+  namespace TEXT NOT NULL,
+  name TEXT NOT NULL,
+  uid TEXT NOT NULL,
+  usr TEXT NOT NULL,
+  imp TEXT NOT NULL,
+  source TEXT NOT NULL,
+  bytes INTEGER NOT NULL,
+  payload BYTEA NOT NULL
+);
+CREATE INDEX IF NOT EXISTS ` + pgTable + `_time ON ` + pgTable + ` (time, seq);
+CREATE INDEX IF NOT EXISTS ` + pgTable + `_uid ON ` + pgTable + ` (uid, time, seq);
+CREATE INDEX IF NOT EXISTS ` + pgTable + `_namespace ON ` + pgTable + ` (namespace, time, seq);
+`
+
+// pgInsert writes a batch from arrays, one per column. A Delivered entry
+// replaces a Confirmed one of the same id (a standby's copy, evaluated
+// without the leader's attribution, that came first); any other repeat
+// is left out.
+const pgInsert = `INSERT INTO ` + pgTable + ` AS h (id, time, recorded, rule, type, grp, resource, namespace, name, uid, usr, imp, source, bytes, payload)
+SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
+  $10::text[], $11::text[], $12::text[], $13::text[], $14::integer[], $15::bytea[])
+ON CONFLICT (id) DO UPDATE SET recorded = excluded.recorded, usr = excluded.usr, imp = excluded.imp,
+  source = excluded.source, bytes = excluded.bytes, payload = excluded.payload
+WHERE h.source = 'confirmed' AND excluded.source = 'delivered'`
+
+// pgRowOverhead is what a row stores besides its columns' bytes, with
+// its share of the three indexes: the bytes the size bound counts per
+// entry on top of its strings and payload.
+const pgRowOverhead = 200
+
+// pgTrimBatch is how many entries one DELETE removes at most.
+const pgTrimBatch = 5000
+
+// pgResync is how often the entries and bytes are counted again: other
+// replicas write to the same table.
+const pgResync = time.Minute
+
+// Postgres is the shared store: a table in a PostgreSQL database, for
+// replicas that share one history.
+type Postgres struct {
+	pool *pgxpool.Pool
+	log  *slog.Logger
+	m    *Metrics
+
+	mu     sync.Mutex // serialises Stats' recount
+	synced time.Time
+	count  atomic.Int64
+	bytes  atomic.Int64
+}
+
+var _ Store = &Postgres{}
+
+// OpenPostgres connects to the database dsn names (a postgres:// URL or
+// key=value settings; the password better comes from PGPASSWORD or a
+// passfile than from the command line) and creates the table if needed.
+func OpenPostgres(ctx context.Context, dsn string, log *slog.Logger, m *Metrics) (*Postgres, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		// pgx's parse errors quote the DSN, password included: say less.
+		return nil, errors.New("history database: the PostgreSQL connection string does not parse")
+	}
+	cfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("history database: %w", err)
+	}
+	p := &Postgres{pool: pool, log: log, m: m}
+	if err := p.createTable(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if _, err := p.Stats(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// createTable creates the table under an advisory lock: replicas may
+// start at once, and concurrent CREATE TABLE IF NOT EXISTS can fail.
+func (p *Postgres) createTable(ctx context.Context) error {
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(7016996765293437281)"); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, pgSchema)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("history database: create table %s: %w", pgTable, err)
+	}
+	return nil
+}
+
+// entryBytes is what the size bound counts of an entry.
+func entryBytes(e *Entry) int {
+	return pgRowOverhead + len(e.Payload) + len(e.ID) + len(e.Rule) + len(e.Type) + len(e.Group) + len(e.Resource) +
+		len(e.Namespace) + len(e.Name) + len(e.UID) + len(e.User) + len(e.Impersonated) + len(e.Source)
+}
+
+// Write implements Store.
+func (p *Postgres) Write(ctx context.Context, entries []Entry) (int, error) {
+	// One row per id: an INSERT ... ON CONFLICT DO UPDATE may not touch
+	// a row twice. A Delivered entry wins over a Confirmed one.
+	at := map[string]int{}
+	var rows []*Entry
+	for i := range entries {
+		e := &entries[i]
+		if j, ok := at[e.ID]; ok {
+			if rows[j].Source == Confirmed && e.Source == Delivered {
+				rows[j] = e
+			}
+			continue
+		}
+		at[e.ID] = len(rows)
+		rows = append(rows, e)
+	}
+	n := len(rows)
+	var (
+		id, rule, typ, grp, res, ns, name, uid, usr, imp, src = make([]string, n), make([]string, n), make([]string, n), make([]string, n),
+			make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		tm, rec = make([]int64, n), make([]int64, n)
+		size    = make([]int32, n)
+		payload = make([][]byte, n)
+		total   int64
+	)
+	for i, e := range rows {
+		id[i], rule[i], typ[i], grp[i], res[i], ns[i], name[i], uid[i], usr[i], imp[i], src[i] =
+			e.ID, e.Rule, string(e.Type), e.Group, e.Resource, e.Namespace, e.Name, e.UID, e.User, e.Impersonated, string(e.Source)
+		tm[i], rec[i] = e.Time.UnixMicro(), e.Recorded.UnixMicro()
+		b := entryBytes(e)
+		size[i], payload[i] = int32(b), e.Payload
+		total += int64(b)
+	}
+	tag, err := p.pool.Exec(ctx, pgInsert, id, tm, rec, rule, typ, grp, res, ns, name, uid, usr, imp, src, size, payload)
+	if err != nil {
+		return 0, p.fail(err)
+	}
+	written := tag.RowsAffected()
+	p.count.Add(written)
+	p.bytes.Add(total * written / max(int64(n), 1))
+	return int(written), nil
+}
+
+// fail classifies an error: a full disk is ErrFull.
+func (p *Postgres) fail(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Code == "53100" || pe.Code == "53200") { // disk_full, out_of_memory
+		p.m.full()
+		return fmt.Errorf("%w: %v", ErrFull, err)
+	}
+	return err
+}
+
+// Query implements Store.
+func (p *Postgres) Query(ctx context.Context, q Query) (Page, error) {
+	return runQuery(ctx, pgQuerier{p.pool}, &q, false, func(*built) string { return pgTable }, dollars)
+}
+
+// Trim implements Store: the entries older than before, then, over nine
+// tenths of maxBytes, the oldest until eight tenths.
+func (p *Postgres) Trim(ctx context.Context, before time.Time, maxBytes int64) (Trimmed, error) {
+	var t Trimmed
+	if !before.IsZero() {
+		for {
+			n, err := p.delete(ctx, "WHERE time < $1 ORDER BY time, seq LIMIT $2", before.UnixMicro(), pgTrimBatch)
+			t.Age += n
+			if err != nil {
+				return t, p.fail(err)
+			}
+			if n < pgTrimBatch {
+				break
+			}
+		}
+	}
+	if maxBytes <= 0 {
+		return t, nil
+	}
+	if _, err := p.Stats(ctx); err != nil {
+		return t, err
+	}
+	high, low := maxBytes-maxBytes/10, maxBytes-maxBytes/5
+	if p.bytes.Load() <= high {
+		return t, nil
+	}
+	for p.bytes.Load() > low && p.count.Load() > 0 {
+		per := max(p.bytes.Load()/p.count.Load(), 1)
+		n, err := p.delete(ctx, "ORDER BY time, seq LIMIT $1", min((p.bytes.Load()-low)/per+1, pgTrimBatch))
+		t.Size += n
+		if err != nil {
+			return t, p.fail(err)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	return t, nil
+}
+
+// delete removes the entries the subquery's tail selects, keeping the
+// counts.
+func (p *Postgres) delete(ctx context.Context, tail string, args ...any) (int, error) {
+	var n, b int64
+	err := p.pool.QueryRow(ctx, "WITH d AS (DELETE FROM "+pgTable+" WHERE seq IN (SELECT seq FROM "+pgTable+" "+tail+") RETURNING bytes) SELECT count(*), coalesce(sum(bytes), 0) FROM d", args...).Scan(&n, &b)
+	if err != nil {
+		return 0, err
+	}
+	p.count.Add(-n)
+	p.bytes.Add(-b)
+	return int(n), nil
+}
+
+// Stats implements Store: the counts kept since the last recount, which
+// runs every pgResync (other replicas write too).
+func (p *Postgres) Stats(ctx context.Context) (Stats, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if time.Since(p.synced) >= pgResync {
+		var n, b int64
+		if err := p.pool.QueryRow(ctx, "SELECT count(*), coalesce(sum(bytes), 0) FROM "+pgTable).Scan(&n, &b); err != nil {
+			return Stats{}, fmt.Errorf("history database: %w", err)
+		}
+		p.count.Store(n)
+		p.bytes.Store(b)
+		p.synced = time.Now()
+	}
+	return Stats{Entries: p.count.Load(), Bytes: p.bytes.Load()}, nil
+}
+
+// Close implements Store.
+func (p *Postgres) Close() error {
+	p.pool.Close()
+	return nil
+}
+
+// pgQuerier adapts a pool to runQuery.
+type pgQuerier struct{ pool *pgxpool.Pool }
+
+func (q pgQuerier) queryRow(ctx context.Context, sqlText string, args []any, dest ...any) (bool, error) {
+	err := q.pool.QueryRow(ctx, sqlText, args...).Scan(dest...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (q pgQuerier) query(ctx context.Context, sqlText string, args []any, each func(scan func(dest ...any) error) error) error {
+	rows, err := q.pool.Query(ctx, sqlText, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := each(rows.Scan); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}

@@ -1,0 +1,266 @@
+package history
+
+import (
+	"fmt"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/fieldwatch/fieldwatch/change"
+)
+
+// Query limits.
+const (
+	// DefaultLimit is the entries a page holds when the query names no
+	// limit.
+	DefaultLimit = 100
+	// MaxLimit caps a page: a larger limit is lowered to it.
+	MaxLimit = 1000
+	// maxValue bounds the length of a filter's value (a Kubernetes name
+	// is 253 bytes at most; a username has no bound, so allow more).
+	maxValue = 1024
+)
+
+// Query selects entries, newest first. Its zero value selects every
+// entry, DefaultLimit at a time.
+type Query struct {
+	// Resource is the plural resource name; Group its API group, when
+	// GroupSet (resource=widgets.example.com sets both, resource=widgets
+	// matches widgets of any group).
+	Resource, Group string
+	GroupSet        bool
+	// Namespace, Name and UID select one namespace, the objects of one
+	// name, one object.
+	Namespace, Name, UID string
+	// User matches the authenticated or the impersonated user's name.
+	User string
+	Rule string
+	Type change.Type
+	// Since (inclusive) and Until (exclusive) bound the entries' time;
+	// zero is no bound.
+	Since, Until time.Time
+	// After, when set, selects only entries older than it: the Next of
+	// the previous page.
+	After *Cursor
+	// Limit is the most entries a page holds (DefaultLimit when 0;
+	// MaxLimit at most).
+	Limit int
+}
+
+// Cursor is a place in the history's order: newest first by time, then
+// by sequence number.
+type Cursor struct {
+	Time int64 // microseconds since the epoch
+	Seq  int64
+}
+
+// CursorOf returns the cursor of e.
+func CursorOf(e *Entry) Cursor { return Cursor{Time: e.Time.UnixMicro(), Seq: e.Seq} }
+
+// String returns the cursor as the API writes it: opaque to clients.
+func (c Cursor) String() string {
+	return strconv.FormatInt(c.Time, 10) + "-" + strconv.FormatInt(c.Seq, 10)
+}
+
+// ParseCursor reads a cursor written by Cursor.String.
+func ParseCursor(s string) (Cursor, error) {
+	t, seq, ok := strings.Cut(s, "-")
+	if ok {
+		ti, err1 := strconv.ParseInt(t, 10, 64)
+		si, err2 := strconv.ParseInt(seq, 10, 64)
+		if err1 == nil && err2 == nil && si >= 0 {
+			return Cursor{Time: ti, Seq: si}, nil
+		}
+	}
+	return Cursor{}, fmt.Errorf("cursor %q: not a cursor this API returned (use the \"next\" of the previous page)", s)
+}
+
+// Page is a query's answer.
+type Page struct {
+	// Entries are newest first.
+	Entries []Entry
+	// Next, when set, is where the next page starts: entries older than
+	// the last one here (or than the part of the history this page went
+	// through, when it holds fewer than the limit).
+	Next *Cursor
+}
+
+// QueryParams are the URL parameters ParseQuery reads, with what each
+// takes, for error messages and the docs.
+var QueryParams = []struct{ Name, Takes string }{
+	{"resource", "a resource's plural name, optionally with its group: widgets, widgets.example.com, deployments.apps, configmaps"},
+	{"namespace", "a namespace"},
+	{"name", "an object's name"},
+	{"uid", "an object's uid"},
+	{"user", "a user's name, authenticated or impersonated (from the audit stream)"},
+	{"rule", "a rule's name"},
+	{"type", "created, updated or deleted"},
+	{"since", "a time (RFC 3339, 2026-12-01T00:00:00Z) or a duration before now (24h, 90m)"},
+	{"until", "a time (RFC 3339) or a duration before now"},
+	{"cursor", "the \"next\" of the previous page"},
+	{"limit", fmt.Sprintf("entries per page, 1 to %d (default %d; more is lowered to %d)", MaxLimit, DefaultLimit, MaxLimit)},
+}
+
+// ParseQuery reads a query from URL parameters, validating each: an
+// unknown or repeated parameter, an empty or overlong value, a value with
+// control characters, an unknown type, a time that does not parse, a
+// range that ends before it starts, a cursor this API did not write, a
+// limit that is not a positive number: each is an error that says what
+// the parameter takes. A limit above MaxLimit is lowered to it. now is
+// what a duration is before.
+func ParseQuery(v url.Values, now time.Time) (Query, error) {
+	var q Query
+	for name, values := range v {
+		if !slices.ContainsFunc(QueryParams, func(p struct{ Name, Takes string }) bool { return p.Name == name }) {
+			return Query{}, fmt.Errorf("unknown parameter %q: the parameters are %s", truncate(name), paramNames())
+		}
+		if len(values) != 1 {
+			return Query{}, fmt.Errorf("parameter %q given %d times: give it once", name, len(values))
+		}
+		if err := checkValue(name, values[0]); err != nil {
+			return Query{}, err
+		}
+	}
+	q.Namespace, q.Name, q.UID, q.User, q.Rule = v.Get("namespace"), v.Get("name"), v.Get("uid"), v.Get("user"), v.Get("rule")
+	if r := v.Get("resource"); r != "" {
+		q.Resource, q.Group, q.GroupSet = strings.Cut(r, ".")
+		if strings.ContainsAny(q.Resource, "/") || q.Resource == "" || (q.GroupSet && q.Group == "") {
+			return Query{}, fmt.Errorf("parameter \"resource\" %q: want %s", truncate(r), takes("resource"))
+		}
+	}
+	if t := v.Get("type"); t != "" {
+		q.Type = change.Type(t)
+		switch q.Type {
+		case change.Created, change.Updated, change.Deleted:
+		default:
+			return Query{}, fmt.Errorf("parameter \"type\" %q: want created, updated or deleted", truncate(t))
+		}
+	}
+	var err error
+	if q.Since, err = parseTime(v, "since", now); err != nil {
+		return Query{}, err
+	}
+	if q.Until, err = parseTime(v, "until", now); err != nil {
+		return Query{}, err
+	}
+	if !q.Since.IsZero() && !q.Until.IsZero() && !q.Until.After(q.Since) {
+		return Query{}, fmt.Errorf("parameter \"until\" (%s) is not after \"since\" (%s)", q.Until.Format(time.RFC3339), q.Since.Format(time.RFC3339))
+	}
+	if c := v.Get("cursor"); c != "" {
+		cur, err := ParseCursor(c)
+		if err != nil {
+			return Query{}, fmt.Errorf("parameter \"cursor\": %w", err)
+		}
+		q.After = &cur
+	}
+	if l := v.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n <= 0 {
+			return Query{}, fmt.Errorf("parameter \"limit\" %q: want %s", truncate(l), takes("limit"))
+		}
+		q.Limit = n
+	}
+	q.Limit = q.limit()
+	return q, nil
+}
+
+// limit returns the page size q asks for, defaulted and capped.
+func (q *Query) limit() int {
+	switch {
+	case q.Limit <= 0:
+		return DefaultLimit
+	case q.Limit > MaxLimit:
+		return MaxLimit
+	}
+	return q.Limit
+}
+
+// Values returns the URL parameters of q, as ParseQuery reads them.
+func (q *Query) Values() url.Values {
+	v := url.Values{}
+	set := func(k, s string) {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	r := q.Resource
+	if q.GroupSet {
+		r += "." + q.Group
+	}
+	set("resource", r)
+	set("namespace", q.Namespace)
+	set("name", q.Name)
+	set("uid", q.UID)
+	set("user", q.User)
+	set("rule", q.Rule)
+	set("type", string(q.Type))
+	if !q.Since.IsZero() {
+		v.Set("since", q.Since.UTC().Format(time.RFC3339Nano))
+	}
+	if !q.Until.IsZero() {
+		v.Set("until", q.Until.UTC().Format(time.RFC3339Nano))
+	}
+	if q.After != nil {
+		v.Set("cursor", q.After.String())
+	}
+	if q.Limit != 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	return v
+}
+
+// checkValue refuses empty and overlong values and control characters.
+func checkValue(name, s string) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("parameter %q is empty: leave it out, or want %s", name, takes(name))
+	case len(s) > maxValue:
+		return fmt.Errorf("parameter %q is %d bytes long: %d at most", name, len(s), maxValue)
+	case strings.IndexFunc(s, func(r rune) bool { return unicode.IsControl(r) || r == unicode.ReplacementChar }) >= 0:
+		return fmt.Errorf("parameter %q holds control characters or invalid UTF-8", name)
+	}
+	return nil
+}
+
+// parseTime reads a time parameter: RFC 3339, or a duration before now.
+func parseTime(v url.Values, name string, now time.Time) (time.Time, error) {
+	s := v.Get(name)
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t.UTC(), nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		return now.Add(-d).UTC(), nil
+	}
+	return time.Time{}, fmt.Errorf("parameter %q %q: want %s", name, truncate(s), takes(name))
+}
+
+func takes(name string) string {
+	for _, p := range QueryParams {
+		if p.Name == name {
+			return p.Takes
+		}
+	}
+	return ""
+}
+
+func paramNames() string {
+	names := make([]string, len(QueryParams))
+	for i, p := range QueryParams {
+		names[i] = p.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+// truncate shortens a value quoted in an error message.
+func truncate(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}

@@ -1,0 +1,336 @@
+package history
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+)
+
+// Recorder defaults.
+const (
+	// DefaultQueueEntries and DefaultQueueBytes bound the payloads
+	// waiting to be written: beyond, payloads are dropped from the
+	// history (counted), never from delivery.
+	DefaultQueueEntries = 20000
+	DefaultQueueBytes   = 32 << 20
+	// DefaultFlushInterval is how long a payload waits for others to be
+	// written with it in one transaction, at most.
+	DefaultFlushInterval = 250 * time.Millisecond
+	// trimInterval is how often the bounds are applied without writes
+	// (they are after every batch written).
+	trimInterval = time.Second
+	// maxAttempts is how often a batch is tried before its entries
+	// count as failed.
+	maxAttempts = 8
+)
+
+// RecorderOptions configure a Recorder.
+type RecorderOptions struct {
+	// Store is where entries go. Required.
+	Store Store
+	// MaxAge and MaxBytes bound the store (zero: no bound).
+	MaxAge   time.Duration
+	MaxBytes int64
+	// QueueEntries and QueueBytes bound the payloads waiting (defaults
+	// DefaultQueueEntries and DefaultQueueBytes).
+	QueueEntries int
+	QueueBytes   int64
+	// FlushInterval is how long a payload may wait for a batch (default
+	// DefaultFlushInterval).
+	FlushInterval time.Duration
+	Logger        *slog.Logger
+	// Metrics are where it counts (the store's, NewMetrics); nil makes
+	// new ones, registered on Registerer.
+	Metrics    *Metrics
+	Registerer prometheus.Registerer
+}
+
+// Recorder writes payloads to a Store off the delivery path: Record
+// never blocks; one goroutine writes what is queued in batches, applies
+// the bounds, and retries a failing store with backoff. Create it with
+// NewRecorder and end it with Close.
+type Recorder struct {
+	opts  RecorderOptions
+	log   *slog.Logger
+	m     *Metrics
+	batch int // BatchEntries
+
+	mu      sync.Mutex
+	queue   []queued
+	bytes   int64
+	closing bool
+	wake    chan struct{}
+	done    chan struct{}
+	stop    context.CancelFunc
+
+	dropLog, errLog rate.Sometimes
+}
+
+// queued is a payload waiting to be written.
+type queued struct {
+	payload []byte
+	source  Source
+	at      time.Time
+}
+
+// NewRecorder starts a Recorder.
+func NewRecorder(opts RecorderOptions) *Recorder {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.QueueEntries <= 0 {
+		opts.QueueEntries = DefaultQueueEntries
+	}
+	if opts.QueueBytes <= 0 {
+		opts.QueueBytes = DefaultQueueBytes
+	}
+	if opts.FlushInterval <= 0 {
+		opts.FlushInterval = DefaultFlushInterval
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(opts.Registerer)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &Recorder{
+		opts: opts, log: opts.Logger, m: opts.Metrics, batch: BatchEntries(opts.MaxBytes),
+		wake: make(chan struct{}, 1), done: make(chan struct{}), stop: cancel,
+		dropLog: rate.Sometimes{Interval: 10 * time.Second},
+		errLog:  rate.Sometimes{Interval: 10 * time.Second},
+	}
+	r.refreshStats(ctx)
+	go r.run(ctx)
+	return r
+}
+
+// Record queues a payload for the history and returns at once: when the
+// queue is full (the store is slow or failing), the payload is dropped
+// from the history and counted. The payload must not change afterwards.
+func (r *Recorder) Record(payload []byte, source Source) {
+	r.mu.Lock()
+	if r.closing || len(r.queue) >= r.opts.QueueEntries || r.bytes+int64(len(payload)) > r.opts.QueueBytes {
+		r.mu.Unlock()
+		r.m.dropped.Inc()
+		r.dropLog.Do(func() {
+			r.log.Warn("history: queue full, an entry is dropped from the history (deliveries are not affected); see fieldwatch_history_entries_total{result=\"dropped\"}",
+				"queued", r.opts.QueueEntries)
+		})
+		return
+	}
+	r.queue = append(r.queue, queued{payload: payload, source: source, at: time.Now()})
+	r.bytes += int64(len(payload))
+	n := len(r.queue)
+	r.mu.Unlock()
+	r.m.queued.Set(float64(n))
+	if n == 1 || n%r.batch == 0 {
+		select {
+		case r.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Drop counts a payload left out of the history by its caller (a
+// standby too far behind the leader to evaluate a change).
+func (r *Recorder) Drop() { r.m.dropped.Inc() }
+
+// Close stops taking payloads and writes what is queued, until ctx
+// ends; what is left then is dropped and counted.
+func (r *Recorder) Close(ctx context.Context) {
+	r.mu.Lock()
+	r.closing = true
+	r.mu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+	stop := context.AfterFunc(ctx, r.stop)
+	defer stop()
+	<-r.done
+}
+
+// take removes up to BatchEntries payloads, and BatchBytes of them,
+// from the queue.
+func (r *Recorder) take() (batch []queued) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n, size, limit, most := 0, int64(0), BatchBytes(r.opts.MaxBytes), BatchEntries(r.opts.MaxBytes)
+	for n < len(r.queue) && n < most && (n == 0 || size+int64(len(r.queue[n].payload)) <= limit) {
+		size += int64(len(r.queue[n].payload))
+		n++
+	}
+	batch = append(batch, r.queue[:n]...)
+	clear(r.queue[:n])
+	r.queue = r.queue[n:]
+	for _, q := range batch {
+		r.bytes -= int64(len(q.payload))
+	}
+	if len(r.queue) == 0 {
+		r.queue = nil // let the backing array go
+	}
+	r.m.queued.Set(float64(len(r.queue)))
+	return batch
+}
+
+// pending returns how many payloads wait and when the oldest came.
+func (r *Recorder) pending() (int, time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.queue) == 0 {
+		return 0, time.Time{}
+	}
+	return len(r.queue), r.queue[0].at
+}
+
+func (r *Recorder) run(ctx context.Context) {
+	defer close(r.done)
+	var lastTrim time.Time
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		n, oldest := r.pending()
+		r.mu.Lock()
+		closing := r.closing
+		r.mu.Unlock()
+		switch {
+		case n >= r.batch || (n > 0 && (closing || time.Since(oldest) >= r.opts.FlushInterval)):
+			batch := r.take()
+			if !r.write(ctx, batch) {
+				r.dropRest()
+				return
+			}
+			// After every batch: the size bound holds whatever the rate.
+			r.trim(ctx)
+			lastTrim = time.Now()
+			continue
+		case closing:
+			r.trim(ctx)
+			return
+		}
+		wait := time.Hour
+		if n > 0 {
+			wait = r.opts.FlushInterval - time.Since(oldest)
+		}
+		if !lastTrim.IsZero() && time.Since(lastTrim) < trimInterval {
+			wait = min(wait, trimInterval-time.Since(lastTrim)+time.Millisecond)
+		}
+		timer.Reset(max(wait, time.Millisecond))
+		select {
+		case <-r.wake:
+		case <-timer.C:
+			if n == 0 && time.Since(lastTrim) >= trimInterval {
+				// Age bounds apply without writes too.
+				r.trim(ctx)
+				lastTrim = time.Now()
+			}
+		case <-ctx.Done():
+			r.dropRest()
+			return
+		}
+	}
+}
+
+// write writes a batch, retrying with backoff while the store fails; it
+// returns false when ctx ended first.
+func (r *Recorder) write(ctx context.Context, batch []queued) bool {
+	entries := make([]Entry, 0, len(batch))
+	for _, q := range batch {
+		e, err := ParsePayload(q.payload, q.source)
+		if err != nil {
+			r.m.invalid.Inc()
+			r.errLog.Do(func() { r.log.Error("history: not a payload; left out", "error", err) })
+			continue
+		}
+		e.Recorded = q.at.UTC()
+		entries = append(entries, e)
+	}
+	if len(entries) == 0 {
+		return true
+	}
+	backoff := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		start := time.Now()
+		n, err := r.opts.Store.Write(ctx, entries)
+		if err == nil {
+			r.m.writeTime.Observe(time.Since(start).Seconds())
+			r.m.written.Add(float64(n))
+			r.m.duplicate.Add(float64(len(entries) - n))
+			return true
+		}
+		if ctx.Err() != nil {
+			r.m.dropped.Add(float64(len(entries)))
+			return false
+		}
+		kind := "other"
+		switch {
+		case errors.Is(err, ErrFull):
+			kind = "full" // counted by the store
+		case errors.Is(err, ErrReset):
+			kind = "corrupt" // counted by the store
+		default:
+			r.m.errOther.Inc()
+		}
+		if attempt >= maxAttempts {
+			r.m.failed.Add(float64(len(entries)))
+			r.log.Error("history: entries not recorded after retries (deliveries are not affected)", "entries", len(entries), "kind", kind, "error", err)
+			return true
+		}
+		if errors.Is(err, ErrReset) {
+			continue // a new file: write there at once
+		}
+		r.errLog.Do(func() {
+			r.log.Error("history: write failed; retrying, payloads queue meanwhile (deliveries are not affected)", "kind", kind, "entries", len(entries), "attempt", attempt, "error", err)
+		})
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			r.m.dropped.Add(float64(len(entries)))
+			return false
+		}
+		backoff = min(backoff*2, 10*time.Second)
+		if kind == "full" {
+			r.trim(ctx) // the bounds may make room
+		}
+	}
+}
+
+// dropRest counts what is still queued as dropped (Close's deadline).
+func (r *Recorder) dropRest() {
+	r.mu.Lock()
+	n := len(r.queue)
+	r.queue, r.bytes = nil, 0
+	r.mu.Unlock()
+	if n > 0 {
+		r.m.dropped.Add(float64(n))
+		r.log.Warn("history: stopped before writing every entry; the rest are dropped", "entries", n)
+	}
+	r.m.queued.Set(0)
+}
+
+// trim applies the bounds.
+func (r *Recorder) trim(ctx context.Context) {
+	var before time.Time
+	if r.opts.MaxAge > 0 {
+		before = time.Now().Add(-r.opts.MaxAge)
+	}
+	if !before.IsZero() || r.opts.MaxBytes > 0 {
+		t, err := r.opts.Store.Trim(ctx, before, r.opts.MaxBytes)
+		r.m.removedAge.Add(float64(t.Age))
+		r.m.removedSize.Add(float64(t.Size))
+		if err != nil && ctx.Err() == nil {
+			r.errLog.Do(func() { r.log.Error("history: removing old entries failed", "error", err) })
+		}
+	}
+	r.refreshStats(ctx)
+}
+
+func (r *Recorder) refreshStats(ctx context.Context) {
+	if st, err := r.opts.Store.Stats(ctx); err == nil {
+		r.m.stored.Set(float64(st.Entries))
+		r.m.bytes.Set(float64(st.Bytes))
+	}
+}

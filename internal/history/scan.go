@@ -1,0 +1,156 @@
+package history
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// errSyntax is the error of a payload that is not a JSON object.
+var errSyntax = errors.New("not a JSON object")
+
+// EachKey calls fn with each key of the JSON object data and the bytes
+// of its value, in order, finding where each value ends without decoding
+// it: a payload's changes, crd and objects cost one pass over their bytes.
+// It returns fn's first error, or an error when data is not one JSON
+// object (what it checks: the object's own punctuation, strings and the
+// nesting of brackets; values are checked by whoever decodes them).
+func EachKey(data []byte, fn func(key string, value []byte) error) error {
+	i := skipSpace(data, 0)
+	if i >= len(data) || data[i] != '{' {
+		return errSyntax
+	}
+	i = skipSpace(data, i+1)
+	if i < len(data) && data[i] == '}' {
+		return trailing(data, i+1)
+	}
+	for {
+		if i >= len(data) || data[i] != '"' {
+			return errSyntax
+		}
+		end, err := skipString(data, i)
+		if err != nil {
+			return err
+		}
+		key, err := keyOf(data[i:end])
+		if err != nil {
+			return err
+		}
+		i = skipSpace(data, end)
+		if i >= len(data) || data[i] != ':' {
+			return errSyntax
+		}
+		i = skipSpace(data, i+1)
+		vend, err := skipValue(data, i)
+		if err != nil {
+			return err
+		}
+		if err := fn(key, data[i:vend]); err != nil {
+			return fmt.Errorf("%s: %w", key, err)
+		}
+		i = skipSpace(data, vend)
+		if i >= len(data) {
+			return errSyntax
+		}
+		switch data[i] {
+		case ',':
+			i = skipSpace(data, i+1)
+		case '}':
+			return trailing(data, i+1)
+		default:
+			return errSyntax
+		}
+	}
+}
+
+// keyOf returns the key of the JSON string s (quotes included).
+func keyOf(s []byte) (string, error) {
+	for _, c := range s[1 : len(s)-1] {
+		if c == '\\' {
+			var k string
+			if err := json.Unmarshal(s, &k); err != nil {
+				return "", err
+			}
+			return k, nil
+		}
+	}
+	return string(s[1 : len(s)-1]), nil
+}
+
+func trailing(data []byte, i int) error {
+	if skipSpace(data, i) != len(data) {
+		return errSyntax
+	}
+	return nil
+}
+
+func skipSpace(data []byte, i int) int {
+	for i < len(data) {
+		switch data[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// skipString returns the index after the JSON string that starts at i.
+func skipString(data []byte, i int) (int, error) {
+	for j := i + 1; j < len(data); j++ {
+		switch data[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1, nil
+		}
+	}
+	return 0, errSyntax
+}
+
+// skipValue returns the index after the JSON value that starts at i.
+func skipValue(data []byte, i int) (int, error) {
+	if i >= len(data) {
+		return 0, errSyntax
+	}
+	switch data[i] {
+	case '"':
+		return skipString(data, i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(data); j++ {
+			switch data[j] {
+			case '"':
+				end, err := skipString(data, j)
+				if err != nil {
+					return 0, err
+				}
+				j = end - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return j + 1, nil
+				}
+			}
+		}
+		return 0, errSyntax
+	}
+	// A number, true, false or null: up to the next delimiter.
+	j := i
+	for j < len(data) {
+		switch data[j] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			if j == i {
+				return 0, errSyntax
+			}
+			return j, nil
+		}
+		j++
+	}
+	if j == i {
+		return 0, errSyntax
+	}
+	return j, nil
+}

@@ -1,0 +1,839 @@
+package history
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// sqliteSchema is the embedded store's table. Its key, seq, is the
+// entry's time in microseconds times seqSpan plus a number that sets
+// apart entries of the same microsecond: the table is in time order, and
+// so are the two indexes (which end with the key), so that no index on
+// time is needed. The payload is kept as delivered; the other columns
+// are what queries select by. Ids are found again through the uid index
+// (recent: the ids written lately, by hash).
+const sqliteSchema = `
+CREATE TABLE IF NOT EXISTS entries (
+  seq INTEGER PRIMARY KEY,
+  id TEXT NOT NULL,
+  recorded INTEGER NOT NULL,
+  rule TEXT NOT NULL,
+  type TEXT NOT NULL,
+  grp TEXT NOT NULL,
+  resource TEXT NOT NULL,
+  namespace TEXT NOT NULL,
+  name TEXT NOT NULL,
+  uid TEXT NOT NULL,
+  usr TEXT NOT NULL,
+  imp TEXT NOT NULL,
+  source TEXT NOT NULL,
+  payload BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS entries_uid ON entries(uid);
+CREATE INDEX IF NOT EXISTS entries_namespace ON entries(namespace);
+`
+
+// seqSpan is how many entries of one microsecond the key tells apart.
+const seqSpan = 1024
+
+// seqOf is the first key of time t.
+func seqOf(t time.Time) int64 { return t.UnixMicro() * seqSpan }
+
+const sqliteInsert = `INSERT INTO entries(seq, id, recorded, rule, type, grp, resource, namespace, name, uid, usr, imp, source, payload)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+// sqliteIndexes names the index each query walks (INDEXED BY: without
+// statistics SQLite's planner may pick one that is not in time order).
+var sqliteIndexes = map[index]string{byUID: "entries_uid", byNamespace: "entries_namespace"}
+
+// recentIDs is how many of the newest ids a store knows by hash: an
+// entry whose id is not among them is written without looking for its
+// id on disk. Repeats come within seconds (a retry, a restart, a
+// failover, a standby's copy), far within this many newer entries.
+const recentIDs = 1 << 17
+
+// walBytes returns the write-ahead log's size limit for a bound of
+// maxBytes: a sixteenth of it, from 64 KiB to 4 MiB. The log is
+// checkpointed past it and truncated back to it; the bound keeps room
+// for it (usedBytes), and the Recorder writes batches of at most half
+// of it (BatchBytes).
+func walBytes(maxBytes int64) int64 {
+	if maxBytes <= 0 {
+		return 4 << 20
+	}
+	return min(max(maxBytes/16, 64<<10), 4<<20)
+}
+
+// BatchBytes and BatchEntries bound what the Recorder writes in one
+// transaction to a store bounded to maxBytes (0: unbounded), so that a
+// transaction fits the log: half of it in payloads, and an entry counted
+// at four pages, since it changes a page of each index (the table and
+// the time index grow at their end, the id, uid and namespace indexes
+// anywhere).
+func BatchBytes(maxBytes int64) int64 { return walBytes(maxBytes) / 2 }
+
+// BatchEntries: see BatchBytes.
+func BatchEntries(maxBytes int64) int { return int(min(max(walBytes(maxBytes)/(4*4096), 16), 1024)) }
+
+// SQLiteOptions configure OpenSQLite.
+type SQLiteOptions struct {
+	// Logger receives the store's log lines (a file set aside).
+	Logger *slog.Logger
+	// ReadOnly opens an existing file for queries only (fieldwatch
+	// history --state-dir): nothing is written, a corrupt file is an
+	// error.
+	ReadOnly bool
+	// Metrics count a full disk and a file set aside (nil: not counted).
+	Metrics *Metrics
+	// MaxBytes is the bound Trim will be given, which sizes the
+	// write-ahead log (walBytes).
+	MaxBytes int64
+}
+
+// SQLite is the embedded store: one SQLite database file (and its
+// write-ahead log) through the pure-Go driver modernc.org/sqlite.
+type SQLite struct {
+	path string
+	opts SQLiteOptions
+	log  *slog.Logger
+
+	mu    sync.RWMutex // write: reset; read: every use of the handles
+	write *sql.DB      // one connection, the writer's
+	read  *sql.DB      // queries
+	gen   int          // how many times the file was reset
+	count atomic.Int64 // entries, counted once at open then kept
+
+	wmu     sync.Mutex // the writer's state below
+	lastSeq int64      // the highest key written
+	recent  recent     // the newest ids, by hash
+	wal     int64      // walBytes
+	// diskLimited is set while the disk, not the bound, limits the size.
+	diskLimited atomic.Bool
+}
+
+var _ Store = &SQLite{}
+
+// OpenSQLite opens (creating it if needed) the history database at path.
+// A file that is not a database, or whose tables are corrupt, is set
+// aside (renamed to path.corrupt-<time>) with a log line, and a new one
+// is started; read-only, it is an error.
+func OpenSQLite(path string, opts SQLiteOptions) (*SQLite, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	s := &SQLite{path: path, opts: opts, log: opts.Logger, wal: walBytes(opts.MaxBytes)}
+	if opts.ReadOnly {
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("history database: %w", err)
+		}
+	}
+	err := s.open()
+	if err != nil && !opts.ReadOnly && corrupt(err) {
+		if err = s.setAside(err); err == nil {
+			err = s.open()
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !opts.ReadOnly {
+		s.keepReserve()
+	}
+	return s, nil
+}
+
+func (s *SQLite) dsn(readOnly bool) string {
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(10000)")
+	if readOnly {
+		q.Add("_pragma", "query_only(1)")
+	} else {
+		q.Add("_pragma", "journal_mode(WAL)")
+		q.Add("_pragma", "synchronous(NORMAL)")
+		q.Add("_pragma", fmt.Sprintf("journal_size_limit(%d)", s.wal))
+		q.Add("_pragma", fmt.Sprintf("wal_autocheckpoint(%d)", max(s.wal/4096, 16)))
+	}
+	return "file:" + (&url.URL{Path: s.path}).EscapedPath() + "?" + q.Encode()
+}
+
+// open opens the handles, creates the table and counts the entries.
+func (s *SQLite) open() error {
+	w, err := sql.Open("sqlite", s.dsn(s.opts.ReadOnly))
+	if err != nil {
+		return fmt.Errorf("history database %s: %w", s.path, err)
+	}
+	w.SetMaxOpenConns(1)
+	ctx := context.Background()
+	if !s.opts.ReadOnly {
+		if _, err := w.ExecContext(ctx, sqliteSchema); err != nil {
+			_ = w.Close()
+			return fmt.Errorf("history database %s: %w", s.path, err)
+		}
+	}
+	var n int64
+	if err := w.QueryRowContext(ctx, "SELECT count(*) FROM entries").Scan(&n); err != nil {
+		_ = w.Close()
+		return fmt.Errorf("history database %s: %w", s.path, err)
+	}
+	if !s.opts.ReadOnly {
+		if err := s.loadRecent(ctx, w); err != nil {
+			_ = w.Close()
+			return fmt.Errorf("history database %s: %w", s.path, err)
+		}
+	}
+	r, err := sql.Open("sqlite", s.dsn(true))
+	if err != nil {
+		_ = w.Close()
+		return fmt.Errorf("history database %s: %w", s.path, err)
+	}
+	r.SetMaxOpenConns(4)
+	s.write, s.read = w, r
+	s.count.Store(n)
+	return nil
+}
+
+// loadRecent reads the hashes of the newest ids and the highest key.
+func (s *SQLite) loadRecent(ctx context.Context, db *sql.DB) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.recent = newRecent(recentIDs)
+	s.lastSeq = 0
+	rows, err := db.QueryContext(ctx, "SELECT seq, id FROM entries ORDER BY seq DESC LIMIT ?", recentIDs)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = rows.Close() }()
+	var ids []string
+	for rows.Next() {
+		var seq int64
+		var id string
+		if err := rows.Scan(&seq, &id); err != nil {
+			return err
+		}
+		if len(ids) == 0 {
+			s.lastSeq = seq
+		}
+		ids = append(ids, id)
+	}
+	for i := len(ids) - 1; i >= 0; i-- { // oldest first: the ring drops those first
+		s.recent.add(idHash(ids[i]))
+	}
+	return rows.Err()
+}
+
+// corrupt reports whether err says the file is not a database or is
+// corrupt.
+func corrupt(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB:
+		return true
+	}
+	return false
+}
+
+// full reports whether err says the disk or the database is full.
+func full(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_FULL
+}
+
+// setAside renames the corrupt file (and its log) out of the way.
+func (s *SQLite) setAside(cause error) error {
+	aside := s.path + ".corrupt-" + time.Now().UTC().Format("20060102T150405Z")
+	if err := os.Rename(s.path, aside); err != nil {
+		return fmt.Errorf("history database %s is corrupt (%v) and cannot be set aside: %w", s.path, cause, err)
+	}
+	for _, suffix := range []string{"-wal", "-shm"} {
+		if err := os.Rename(s.path+suffix, aside+suffix); err != nil && !errors.Is(err, os.ErrNotExist) {
+			s.log.Warn("history database: could not set aside", "file", s.path+suffix, "error", err)
+		}
+	}
+	s.log.Error("history database is corrupt: set aside, and a new one started (the entries it held are not in the new history)",
+		"file", s.path, "setAside", aside, "error", cause)
+	s.opts.Metrics.reset()
+	return nil
+}
+
+// reset sets the corrupt file aside and opens a new one, unless that
+// was done since gen (by another use that failed at the same time).
+func (s *SQLite) reset(gen int, cause error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gen != gen {
+		return fmt.Errorf("%w: %v", ErrReset, cause)
+	}
+	s.gen++
+	_ = s.write.Close()
+	_ = s.read.Close()
+	if err := s.setAside(cause); err != nil {
+		return err
+	}
+	if err := s.open(); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: %v", ErrReset, cause)
+}
+
+// use runs op on the handles, then deals with its error: a corrupt
+// file is set aside and a new one opened (ErrReset), a full disk or
+// database is ErrFull.
+func (s *SQLite) use(op func() error) error {
+	s.mu.RLock()
+	gen := s.gen
+	err := op()
+	s.mu.RUnlock()
+	switch {
+	case err == nil:
+		return nil
+	case corrupt(err) && !s.opts.ReadOnly:
+		return s.reset(gen, err)
+	case full(err):
+		s.opts.Metrics.full()
+		return fmt.Errorf("%w: %v", ErrFull, err)
+	}
+	return err
+}
+
+// idHash is the 64-bit FNV-1a hash of an id, as a signed integer.
+func idHash(id string) int64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(id))
+	return int64(h.Sum64())
+}
+
+// Write implements Store. When the disk or the database is full, it
+// makes room (makeRoom) and tries again, up to three times.
+func (s *SQLite) Write(ctx context.Context, entries []Entry) (int, error) {
+	if s.opts.ReadOnly {
+		return 0, errors.New("history database opened read-only")
+	}
+	var n int
+	err := s.use(func() (err error) { n, err = s.insert(ctx, entries); return err })
+	for round := 0; round < 3 && errors.Is(err, ErrFull); round++ {
+		s.makeRoom(ctx, max(s.count.Load()/100+1, int64(2*len(entries))))
+		err = s.use(func() (err error) { n, err = s.insert(ctx, entries); return err })
+	}
+	if err != nil {
+		return 0, err
+	}
+	s.count.Add(int64(n))
+	return n, nil
+}
+
+func (s *SQLite) insert(ctx context.Context, entries []Entry) (int, error) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	tx, err := s.write.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	last := s.lastSeq
+	rows := make([]sqliteRow, 0, len(entries))
+	for i := range entries {
+		e := &entries[i]
+		h := idHash(e.ID)
+		if s.recent.has(h) {
+			// Probably a repeat: look, in this batch and on disk.
+			dup, err := s.written(ctx, tx, rows, e)
+			if err != nil {
+				return 0, err
+			}
+			if dup {
+				continue
+			}
+		}
+		seq := seqOf(e.Time)
+		if seq <= last && last-seq < 16*seqSpan {
+			seq = last + 1 // the last one's microsecond (or one of those just before)
+		}
+		rows = append(rows, sqliteRow{e: e, seq: seq})
+		last = max(last, seq)
+		s.recent.add(h)
+	}
+	if last, err = insertRowsTx(ctx, tx, rows, last); err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, err
+	}
+	s.lastSeq = last
+	return len(rows), nil
+}
+
+// sqliteRow is an entry to insert, with its key.
+type sqliteRow struct {
+	e   *Entry
+	seq int64
+}
+
+// sqliteColumns is the number of columns sqliteInsert sets.
+const sqliteColumns = 14
+
+func (r *sqliteRow) appendArgs(args []any) []any {
+	e := r.e
+	return append(args, r.seq, e.ID, e.Recorded.UnixMicro(), e.Rule, string(e.Type), e.Group, e.Resource, e.Namespace, e.Name,
+		e.UID, e.User, e.Impersonated, string(e.Source), e.Payload)
+}
+
+// insertRows is how many rows one statement inserts: a statement costs
+// more than a row.
+const insertRows = 32
+
+// sqliteInsertMany inserts insertRows rows.
+var sqliteInsertMany = "INSERT INTO entries(seq, id, recorded, rule, type, grp, resource, namespace, name, uid, usr, imp, source, payload) VALUES " +
+	strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?), ", insertRows), ", ")
+
+// insertRowsTx inserts rows, insertRows at a time; a chunk whose key is
+// taken (an entry written earlier in the same microsecond) goes row by
+// row, moving the keys that are taken. It returns the highest key.
+func insertRowsTx(ctx context.Context, tx *sql.Tx, rows []sqliteRow, last int64) (int64, error) {
+	var one, many *sql.Stmt
+	defer func() {
+		for _, st := range []*sql.Stmt{one, many} {
+			if st != nil {
+				_ = st.Close()
+			}
+		}
+	}()
+	var err error
+	for len(rows) > 0 {
+		n := min(len(rows), insertRows)
+		if n == insertRows {
+			if many == nil {
+				if many, err = tx.PrepareContext(ctx, sqliteInsertMany); err != nil {
+					return last, err
+				}
+			}
+			args := make([]any, 0, insertRows*sqliteColumns)
+			for k := range rows[:n] {
+				args = rows[k].appendArgs(args)
+			}
+			_, err := many.ExecContext(ctx, args...)
+			if err == nil {
+				rows = rows[n:]
+				continue
+			}
+			if !keyTaken(err) {
+				return last, err
+			}
+		}
+		if one == nil {
+			if one, err = tx.PrepareContext(ctx, sqliteInsert); err != nil {
+				return last, err
+			}
+		}
+		for k := range rows[:n] {
+			if last, err = insertOne(ctx, one, &rows[k], last); err != nil {
+				return last, err
+			}
+		}
+		rows = rows[n:]
+	}
+	return last, nil
+}
+
+// insertOne inserts one row, moving its key past the ones taken.
+func insertOne(ctx context.Context, stmt *sql.Stmt, r *sqliteRow, last int64) (int64, error) {
+	for tries := 1; ; tries++ {
+		_, err := stmt.ExecContext(ctx, r.appendArgs(make([]any, 0, sqliteColumns))...)
+		if err == nil {
+			return max(last, r.seq), nil
+		}
+		switch {
+		case !keyTaken(err):
+			return last, err
+		case tries < 64:
+			r.seq++ // an entry of that microsecond written earlier
+		case tries == 64:
+			r.seq = last + 1 // a crowded microsecond: after the newest
+		default:
+			return last, err
+		}
+	}
+}
+
+// written reports whether an entry of e's id is in rows or on disk.
+func (s *SQLite) written(ctx context.Context, tx *sql.Tx, rows []sqliteRow, e *Entry) (bool, error) {
+	for _, r := range rows {
+		if r.e.ID == e.ID {
+			return true, nil
+		}
+	}
+	var one int
+	err := tx.QueryRowContext(ctx, "SELECT 1 FROM entries INDEXED BY entries_uid WHERE uid = ? AND id = ? LIMIT 1", e.UID, e.ID).Scan(&one)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, sql.ErrNoRows):
+		return false, nil
+	}
+	return false, err
+}
+
+// keyTaken reports whether err is a primary key conflict.
+func keyTaken(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_CONSTRAINT
+}
+
+// recent is a set of the last ids written, by hash, that forgets the
+// oldest first.
+type recent struct {
+	set  map[int64]struct{}
+	ring []int64
+	next int
+}
+
+func newRecent(n int) recent {
+	return recent{set: make(map[int64]struct{}, n), ring: make([]int64, 0, n)}
+}
+
+func (r *recent) has(h int64) bool {
+	_, ok := r.set[h]
+	return ok
+}
+
+func (r *recent) add(h int64) {
+	if len(r.ring) < cap(r.ring) {
+		r.ring = append(r.ring, h)
+		r.set[h] = struct{}{}
+		return
+	}
+	delete(r.set, r.ring[r.next])
+	r.ring[r.next] = h
+	r.set[h] = struct{}{}
+	r.next = (r.next + 1) % len(r.ring)
+}
+
+// Query implements Store.
+func (s *SQLite) Query(ctx context.Context, q Query) (Page, error) {
+	var p Page
+	err := s.use(func() (err error) {
+		p, err = runQuery(ctx, sqlDB{s.read}, &q, true, func(b *built) string {
+			if ix, ok := sqliteIndexes[b.index]; ok {
+				return "entries INDEXED BY " + ix
+			}
+			return "entries"
+		}, func(s string) string { return s })
+		return err
+	})
+	return p, err
+}
+
+// Trim implements Store: the entries older than before, then, when the
+// entries' pages take more than nine tenths of what maxBytes leaves
+// besides the room for the log and the reserve (usedBytes), the oldest
+// until they take eight tenths: the file (whose free pages new entries
+// reuse) stays within maxBytes, and trimming is not needed again at
+// once. maxBytes is lowered to what the disk has (withinDisk).
+func (s *SQLite) Trim(ctx context.Context, before time.Time, maxBytes int64) (Trimmed, error) {
+	var t Trimmed
+	err := s.use(func() (err error) {
+		if !before.IsZero() {
+			if t.Age, err = s.trimAge(ctx, before); err != nil {
+				return err
+			}
+		}
+		if maxBytes > 0 {
+			t.Size, err = s.trimSize(ctx, maxBytes)
+		}
+		return err
+	})
+	if !s.opts.ReadOnly {
+		s.keepReserve()
+	}
+	return t, err
+}
+
+func (s *SQLite) trimAge(ctx context.Context, before time.Time) (int, error) {
+	total := 0
+	for {
+		res, err := s.write.ExecContext(ctx, "DELETE FROM entries WHERE seq IN (SELECT seq FROM entries WHERE seq < ? ORDER BY seq LIMIT ?)",
+			seqOf(before), BatchEntries(s.opts.MaxBytes))
+		if err != nil {
+			return total, err
+		}
+		n, _ := res.RowsAffected()
+		total += int(n)
+		s.count.Add(-n)
+		if n < int64(BatchEntries(s.opts.MaxBytes)) {
+			return total, nil
+		}
+	}
+}
+
+func (s *SQLite) trimSize(ctx context.Context, maxBytes int64) (int, error) {
+	maxBytes = s.withinDisk(maxBytes)
+	// The thresholds are on what entries take: the room for the log and
+	// the reserve is there however many they are.
+	fixed := 2*s.wal + s.reserveBytes()
+	budget := max(maxBytes-fixed, 0)
+	high, low := fixed+budget-budget/10, fixed+budget-budget/5
+	total := 0
+	for {
+		used, err := s.usedBytes(ctx)
+		if err != nil {
+			return total, err
+		}
+		count := s.count.Load()
+		if count == 0 || used <= low || (total == 0 && used <= high) {
+			return total, nil
+		}
+		// What the excess takes at the average entry's size, at least a
+		// hundredth of the entries (index pages free up slowly).
+		per := max(used/count, 1)
+		k, err := s.deleteOldest(ctx, max((used-low)/per+1, count/100+1))
+		if err != nil {
+			return total, err
+		}
+		total += k
+		if k == 0 {
+			return total, nil
+		}
+	}
+}
+
+// withinDisk lowers maxBytes to what the file and its log take plus what
+// the filesystem has free: the history never takes a disk's last bytes
+// (the baseline and the dead letters may share it), and, when something
+// else fills the disk, it makes room inside its file, which new entries
+// reuse without the file growing.
+func (s *SQLite) withinDisk(maxBytes int64) int64 {
+	free := diskFree(filepath.Dir(s.path))
+	if free < 0 {
+		return maxBytes
+	}
+	var files int64
+	for _, f := range []string{s.path, s.path + "-wal", s.reservePath()} {
+		if fi, err := os.Stat(f); err == nil {
+			files += fi.Size()
+		}
+	}
+	if limit := files + free; maxBytes <= 0 || limit < maxBytes {
+		if limit < maxBytes && !s.diskLimited.Swap(true) {
+			s.log.Warn("history: the disk has less room than --history-max-bytes: the history is kept within what it has (oldest entries removed)",
+				"file", s.path, "maxBytes", maxBytes, "fileBytes", files, "freeBytes", free)
+		}
+		return limit
+	}
+	s.diskLimited.Store(false)
+	return maxBytes
+}
+
+// makeRoom is what Write does on a full disk: it gives the reserve file
+// back to the filesystem (the log may hold pages that grow the database
+// file when they are checkpointed: with no byte free, neither a
+// checkpoint nor a deletion could go through), checkpoints the log
+// (whose file keeps its size, so that the next transactions reuse it
+// without taking more disk), and removes the n oldest entries, in whose
+// pages the new ones go.
+func (s *SQLite) makeRoom(ctx context.Context, n int64) {
+	if err := os.Remove(s.reservePath()); err == nil {
+		s.log.Warn("history: the disk is full: its reserve is given back to make room, and the oldest entries are removed",
+			"file", s.path, "reserveBytes", s.reserveBytes())
+	}
+	_ = s.use(func() error {
+		_, _ = s.write.ExecContext(ctx, "PRAGMA wal_checkpoint(RESTART)")
+		if _, err := s.deleteOldest(ctx, n); err != nil {
+			return err
+		}
+		_, err := s.write.ExecContext(ctx, "PRAGMA wal_checkpoint(RESTART)")
+		return err
+	})
+}
+
+// reservePath is the reserve file: disk space the history keeps (zeros)
+// to give back when the disk is full.
+func (s *SQLite) reservePath() string { return s.path + ".reserve" }
+
+// reserveBytes is the reserve's size: what a checkpoint of a full log
+// may grow the file by.
+func (s *SQLite) reserveBytes() int64 { return 2 * s.wal }
+
+// keepReserve creates the reserve file when it is missing and the disk
+// has room for it (on open, and after the disk filled and emptied
+// again).
+func (s *SQLite) keepReserve() {
+	path := s.reservePath()
+	if fi, err := os.Stat(path); err == nil && fi.Size() == s.reserveBytes() {
+		return
+	}
+	if free := diskFree(filepath.Dir(s.path)); free >= 0 && free < s.reserveBytes()+s.wal {
+		return
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return
+	}
+	zeros := make([]byte, 64<<10)
+	for left := s.reserveBytes(); left > 0 && err == nil; left -= int64(len(zeros)) {
+		_, err = f.Write(zeros[:min(left, int64(len(zeros)))])
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err != nil || cerr != nil {
+		_ = os.Remove(path)
+	}
+}
+
+// deleteOldest removes the n oldest entries, in transactions that fit
+// the log (a transaction's pages go to the log before the file).
+func (s *SQLite) deleteOldest(ctx context.Context, n int64) (int, error) {
+	chunk := int64(BatchEntries(s.opts.MaxBytes))
+	total := 0
+	for n > 0 {
+		res, err := s.write.ExecContext(ctx, "DELETE FROM entries WHERE seq IN (SELECT seq FROM entries ORDER BY seq LIMIT ?)", min(n, chunk))
+		if err != nil {
+			return total, err
+		}
+		k, _ := res.RowsAffected()
+		s.count.Add(-k)
+		total += int(k)
+		n -= k
+		if k == 0 {
+			break
+		}
+	}
+	return total, nil
+}
+
+// usedBytes is the database's pages in use plus the room kept for its
+// write-ahead log, twice its limit (a transaction, a batch of the
+// recorder or a chunk of deleteOldest, is appended before the log is
+// checkpointed, and grows the file by as much before the next trim),
+// and the reserve file.
+func (s *SQLite) usedBytes(ctx context.Context) (int64, error) {
+	var pages, free, size int64
+	if err := s.write.QueryRowContext(ctx, "SELECT page_count, freelist_count, page_size FROM pragma_page_count(), pragma_freelist_count(), pragma_page_size()").Scan(&pages, &free, &size); err != nil {
+		return 0, err
+	}
+	return (pages-free)*size + 2*s.wal + s.reserveBytes(), nil
+}
+
+// Stats implements Store.
+func (s *SQLite) Stats(ctx context.Context) (Stats, error) {
+	var used int64
+	err := s.use(func() (err error) { used, err = s.usedBytes(ctx); return err })
+	if err != nil {
+		return Stats{}, err
+	}
+	return Stats{Entries: s.count.Load(), Bytes: used}, nil
+}
+
+// Checkpoint writes the log into the database file and truncates it.
+func (s *SQLite) Checkpoint(ctx context.Context) error {
+	return s.use(func() error {
+		_, err := s.write.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)")
+		return err
+	})
+}
+
+// Close implements Store.
+func (s *SQLite) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return errors.Join(s.read.Close(), s.write.Close())
+}
+
+// Path returns the database file's path.
+func (s *SQLite) Path() string { return s.path }
+
+// sqlDB adapts *sql.DB to the queries runQuery makes.
+type sqlDB struct{ db *sql.DB }
+
+func (d sqlDB) queryRow(ctx context.Context, q string, args []any, dest ...any) (bool, error) {
+	err := d.db.QueryRowContext(ctx, q, args...).Scan(dest...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (d sqlDB) query(ctx context.Context, q string, args []any, each func(scan func(dest ...any) error) error) error {
+	rows, err := d.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = rows.Close() }()
+	for rows.Next() {
+		if err := each(rows.Scan); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// querier is what runQuery needs of a database.
+type querier interface {
+	queryRow(ctx context.Context, q string, args []any, dest ...any) (bool, error)
+	query(ctx context.Context, q string, args []any, each func(scan func(dest ...any) error) error) error
+}
+
+// runQuery runs q: the window bound first when q filters on what its
+// index does not order, then the page. from names the table (and
+// index); placeholders rewrites the ? placeholders.
+func runQuery(ctx context.Context, db querier, q *Query, keyed bool, from func(*built) string, placeholders func(string) string) (Page, error) {
+	b := build(q, keyed)
+	limit := q.limit()
+	var bound *Cursor
+	if len(b.residual) > 0 {
+		sqlText, args := b.boundary(from(&b))
+		var c Cursor
+		ok, err := db.queryRow(ctx, placeholders(sqlText), args, &c.Time, &c.Seq)
+		if err != nil {
+			return Page{}, err
+		}
+		if ok {
+			bound = &c
+		}
+	}
+	sqlText, args := b.page(from(&b), "seq, recorded, source, payload", limit+1, bound)
+	var p Page
+	err := db.query(ctx, placeholders(sqlText), args, func(scan func(dest ...any) error) error {
+		var seq, recorded int64
+		var source string
+		var payload []byte
+		if err := scan(&seq, &recorded, &source, &payload); err != nil {
+			return err
+		}
+		e, err := ParsePayload(payload, Source(source))
+		if err != nil {
+			return fmt.Errorf("entry %d: %w", seq, err)
+		}
+		e.Seq, e.Recorded = seq, time.UnixMicro(recorded).UTC()
+		p.Entries = append(p.Entries, e)
+		return nil
+	})
+	if err != nil {
+		return Page{}, err
+	}
+	switch {
+	case len(p.Entries) > limit:
+		p.Entries = p.Entries[:limit]
+		c := CursorOf(&p.Entries[limit-1])
+		p.Next = &c
+	case bound != nil:
+		p.Next = bound // the window ends here: the next page goes on
+	}
+	return p, nil
+}

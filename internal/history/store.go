@@ -1,0 +1,54 @@
+package history
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Store keeps the history. Its methods are safe for concurrent use; a
+// Recorder is its one writer.
+type Store interface {
+	// Write records entries, each once per id: an entry whose id is there
+	// already is left out (with PostgreSQL, a Delivered entry replaces a
+	// Confirmed one of the same id). It returns how many were written.
+	// On an error none of them was.
+	Write(ctx context.Context, entries []Entry) (int, error)
+	// Query returns a page of entries, newest first.
+	Query(ctx context.Context, q Query) (Page, error)
+	// Trim removes the oldest entries until the store holds none older
+	// than before (when not zero) and at most maxBytes (when positive);
+	// see Stats for what the bytes are.
+	Trim(ctx context.Context, before time.Time, maxBytes int64) (Trimmed, error)
+	// Stats returns the store's size.
+	Stats(ctx context.Context) (Stats, error)
+	// Close closes the store.
+	Close() error
+}
+
+// Trimmed is what a Trim removed.
+type Trimmed struct {
+	// Age and Size count the entries removed for each bound.
+	Age, Size int
+}
+
+// Stats is a store's size.
+type Stats struct {
+	// Entries is how many entries it holds.
+	Entries int64
+	// Bytes is what the bound --history-max-bytes is compared with: for
+	// SQLite the pages of the database file in use and the room kept for
+	// its write-ahead log (the file does not shrink: new entries reuse
+	// the pages of removed ones); for PostgreSQL the stored bytes of the
+	// entries' rows.
+	Bytes int64
+}
+
+// ErrFull is returned (wrapped) by Write when the disk or the database
+// is full: removing old entries may make room.
+var ErrFull = errors.New("history store full")
+
+// ErrReset is returned (wrapped) by Write and Query when the store found
+// its file corrupt and started a new one: the entries of the failed
+// write were not recorded, and may be written again.
+var ErrReset = errors.New("history store reset")

@@ -1,0 +1,201 @@
+package history
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+)
+
+// storeSuite runs the behaviour every Store must have against a fresh
+// store from open.
+func storeSuite(t *testing.T, open func(t *testing.T) Store) {
+	t.Run("OncePerID", func(t *testing.T) {
+		s := open(t)
+		a := fixture{uid: "u1", rv: "10", namespace: "shop", name: "w1", time: t0}
+		b := fixture{uid: "u1", rv: "11", namespace: "shop", name: "w1", time: t0.Add(time.Second)}
+		if n := write(t, s, a.entry(t, Delivered), b.entry(t, Delivered)); n != 2 {
+			t.Errorf("first write: %d new, want 2", n)
+		}
+		// The same ids again, one of them twice in one batch: nothing new.
+		if n := write(t, s, b.entry(t, Delivered), a.entry(t, Confirmed), a.entry(t, Delivered)); n != 0 {
+			t.Errorf("second write: %d new, want 0", n)
+		}
+		got := queryAll(t, s, Query{})
+		if want := []string{"u1/11/audit", "u1/10/audit"}; !slices.Equal(got, want) {
+			t.Errorf("entries %v, want %v (newest first, once each)", got, want)
+		}
+		st, err := s.Stats(context.Background())
+		if err != nil || st.Entries != 2 || st.Bytes <= 0 {
+			t.Errorf("Stats = %+v, %v; want 2 entries and some bytes", st, err)
+		}
+	})
+
+	t.Run("EntryFields", func(t *testing.T) {
+		s := open(t)
+		f := fixture{uid: "u9", rv: "7", rule: "r", typ: "deleted", group: "", resource: "configmaps", namespace: "ns", name: "cm",
+			user: "admin", imp: "alice", manager: "kubectl", time: t0}
+		write(t, s, f.entry(t, Confirmed))
+		p, err := s.Query(context.Background(), Query{})
+		if err != nil || len(p.Entries) != 1 {
+			t.Fatalf("Query = %+v, %v", p, err)
+		}
+		e := p.Entries[0]
+		if e.ID != "u9/deleted/r" || e.Type != "deleted" || e.Group != "" || e.Resource != "configmaps" || e.Namespace != "ns" ||
+			e.Name != "cm" || e.User != "admin" || e.Impersonated != "alice" || e.Manager != "kubectl" || e.Source != Confirmed ||
+			!e.Time.Equal(t0) || e.Seq <= 0 || string(e.Payload) != string(f.payload()) {
+			t.Errorf("entry %+v\npayload %s", e, e.Payload)
+		}
+	})
+
+	t.Run("Filters", func(t *testing.T) {
+		s := open(t)
+		var all []Entry
+		for i := range 40 {
+			f := fixture{
+				uid: fmt.Sprintf("u%d", i%8), rv: fmt.Sprint(100 + i), rule: []string{"audit", "resize"}[i%2],
+				typ: []string{"created", "updated", "deleted"}[i%3], namespace: []string{"shop", "lab"}[i/20],
+				name: fmt.Sprintf("w%d", i%8), user: []string{"alice", "bob", ""}[i%3], time: t0.Add(time.Duration(i) * time.Minute),
+			}
+			if f.typ == "deleted" {
+				f.uid = fmt.Sprintf("d%d", i) // an object is deleted once
+			}
+			if i%5 == 0 {
+				f.group, f.resource = "apps", "deployments"
+			}
+			if i%7 == 0 {
+				f.imp = "carol"
+			}
+			all = append(all, f.entry(t, Delivered))
+		}
+		write(t, s, all...)
+		for _, tc := range []struct {
+			name string
+			q    Query
+			keep func(e Entry) bool
+		}{
+			{"all", Query{}, func(Entry) bool { return true }},
+			{"namespace", Query{Namespace: "lab"}, func(e Entry) bool { return e.Namespace == "lab" }},
+			{"uid", Query{UID: "u3"}, func(e Entry) bool { return e.UID == "u3" }},
+			{"uid and namespace", Query{UID: "u3", Namespace: "shop"}, func(e Entry) bool { return e.UID == "u3" && e.Namespace == "shop" }},
+			{"name", Query{Name: "w5"}, func(e Entry) bool { return e.Name == "w5" }},
+			{"resource any group", Query{Resource: "deployments"}, func(e Entry) bool { return e.Resource == "deployments" }},
+			{"resource and group", Query{Resource: "widgets", Group: "example.com", GroupSet: true}, func(e Entry) bool { return e.Resource == "widgets" }},
+			{"resource of another group", Query{Resource: "widgets", Group: "apps", GroupSet: true}, func(Entry) bool { return false }},
+			{"user", Query{User: "alice"}, func(e Entry) bool { return e.User == "alice" }},
+			{"impersonated user", Query{User: "carol"}, func(e Entry) bool { return e.Impersonated == "carol" }},
+			{"rule", Query{Rule: "resize"}, func(e Entry) bool { return e.Rule == "resize" }},
+			{"type", Query{Type: "deleted"}, func(e Entry) bool { return e.Type == "deleted" }},
+			{"since", Query{Since: t0.Add(30 * time.Minute)}, func(e Entry) bool { return !e.Time.Before(t0.Add(30 * time.Minute)) }},
+			{"until", Query{Until: t0.Add(10 * time.Minute)}, func(e Entry) bool { return e.Time.Before(t0.Add(10 * time.Minute)) }},
+			{"range and namespace and type", Query{Since: t0.Add(5 * time.Minute), Until: t0.Add(35 * time.Minute), Namespace: "lab", Type: "updated"},
+				func(e Entry) bool {
+					return !e.Time.Before(t0.Add(5*time.Minute)) && e.Time.Before(t0.Add(35*time.Minute)) && e.Namespace == "lab" && e.Type == "updated"
+				}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				var want []string
+				for i := len(all) - 1; i >= 0; i-- {
+					if tc.keep(all[i]) {
+						want = append(want, all[i].ID)
+					}
+				}
+				for _, limit := range []int{0, 1, 3} {
+					q := tc.q
+					q.Limit = limit
+					if got := queryAll(t, s, q); !slices.Equal(got, want) {
+						t.Errorf("limit %d: %v, want %v", limit, got, want)
+					}
+				}
+			})
+		}
+	})
+
+	t.Run("ScanWindow", func(t *testing.T) {
+		s := open(t)
+		defer func(w int) { scanWindow = w }(scanWindow)
+		scanWindow = 5
+		var all []Entry
+		for i := range 30 {
+			f := fixture{uid: fmt.Sprintf("u%d", i), rv: "1", namespace: "shop", name: "w", time: t0.Add(time.Duration(i) * time.Second)}
+			if i == 2 || i == 27 {
+				f.rule = "rare"
+			}
+			all = append(all, f.entry(t, Delivered))
+		}
+		write(t, s, all...)
+		// A rare value: pages stop at the window, with a cursor, and the
+		// walk still finds every match.
+		p, err := s.Query(context.Background(), Query{Rule: "rare", Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ids(p); !slices.Equal(got, []string{"u27/1/rare"}) || p.Next == nil {
+			t.Errorf("first page %v (next %v), want u27 and a cursor: the window is 5 entries", got, p.Next)
+		}
+		if got := queryAll(t, s, Query{Rule: "rare", Limit: 10}); !slices.Equal(got, []string{"u27/1/rare", "u2/1/rare"}) {
+			t.Errorf("all pages: %v", got)
+		}
+	})
+
+	t.Run("TrimAge", func(t *testing.T) {
+		s := open(t)
+		var es []Entry
+		for i := range 20 {
+			es = append(es, fixture{uid: fmt.Sprintf("u%d", i), rv: "1", namespace: "ns", name: "n", time: t0.Add(time.Duration(i) * time.Hour)}.entry(t, Delivered))
+		}
+		write(t, s, es...)
+		tr, err := s.Trim(context.Background(), t0.Add(5*time.Hour), 0)
+		if err != nil || tr.Age != 5 || tr.Size != 0 {
+			t.Fatalf("Trim = %+v, %v; want 5 removed by age", tr, err)
+		}
+		got := queryAll(t, s, Query{})
+		if len(got) != 15 || got[len(got)-1] != "u5/1/audit" {
+			t.Errorf("after trimming: %d entries, oldest %s; want 15, oldest u5", len(got), got[len(got)-1])
+		}
+		if st, _ := s.Stats(context.Background()); st.Entries != 15 {
+			t.Errorf("Stats.Entries = %d, want 15", st.Entries)
+		}
+	})
+
+	t.Run("TrimSize", func(t *testing.T) {
+		s := open(t)
+		ctx := context.Background()
+		empty, err := s.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		big := `[{"op":"replace","path":"/spec/text","value":"` + string(make([]byte, 0)) + fmt.Sprintf("%0900d", 0) + `","oldValue":"x"}]`
+		for b := range 10 {
+			var es []Entry
+			for i := range 200 {
+				n := b*200 + i
+				es = append(es, fixture{uid: fmt.Sprintf("u%d", n), rv: "1", namespace: "ns", name: "n", changes: big,
+					time: t0.Add(time.Duration(n) * time.Second)}.entry(t, Delivered))
+			}
+			write(t, s, es...)
+		}
+		before, err := s.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		limit := before.Bytes - (before.Bytes-empty.Bytes)/2
+		tr, err := s.Trim(ctx, time.Time{}, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		after, _ := s.Stats(ctx)
+		if tr.Size == 0 || after.Bytes > limit || after.Entries == 0 || after.Entries != before.Entries-int64(tr.Size) {
+			t.Errorf("Trim to %d bytes removed %d: %+v -> %+v", limit, tr.Size, before, after)
+		}
+		got := queryAll(t, s, Query{Limit: 1000})
+		if len(got) != int(after.Entries) || len(got) == 0 || got[0] != "u1999/1/audit" {
+			t.Errorf("%d entries left, newest %s: want %d, the newest kept", len(got), got[0], after.Entries)
+		}
+		// Under the bound: nothing more goes.
+		if tr, err := s.Trim(ctx, time.Time{}, limit); err != nil || tr.Size != 0 {
+			t.Errorf("second Trim = %+v, %v; want nothing removed", tr, err)
+		}
+	})
+}

@@ -1,0 +1,247 @@
+package web
+
+import (
+	"context"
+	"flag"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+)
+
+// screenshot, when set, is where TestPageInBrowser saves a screenshot of
+// the timeline (docs/history-timeline.png: go test ./internal/history/web
+// -run TestPageInBrowser -screenshot ../../../docs/history-timeline.png).
+var screenshot = flag.String("screenshot", "", "save a screenshot of the timeline to this PNG file")
+
+// chromium is Debian's Chromium (`make test` installs the chromium
+// package when it is missing), or $FIELDWATCH_CHROMIUM.
+func chromium() string {
+	if p := os.Getenv("FIELDWATCH_CHROMIUM"); p != "" {
+		return p
+	}
+	return "/usr/bin/chromium"
+}
+
+// browser starts a headless Chromium for the test, with an empty profile
+// and nothing that calls out: no background networking, component
+// updates, sync or QUIC. It is stopped (by its process) when the test
+// ends.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	if _, err := os.Stat(chromium()); err != nil {
+		t.Fatalf("no Chromium at %s (`make test` installs Debian's chromium package; or set FIELDWATCH_CHROMIUM): %v", chromium(), err)
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromium()),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1440, 1000),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelCtx := chromedp.NewContext(actx)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
+	t.Cleanup(func() {
+		cancelTimeout()
+		cancelCtx()
+		cancelAlloc() // ends the browser process
+	})
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start Chromium: %v", err)
+	}
+	return ctx
+}
+
+// requests records every URL the page asks for.
+type requests struct {
+	mu   sync.Mutex
+	urls []string
+}
+
+func (r *requests) listen(ctx context.Context) error {
+	if _, err := chromedp.Call(ctx, network.Enable, network.EnableParams{}); err != nil {
+		return err
+	}
+	return chromedp.Listen(ctx, func(ev any) {
+		if e, ok := ev.(*network.EventRequestWillBeSent); ok {
+			r.mu.Lock()
+			r.urls = append(r.urls, e.Request.URL)
+			r.mu.Unlock()
+		}
+	})
+}
+
+func (r *requests) outside(base string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, u := range r.urls {
+		if !strings.HasPrefix(u, base+"/") {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// TestPageInBrowser drives the pages in headless Chromium: the timeline
+// loads (nothing from elsewhere), the filters narrow it, the keyboard
+// moves through the entries and opens one, an object's history shows
+// each change's old and new values and who made it, a CRD change its
+// checks and the objects hit; a user who may read one namespace sees
+// nothing of the others.
+func TestPageInBrowser(t *testing.T) {
+	_, base := serve(t, seed(t, 3000))
+	r := newReaders(t)
+	ctx := browser(t)
+	var reqs requests
+	if err := reqs.listen(ctx); err != nil {
+		t.Fatal(err)
+	}
+	run := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, steps...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	value := func(what string, js string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](js))
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return v
+	}
+	count := func(sel string) int {
+		t.Helper()
+		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll(`+jsString(sel)+`).length`))
+		if err != nil {
+			t.Fatalf("count %s: %v", sel, err)
+		}
+		return n
+	}
+	text := func(sel string) string {
+		t.Helper()
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("text of %s: %v", sel, err)
+		}
+		return s
+	}
+	visible := func(sel string) chromedp.Action[chromedp.Void] { return chromedp.WaitVisible(chromedp.CSS(sel)) }
+	// at waits until the page's address has part in it (a form's
+	// submission navigates after Submit returns).
+	at := func(part string) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for !strings.Contains(value("the location", `location.href`), part) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the page did not go to %q: it is at %s", part, value("the location", `location.href`))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		run("load "+part, visible("footer.foot"))
+	}
+
+	// The timeline, as loopback (everything): a page of 100 entries, the
+	// newest first, with the CRD change on top.
+	run("open the timeline", chromedp.Navigate(base+"/history"), visible("table.timeline"))
+	if n := count("tr.entry"); n != 100 {
+		t.Errorf("%d entries on the first page, want 100", n)
+	}
+	first := text("tr.entry")
+	if !strings.Contains(first, "widgets.example.com") || !strings.Contains(first, "1 breaking") || !strings.Contains(first, "2 objects hit") {
+		t.Errorf("the newest entry: %q, want the CRD change with 1 breaking check and 2 objects hit", first)
+	}
+	if *screenshot != "" {
+		png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(*screenshot, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Filters narrow the list: namespace shop, then type created.
+	run("filter by namespace", chromedp.SetValue(chromedp.CSS(`input[name=namespace]`), "shop"), chromedp.Submit(chromedp.CSS(`form.filters`)))
+	at("namespace=shop")
+	if n := count("tr.entry"); n != 3 || !strings.Contains(text("table.timeline"), "shop/w1") || strings.Contains(text("table.timeline"), "lab/") {
+		t.Errorf("namespace shop: %d entries: %q", n, text("table.timeline"))
+	}
+	run("filter by type", chromedp.SetValue(chromedp.CSS(`select[name=type]`), "created"), chromedp.Submit(chromedp.CSS(`form.filters`)))
+	at("type=created")
+	if n := count("tr.entry"); n != 1 || !strings.Contains(text("tr.entry"), "alice") {
+		t.Errorf("namespace shop, created: %d entries: %q", n, text("table.timeline"))
+	}
+
+	// The keyboard: / focuses the filters; j selects the first entry and
+	// Enter opens its object's history.
+	run("clear the filters", chromedp.Navigate(base+"/history?namespace=shop"), visible("table.timeline"))
+	run("press /", chromedp.KeyEvent("/"))
+	if focused := value("the focus", `document.activeElement.name`); focused != "resource" {
+		t.Errorf("after /, the focus is on %q, want the first filter", focused)
+	}
+	run("escape, j, Enter", chromedp.KeyEvent(kb.Escape), chromedp.KeyEvent("j"), chromedp.KeyEvent(kb.Enter))
+	at("/history/object?uid=w1-uid")
+
+	// w1's history: three changes, newest first, old -> new and who.
+	if n := count("article.change"); n != 3 {
+		t.Errorf("w1's history: %d changes, want 3", n)
+	}
+	newest := text("article.change")
+	for _, want := range []string{"bob", "update", `/spec/color`, `"blue"`, `"red"`} {
+		if !strings.Contains(newest, want) {
+			t.Errorf("w1's newest change lacks %q:\n%s", want, newest)
+		}
+	}
+	old, new := text(`article.change:nth-of-type(2) td.old`), text(`article.change:nth-of-type(2) td.new`)
+	if old != "1" || new != "3" || !strings.Contains(text("article.change:nth-of-type(2)"), "alice") {
+		t.Errorf("w1's size change: %q -> %q, want 1 -> 3 by alice", old, new)
+	}
+
+	// The CRD change: its check and the objects it hits.
+	run("open the CRD change", chromedp.Navigate(base+"/history/object?uid=crd-uid"), visible("section.crd"))
+	crd := text("section.crd")
+	for _, want := range []string{"enum-values-removed", "spec.color", "lab/w2", "shop/w9", "2 objects rejected"} {
+		if !strings.Contains(crd, want) {
+			t.Errorf("the CRD change lacks %q:\n%s", want, crd)
+		}
+	}
+
+	// As the shop reader: nothing of lab, not even in the CRD change.
+	if _, err := chromedp.Call(ctx, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{Headers: network.Headers{"Authorization": "Bearer " + r.shop}}); err != nil {
+		t.Fatal(err)
+	}
+	run("as the shop reader", chromedp.Navigate(base+"/history"), visible("table.timeline"))
+	if tl := text("table.timeline"); strings.Contains(tl, "lab/") || strings.Contains(tl, "bulk-") || count("tr.entry") != 4 {
+		t.Errorf("the shop reader's timeline (%d entries):\n%s", count("tr.entry"), tl)
+	}
+	run("lab, as the shop reader", chromedp.Navigate(base+"/history?namespace=lab"), visible("p.empty"))
+	run("the CRD change, as the shop reader", chromedp.Navigate(base+"/history/object?uid=crd-uid"), visible("section.crd"))
+	if crd := text("section.crd"); strings.Contains(crd, "lab/w2") || !strings.Contains(crd, "shop/w9") || !strings.Contains(crd, "1 in namespaces you may not read") {
+		t.Errorf("the CRD change as the shop reader:\n%s", crd)
+	}
+	run("w2, as the shop reader", chromedp.Navigate(base+"/history/object?uid=w2-uid"), visible("p.empty"))
+	if out := reqs.outside(base); len(out) > 0 {
+		t.Errorf("the pages loaded from elsewhere: %v", out)
+	}
+}
+
+// jsString quotes s for JavaScript.
+func jsString(s string) string {
+	return "'" + strings.ReplaceAll(strings.ReplaceAll(s, `\`, `\\`), `'`, `\'`) + "'"
+}

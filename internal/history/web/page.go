@@ -1,0 +1,197 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"errors"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/fieldwatch/fieldwatch/internal/history"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed assets
+var assetFS embed.FS
+
+var pages = template.Must(template.New("").Funcs(template.FuncMap{
+	"plural": func(n int, one, many string) string {
+		if n == 1 {
+			return one
+		}
+		return many
+	},
+}).ParseFS(templateFS, "templates/*.html"))
+
+// objectLimit is how many entries of one object a page shows.
+const objectLimit = 50
+
+// pageData is what the templates render.
+type pageData struct {
+	Title   string
+	Caller  string
+	Error   string
+	Form    url.Values // the filters as typed
+	Types   []string
+	Filters string // the filters, described
+	Entries []entryView
+	// Newest and Older link the first and the next page ("" when none).
+	Newest, Older string
+	// Object heads one object's page.
+	Object *entryView
+}
+
+// timeline serves /history: the newest entries, filtered like the API.
+func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
+	const handler = "timeline"
+	if r.URL.Path != "/history" {
+		http.NotFound(w, r)
+		return
+	}
+	if !s.methodOK(w, r, handler) {
+		return
+	}
+	// The form sends every field: an empty one is no filter.
+	form := url.Values{}
+	for k, vs := range r.URL.Query() {
+		if len(vs) != 1 || vs[0] != "" {
+			form[k] = vs
+		}
+	}
+	data := pageData{Title: "History", Form: form, Types: []string{"created", "updated", "deleted"}}
+	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
+	defer cancel()
+	c, err := s.auth.authenticate(ctx, r)
+	if err != nil {
+		s.page(w, handler, "timeline", data, err)
+		return
+	}
+	data.Caller = c.name()
+	q, err := history.ParseQuery(form, s.now())
+	if err != nil {
+		s.page(w, handler, "timeline", data, badRequest{err})
+		return
+	}
+	res, err := s.fetch(ctx, c, q)
+	if err != nil {
+		s.page(w, handler, "timeline", data, err)
+		return
+	}
+	data.Filters = describe(&q)
+	for i := range res.entries {
+		data.Entries = append(data.Entries, viewOf(&res.entries[i], true))
+	}
+	data.Newest, data.Older = pager("/history", form, res.next)
+	s.page(w, handler, "timeline", data, nil)
+}
+
+// object serves /history/object?uid=UID: one object's history, each
+// change with its old and new values and who made it.
+func (s *Server) object(w http.ResponseWriter, r *http.Request) {
+	const handler = "object"
+	if !s.methodOK(w, r, handler) {
+		return
+	}
+	data := pageData{Title: "Object history", Form: url.Values{}}
+	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
+	defer cancel()
+	c, err := s.auth.authenticate(ctx, r)
+	if err != nil {
+		s.page(w, handler, "object", data, err)
+		return
+	}
+	data.Caller = c.name()
+	v := r.URL.Query()
+	for k := range v {
+		if k != "uid" && k != "cursor" {
+			s.page(w, handler, "object", data, badRequest{errors.New("parameter " + strconv.Quote(k) + ": this page takes uid and cursor only")})
+			return
+		}
+	}
+	if v.Get("uid") == "" {
+		s.page(w, handler, "object", data, badRequest{errors.New("parameter \"uid\" is required: the object's uid")})
+		return
+	}
+	v.Set("limit", strconv.Itoa(objectLimit))
+	q, err := history.ParseQuery(v, s.now())
+	if err != nil {
+		s.page(w, handler, "object", data, badRequest{err})
+		return
+	}
+	res, err := s.fetch(ctx, c, q)
+	if err != nil {
+		s.page(w, handler, "object", data, err)
+		return
+	}
+	for i := range res.entries {
+		data.Entries = append(data.Entries, viewOf(&res.entries[i], false))
+	}
+	if len(data.Entries) > 0 {
+		head := data.Entries[0]
+		data.Object = &head
+		data.Title = head.Kind + " " + head.Object
+	}
+	data.Newest, data.Older = pager("/history/object", url.Values{"uid": {q.UID}}, res.next)
+	s.page(w, handler, "object", data, nil)
+}
+
+// pager returns the links to the first page of form's filters and to the
+// page after next ("" when there is none).
+func pager(path string, form url.Values, next *history.Cursor) (newest, older string) {
+	base := url.Values{}
+	for k, vs := range form {
+		if k != "cursor" {
+			base[k] = vs
+		}
+	}
+	newest = path
+	if len(base) > 0 {
+		newest += "?" + base.Encode()
+	}
+	if next != nil {
+		base.Set("cursor", next.String())
+		older = path + "?" + base.Encode()
+	}
+	return newest, older
+}
+
+// page renders a page, or the error page of err with its status.
+func (s *Server) page(w http.ResponseWriter, handler, name string, data pageData, err error) {
+	code := http.StatusOK
+	if err != nil {
+		code, data.Error = s.status(handler, err)
+		data.Entries = nil
+	}
+	var b bytes.Buffer
+	if err := pages.ExecuteTemplate(&b, name, data); err != nil {
+		s.log.Error("rendering a history page", "page", name, "error", err)
+		http.Error(w, "the page could not be rendered", http.StatusInternalServerError)
+		s.requests.WithLabelValues(handler, "500").Inc()
+		return
+	}
+	s.headers(w, "text/html; charset=utf-8")
+	if code == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="fieldwatch history"`)
+	}
+	w.WriteHeader(code)
+	_, _ = w.Write(b.Bytes())
+	s.requests.WithLabelValues(handler, strconv.Itoa(code)).Inc()
+}
+
+// assets serves the embedded stylesheet and script.
+func (s *Server) assets() http.Handler {
+	sub, _ := fs.Sub(assetFS, "assets")
+	files := http.StripPrefix("/history/assets/", http.FileServerFS(sub))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Cache-Control", "max-age=3600")
+		files.ServeHTTP(w, r)
+	})
+}
