@@ -232,7 +232,7 @@ bench-cluster: cluster-deps cluster-build image ## the cluster's benchmarks: mak
 	$(call with-cluster,$(GO) test -tags e2e -count=1 -run '^$$' -bench . -benchtime 1x -timeout 30m ./e2e/)
 
 .PHONY: bench
-bench: controlplane build ## fieldwatch vs a bare informer on a local control plane: one table (about 10 minutes)
+bench: controlplane build ## fieldwatch vs a bare informer on a local control plane, CRD-count and object-count scenarios included: one table (about 30 minutes)
 	$(GO) run ./hack/bench $(BENCH_FLAGS)
 
 .PHONY: bench-go

@@ -191,6 +191,19 @@ func TestStatefulSet(t *testing.T) {
 	if sts.Spec.ServiceName == "" {
 		t.Error("no serviceName")
 	}
+	// The Go runtime keeps the heap under the container's limit: RSS
+	// follows the heap instead of the GC's default headroom (twice the
+	// live heap) running into the limit.
+	memLimit := false
+	for _, e := range c.Env {
+		if e.Name == "GOMEMLIMIT" && e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil &&
+			e.ValueFrom.ResourceFieldRef.Resource == "limits.memory" {
+			memLimit = true
+		}
+	}
+	if _, ok := c.Resources.Limits[corev1.ResourceMemory]; !ok || !memLimit {
+		t.Error("GOMEMLIMIT is not set from the container's memory limit (env GOMEMLIMIT from resourceFieldRef limits.memory, and a memory limit)")
+	}
 
 	data, err = os.ReadFile("base/pdb.yaml")
 	if err != nil {

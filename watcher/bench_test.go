@@ -137,7 +137,7 @@ func fieldwatchCache(proj change.Projection) startFunc {
 			w.mu.Lock()
 			defer w.mu.Unlock()
 			if rw := w.watches[watchKey{gvr: configMaps}]; rw != nil {
-				return len(rw.store.ListKeys())
+				return rw.store.len()
 			}
 			return 0
 		}

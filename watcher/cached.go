@@ -65,12 +65,6 @@ func (w *Watcher) Cached(gr schema.GroupResource) (Snapshot, error) {
 	if mark == nil {
 		return Snapshot{}, errors.New("not listed yet")
 	}
-	items := rw.store.List()
-	objs := make([]*Object, 0, len(items))
-	for _, item := range items {
-		if o, ok := item.(*Object); ok {
-			objs = append(objs, o)
-		}
-	}
+	objs := rw.store.list()
 	return Snapshot{Resource: rw.res, Projection: rw.typ.projection, Objects: objs, Listed: mark.at, ResourceVersion: mark.resourceVersion}, nil
 }

@@ -56,7 +56,8 @@ func TestCommitsInOrder(t *testing.T) {
 			var prev *Object
 			n := 1 + rng.IntN(6)
 			for v := range n {
-				cur := &Object{ns: intern("ns"), name: o.k.name, uid: o.uid, resourceVersion: fmt.Sprint(v + 1), typ: typ}
+				cur := &Object{ns: intern("ns"), name: o.k.name, resourceVersion: fmt.Sprint(v + 1), typ: typ}
+				cur.setUID(o.uid)
 				c := &Change{Type: change.Updated, Resource: res, Old: prev, New: cur}
 				switch {
 				case v == 0:

@@ -1,6 +1,7 @@
 package watcher
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -60,11 +61,11 @@ func hashRest(salt, rest []byte, paths [][]string) ([]byte, error) {
 // put back.
 func unhash(salt []byte, old, cur *Object) *Object {
 	paths := old.typ.projection.Hashed
-	if len(paths) == 0 || len(salt) == 0 || !strings.Contains(string(old.rest), hashPrefix) {
+	if len(paths) == 0 || len(salt) == 0 || !bytes.Contains(old.json(), []byte(hashPrefix)) {
 		return old
 	}
 	var om, cm map[string]any
-	if utiljson.Unmarshal(old.rest, &om) != nil || utiljson.Unmarshal(cur.rest, &cm) != nil {
+	if utiljson.Unmarshal(old.json(), &om) != nil || utiljson.Unmarshal(cur.json(), &cm) != nil {
 		return old
 	}
 	changed := false
@@ -108,7 +109,7 @@ func unhash(salt []byte, old, cur *Object) *Object {
 		return old
 	}
 	o := *old
-	o.rest = rest
+	o.setRest(rest)
 	return &o
 }
 

@@ -21,10 +21,17 @@ type metrics struct {
 	pendingBytes    prometheus.GaugeFunc
 	backpressure    *prometheus.CounterVec
 	cached          prometheus.GaugeFunc
-	queue           workqueue.MetricsProvider
+	// discoveryRequests counts the HTTP requests discovery made (the
+	// discovery client's transport counts them); discoveryPass times
+	// each pass; requests counts the list and watch requests informers
+	// made, by verb.
+	discoveryRequests prometheus.CounterFunc
+	discoveryPass     prometheus.Histogram
+	requests          *prometheus.CounterVec
+	queue             workqueue.MetricsProvider
 }
 
-func newMetrics(reg prometheus.Registerer, p *pending, cached func() float64) *metrics {
+func newMetrics(reg prometheus.Registerer, p *pending, cached func() float64, discoveryRequests func() float64) *metrics {
 	const ns, sub = "fieldwatch", "watcher"
 	m := &metrics{
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -71,6 +78,19 @@ func newMetrics(reg prometheus.Registerer, p *pending, cached func() float64) *m
 			Namespace: ns, Subsystem: sub, Name: "cached_objects",
 			Help: "Objects the informers of the selected resources cache.",
 		}, cached),
+		discoveryRequests: prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "discovery_requests_total",
+			Help: "HTTP requests made by discovery passes (with aggregated discovery, two a pass: /api and /apis).",
+		}, discoveryRequests),
+		discoveryPass: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: ns, Subsystem: sub, Name: "discovery_duration_seconds",
+			Help:    "How long a discovery pass takes, the informers it starts and stops included.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 12),
+		}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "requests_total",
+			Help: "List and watch requests the informers made, by verb (a watch-list, whose initial events replace the list, counts as a watch).",
+		}, []string{"verb"}),
 	}
 	qm := &queueMetrics{
 		depth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -102,7 +122,7 @@ func newMetrics(reg prometheus.Registerer, p *pending, cached func() float64) *m
 	m.queue = qm
 	if reg != nil {
 		reg.MustRegister(m.events, m.listWatchErrors, m.tombstones, m.discoveryFails, m.handlerErrors, m.resources, m.pendingKeys,
-			m.pendingChanges, m.pendingBytes, m.backpressure, m.cached,
+			m.pendingChanges, m.pendingBytes, m.backpressure, m.cached, m.discoveryRequests, m.discoveryPass, m.requests,
 			qm.depth, qm.adds, qm.latency, qm.work, qm.unfinished, qm.longest, qm.retries)
 	}
 	return m

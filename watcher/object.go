@@ -29,12 +29,18 @@ type Object struct {
 	immutable
 	// ns is the namespace, interned: the thousands of objects of one
 	// namespace share one string (zero for cluster-scoped objects).
-	ns              unique.Handle[string]
-	name            string
-	uid             types.UID
+	ns   unique.Handle[string]
+	name string
+	// uid is the UID in binary: the apiserver assigns UUIDs, 16 bytes
+	// here against 36 in a string of its own. A UID that is not a UUID is
+	// kept as it is in uidText.
+	uid     [16]byte
+	uidText *types.UID
+	// resourceVersion is opaque: kept as the apiserver sent it.
 	resourceVersion string
 	// rest is the projected object without apiVersion, kind and the four
-	// fields above, as compact JSON with sorted keys.
+	// fields above, as compact JSON with sorted keys; compressed when it
+	// is large (setRest, read through json).
 	rest []byte
 	// typ is shared by every object of one informer.
 	typ *objectType
@@ -85,13 +91,13 @@ func newObject(obj map[string]any, typ *objectType) (*Object, error) {
 	o := &Object{typ: typ}
 	o.ns = intern(stringField(meta, "namespace"))
 	o.name = stringField(meta, "name")
-	o.uid = types.UID(stringField(meta, "uid"))
+	o.setUID(types.UID(stringField(meta, "uid")))
 	o.resourceVersion = stringField(meta, "resourceVersion")
 	rest, err := json.Marshal(project(typ.projection, obj))
 	if err != nil {
 		return nil, fmt.Errorf("encode %s %s/%s: %w", typ.gvk.Kind, o.GetNamespace(), o.name, err)
 	}
-	o.rest = rest
+	o.setRest(rest)
 	return o, nil
 }
 
@@ -106,9 +112,9 @@ func stringField(m map[string]any, key string) string {
 // map belongs to the caller.
 func (o *Object) Map() map[string]any {
 	m := map[string]any{}
-	if len(o.rest) > 0 {
+	if rest := o.json(); len(rest) > 0 {
 		// rest was produced by json.Marshal of a map: it always decodes.
-		_ = utiljson.Unmarshal(o.rest, &m)
+		_ = utiljson.Unmarshal(rest, &m)
 	}
 	if o.typ != nil {
 		m["apiVersion"] = o.typ.apiVersion
@@ -123,7 +129,7 @@ func (o *Object) Map() map[string]any {
 		meta["namespace"] = ns
 	}
 	meta["name"] = o.name
-	meta["uid"] = string(o.uid)
+	meta["uid"] = string(o.GetUID())
 	meta["resourceVersion"] = o.resourceVersion
 	return m
 }
@@ -131,7 +137,7 @@ func (o *Object) Map() map[string]any {
 // sameContent reports whether o and p carry the same projected content,
 // ignoring resourceVersion.
 func (o *Object) sameContent(p *Object) bool {
-	return o.uid == p.uid && o.name == p.name && o.ns == p.ns && bytes.Equal(o.rest, p.rest)
+	return o.sameUID(p) && o.name == p.name && o.ns == p.ns && bytes.Equal(o.rest, p.rest)
 }
 
 // gvk returns the object's kind.
@@ -172,7 +178,92 @@ func (o *Object) GetNamespace() string {
 func (o *Object) GetName() string { return o.name }
 
 // GetUID implements metav1.Object.
-func (o *Object) GetUID() types.UID { return o.uid }
+func (o *Object) GetUID() types.UID {
+	if o.uidText != nil {
+		return *o.uidText
+	}
+	if o.uid == ([16]byte{}) {
+		return ""
+	}
+	return types.UID(formatUUID(o.uid))
+}
+
+// setUID keeps uid in binary when it is a UUID in its canonical form
+// (lower-case hex, so that GetUID gives it back as it was), as it is
+// otherwise.
+func (o *Object) setUID(uid types.UID) {
+	if b, ok := parseUUID(string(uid)); ok {
+		o.uid, o.uidText = b, nil
+		return
+	}
+	o.uid = [16]byte{}
+	o.uidText = nil
+	if uid != "" {
+		o.uidText = &uid
+	}
+}
+
+// sameUID reports whether o and p have the same UID.
+func (o *Object) sameUID(p *Object) bool {
+	if o.uidText != nil || p.uidText != nil {
+		return o.GetUID() == p.GetUID()
+	}
+	return o.uid == p.uid
+}
+
+// uuidDashes are where a canonical UUID has its dashes.
+var uuidDashes = [...]int{8, 13, 18, 23}
+
+// parseUUID parses a UUID in canonical lower-case form
+// (8-4-4-4-12 hex digits).
+func parseUUID(s string) ([16]byte, bool) {
+	var b [16]byte
+	if len(s) != 36 {
+		return b, false
+	}
+	j := 0
+	for i := 0; i < 36; {
+		if i == uuidDashes[0] || i == uuidDashes[1] || i == uuidDashes[2] || i == uuidDashes[3] {
+			if s[i] != '-' {
+				return b, false
+			}
+			i++
+			continue
+		}
+		hi, ok1 := fromHex(s[i])
+		lo, ok2 := fromHex(s[i+1])
+		if !ok1 || !ok2 {
+			return b, false
+		}
+		b[j] = hi<<4 | lo
+		j++
+		i += 2
+	}
+	return b, true
+}
+
+func fromHex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
+}
+
+// formatUUID formats b as a canonical UUID.
+func formatUUID(b [16]byte) string {
+	const digits = "0123456789abcdef"
+	out := make([]byte, 0, 36)
+	for i, c := range b {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			out = append(out, '-')
+		}
+		out = append(out, digits[c>>4], digits[c&0xf])
+	}
+	return string(out)
+}
 
 // GetResourceVersion implements metav1.Object.
 func (o *Object) GetResourceVersion() string { return o.resourceVersion }
@@ -182,7 +273,7 @@ func (o *Object) metaField(key string, out any) bool {
 	var m struct {
 		Metadata map[string]json.RawMessage `json:"metadata"`
 	}
-	if json.Unmarshal(o.rest, &m) != nil {
+	if json.Unmarshal(o.json(), &m) != nil {
 		return false
 	}
 	raw, ok := m.Metadata[key]

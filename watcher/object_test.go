@@ -2,12 +2,14 @@ package watcher
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"testing"
 	"unsafe"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/fieldwatch/fieldwatch/change"
@@ -214,5 +216,70 @@ func TestNamespaceInterned(t *testing.T) {
 	}
 	if c.GetNamespace() != "" || c.Map()["metadata"].(map[string]any)["namespace"] != nil {
 		t.Errorf("cluster-scoped object has namespace %q", c.GetNamespace())
+	}
+}
+
+// TestObjectUID: a UUID is kept in binary and given back as it was; any
+// other UID (upper case, not a UUID, empty) is kept as it is.
+func TestObjectUID(t *testing.T) {
+	for _, uid := range []types.UID{
+		"5b0d2c1e-8f3a-4c7b-9e21-0a1b2c3d4e5f", "00000000-0000-0000-0000-000000000001",
+		"5B0D2C1E-8F3A-4C7B-9E21-0A1B2C3D4E5F", "uid-a", "5b0d2c1e-8f3a-4c7b-9e21-0a1b2c3d4e5", "5b0d2c1e+8f3a-4c7b-9e21-0a1b2c3d4e5f", "",
+	} {
+		o := &Object{}
+		o.setUID(uid)
+		if got := o.GetUID(); got != uid {
+			t.Errorf("GetUID() = %q, want %q", got, uid)
+		}
+		if binary := o.uidText == nil && uid != ""; binary != (uid == "5b0d2c1e-8f3a-4c7b-9e21-0a1b2c3d4e5f" || uid == "00000000-0000-0000-0000-000000000001") {
+			t.Errorf("%q kept in binary: %v", uid, binary)
+		}
+		p := &Object{}
+		p.setUID(uid)
+		if !o.sameUID(p) {
+			t.Errorf("%q: not the same UID as itself", uid)
+		}
+		q := &Object{}
+		q.setUID("11111111-2222-3333-4444-555555555555")
+		if o.sameUID(q) {
+			t.Errorf("%q: the same UID as another", uid)
+		}
+	}
+}
+
+// TestLargeObjectPacked: a large projected object (a CRD's schema) is
+// kept compressed, reads back whole, and compares by content.
+func TestLargeObjectPacked(t *testing.T) {
+	typ := &objectType{gvk: schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"},
+		apiVersion: "apiextensions.k8s.io/v1", projection: change.Projection{Paths: [][]string{{"spec"}}}}
+	props := map[string]any{}
+	for i := range 200 {
+		props[fmt.Sprintf("field%03d", i)] = map[string]any{"type": "string", "description": "a field of the schema, described at length"}
+	}
+	crd := func(extra string) map[string]any {
+		return map[string]any{
+			"metadata": map[string]any{"name": "things.example.org", "uid": "5b0d2c1e-8f3a-4c7b-9e21-0a1b2c3d4e5f", "resourceVersion": "7"},
+			"spec":     map[string]any{"group": "example.org", "schema": props, "extra": extra},
+		}
+	}
+	a, err := newObject(crd("a"), typ)
+	mustf(t, err, "project")
+	plain, err := json.Marshal(project(typ.projection, crd("a")))
+	mustf(t, err, "marshal")
+	if len(plain) < packThreshold || a.rest[0] != packedMark || len(a.rest)*4 > len(plain) {
+		t.Fatalf("%d bytes of JSON kept in %d (packed %v), want a quarter at most", len(plain), len(a.rest), a.rest[0] == packedMark)
+	}
+	if string(a.json()) != string(plain) {
+		t.Errorf("the packed JSON reads back as %.100s…", a.json())
+	}
+	if got := a.Map()["spec"].(map[string]any)["group"]; got != "example.org" {
+		t.Errorf("spec.group = %v", got)
+	}
+	b, err := newObject(crd("a"), typ)
+	mustf(t, err, "project")
+	c, err := newObject(crd("c"), typ)
+	mustf(t, err, "project")
+	if !a.sameContent(b) || a.sameContent(c) {
+		t.Errorf("same content: with itself %v, with another %v", a.sameContent(b), a.sameContent(c))
 	}
 }

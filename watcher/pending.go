@@ -263,5 +263,5 @@ func objectSize(o *Object) int64 {
 	if o == nil {
 		return 0
 	}
-	return objectOverhead + int64(len(o.rest)+len(o.name)+len(o.uid)+len(o.resourceVersion))
+	return objectOverhead + int64(len(o.rest)+len(o.name)+len(o.resourceVersion))
 }

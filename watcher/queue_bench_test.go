@@ -115,21 +115,15 @@ func runQueueing(b *testing.B, objects, updates int) queueingRun {
 			if opts.SendInitialEvents != nil && *opts.SendInitialEvents {
 				return nil, errors.New("no watch-list here: list, then watch")
 			}
-			return benchWrap(rw, fw), nil
+			return fw, nil
 		},
 	}
-	rw.store, rw.ctrl = cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: lw, ObjectType: &unstructured.Unstructured{}, Handler: rw, Transform: rw.transform,
-	})
+	rw.source = cache.NewReflectorWithOptions(lw, &unstructured.Unstructured{}, rw.store, cache.ReflectorOptions{}).RunWithContext
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	informerDone := make(chan struct{})
-	go func() {
-		defer close(informerDone)
-		rw.ctrl.RunWithContext(ctx)
-	}()
-	defer func() { cancel(); fw.Stop(); <-informerDone }()
-	for !rw.ctrl.HasSynced() {
+	rw.run(ctx)
+	defer func() { cancel(); fw.Stop(); <-rw.done }()
+	for !rw.hasSynced() {
 		time.Sleep(time.Millisecond)
 	}
 	var workers sync.WaitGroup
@@ -169,7 +163,7 @@ func runQueueing(b *testing.B, objects, updates int) queueingRun {
 	<-produced
 	last := fmt.Sprint(1 + updates)
 	idle := func() bool {
-		return rw.store.LastStoreSyncResourceVersion() == last && w.pending.len() == 0 && w.queue.Len() == 0
+		return rw.storeRV() == last && w.pending.len() == 0 && w.queue.Len() == 0
 	}
 	for settled := 0; settled < 2; time.Sleep(10 * time.Millisecond) {
 		if idle() {

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -27,7 +28,7 @@ func (w *Watcher) startCRDWatch(ctx context.Context) {
 			"every", w.cfg.RediscoveryInterval)
 		return
 	}
-	rw := w.startWatch(ctx, crdResource, "", crdProjection, false, start{mode: quietStart})
+	rw := w.startWatch(ctx, crdResource, "", change.Projection{}, false, start{mode: quietStart})
 	w.crds = rw
 	cache.WaitForCacheSync(ctx.Done(), rw.hasSynced)
 }
@@ -85,6 +86,7 @@ type handoverKey struct {
 // or the Store is read: readers of the watches see the old informer until
 // the new one replaces it (or it is gone).
 func (w *Watcher) reconcile(ctx context.Context) error {
+	defer prometheus.NewTimer(w.metrics.discoveryPass).ObserveDuration()
 	d, err := discover(w.disc, w.customResources())
 	if err != nil {
 		return err
@@ -141,7 +143,7 @@ func (w *Watcher) reconcile(ctx context.Context) error {
 
 	for key, wt := range wants {
 		rw := w.watches[key]
-		if rw != nil && rw.typ.projection.Equal(wt.proj) {
+		if rw != nil && rw.typ.projection.Equal(wt.proj) && rw.metaOnly == !wt.deliver {
 			rw.deliver.Store(wt.deliver)
 			rw.track.setActive(wt.deliver)
 			continue
@@ -230,12 +232,9 @@ func (w *Watcher) wants(resources []change.Resource) map[watchKey]*want {
 		if !sel && !internal {
 			continue
 		}
-		var proj change.Projection
+		var proj change.Projection // internal only: identity (metaOnly)
 		if sel {
 			proj = w.projection(r)
-		}
-		if internal {
-			proj = proj.Union(crdProjection)
 		}
 		namespaces := []string{""}
 		if sel && !internal && r.Namespaced {
@@ -275,6 +274,11 @@ func (w *Watcher) namespacesOf(r change.Resource) []string {
 // it.
 func (w *Watcher) startWatch(ctx context.Context, res change.Resource, namespace string, proj change.Projection, deliver bool, st start) *resourceWatch {
 	rw := newResourceWatch(w, res, namespace, proj)
+	// What the watcher follows for itself (CRDs, APIServices) and no
+	// rule reads needs their names only: their watch carries metadata
+	// (3,000 CRDs with 20 KiB schemas: 60 MB less to send and to read
+	// before the first discovery).
+	rw.metaOnly = !deliver
 	rw.deliver.Store(deliver)
 	rw.track.setActive(deliver)
 	rw.mode = st.mode

@@ -10,6 +10,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/fieldwatch/fieldwatch/change"
@@ -19,7 +20,8 @@ import (
 // TestDeletedCRDsLeaveNoSeries: the metric series labelled with a
 // resource go with its informer. Creating and deleting CRDs leaves none of
 // their series; before, every CRD ever watched kept its three
-// events_total series (40 CRDs left 120).
+// events_total series (40 CRDs left 120). A resource's series are made at
+// its first event: none while its CRDs hold no object.
 func TestDeletedCRDsLeaveNoSeries(t *testing.T) {
 	env := testenv.Shared(t)
 	ctx := context.Background()
@@ -75,10 +77,19 @@ func TestDeletedCRDsLeaveNoSeries(t *testing.T) {
 		names = append(names, crd.Name)
 	}
 	testenv.Eventually(t, time.Minute, "the CRDs to be watched", func() bool { return watched() == crds })
-	if got := series(); got < 3*crds {
-		t.Errorf("%d series while %d CRDs are watched, want at least %d", got, crds, 3*crds)
+	if got := series(); got != 0 {
+		t.Errorf("%d series while %d CRDs without objects are watched, want none", got, crds)
 	}
 	dyn := env.Dynamic(t)
+	ns := namespace(t, env)
+	for i := range crds {
+		gvr := schema.GroupVersionResource{Group: group, Version: "v1", Resource: fmt.Sprintf("things%d", i)}
+		obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": group + "/v1", "kind": fmt.Sprintf("Thing%d", i),
+			"metadata": map[string]any{"name": "one", "namespace": ns}}}
+		_, err := dyn.Resource(gvr).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{})
+		mustf(t, err, "create a thing of CRD %d", i)
+	}
+	testenv.Eventually(t, time.Minute, "a series of each CRD's first event", func() bool { return series() >= crds })
 	for _, name := range names {
 		mustf(t, dyn.Resource(crdGVR).Delete(ctx, name, metav1.DeleteOptions{}), "delete CRD %s", name)
 	}

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/tools/cache"
-
 	"github.com/fieldwatch/fieldwatch/change"
 )
 
@@ -33,7 +31,8 @@ func BenchmarkChangeBookkeeping(b *testing.B) {
 				w.takeOver()
 			}
 			res := change.Resource{Version: "v1", Resource: "configmaps", Kind: "ConfigMap", Namespaced: true, Preferred: true}
-			rw := &resourceWatch{w: w, res: res, track: w.tracker(watchKey{configMaps, "ns"}), store: cache.NewStore(cache.MetaNamespaceKeyFunc)}
+			rw := &resourceWatch{w: w, res: res, track: w.tracker(watchKey{configMaps, "ns"})}
+			rw.store = newObjectStore(rw)
 			rw.track.initialDone()
 			rw.track.setActive(true)
 			typ := &objectType{gvk: configMaps.GroupVersion().WithKind("ConfigMap"), apiVersion: "v1", projection: change.Projection{Full: true}}
@@ -56,7 +55,7 @@ func BenchmarkChangeBookkeeping(b *testing.B) {
 				prev := base[i%objects]
 				o := *prev
 				o.resourceVersion = strconv.Itoa(i + 1)
-				_ = rw.store.Update(&o) // the cache is at the event's resourceVersion
+				rw.store.put(&o) // the cache is at the event's resourceVersion
 				c := &Change{Type: change.Updated, Resource: res, Old: prev, New: &o, Time: time.Time{}}
 				w.enqueue(c, rw, boundObject)
 				rw.observed(o.resourceVersion, false)

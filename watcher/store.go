@@ -340,8 +340,10 @@ func (s *Store) load(gr schema.GroupResource, res change.Resource) (map[types.UI
 				typ = &objectType{gvk: groupVersion(res).WithKind(res.Kind), apiVersion: res.APIVersion(), projection: p}
 				types_[r.Projection] = typ
 			}
-			out[types.UID(k)] = &Object{ns: intern(r.Namespace), name: r.Name, uid: types.UID(k),
-				resourceVersion: r.ResourceVersion, rest: append([]byte(nil), r.Rest...), typ: typ}
+			o := &Object{ns: intern(r.Namespace), name: r.Name, resourceVersion: r.ResourceVersion, typ: typ}
+			o.setRest(append([]byte(nil), r.Rest...))
+			o.setUID(types.UID(k))
+			out[types.UID(k)] = o
 			return nil
 		})
 	})
@@ -443,7 +445,7 @@ func (s *Store) record(c *Change) {
 	}
 	switch c.Type {
 	case change.Deleted:
-		s.remove(c.Resource, c.Old.uid)
+		s.remove(c.Resource, c.Old.GetUID())
 	default:
 		s.put(c.Resource, c.New)
 	}
@@ -451,7 +453,7 @@ func (s *Store) record(c *Change) {
 
 // put queues the recording of obj as res's handled state.
 func (s *Store) put(res change.Resource, obj *Object) {
-	s.queue(storeOp{res: res, uid: obj.uid, obj: obj})
+	s.queue(storeOp{res: res, uid: obj.GetUID(), obj: obj})
 }
 
 // remove queues the forgetting of an object.
@@ -544,7 +546,7 @@ func (s *Store) flush() {
 				}
 				projections[op.obj.typ] = p
 			}
-			rest := op.obj.rest
+			rest := op.obj.json()
 			if hashed := op.obj.typ.projection.Hashed; len(hashed) > 0 {
 				// Values payloads redact are stored as hashes.
 				if rest, err = hashRest(s.salt, rest, hashed); err != nil {

@@ -37,9 +37,11 @@ func TestStoreRoundTrip(t *testing.T) {
 	res := change.Resource{Group: widgets.Group, Version: widgets.Version, Resource: widgets.Resource, Kind: "Widget", Namespaced: true, Custom: true, Preferred: true}
 	typ := &objectType{gvk: widgets.GroupVersion().WithKind("Widget"), apiVersion: "example.com/v1", projection: change.Projection{Paths: [][]string{{"spec", "size"}}}}
 	a, _ := newObject(widget("ns", "a", 1).Object, typ)
-	a.uid, a.resourceVersion = "uid-a", "1"
+	a.setUID("uid-a")
+	a.resourceVersion = "1"
 	b, _ := newObject(widget("ns", "b", 2).Object, typ)
-	b.uid, b.resourceVersion = "uid-b", "2"
+	b.setUID("uid-b")
+	b.resourceVersion = "2"
 	s.put(res, a)
 	s.put(res, b)
 	s.remove(res, "uid-b")

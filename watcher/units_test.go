@@ -92,7 +92,9 @@ func TestShard(t *testing.T) {
 func TestPendingSequence(t *testing.T) {
 	typ := &objectType{}
 	obj := func(uid, rv string) *Object {
-		return &Object{name: "x", uid: types.UID(uid), resourceVersion: rv, typ: typ, rest: []byte(`{"data":{"v":"` + rv + `"}}`)}
+		o := &Object{name: "x", resourceVersion: rv, typ: typ, rest: []byte(`{"data":{"v":"` + rv + `"}}`)}
+		o.setUID(types.UID(uid))
+		return o
 	}
 	limits := QueueLimits{Changes: 100, Bytes: 1 << 20, ObjectChanges: 6, ObjectBytes: 1 << 20}
 	p := newPending(false, limits)

@@ -12,12 +12,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
 
@@ -46,29 +43,45 @@ const (
 	replayStart
 )
 
-// resourceWatch is the informer of one resource: its cache of Objects and
-// the glue that turns its events into pending changes. Handlers run
-// synchronously in the informer's processing goroutine, after the cache is
-// updated, so the cache and the changes handed on never disagree.
+// resourceWatch is the informer of one resource: a reflector, its cache of
+// Objects (objectStore) and the glue that turns its events into pending
+// changes. Handlers run synchronously in the reflector's goroutine, after
+// the cache is updated, so the cache and the changes handed on never
+// disagree.
 type resourceWatch struct {
 	res      change.Resource
 	typ      *objectType
 	fromList *objectType // typ, for objects decoded from a list
 	foreign  *objectType // for other shards' objects
 	w        *Watcher
-	events   map[change.Type]prometheus.Counter // resolved once: emit is on the hot path
-	store    cache.Store
-	ctrl     cache.Controller
-	deliver  atomic.Bool     // hand changes to the watcher's handler
-	observe  func(c *Change) // internal observer (CRD tracking), may be nil
+	// events are the resource's series of events_total, each made at
+	// its first event (thousands of resources hold few objects: series
+	// cost about 1 KiB each) and kept for the hot path; only the
+	// informer's goroutine, and the watcher's once it stopped, emit.
+	events map[change.Type]prometheus.Counter
+	store  *objectStore
+	// client lists the resource (in namespace, when not ""); watches go
+	// through the watcher's stream client.
+	client    dynamic.ResourceInterface
+	namespace string
+	// metaOnly: the informer delivers nothing, it follows the resource
+	// for the watcher (CRDs, APIServices): its watch carries the objects'
+	// metadata only (PartialObjectMetadata).
+	metaOnly bool
+	// source fills the store until its context ends: listAndWatch (a
+	// benchmark puts a fake in).
+	source  func(ctx context.Context)
+	deliver atomic.Bool     // hand changes to the watcher's handler
+	observe func(c *Change) // internal observer (CRD tracking), may be nil
 	// listed is the last list that filled the cache (nil before the
 	// first one completes).
 	listed atomic.Pointer[listMark]
 	track  *tracker // the watermark of this informer's key
-	// progress tells the gate of the informer's watch what its handlers
-	// applied; waited counts the seconds the gate held the stream.
-	progress *gateProgress
-	waited   prometheus.Counter
+	// waited counts the seconds the gate (objectStore.admit) held the
+	// watch stream (made at the first wait).
+	waited prometheus.Counter
+	// lists and watches count the requests (the watcher's, shared).
+	lists, watches prometheus.Counter
 
 	mode    startMode
 	covered func(namespace string) bool // baselineStart: the namespaces base covers; nil for all
@@ -78,7 +91,7 @@ type resourceWatch struct {
 	listObserved change.Observed
 	record       bool // with a Store: record the initial objects that are not news
 	// resume is, for replayStart, the resourceVersion to list at until
-	// the first list succeeded (the reflector's goroutine's alone).
+	// the first list succeeded (the informer's goroutine's alone).
 	resume string
 	// resuming is set from a replay's list at the watermark until its
 	// watch delivers something: a relist meanwhile (the apiserver no
@@ -89,6 +102,10 @@ type resourceWatch struct {
 	baseline  map[types.UID]*Object // baselineStart: not yet seen
 	cancel    context.CancelFunc
 	done      chan struct{}
+	// stopped is set once stop returned: errors of requests still under
+	// way are not counted (errMu).
+	errMu   sync.Mutex
+	stopped bool
 }
 
 // newResourceWatch builds the informer for res; run starts it.
@@ -111,67 +128,23 @@ func newResourceWatch(w *Watcher, res change.Resource, namespace string, proj ch
 		done:     make(chan struct{}),
 		events:   map[change.Type]prometheus.Counter{},
 		track:    w.tracker(watchKey{gvr(res), namespace}),
-		progress: newGateProgress(),
-		waited:   w.metrics.backpressure.WithLabelValues(res.String()),
+		lists:    w.metrics.requests.WithLabelValues("list"),
+		watches:  w.metrics.requests.WithLabelValues("watch"),
 	}
-	for _, t := range []change.Type{change.Created, change.Updated, change.Deleted} {
-		rw.events[t] = w.metrics.events.WithLabelValues(res.Group, res.Version, res.Resource, string(t))
+	dyn := w.dyn
+	if w.streams != nil {
+		// Informers list as they watch, without client-side throttling.
+		dyn = dynamic.New(w.streams)
 	}
-	client := dynamic.ResourceInterface(w.dyn.Resource(gvr(res)))
+	rw.client = dynamic.ResourceInterface(dyn.Resource(gvr(res)))
 	if namespace != "" {
-		client = w.dyn.Resource(gvr(res)).Namespace(namespace)
+		rw.client = dyn.Resource(gvr(res)).Namespace(namespace)
 	}
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			started := time.Now()
-			w.cfg.Shard.apply(&opts)
-			list, err := rw.list(ctx, client, opts)
-			rw.observeError(err)
-			if err == nil {
-				rw.listed.Store(&listMark{at: started, resourceVersion: list.GetResourceVersion()})
-				rw.track.listed(list.GetResourceVersion())
-				for i := range list.Items {
-					markListed(list.Items[i].Object)
-				}
-			}
-			return list, err
-		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			watchList := opts.SendInitialEvents != nil && *opts.SendInitialEvents
-			switch {
-			case rw.resume != "" && watchList:
-				// A watch-list starts from now; a replay lists at the
-				// watermark (the reflector falls back to a list).
-				return nil, errReplay
-			case rw.resume != "":
-				rw.resume = "" // the list at the watermark went through
-			}
-			w.cfg.Shard.apply(&opts)
-			wi, err := client.Watch(ctx, opts)
-			rw.observeError(err)
-			if err == nil && opts.SendInitialEvents != nil && *opts.SendInitialEvents {
-				// A watch-list: its initial events end with a bookmark
-				// carrying the list's resourceVersion.
-				wi = rw.markInitialEvents(wi, time.Now())
-			}
-			if err == nil {
-				wi = rw.gate(wi)
-			}
-			return wi, err
-		},
-	}
-	rw.store, rw.ctrl = cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: lw,
-		ObjectType:    &unstructured.Unstructured{},
-		Handler:       rw,
-		ResyncPeriod:  0, // a resync only replays the cache: nothing to learn from it
-		Transform:     rw.transform,
-	})
+	rw.namespace = namespace
+	rw.store = newObjectStore(rw)
+	rw.source = rw.listAndWatch
 	return rw
 }
-
-// errReplay refuses a watch-list while a replay has not listed yet.
-var errReplay = errors.New("replaying from the previous run's watermark: listing at it first")
 
 // list lists the resource. The first list of a replay is served at the
 // previous run's watermark; when the apiserver no longer can (compacted,
@@ -245,51 +218,21 @@ type listMark struct {
 	resourceVersion string
 }
 
-// markInitialEvents filters a watch-list: it marks the objects of its
-// initial events as listed, and records the bookmark that ends them as the
-// list that fills the cache and as the watermark tracker's list.
-func (rw *resourceWatch) markInitialEvents(wi watch.Interface, started time.Time) watch.Interface {
-	initial := true
-	return watch.Filter(wi, func(e watch.Event) (watch.Event, bool) {
-		if !initial {
-			return e, true
-		}
-		switch e.Type {
-		case watch.Bookmark:
-			if m, err := meta.Accessor(e.Object); err == nil && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
-				rw.listed.Store(&listMark{at: started, resourceVersion: m.GetResourceVersion()})
-				rw.track.listed(m.GetResourceVersion())
-				initial = false
-			}
-		case watch.Added, watch.Modified:
-			if u, ok := e.Object.(*unstructured.Unstructured); ok {
-				markListed(u.Object)
-			}
-		}
-		return e, true
-	})
-}
-
-// listedKey marks, in a decoded object's map, an object that came from a
-// list; transform removes it. No Kubernetes object has a NUL in a
-// top-level key.
-const listedKey = "\x00fieldwatch/listed"
-
-// markListed marks obj (a decoded object's map) as read from a list.
-func markListed(obj map[string]any) {
-	if obj != nil {
-		obj[listedKey] = true
-	}
-}
-
 // storeRV returns the resourceVersion the informer's cache is at.
-func (rw *resourceWatch) storeRV() string { return rw.store.LastStoreSyncResourceVersion() }
+func (rw *resourceWatch) storeRV() string { return rw.store.lastRV() }
 
 // observeError reacts to list/watch errors: a resource that is gone
 // (its CRD deleted) makes the watcher rediscover at once rather than let the
 // reflector retry against a 404.
 func (rw *resourceWatch) observeError(err error) {
 	if err == nil {
+		return
+	}
+	rw.errMu.Lock()
+	defer rw.errMu.Unlock()
+	if rw.stopped {
+		// A list the reflector left running when it stopped: no news,
+		// and its resource's series may be gone already.
 		return
 	}
 	rw.w.metrics.listWatchErrors.WithLabelValues(rw.res.String()).Inc()
@@ -301,33 +244,33 @@ func (rw *resourceWatch) observeError(err error) {
 	}
 }
 
-// run runs the informer until ctx ends.
+// run runs the informer until ctx ends, in one goroutine.
 func (rw *resourceWatch) run(ctx context.Context) {
 	rw.track.restart()
 	ctx, rw.cancel = context.WithCancel(ctx)
+	rw.store.ctx = ctx
 	go func() {
 		defer close(rw.done)
-		rw.ctrl.RunWithContext(ctx)
+		rw.source(ctx)
 	}()
-	go rw.finishInitial(ctx)
 }
 
 // stop stops the informer and waits until its handlers have returned.
 func (rw *resourceWatch) stop() {
 	rw.cancel()
 	<-rw.done
+	rw.errMu.Lock()
+	rw.stopped = true
+	rw.errMu.Unlock()
 	rw.track.stopped()
 }
 
 // hasSynced reports whether the initial list has been processed.
-func (rw *resourceWatch) hasSynced() bool { return rw.ctrl.HasSynced() }
+func (rw *resourceWatch) hasSynced() bool { return rw.store.synced.Load() }
 
-// finishInitial waits for the initial list and reports the baseline objects
-// that were not in it as deleted.
-func (rw *resourceWatch) finishInitial(ctx context.Context) {
-	if !cache.WaitForCacheSync(ctx.Done(), rw.ctrl.HasSynced) {
-		return
-	}
+// finishInitial reports, once the initial list is handed on, the baseline
+// objects that were not in it as deleted.
+func (rw *resourceWatch) finishInitial() {
 	rw.initialMu.Lock()
 	defer rw.initialMu.Unlock()
 	if rw.mode == replayStart {
@@ -343,30 +286,36 @@ func (rw *resourceWatch) finishInitial(ctx context.Context) {
 	rw.track.initialDone()
 }
 
-// transform turns a decoded object into its compact, projected form before
-// the informer caches it. Tombstones and objects already transformed pass
-// through unchanged (the FIFO may hand an object over twice).
-func (rw *resourceWatch) transform(obj any) (any, error) {
+// project turns a decoded object into its compact, projected form before
+// the informer caches it; listed says it came from a list (or a
+// watch-list's initial events). Objects already projected pass through (a
+// watch-list's, projected by the reflector's store of its initial events).
+func (rw *resourceWatch) project(obj any, listed bool) (*Object, error) {
 	switch o := obj.(type) {
 	case *Object:
 		return o, nil
+	case rawObject:
+		m, err := decodeProjected(rw.typ.projection, o)
+		if err != nil {
+			return nil, fmt.Errorf("decode an object of %s: %w", rw.res, err)
+		}
+		return rw.project(&unstructured.Unstructured{Object: m}, listed)
 	case *unstructured.Unstructured:
 		typ := rw.typ
-		if _, listed := o.Object[listedKey]; listed {
-			delete(o.Object, listedKey)
+		if listed {
 			typ = rw.fromList
 		}
 		if shard := rw.w.cfg.Shard; shard.enabled() && !shard.ServerSide && !shard.owns(o.GetUID()) {
 			// Another replica's object: keep only what the cache
 			// needs to key it.
-			return &Object{ns: intern(o.GetNamespace()), name: o.GetName(), uid: o.GetUID(),
-				resourceVersion: o.GetResourceVersion(), typ: rw.foreign}, nil
+			f := &Object{ns: intern(o.GetNamespace()), name: o.GetName(),
+				resourceVersion: o.GetResourceVersion(), typ: rw.foreign}
+			f.setUID(o.GetUID())
+			return f, nil
 		}
 		return newObject(o.Object, typ)
-	case cache.DeletedFinalStateUnknown:
-		return o, nil
 	default:
-		return nil, fmt.Errorf("%s: unexpected object type %T", rw.res, obj)
+		return nil, errUnexpected(rw.res, obj)
 	}
 }
 
@@ -443,7 +392,7 @@ func (rw *resourceWatch) OnUpdate(oldObj, newObj any) {
 	if old.resourceVersion == o.resourceVersion {
 		return // a relist that found the object unchanged
 	}
-	if old.uid != o.uid {
+	if !old.sameUID(o) {
 		// A relist after a disconnection found another object under the
 		// same name: the first was deleted, the second created.
 		rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: old, Listed: true, Observed: rw.relisted(), Time: time.Now()}, boundCache)
@@ -505,9 +454,6 @@ func (rw *resourceWatch) observed(objRV string, initial bool) {
 	if rw.track != nil {
 		rw.track.observed(rw.storeRV(), objRV, initial)
 	}
-	if !initial {
-		rw.progress.applied(objRV)
-	}
 }
 
 // boundKind says what resourceVersion bounds a change from above, for a
@@ -528,7 +474,12 @@ const (
 // emit hands c to the internal observer and, when the resource is
 // selected, to the work queue, with its mark in the tracker.
 func (rw *resourceWatch) emit(c *Change, bound boundKind) {
-	rw.events[c.Type].Inc()
+	ev := rw.events[c.Type]
+	if ev == nil {
+		ev = rw.w.metrics.events.WithLabelValues(rw.res.Group, rw.res.Version, rw.res.Resource, string(c.Type))
+		rw.events[c.Type] = ev
+	}
+	ev.Inc()
 	if rw.observe != nil {
 		rw.observe(c)
 	}
@@ -539,12 +490,10 @@ func (rw *resourceWatch) emit(c *Change, bound boundKind) {
 
 // objects returns the cached objects by UID.
 func (rw *resourceWatch) objects() map[types.UID]*Object {
-	items := rw.store.List()
+	items := rw.store.list()
 	m := make(map[types.UID]*Object, len(items))
-	for _, item := range items {
-		if o, ok := item.(*Object); ok {
-			m[o.uid] = o
-		}
+	for _, o := range items {
+		m[o.GetUID()] = o
 	}
 	return m
 }

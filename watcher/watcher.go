@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +18,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/transport"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/fieldwatch/fieldwatch/change"
@@ -88,6 +91,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the watcher's metrics (nil: not registered).
 	Registerer prometheus.Registerer
+
+	// discoveryRequests is where New's discovery client counts its
+	// requests.
+	discoveryRequests *atomic.Int64
 }
 
 // QueueLimits bound the changes waiting for a worker: each change an
@@ -147,7 +154,6 @@ var (
 		Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices",
 		Kind: "APIService", Preferred: true,
 	}
-	crdProjection = change.Projection{Paths: [][]string{{"spec", "group"}, {"spec", "names"}}}
 )
 
 // Watcher watches the selected resources and hands their changes to a
@@ -220,6 +226,12 @@ type Watcher struct {
 	stopping func(change.Resource)
 	// passes counts the discovery passes done (tests wait for some).
 	passes atomic.Int64
+	// discoveryRequests counts the HTTP requests of discovery (New's
+	// discovery client counts them).
+	discoveryRequests *atomic.Int64
+	// streams is the client the informers watch with (nil with the
+	// clients of tests that run none).
+	streams rest.Interface
 }
 
 // New returns a Watcher for the cluster config points to.
@@ -228,12 +240,39 @@ func New(config *rest.Config, cfg Config) (*Watcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dynamic client: %w", err)
 	}
-	disc, err := discovery.NewDiscoveryClientForConfig(config)
+	requests := &atomic.Int64{}
+	dc := rest.CopyConfig(config)
+	dc.Wrap(countRequests(requests))
+	disc, err := discovery.NewDiscoveryClientForConfig(dc)
 	if err != nil {
 		return nil, fmt.Errorf("discovery client: %w", err)
 	}
-	return newForClients(dyn, disc, cfg)
+	cfg.discoveryRequests = requests
+	streams, err := newStreamClient(config)
+	if err != nil {
+		return nil, err
+	}
+	w, err := newForClients(dyn, disc, cfg)
+	if err != nil {
+		return nil, err
+	}
+	w.streams = streams
+	return w, nil
 }
+
+// countRequests wraps a transport to count its requests in n.
+func countRequests(n *atomic.Int64) transport.WrapperFunc {
+	return func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			n.Add(1)
+			return rt.RoundTrip(r)
+		})
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // newForClients returns a Watcher that uses the given clients.
 func newForClients(dyn dynamic.Interface, disc discovery.DiscoveryInterface, cfg Config) (*Watcher, error) {
@@ -296,7 +335,12 @@ func newForClients(dyn dynamic.Interface, disc discovery.DiscoveryInterface, cfg
 		// one replays the writes since.
 		cfg.Store.follow(w.Watermarks)
 	}
-	w.metrics = newMetrics(cfg.Registerer, w.pending, func() float64 { return float64(w.CachedObjects()) })
+	w.discoveryRequests = cfg.discoveryRequests
+	if w.discoveryRequests == nil {
+		w.discoveryRequests = &atomic.Int64{} // clients that do not count
+	}
+	w.metrics = newMetrics(cfg.Registerer, w.pending, func() float64 { return float64(w.CachedObjects()) },
+		func() float64 { return float64(w.discoveryRequests.Load()) })
 	w.baseline = newBaselineMetrics(cfg.Registerer, cfg.Store, w.watermarkLag)
 	w.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[key](5*time.Millisecond, cfg.MaxRetryDelay),
@@ -347,6 +391,12 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 	w.started.Store(true)
 	w.log.Info("watcher synced", "resources", len(w.resources()), "standby", w.cfg.Standby)
+	// The start decoded every object and CRD once: most of what it
+	// allocated is garbage now, and the runtime would hand that memory
+	// back to the system only over minutes. Handing it back at once makes
+	// the pod's resident memory what the cache holds (3,000 CRDs: 393 MiB
+	// at the start's peak, 269 MiB held after it, 45 MiB of live heap).
+	debug.FreeOSMemory()
 	startWorkers := func() {
 		for range w.cfg.Workers {
 			workers.Go(func() {
@@ -507,7 +557,7 @@ func (w *Watcher) CachedObjects() int {
 	n := 0
 	for _, rw := range w.watches {
 		if rw.deliver.Load() {
-			n += len(rw.store.ListKeys())
+			n += rw.store.len()
 		}
 	}
 	return n
@@ -625,18 +675,17 @@ func (w *Watcher) customResources() func(schema.GroupResource) bool {
 		return func(gr schema.GroupResource) bool { return !builtinGroup(gr.Group) }
 	}
 	set := map[schema.GroupResource]bool{}
-	for _, item := range w.crds.store.List() {
-		o, ok := item.(*Object)
-		if !ok {
-			continue
-		}
-		spec, _ := o.Map()["spec"].(map[string]any)
-		names, _ := spec["names"].(map[string]any)
-		group, _ := spec["group"].(string)
-		plural, _ := names["plural"].(string)
-		set[schema.GroupResource{Group: group, Resource: plural}] = true
+	for _, o := range w.crds.store.list() {
+		set[crdServes(o.name)] = true
 	}
 	return func(gr schema.GroupResource) bool { return set[gr] }
+}
+
+// crdServes returns the group resource a CRD serves: its name is
+// <plural>.<group>, as the apiserver's validation of CRDs requires.
+func crdServes(name string) schema.GroupResource {
+	plural, group, _ := strings.Cut(name, ".")
+	return schema.GroupResource{Group: group, Resource: plural}
 }
 
 // stopAll stops every informer. The watches map is emptied first, so

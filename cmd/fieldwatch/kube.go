@@ -19,7 +19,7 @@ type kubeFlags struct {
 func (k *kubeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&k.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster service account, else $KUBECONFIG or ~/.kube/config)")
 	fs.StringVar(&k.context, "context", "", "kubeconfig context to use (default: its current context)")
-	fs.Float64Var(&k.qps, "kube-qps", 50, "client requests per second to the apiserver (watches are not counted)")
+	fs.Float64Var(&k.qps, "kube-qps", 50, "client requests per second to the apiserver: discovery, actions, impact scans, leases (the informers' lists and watches are not throttled client-side; the apiserver's priority and fairness paces them)")
 	fs.IntVar(&k.burst, "kube-burst", 100, "client request burst")
 }
 

@@ -96,7 +96,8 @@ func (b *bench) auditSection(ctx context.Context) error {
 		return err
 	}
 	auditFlags := []string{"--audit-webhook-addr", hookAddr, "--audit-webhook-cert-file", files[0],
-		"--audit-webhook-key-file", files[1], "--audit-webhook-client-ca-file", files[2]}
+		"--audit-webhook-key-file", files[1], "--audit-webhook-client-ca-file", files[2],
+		"--audit-webhook-client-name", "kube-apiserver"} // the apiserver's client certificate above
 	// warmUp makes a write the policy audits and waits until p's receiver
 	// got its event: the apiserver's backend reached it.
 	warmUp := func(p *process) error {

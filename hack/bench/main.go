@@ -17,9 +17,20 @@
 //   - latency from update to webhook receipt at half the maximum rate;
 //   - start-up time and peak RSS with 100 CRDs and 50,000 objects, with and
 //     without the watch-list streaming client;
-//   - CPU per change with CBOR instead of JSON (-cbor).
+//   - CPU per change with CBOR instead of JSON (-cbor);
+//   - the CRD-count scenario (crds): 100, 1,000 and 3,000 CRDs with 20 KiB
+//     schemas over up to 300 groups, one object each, on a control plane
+//     of their own: ready time, settled RSS, goroutines and discovery
+//     requests of fieldwatch with deploy/'s rules, and with the
+//     CRD-definition rules too, beside bare dynamic informers on every
+//     custom resource; and how long a new CRD's first object takes to fire;
+//   - the object-count scenario (objects): 100,000 and 300,000 ConfigMaps
+//     with a rule reading one field, settled RSS and heap per object of
+//     fieldwatch and a bare informer, and what each object adds between
+//     the counts.
 //
-// The bare informer runs as `bench -child bare`.
+// The bare informers run as `bench -child bare` and `bench -child
+// bare-crds`, one after the other with fieldwatch, never at once.
 package main
 
 import (
@@ -28,6 +39,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 )
 
@@ -39,10 +52,13 @@ type options struct {
 	latencySeconds      int
 	drain               int
 	sections            string
+	compare             string
+	crdCounts           []int
+	objectCounts        []int
 }
 
 func main() {
-	child := flag.String("child", "", "internal: run as the bare informer child (\"bare\")")
+	child := flag.String("child", "", "internal: run as a bare informer child (\"bare\" or \"bare-crds\")")
 	kubeconfig := flag.String("child-kubeconfig", "", "internal: the child's kubeconfig")
 	namespace := flag.String("child-namespace", "", "internal: the child's namespace")
 	resource := flag.String("child-resource", "configmaps", "internal: the child's resource: configmaps or widgets")
@@ -54,23 +70,49 @@ func main() {
 	flag.IntVar(&o.objectsPerCRD, "objects-per-crd", 500, "objects of each CRD for the start-up measurement")
 	flag.IntVar(&o.latencySeconds, "latency-seconds", 10, "how long to measure latency at half the maximum rate")
 	flag.IntVar(&o.drain, "drain", 5000, "firings queued for the webhook drain measurement")
-	flag.StringVar(&o.sections, "sections", "memory,events,history,audit,startup,cbor", "which measurements to run (events and history update the ConfigMaps memory creates, or create them)")
+	flag.StringVar(&o.sections, "sections", "memory,events,history,audit,startup,cbor,crds,objects", "which measurements to run (events and history update the ConfigMaps memory creates, or create them)")
+	flag.StringVar(&o.compare, "compare", "", "another fieldwatch binary to run beside bin/fieldwatch in the CRD-count (deploy/ rules) and object-count scenarios, for a change's before and after in one run")
+	crdCounts := flag.String("crd-counts", "100,1000,3000", "CRD counts of the CRD-count scenario (crds), ascending")
+	objectCounts := flag.String("object-counts", "100000,300000", "ConfigMap counts of the object-count scenario (objects), ascending")
 	flag.Parse()
+	var err error
+	if o.crdCounts, err = counts(*crdCounts); err == nil {
+		o.objectCounts, err = counts(*objectCounts)
+	}
+	if err != nil {
+		_, _ = fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		os.Exit(2)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	var err error
-	if *child == "bare" {
+	switch *child {
+	case "bare-crds":
+		err = runBareCRDsChild(ctx, *kubeconfig)
+	case "bare":
 		gvr := configMapsGVR
 		if *resource == "widgets" {
 			gvr = widgetsGVR
 		}
 		err = runBareChild(ctx, *kubeconfig, *namespace, gvr)
-	} else {
+	default:
 		err = run(ctx, o)
 	}
 	if err != nil {
 		_, _ = fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		os.Exit(1)
 	}
+}
+
+// counts parses a comma list of ascending counts.
+func counts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 || len(out) > 0 && n <= out[len(out)-1] {
+			return nil, fmt.Errorf("counts %q: want ascending positive numbers", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }

@@ -61,6 +61,7 @@ func runBareChild(ctx context.Context, kubeconfig, namespace string, gvr schema.
 		return ctx.Err()
 	}
 	fmt.Println("synced")
+	reportHeapOnSignal(ctx)
 	last := int64(-1)
 	for {
 		select {
@@ -87,27 +88,42 @@ type process struct {
 	addr   string // fieldwatch's HTTP address
 	done   chan struct{}
 	lat    chan time.Duration // the bare child's update latencies
+
+	statsMu sync.Mutex
+	stats   map[string]int // a bare child's last "NAME N" lines
 }
 
 // startBare starts the bare informer child on resource (configmaps or
 // widgets).
 func startBare(kubeconfig, namespace, resource string) (*process, error) {
+	return startBareChild(kubeconfig, "bare", namespace, resource)
+}
+
+// startBareChild starts a bare child: "bare" on one resource, or
+// "bare-crds" on every custom resource.
+func startBareChild(kubeconfig, child, namespace, resource string) (*process, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	p := &process{name: "bare", synced: make(chan struct{}), done: make(chan struct{}), lat: make(chan time.Duration, 100000)}
-	p.cmd = exec.Command(self, "-child", "bare", "-child-kubeconfig", kubeconfig, "-child-namespace", namespace, "-child-resource", resource)
+	p := &process{name: child, synced: make(chan struct{}), done: make(chan struct{}), lat: make(chan time.Duration, 100000), stats: map[string]int{}}
+	p.cmd = exec.Command(self, "-child", child, "-child-kubeconfig", kubeconfig, "-child-namespace", namespace, "-child-resource", resource)
 	return p, p.start(func(line string) {
-		switch {
-		case line == "synced":
+		name, value, _ := strings.Cut(line, " ")
+		switch name {
+		case "synced":
 			close(p.synced)
-		case strings.HasPrefix(line, "count "):
-			n, _ := strconv.ParseInt(strings.TrimPrefix(line, "count "), 10, 64)
+		case "count":
+			n, _ := strconv.ParseInt(value, 10, 64)
 			p.count.Store(n)
-		case strings.HasPrefix(line, "lat "):
-			ns, _ := strconv.ParseInt(strings.TrimPrefix(line, "lat "), 10, 64)
+		case "lat":
+			ns, _ := strconv.ParseInt(value, 10, 64)
 			p.lat <- time.Duration(ns)
+		default:
+			n, _ := strconv.Atoi(value)
+			p.statsMu.Lock()
+			p.stats[name] = n
+			p.statsMu.Unlock()
 		}
 	})
 }
@@ -203,6 +219,21 @@ func (p *process) peakRSS() int64 {
 		}
 	}
 	return 0
+}
+
+// metricSum adds up the samples of the fieldwatch process's /metrics
+// whose lines start with prefix.
+func (p *process) metricSum(prefix string) float64 {
+	_, body := httpGet("http://" + p.addr + "/metrics")
+	sum := 0.0
+	for _, line := range strings.Split(body, "\n") {
+		if strings.HasPrefix(line, prefix) {
+			f := strings.Fields(line)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			sum += v
+		}
+	}
+	return sum
 }
 
 // metric reads one sample of the fieldwatch process's /metrics.

@@ -108,7 +108,8 @@ func run(ctx context.Context, o options) error {
 	all := []struct {
 		name string
 		run  func(context.Context) error
-	}{{"memory", b.memory}, {"events", b.events}, {"history", b.historySection}, {"audit", b.auditSection}, {"startup", b.startup}, {"cbor", b.cborSection}}
+	}{{"memory", b.memory}, {"events", b.events}, {"history", b.historySection}, {"audit", b.auditSection}, {"startup", b.startup}, {"cbor", b.cborSection},
+		{"crds", b.crdCount}, {"objects", b.objectCount}}
 	want := strings.Split(o.sections, ",")
 	created := slices.Contains(want, "memory")
 	for _, s := range all {
@@ -121,13 +122,19 @@ func run(ctx context.Context, o options) error {
 		}
 		if slices.Contains(want, s.name) {
 			if err := s.run(ctx); err != nil {
-				return err
+				b.printTable() // what the sections before measured
+				return fmt.Errorf("%s: %w", s.name, err)
 			}
 		}
 	}
+	b.printTable()
+	return nil
+}
+
+// printTable prints the measurements so far.
+func (b *bench) printTable() {
 	fmt.Printf("fieldwatch bench, %s, %d CPUs, %s\n\n", time.Now().UTC().Format(time.RFC3339), runtime.NumCPU(), runtime.Version())
 	b.t.print()
-	return nil
 }
 
 // forEach calls do for 0..n-1 from 32 goroutines and returns the first
