@@ -164,12 +164,12 @@ IMAGE_TAG ?= $(VERSION)
 IMAGE_TAG := $(IMAGE_TAG)
 COMMIT := $(shell git rev-parse HEAD 2>/dev/null)
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
-IMAGE_TAR := $(BIN)/fieldwatch-image.tar
+IMAGE_TAR ?= $(BIN)/fieldwatch-image.tar
 
 .PHONY: image
 image: ## build the image without Docker into bin/fieldwatch-image.tar (fieldwatch.local/fieldwatch:VERSION; docker load / kind load image-archive / ctr import)
-	CGO_ENABLED=0 $(QUIETGO) $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/image/fieldwatch ./cmd/fieldwatch
-	cd hack/image && $(GO) run . --binary $(BIN)/image/fieldwatch --tag $(IMAGE):$(IMAGE_TAG) --user 65532:65532 \
+	CGO_ENABLED=0 $(QUIETGO) $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(dir $(IMAGE_TAR))image/fieldwatch ./cmd/fieldwatch
+	cd hack/image && $(GO) run . --binary $(dir $(IMAGE_TAR))image/fieldwatch --tag $(IMAGE):$(IMAGE_TAG) --user 65532:65532 \
 	  --cmd run --cmd --rules --cmd /etc/fieldwatch/rules.yaml --created $(SOURCE_DATE_EPOCH) \
 	  --label org.opencontainers.image.title=fieldwatch \
 	  --label org.opencontainers.image.version=$(VERSION) --label org.opencontainers.image.revision=$(COMMIT) \
@@ -213,7 +213,8 @@ cluster-down: ## stop the cluster and remove everything it left (processes, moun
 # naming the image it loaded, starting the cluster when it does not run and
 # stopping it again after.
 define with-cluster
-	@started=0; \
+	@mkdir -p $(BIN); exec 9>$(BIN)/.cluster.lock; flock 9; \
+	  started=0; \
 	  if ! $(CLUSTER) status >/dev/null 2>&1; then started=1; fi; \
 	  $(CLUSTER) up --image $(IMAGE_TAR) || { [ $$started -eq 1 ] && $(CLUSTER) down; exit 1; }; \
 	  FIELDWATCH_IMAGE=$(IMAGE):$(IMAGE_TAG) $(1); status=$$?; \
