@@ -161,6 +161,14 @@ func testAuditAttribution(t *testing.T) {
 	if len(wrong) > 0 {
 		t.Errorf("%d payloads not attributed to the user who made the change (leader %s deleted at %s, %s led next), first %d:\n  %s",
 			len(wrong), leader, handover.Format("15:04:05.000"), next, min(20, len(wrong)), strings.Join(wrong[:min(20, len(wrong))], "\n  "))
+		// What the replicas said of the audit events: refusals, peers
+		// they could not reach.
+		for _, pod := range []string{leader, next} {
+			lines := logs.logged(pod, "audit")
+			for _, l := range lines[max(0, len(lines)-20):] {
+				t.Logf("%s %s: %s", l.at.Format("15:04:05.000"), pod, l.text)
+			}
+		}
 	}
 	now := c.leader(t)
 	if n, _ := metric(c.podMetrics(t, now), `fieldwatch_audit_webhook_requests_total{code="200"`); n == 0 {
