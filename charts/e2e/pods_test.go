@@ -111,7 +111,7 @@ func (in install) describePods(t testing.TB) {
 	}
 }
 
-// leader returns the ready pod that holds the Lease.
+// leader returns the name of the ready pod that holds the Lease.
 func (in install) leader(t testing.TB) string {
 	t.Helper()
 	var holder string
@@ -120,7 +120,12 @@ func (in install) leader(t testing.TB) string {
 		if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
 			return false
 		}
+		// The holder is the replica's name (the pod's) and its process's
+		// ID: <pod>_<uuid>.
 		holder = *l.Spec.HolderIdentity
+		if i := strings.LastIndexByte(holder, '_'); i > 0 {
+			holder = holder[:i]
+		}
 		p, err := c.cs.CoreV1().Pods(in.ns).Get(context.Background(), holder, metav1.GetOptions{})
 		return err == nil && ready(p)
 	}) {
