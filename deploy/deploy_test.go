@@ -259,7 +259,7 @@ func TestDockerfile(t *testing.T) {
 		}
 	}
 	if len(cmd) == 0 || !strings.Contains(string(makefile), "--cmd "+strings.Join(cmd, " --cmd ")) ||
-		!strings.Contains(string(makefile), "--binary $(BIN)/image/fieldwatch --tag $(IMAGE):$(IMAGE_TAG) --user 65532:65532") {
+		!strings.Contains(string(makefile), "--binary $(dir $(IMAGE_TAR))image/fieldwatch --tag $(IMAGE):$(IMAGE_TAG) --user 65532:65532") {
 		t.Errorf("make image does not build the Dockerfile's layout: user 65532:65532 and the command %q", cmd)
 	}
 }

@@ -54,7 +54,7 @@ func TestKustomize(t *testing.T) {
 		t.Errorf("deploy/ renders %q, want %q", deployObjs, want)
 	}
 	auditYAML, auditObjs := render(t, "audit")
-	want = slices.Sorted(slices.Values(append(slices.Clone(want), "Service fieldwatch-audit", "NetworkPolicy fieldwatch-audit")))
+	want = slices.Sorted(slices.Values(append(slices.Clone(want), "Service fieldwatch-audit", "Service fieldwatch-audit-peers", "NetworkPolicy fieldwatch-audit")))
 	if !slices.Equal(auditObjs, want) {
 		t.Errorf("deploy/audit/ renders %q, want %q", auditObjs, want)
 	}

@@ -331,20 +331,32 @@ func (c *cluster) leader(t testing.TB) string {
 		if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
 			return false
 		}
-		holder = *l.Spec.HolderIdentity
+		holder = replicaOf(*l.Spec.HolderIdentity)
 		p, err := c.cs.CoreV1().Pods(namespace).Get(context.Background(), holder, metav1.GetOptions{})
 		return err == nil && ready(p)
 	})
 	return holder
 }
 
-// holder returns the Lease's holder now ("" when none).
+// holder returns the pod whose process holds the Lease now ("" when
+// none).
 func (c *cluster) holder() string {
 	l, err := c.cs.CoordinationV1().Leases(namespace).Get(context.Background(), leaseName, metav1.GetOptions{})
 	if err != nil || l.Spec.HolderIdentity == nil {
 		return ""
 	}
-	return *l.Spec.HolderIdentity
+	return replicaOf(*l.Spec.HolderIdentity)
+}
+
+// replicaOf returns the pod name of a Lease holder identity: fieldwatch
+// holds the Lease as its replica's name and an ID of its process
+// ("fieldwatch-0_<uuid>"), so that a container restarted under the pod's
+// name does not take its previous life's Lease for its own.
+func replicaOf(holder string) string {
+	if i := strings.LastIndexByte(holder, '_'); i >= 0 {
+		return holder[:i]
+	}
+	return holder
 }
 
 // leadingPod returns a ready pod, other than the one of UID gone, whose

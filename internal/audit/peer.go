@@ -192,14 +192,10 @@ func (w *Webhook) servePeer(rw http.ResponseWriter, r *http.Request) {
 	if !w.accepting(rw) {
 		return
 	}
-	select {
-	case w.slots <- struct{}{}:
-		defer func() { <-w.slots }()
-	default:
-		rw.Header().Set("Retry-After", "1")
-		w.refuse(rw, r, http.StatusTooManyRequests, fmt.Sprintf("%d audit event lists are being read: retry", cap(w.slots)))
+	if !w.takeSlot(rw, r) {
 		return
 	}
+	defer w.releaseSlot()
 	var recs []Record
 	dec := json.NewDecoder(http.MaxBytesReader(rw, r.Body, w.opts.MaxBodyBytes))
 	if err := dec.Decode(&recs); err != nil {

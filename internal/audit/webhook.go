@@ -340,15 +340,10 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	if !w.accepting(rw) {
 		return
 	}
-	select {
-	case w.slots <- struct{}{}:
-		defer func() { <-w.slots }()
-	default:
-		// client-go's webhook client retries a 429 after Retry-After.
-		rw.Header().Set("Retry-After", "1")
-		w.refuse(rw, r, http.StatusTooManyRequests, fmt.Sprintf("%d audit event lists are being read: retry", cap(w.slots)))
+	if !w.takeSlot(rw, r) {
 		return
 	}
+	defer w.releaseSlot()
 	body := http.MaxBytesReader(rw, r.Body, w.opts.MaxBodyBytes)
 	batch := requestEvents{limit: w.opts.MaxBodyBytes / 4}
 	counts, err := DecodeEventList(body, batch.add)
@@ -543,3 +538,20 @@ func (w *Webhook) refuseClient(rw http.ResponseWriter, r *http.Request, code int
 	}
 	http.Error(rw, why, code)
 }
+
+// takeSlot takes one of the slots that bound how many event lists are
+// read at once, or answers 429 with Retry-After (client-go's webhook
+// client retries after it) and reports false. releaseSlot gives it back.
+func (w *Webhook) takeSlot(rw http.ResponseWriter, r *http.Request) bool {
+	select {
+	case w.slots <- struct{}{}:
+		return true
+	default:
+		rw.Header().Set("Retry-After", "1")
+		w.refuse(rw, r, http.StatusTooManyRequests, fmt.Sprintf("%d audit event lists are being read: retry", cap(w.slots)))
+		return false
+	}
+}
+
+// releaseSlot gives back the slot takeSlot took.
+func (w *Webhook) releaseSlot() { <-w.slots }
