@@ -99,6 +99,9 @@ func newCluster() (*cluster, error) {
 		return nil, err
 	}
 	c.cfg.QPS, c.cfg.Burst = 100, 200
+	// Listing every resource (what an uninstall left) lists deprecated
+	// ones too, each with a warning that says nothing of the chart.
+	c.cfg.WarningHandler = rest.NoWarnings{}
 	if c.cs, err = kubernetes.NewForConfig(c.cfg); err != nil {
 		return nil, err
 	}
