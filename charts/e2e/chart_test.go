@@ -344,7 +344,7 @@ func (s *chartSteps) uninstall(t *testing.T) {
 	}
 	t.Logf("helm uninstall --wait: %s", time.Since(start).Round(100*time.Millisecond))
 	want := []string{
-		"Lease fieldwatch",
+		"Lease " + chartRelease.fullname,
 		"PersistentVolumeClaim state-chart-fieldwatch-0",
 		"PersistentVolumeClaim state-chart-fieldwatch-1",
 	}

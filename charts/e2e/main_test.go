@@ -38,7 +38,6 @@ const (
 	releaseName = "chart"
 	releaseNS   = "chart-e2e"
 	container   = "fieldwatch"
-	leaseName   = "fieldwatch"
 )
 
 // c is the cluster of make cluster.

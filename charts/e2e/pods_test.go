@@ -111,12 +111,13 @@ func (in install) describePods(t testing.TB) {
 	}
 }
 
-// leader returns the name of the ready pod that holds the Lease.
+// leader returns the name of the ready pod that holds the Lease (named
+// after the release's full name).
 func (in install) leader(t testing.TB) string {
 	t.Helper()
 	var holder string
 	if !poll(2*time.Minute, func() bool {
-		l, err := c.cs.CoordinationV1().Leases(in.ns).Get(context.Background(), leaseName, metav1.GetOptions{})
+		l, err := c.cs.CoordinationV1().Leases(in.ns).Get(context.Background(), in.fullname, metav1.GetOptions{})
 		if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
 			return false
 		}
@@ -129,7 +130,7 @@ func (in install) leader(t testing.TB) string {
 		p, err := c.cs.CoreV1().Pods(in.ns).Get(context.Background(), holder, metav1.GetOptions{})
 		return err == nil && ready(p)
 	}) {
-		t.Fatalf("no ready pod of %s/%s holds Lease %s within 2 minutes (holder %q)", in.ns, in.fullname, leaseName, holder)
+		t.Fatalf("no ready pod of %s/%s holds Lease %s within 2 minutes (holder %q)", in.ns, in.fullname, in.fullname, holder)
 	}
 	return holder
 }
