@@ -121,7 +121,7 @@ func (b *bench) crdCount(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	deployRules := filepath.Join(root, "deploy/rules.yaml")
+	deployRules := filepath.Join(root, "deploy/base/rules.yaml")
 	crdRules := filepath.Join(root, "examples/crd-definitions/rules.yaml")
 	created := 0
 	for _, n := range b.o.crdCounts {
