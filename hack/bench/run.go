@@ -459,15 +459,19 @@ func percentiles(ds []time.Duration) (p50, p99 time.Duration) {
 	return pct(0.5), pct(0.99)
 }
 
+// drainPadding pads the drain's values so that each POST's body is about
+// 4 KB (the value, and the payload around it).
+var drainPadding = strings.Repeat("x", 3500)
+
 // drain holds the receiver while a backlog builds up, then measures how
-// fast fieldwatch empties it.
+// fast fieldwatch empties it, with POST bodies of about 4 KB.
 func (b *bench) drain(ctx context.Context, rec *receiver, cms dynamic.ResourceInterface, fw *process) error {
 	d := min(b.o.drain, b.o.configMaps)
 	gate := make(chan struct{})
 	rec.reset(gate, nil)
 	before := fw.metric(`fieldwatch_watcher_events_total{group="",resource="configmaps",type="updated",version="v1"}`)
 	run := time.Now().UnixNano()
-	if err := patchUpdates(ctx, cms, d, func(i int) string { return fmt.Sprintf("%d-drain-%d", run, i) }); err != nil {
+	if err := patchUpdates(ctx, cms, d, func(i int) string { return fmt.Sprintf("%d-drain-%d-%s", run, i, drainPadding) }); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(2 * time.Minute)
@@ -484,6 +488,6 @@ func (b *bench) drain(ctx context.Context, rec *receiver, cms dynamic.ResourceIn
 		return err
 	}
 	r := float64(d) / at.Sub(start).Seconds()
-	b.t.add("webhook POSTs/s draining a backlog", "", fmt.Sprintf("%.0f", r), "", fmt.Sprintf("%d firings queued behind a held receiver, out of process", d))
+	b.t.add("webhook POSTs/s draining a backlog", "", fmt.Sprintf("%.0f", r), "", fmt.Sprintf("%d firings queued behind a held receiver, out of process, bodies of %d B", d, rec.meanBody()))
 	return nil
 }
