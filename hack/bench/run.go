@@ -141,7 +141,10 @@ func (b *bench) printTable() {
 // error.
 func forEach(n int, do func(i int) error) error {
 	var next atomic.Int64
-	var failed atomic.Value
+	// An atomic.Pointer, not an atomic.Value: errors of two concrete
+	// types made Value's CompareAndSwap panic, and the bench with it,
+	// leaving its control planes running.
+	var failed atomic.Pointer[error]
 	var wg sync.WaitGroup
 	for range 32 {
 		wg.Go(func() {
@@ -151,15 +154,15 @@ func forEach(n int, do func(i int) error) error {
 					return
 				}
 				if err := do(i); err != nil {
-					failed.CompareAndSwap(nil, err)
+					failed.CompareAndSwap(nil, &err)
 					return
 				}
 			}
 		})
 	}
 	wg.Wait()
-	if err, _ := failed.Load().(error); err != nil {
-		return err
+	if err := failed.Load(); err != nil {
+		return *err
 	}
 	return nil
 }
