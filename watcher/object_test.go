@@ -285,8 +285,8 @@ func TestLargeObjectPacked(t *testing.T) {
 }
 
 // TestSmallObjectsDelta: small objects of one resource are kept as their
-// differences from its template (the second object's JSON; the first is
-// kept whole), read back whole, keep the same JSON in the same bytes, and
+// differences from its template (the JSON of its templateAfter-th; those
+// before are kept whole), read back whole, keep the same JSON in the same bytes, and
 // compare by content with objects of another resource's template too.
 func TestSmallObjectsDelta(t *testing.T) {
 	newTyp := func() *objectType {
@@ -317,8 +317,8 @@ func TestSmallObjectsDelta(t *testing.T) {
 		if got := o.json(); string(got) != string(plain) {
 			t.Fatalf("object %d reads back as\n%s\nwant\n%s", i, got, plain)
 		}
-		if i == 0 && o.rest[0] == deltaMark {
-			t.Errorf("the first object is kept as a delta, before a template")
+		if i < templateAfter-1 && o.rest[0] == deltaMark {
+			t.Errorf("object %d is kept as a delta, before a template", i)
 		}
 		if i > 0 {
 			whole += len(plain)
@@ -340,7 +340,10 @@ func TestSmallObjectsDelta(t *testing.T) {
 	first, err := newObject(cm(0, fmt.Sprintf("%x\x00\u00e9\"\\ %d", 0, 0)), typ)
 	mustf(t, err, "project")
 	other := newTyp()
-	for i := 3; i < 6; i++ {
+	for i := 3; i < 3+templateAfter; i++ {
+		if other.dict.p.Load() != nil {
+			t.Fatalf("a template after %d objects, want one after %d", i-3, templateAfter)
+		}
 		_, _ = newObject(cm(i+100, "z"), other)
 	}
 	elsewhere, err := newObject(cm(9, "team-9"), other)
@@ -357,8 +360,10 @@ func TestSmallObjectsDelta(t *testing.T) {
 // or points past the template, reads as nothing rather than panicking.
 func TestDeltaDecodeMalformed(t *testing.T) {
 	d := &packDict{}
-	d.get([]byte(`{"a":1}`))
-	tpl := d.get([]byte(`{"metadata":{"labels":{"app":"x"}}}`))
+	var tpl *template
+	for tpl == nil {
+		tpl = d.get([]byte(`{"metadata":{"labels":{"app":"x"}}}`))
+	}
 	for _, bad := range [][]byte{
 		{deltaMark},
 		{deltaMark, 5},

@@ -13,7 +13,7 @@ import (
 // keeps its schemas (tens to hundreds of KiB of JSON, which compress
 // about tenfold), and thousands of CRDs would otherwise hold most of the
 // cache. Below packThreshold an object's JSON is kept as the differences
-// from the first object of its resource (its template, see packDict):
+// from one object of its resource (its template, see packDict):
 // objects of one resource share their keys, most of their metadata and
 // many values, so a ConfigMap's 229 bytes of projected JSON are kept in
 // about 50. Reading one back is a copy of those pieces.
@@ -39,37 +39,43 @@ var (
 )
 
 // packDict is the template of one resource's objects: the projected JSON
-// of the second of them under packThreshold (a resource with one object,
-// as most custom resources have, makes none), set once and never changed,
-// with a hash table of where each four bytes of it first are.
+// of the templateAfter-th of them under packThreshold (a resource with
+// fewer, as most custom resources are, makes none and pays nothing), set
+// once and never changed, with a hash table of where each four bytes of
+// it first are (2 bytes a slot, a slot for every two bytes of it: a
+// template costs at most twice its size, 16 KiB).
 type packDict struct {
-	first atomic.Bool
-	p     atomic.Pointer[template]
+	seen atomic.Int32
+	p    atomic.Pointer[template]
 }
+
+// templateAfter is how many objects of a resource are kept whole before
+// one of them becomes its template.
+const templateAfter = 8
 
 type template struct {
 	b     []byte
 	shift uint
-	table []int32 // by hash of four bytes: their first offset in b, plus one
+	table []uint16 // by hash of four bytes: their first offset in b, plus one
 }
 
 // get returns the template, made of b when there is none yet; nil for
-// the first object.
+// the first objects.
 func (d *packDict) get(b []byte) *template {
 	if t := d.p.Load(); t != nil {
 		return t
 	}
-	if d.first.CompareAndSwap(false, true) {
+	if d.seen.Add(1) < templateAfter {
 		return nil
 	}
-	bits := uint(6)
-	for 1<<bits < len(b) {
+	bits := uint(5)
+	for 2<<bits < len(b) {
 		bits++
 	}
-	t := &template{b: bytes.Clone(b), shift: 32 - bits, table: make([]int32, 1<<bits)}
+	t := &template{b: bytes.Clone(b), shift: 32 - bits, table: make([]uint16, 1<<bits)}
 	for i := 0; i+deltaMinMatch <= len(t.b); i++ {
 		if h := t.hash(t.b[i:]); t.table[h] == 0 {
-			t.table[h] = int32(i + 1)
+			t.table[h] = uint16(i + 1)
 		}
 	}
 	if d.p.CompareAndSwap(nil, t) {
@@ -86,7 +92,7 @@ func (t *template) hash(b []byte) uint32 {
 // setRest keeps b, the object's projected JSON: as the differences from
 // its resource's template when it is small, compressed when it is large,
 // as it is when neither saves something. The same JSON always gives the
-// same bytes within one resource's objects, but for the first.
+// same bytes within one resource's objects, but for the first few.
 func (o *Object) setRest(b []byte) {
 	o.rest = b
 	if len(b) < packThreshold {
