@@ -2,12 +2,14 @@ package action
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -47,6 +49,13 @@ func drain(b *testing.B, d *Dispatcher, r *rules.Rule, n int) float64 {
 	for i := range firings {
 		firings[i] = newFiring(r)
 	}
+	return drainFirings(b, d, firings)
+}
+
+// drainFirings is drain of the firings given.
+func drainFirings(b *testing.B, d *Dispatcher, firings []rules.Firing) float64 {
+	b.Helper()
+	n := len(firings)
 	var left sync.WaitGroup
 	left.Add(n)
 	ctx := context.Background()
@@ -99,6 +108,38 @@ func BenchmarkWebhook(b *testing.B) {
 	b.ResetTimer()
 	rate := drain(b, d, r, b.N)
 	b.ReportMetric(rate, "firings/s")
+}
+
+// BenchmarkWebhook4KB: firings per second and CPU per payload (the whole
+// process's, receiver included) through the webhook action with payloads
+// of about 4 KB, each connection's write buffer at Go's default of 4 KiB
+// beside fieldwatch's (webhookWriteBuffer), in one run.
+func BenchmarkWebhook4KB(b *testing.B) {
+	ours := webhookWriteBuffer
+	defer func() { webhookWriteBuffer = ours }()
+	for _, size := range []int{4 << 10, ours} {
+		b.Run(fmt.Sprintf("write-buffer-%dKiB", size>>10), func(b *testing.B) {
+			webhookWriteBuffer = size
+			d := benchDispatcher(b)
+			r := webhookRule("bench-webhook-4kb", &rules.WebhookAction{URL: benchReceiver(b, nil)})
+			padded := func(n int) []rules.Firing {
+				firings := make([]rules.Firing, n)
+				for i := range firings {
+					firings[i] = newFiring(r)
+					firings[i].Payload = fmt.Appendf(nil, `{"id":%q,"changes":[{"op":"replace","path":"/data/counter","value":%q}]}`, firings[i].ID, strings.Repeat("x", 4000))
+				}
+				return firings
+			}
+			drainFirings(b, d, padded(500)) // connect, warm up
+			firings := padded(b.N)
+			b.ResetTimer()
+			cpu := cpuTime(b)
+			rate := drainFirings(b, d, firings)
+			used := cpuTime(b) - cpu
+			b.ReportMetric(rate, "firings/s")
+			b.ReportMetric(float64(used.Microseconds())/float64(b.N), "cpu-µs/payload")
+		})
+	}
 }
 
 // maxWebhookRate is the drain rate BenchmarkWebhookLatency paces against,

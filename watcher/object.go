@@ -74,6 +74,9 @@ type objectType struct {
 	projection change.Projection
 	// foreign marks objects of other shards: cached for keying only.
 	foreign bool
+	// dict is the template of the resource's objects' JSON (packed.go),
+	// shared by the objectTypes of one resource; nil keeps it whole.
+	dict *packDict
 	// listed marks objects decoded from a list (the initial list, a
 	// relist, a watch-list's initial events) rather than from a watch
 	// event: the changes they make may be long past.
@@ -135,9 +138,14 @@ func (o *Object) Map() map[string]any {
 }
 
 // sameContent reports whether o and p carry the same projected content,
-// ignoring resourceVersion.
+// ignoring resourceVersion. Objects of one resource mostly keep the same
+// JSON in the same bytes (not the first one kept, before its template);
+// those that differ are compared by their JSON.
 func (o *Object) sameContent(p *Object) bool {
-	return o.sameUID(p) && o.name == p.name && o.ns == p.ns && bytes.Equal(o.rest, p.rest)
+	if !o.sameUID(p) || o.name != p.name || o.ns != p.ns {
+		return false
+	}
+	return bytes.Equal(o.rest, p.rest) || bytes.Equal(o.json(), p.json())
 }
 
 // gvk returns the object's kind.

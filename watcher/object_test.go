@@ -283,3 +283,97 @@ func TestLargeObjectPacked(t *testing.T) {
 		t.Errorf("same content: with itself %v, with another %v", a.sameContent(b), a.sameContent(c))
 	}
 }
+
+// TestSmallObjectsDelta: small objects of one resource are kept as their
+// differences from its template (the JSON of its templateAfter-th; those
+// before are kept whole), read back whole, keep the same JSON in the same bytes, and
+// compare by content with objects of another resource's template too.
+func TestSmallObjectsDelta(t *testing.T) {
+	newTyp := func() *objectType {
+		return &objectType{gvk: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, apiVersion: "v1",
+			projection: change.Projection{Paths: [][]string{{"data", "owner"}}}, dict: &packDict{}}
+	}
+	cm := func(i int, owner string) map[string]any {
+		created := fmt.Sprintf("2026-12-05T02:%02d:%02dZ", i/60%60, i%60)
+		return map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": fmt.Sprintf("cm-%07d", i), "namespace": "scale", "uid": fmt.Sprintf("0a1b2c3d-0000-4000-8000-%012d", i),
+				"resourceVersion": fmt.Sprint(1000 + i), "creationTimestamp": created, "labels": map[string]any{"app": "scale", "shard": fmt.Sprint(i % 7)},
+				"managedFields": []any{map[string]any{"manager": "bench", "operation": "Update", "apiVersion": "v1", "time": created,
+					"fieldsType": "FieldsV1", "fieldsV1": map[string]any{"f:data": map[string]any{"f:owner": map[string]any{}}}}}},
+			"data": map[string]any{"owner": owner, "note": "x"}}
+	}
+	typ := newTyp()
+	var whole, kept int
+	objs := make([]*Object, 0, 500)
+	for i := range 500 {
+		owner := fmt.Sprintf("team-%d", i%50)
+		if i%97 == 0 {
+			owner = fmt.Sprintf("%x\x00\u00e9\"\\ %d", i*7919, i) // unlike the template
+		}
+		o, err := newObject(cm(i, owner), typ)
+		mustf(t, err, "project")
+		plain, err := json.Marshal(project(typ.projection, cm(i, owner)))
+		mustf(t, err, "marshal")
+		if got := o.json(); string(got) != string(plain) {
+			t.Fatalf("object %d reads back as\n%s\nwant\n%s", i, got, plain)
+		}
+		if i < templateAfter-1 && o.rest[0] == deltaMark {
+			t.Errorf("object %d is kept as a delta, before a template", i)
+		}
+		if i > 0 {
+			whole += len(plain)
+			kept += len(o.rest)
+		}
+		objs = append(objs, o)
+	}
+	t.Logf("%d bytes of JSON kept in %d", whole, kept)
+	if kept*3 > whole {
+		t.Errorf("%d bytes of JSON kept in %d, want a third at most", whole, kept)
+	}
+	again, err := newObject(cm(7, "team-7"), typ)
+	mustf(t, err, "project")
+	if string(again.rest) != string(objs[7].rest) || !again.sameContent(objs[7]) || again.sameContent(objs[8]) {
+		t.Errorf("the same JSON kept in other bytes, or compared wrong")
+	}
+	// The first object's JSON, kept whole, against the same JSON kept as a
+	// delta; and objects of another resource's template.
+	first, err := newObject(cm(0, fmt.Sprintf("%x\x00\u00e9\"\\ %d", 0, 0)), typ)
+	mustf(t, err, "project")
+	other := newTyp()
+	for i := 3; i < 3+templateAfter; i++ {
+		if other.dict.p.Load() != nil {
+			t.Fatalf("a template after %d objects, want one after %d", i-3, templateAfter)
+		}
+		_, _ = newObject(cm(i+100, "z"), other)
+	}
+	elsewhere, err := newObject(cm(9, "team-9"), other)
+	mustf(t, err, "project")
+	if first.rest[0] != deltaMark || objs[0].rest[0] == deltaMark || !first.sameContent(objs[0]) || !elsewhere.sameContent(objs[9]) || elsewhere.sameContent(objs[10]) {
+		t.Errorf("same content across templates: %v %v %v", first.sameContent(objs[0]), elsewhere.sameContent(objs[9]), elsewhere.sameContent(objs[10]))
+	}
+	if m := objs[42].Map(); m["data"].(map[string]any)["owner"] != "team-42" {
+		t.Errorf("Map = %v", m)
+	}
+}
+
+// TestDeltaDecodeMalformed: a delta that does not stand for its length,
+// or points past the template, reads as nothing rather than panicking.
+func TestDeltaDecodeMalformed(t *testing.T) {
+	d := &packDict{}
+	var tpl *template
+	for tpl == nil {
+		tpl = d.get([]byte(`{"metadata":{"labels":{"app":"x"}}}`))
+	}
+	for _, bad := range [][]byte{
+		{deltaMark},
+		{deltaMark, 5},
+		{deltaMark, 5, 2 << 1, 'a'},
+		{deltaMark, 4, 4<<1 | 1, 200},
+		{deltaMark, 4, 4<<1 | 1, 34},
+		{deltaMark, 0xff, 0xff, 0xff},
+	} {
+		if got := tpl.decode(bad); got != nil {
+			t.Errorf("decode(%v) = %q, want nil", bad, got)
+		}
+	}
+}

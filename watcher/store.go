@@ -337,7 +337,7 @@ func (s *Store) load(gr schema.GroupResource, res change.Resource) (map[types.UI
 				if err := json.Unmarshal([]byte(r.Projection), &p); err != nil {
 					return fmt.Errorf("record %s/%s projection: %w", gr, k, err)
 				}
-				typ = &objectType{gvk: groupVersion(res).WithKind(res.Kind), apiVersion: res.APIVersion(), projection: p}
+				typ = &objectType{gvk: groupVersion(res).WithKind(res.Kind), apiVersion: res.APIVersion(), projection: p, dict: &packDict{}}
 				types_[r.Projection] = typ
 			}
 			o := &Object{ns: intern(r.Namespace), name: r.Name, resourceVersion: r.ResourceVersion, typ: typ}

@@ -114,6 +114,7 @@ func newResourceWatch(w *Watcher, res change.Resource, namespace string, proj ch
 		gvk:        groupVersion(res).WithKind(res.Kind),
 		apiVersion: res.APIVersion(),
 		projection: proj,
+		dict:       &packDict{},
 	}
 	foreign := *typ
 	foreign.foreign = true

@@ -71,7 +71,7 @@ func main() {
 	flag.IntVar(&o.latencySeconds, "latency-seconds", 10, "how long to measure latency at half the maximum rate")
 	flag.IntVar(&o.drain, "drain", 5000, "firings queued for the webhook drain measurement")
 	flag.StringVar(&o.sections, "sections", "memory,events,history,audit,startup,cbor,crds,objects", "which measurements to run (events and history update the ConfigMaps memory creates, or create them)")
-	flag.StringVar(&o.compare, "compare", "", "another fieldwatch binary to run beside bin/fieldwatch in the CRD-count (deploy/ rules) and object-count scenarios, for a change's before and after in one run")
+	flag.StringVar(&o.compare, "compare", "", "another fieldwatch binary to run beside bin/fieldwatch in the events section (CPU per change with a webhook, the drain), the CRD-count (deploy/ rules) and object-count scenarios, for a change's before and after in one run")
 	crdCounts := flag.String("crd-counts", "100,1000,3000", "CRD counts of the CRD-count scenario (crds), ascending")
 	objectCounts := flag.String("object-counts", "100000,300000", "ConfigMap counts of the object-count scenario (objects), ascending")
 	flag.Parse()

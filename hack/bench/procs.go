@@ -298,6 +298,7 @@ type receiver struct {
 	srv     *http.Server
 	mu      sync.Mutex
 	ids     map[string]bool
+	bytes   int64         // body bytes received since the last reset
 	gate    chan struct{} // nil: open
 	inspect func(body []byte)
 }
@@ -326,6 +327,7 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	}
 	r.mu.Lock()
 	r.ids[req.Header.Get("Idempotency-Key")] = true
+	r.bytes += int64(len(body))
 	r.mu.Unlock()
 }
 
@@ -339,8 +341,20 @@ func (r *receiver) reset(gate chan struct{}, inspect func([]byte)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.ids = map[string]bool{}
+	r.bytes = 0
 	r.gate = gate
 	r.inspect = inspect
+}
+
+// meanBody returns the mean body size of the requests received since the
+// last reset.
+func (r *receiver) meanBody() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.ids) == 0 {
+		return 0
+	}
+	return r.bytes / int64(len(r.ids))
 }
 
 func (r *receiver) waitReceived(n int, timeout time.Duration) (time.Time, error) {

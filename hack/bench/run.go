@@ -141,7 +141,10 @@ func (b *bench) printTable() {
 // error.
 func forEach(n int, do func(i int) error) error {
 	var next atomic.Int64
-	var failed atomic.Value
+	// An atomic.Pointer, not an atomic.Value: errors of two concrete
+	// types made Value's CompareAndSwap panic, and the bench with it,
+	// leaving its control planes running.
+	var failed atomic.Pointer[error]
 	var wg sync.WaitGroup
 	for range 32 {
 		wg.Go(func() {
@@ -151,15 +154,15 @@ func forEach(n int, do func(i int) error) error {
 					return
 				}
 				if err := do(i); err != nil {
-					failed.CompareAndSwap(nil, err)
+					failed.CompareAndSwap(nil, &err)
 					return
 				}
 			}
 		})
 	}
 	wg.Wait()
-	if err, _ := failed.Load().(error); err != nil {
-		return err
+	if err := failed.Load(); err != nil {
+		return *err
 	}
 	return nil
 }
@@ -343,13 +346,35 @@ func (b *bench) events(ctx context.Context) error {
 		return err
 	}
 	defer fwHook.stop()
-	for _, p := range []*process{bare, fwLog, fwHook} {
+	procs := []*process{bare, fwLog, fwHook}
+	// With -compare, the other build posts to a receiver of its own beside
+	// fwHook, on the same stream.
+	var cmpRec *receiver
+	var cmpHook *process
+	if b.o.compare != "" {
+		if cmpRec, err = newReceiver(); err != nil {
+			return err
+		}
+		cmpRules, err := b.counterRules("webhook-compare", "webhook: {url: 'http://"+cmpRec.addr+"/hook', timeout: 60s}")
+		if err != nil {
+			return err
+		}
+		if cmpHook, err = startFieldwatch("fieldwatch-webhook-compare", b.o.compare, b.kubeconfig, cmpRules, nil); err != nil {
+			return err
+		}
+		defer cmpHook.stop()
+		procs = append(procs, cmpHook)
+	}
+	for _, p := range procs {
 		if err := p.waitSynced(3 * time.Minute); err != nil {
 			return err
 		}
 	}
 	time.Sleep(2 * time.Second) // let start-up work settle before reading CPU
-	cpu0 := map[*process]time.Duration{bare: bare.cpu(), fwLog: fwLog.cpu(), fwHook: fwHook.cpu()}
+	cpu0 := map[*process]time.Duration{}
+	for _, p := range procs {
+		cpu0[p] = p.cpu()
+	}
 	cms := b.dyn.Resource(configMapsGVR).Namespace(cmNS)
 	run := time.Now().UnixNano()
 	_, _ = fmt.Fprintf(os.Stderr, "bench: %d updates to three consumers\n", n)
@@ -371,6 +396,11 @@ func (b *bench) events(ctx context.Context) error {
 		return err
 	}
 	took[fwHook] = at.Sub(start)
+	if cmpHook != nil {
+		if _, err := cmpRec.waitReceived(n, 5*time.Minute); err != nil {
+			return err
+		}
+	}
 	cpu := map[*process]time.Duration{}
 	for p, c0 := range cpu0 {
 		cpu[p] = (p.cpu() - c0) / time.Duration(n)
@@ -381,14 +411,48 @@ func (b *bench) events(ctx context.Context) error {
 	b.t.add("changes/s delivered, to a webhook on 127.0.0.1", fmt.Sprintf("%.0f", rate(bare)), fmt.Sprintf("%.0f", rate(fwHook)), ratio(rate(fwHook), rate(bare)), "")
 	b.t.add("CPU per change, log action (rules + delivery)", msCol(cpu[bare]), msCol(cpu[fwLog]), ratio(float64(cpu[fwLog]), float64(cpu[bare])), "process CPU from /proc, start-up excluded")
 	b.t.add("CPU per change, webhook action (rules + POST)", msCol(cpu[bare]), msCol(cpu[fwHook]), ratio(float64(cpu[fwHook]), float64(cpu[bare])), "")
+	if cmpHook != nil {
+		b.t.add("  same, "+b.o.compare, msCol(cpu[bare]), msCol(cpu[cmpHook]), ratio(float64(cpu[cmpHook]), float64(cpu[bare])), "")
+	}
 
 	// The log consumer is done: stop it so that the latency measurement
 	// does not share the two cores with a third watcher.
 	fwLog.stop()
+	if cmpHook != nil {
+		// Only one webhook consumer at a time reads the latency's and the
+		// drain's updates.
+		cmpHook.stop()
+	}
 	if err := b.latency(ctx, rec, cms, bare, rate(fwHook)/2); err != nil {
 		return err
 	}
-	return b.drain(ctx, rec, cms, fwHook)
+	if err := b.drain(ctx, rec, cms, fwHook, ""); err != nil {
+		return err
+	}
+	if b.o.compare == "" {
+		return nil
+	}
+	// The other build drains a backlog of its own, bin/fieldwatch stopped,
+	// from short values again (a change's payload holds the old value too).
+	fwHook.stop()
+	bare.stop()
+	run = time.Now().UnixNano()
+	if err := patchUpdates(ctx, cms, min(b.o.drain, b.o.configMaps), func(i int) string { return fmt.Sprintf("%d-reset-%d", run, i) }); err != nil {
+		return err
+	}
+	cmpRules, err := b.counterRules("webhook-compare-drain", "webhook: {url: 'http://"+rec.addr+"/hook', timeout: 60s}")
+	if err != nil {
+		return err
+	}
+	cmp, err := startFieldwatch("fieldwatch-webhook-compare", b.o.compare, b.kubeconfig, cmpRules, nil)
+	if err != nil {
+		return err
+	}
+	defer cmp.stop()
+	if err := cmp.waitSynced(3 * time.Minute); err != nil {
+		return err
+	}
+	return b.drain(ctx, rec, cms, cmp, ", "+b.o.compare)
 }
 
 // latency measures update -> webhook receipt at a fixed rate.
@@ -459,15 +523,19 @@ func percentiles(ds []time.Duration) (p50, p99 time.Duration) {
 	return pct(0.5), pct(0.99)
 }
 
+// drainPadding pads the drain's values so that each POST's body is about
+// 4 KB (the value, and the payload around it).
+var drainPadding = strings.Repeat("x", 3500)
+
 // drain holds the receiver while a backlog builds up, then measures how
-// fast fieldwatch empties it.
-func (b *bench) drain(ctx context.Context, rec *receiver, cms dynamic.ResourceInterface, fw *process) error {
+// fast fieldwatch empties it, with POST bodies of about 4 KB.
+func (b *bench) drain(ctx context.Context, rec *receiver, cms dynamic.ResourceInterface, fw *process, label string) error {
 	d := min(b.o.drain, b.o.configMaps)
 	gate := make(chan struct{})
 	rec.reset(gate, nil)
 	before := fw.metric(`fieldwatch_watcher_events_total{group="",resource="configmaps",type="updated",version="v1"}`)
 	run := time.Now().UnixNano()
-	if err := patchUpdates(ctx, cms, d, func(i int) string { return fmt.Sprintf("%d-drain-%d", run, i) }); err != nil {
+	if err := patchUpdates(ctx, cms, d, func(i int) string { return fmt.Sprintf("%d-drain-%d-%s", run, i, drainPadding) }); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(2 * time.Minute)
@@ -484,6 +552,6 @@ func (b *bench) drain(ctx context.Context, rec *receiver, cms dynamic.ResourceIn
 		return err
 	}
 	r := float64(d) / at.Sub(start).Seconds()
-	b.t.add("webhook POSTs/s draining a backlog", "", fmt.Sprintf("%.0f", r), "", fmt.Sprintf("%d firings queued behind a held receiver, out of process", d))
+	b.t.add("webhook POSTs/s draining a backlog"+label, "", fmt.Sprintf("%.0f", r), "", fmt.Sprintf("%d firings queued behind a held receiver, out of process, bodies of %d B", d, rec.meanBody()))
 	return nil
 }

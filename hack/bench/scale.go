@@ -121,7 +121,7 @@ func (b *bench) crdCount(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	deployRules := filepath.Join(root, "deploy/rules.yaml")
+	deployRules := filepath.Join(root, "deploy/base/rules.yaml")
 	crdRules := filepath.Join(root, "examples/crd-definitions/rules.yaml")
 	created := 0
 	for _, n := range b.o.crdCounts {
@@ -155,8 +155,8 @@ func (b *bench) crdCount(ctx context.Context) error {
 				fmt.Sprintf("%.1f s, %.0f MiB", bare.ready.Seconds(), mib(bare.rss)),
 				fmt.Sprintf("%.1f s, %.0f MiB", fw.ready.Seconds(), mib(fw.rss)),
 				fmt.Sprintf("%.2fx, %.2fx", fw.ready.Seconds()/bare.ready.Seconds(), float64(fw.rss)/float64(bare.rss)),
-				fmt.Sprintf("peak RSS %.0f MiB (bare %.0f), %.1f KiB a resource; heap after a collection %.0f MiB (bare %.0f)",
-					mib(fw.peak), mib(bare.peak), float64(fw.rss)/1024/float64(fw.resources), mib(fw.heap), mib(bare.heap)))
+				fmt.Sprintf("peak RSS %.0f MiB (bare %.0f), %.1f KiB a resource; heap after a collection %.0f MiB (bare %.0f), goroutine stacks %.0f MiB",
+					mib(fw.peak), mib(bare.peak), float64(fw.rss)/1024/float64(fw.resources), mib(fw.heap), mib(bare.heap), mib(fw.stacks)))
 			b.t.add("  goroutines, discovery requests at start", fmt.Sprintf("%d, %d", bare.goroutines, bare.discovery),
 				fmt.Sprintf("%d, %d", fw.goroutines, fw.discovery), fmt.Sprintf("%.2fx", float64(fw.goroutines)/float64(bare.goroutines)),
 				fmt.Sprintf("%.2f goroutines a resource (%d resources); discovery pass %.2f s; list+watch requests %d; fired at start %d; a new CRD's first object fired in %.2f s",
@@ -195,6 +195,7 @@ func (b *bench) createScaleCRDs(ctx context.Context, dyn dynamic.Interface, from
 type scaleResult struct {
 	ready               time.Duration
 	rss, peak, heap     int64
+	stacks              int64
 	goroutines          int
 	discovery, requests int
 	resources           int
@@ -276,6 +277,7 @@ func (b *bench) runFieldwatchCRDs(ctx context.Context, kubeconfig, binary string
 	if r.heap, err = fieldwatchHeap(p, pprofAddr); err != nil {
 		return r, err
 	}
+	r.stacks = int64(p.metric("go_memstats_stack_inuse_bytes "))
 	// A new CRD and its object: how long from the object's creation to
 	// its firing (the CRD is served first, as a user would wait for it).
 	if _, err := dyn.Resource(crdsGVR).Create(ctx, scaleCRD(next), metav1.CreateOptions{}); ignoreExists(err) != nil {
