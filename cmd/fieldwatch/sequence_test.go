@@ -1,10 +1,8 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -280,47 +278,6 @@ func checkOrder(t *testing.T, label string, ps []seqPayload) {
 	}
 }
 
-// burstLanes is burst with the writes spread over lanes goroutines, one
-// request of each in flight at a time: data.v takes each of the values
-// from+1 ... from+n once, in the order the apiserver serves them, and the
-// resourceVersions are returned in the order of the writes. One request
-// after the other, a burst of thousands took minutes on a loaded machine
-// (each write waits for the previous one's round trip), and a receiver
-// never fell behind.
-func burstLanes(ctx context.Context, cms dynamic.ResourceInterface, name string, from, n, lanes int) ([]string, error) {
-	if lanes <= 1 {
-		return burst(ctx, cms, name, from, n)
-	}
-	var (
-		mu   sync.Mutex
-		rvs  []string
-		errs []error
-		wg   sync.WaitGroup
-	)
-	for lane := range lanes {
-		wg.Go(func() {
-			for i := from + 1 + lane; i <= from+n; i += lanes {
-				o, err := cms.Patch(ctx, name, types.MergePatchType, fmt.Appendf(nil, `{"data":{"v":"%d"}}`, i), metav1.PatchOptions{})
-				mu.Lock()
-				if err != nil {
-					errs = append(errs, fmt.Errorf("patch %s to %d: %w", name, i, err))
-					mu.Unlock()
-					return
-				}
-				rvs = append(rvs, o.GetResourceVersion())
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	slices.SortFunc(rvs, func(a, b string) int {
-		x, _ := strconv.ParseUint(a, 10, 64)
-		y, _ := strconv.ParseUint(b, 10, 64)
-		return cmp.Compare(x, y)
-	})
-	return rvs, errors.Join(errs...)
-}
-
 // runWriters runs each write plan at once and returns what they wrote.
 func runWriters(t *testing.T, plans []writePlan) []written {
 	t.Helper()
@@ -328,7 +285,7 @@ func runWriters(t *testing.T, plans []writePlan) []written {
 	var wg sync.WaitGroup
 	for i, pl := range plans {
 		wg.Go(func() {
-			rvs, err := burstLanes(context.Background(), pl.client, pl.name, pl.from, pl.n, pl.lanes)
+			rvs, err := burst(context.Background(), pl.client, pl.name, pl.from, pl.n)
 			if err != nil {
 				t.Error(err)
 			}
@@ -344,22 +301,18 @@ type writePlan struct {
 	name, writer string
 	client       dynamic.ResourceInterface
 	from, n      int
-	// lanes is how many of the writer's requests are in flight at once
-	// (0: one after the other).
-	lanes int
 }
 
 // seqPlans are the bursts of TestEveryWriteItsOwnRecord and
 // TestEveryWriteAttributed: 300 and 3,000 updates of one object by one
-// writer, and 300 by each of 8 writers on 8 objects at once; each writer
-// has 4 requests in flight.
+// writer, and 300 by each of 8 writers on 8 objects at once.
 func seqPlans(client func(writer string) dynamic.ResourceInterface) []writePlan {
 	plans := []writePlan{
-		{name: "one-300", writer: "ann", n: 300, lanes: 4},
-		{name: "one-3000", writer: "bob", n: 3000, lanes: 4},
+		{name: "one-300", writer: "ann", n: 300},
+		{name: "one-3000", writer: "bob", n: 3000},
 	}
 	for i := range 8 {
-		plans = append(plans, writePlan{name: fmt.Sprintf("eight-%d", i), writer: fmt.Sprintf("writer-%d", i), n: 300, lanes: 4})
+		plans = append(plans, writePlan{name: fmt.Sprintf("eight-%d", i), writer: fmt.Sprintf("writer-%d", i), n: 300})
 	}
 	for i := range plans {
 		plans[i].client = client(plans[i].writer)
