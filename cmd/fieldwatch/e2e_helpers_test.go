@@ -114,9 +114,13 @@ func launchUnder(t *testing.T, wrap []string, kubeconfig string, args ...string)
 	return p
 }
 
-// stop sends SIGTERM and expects a clean exit.
+// stop sends SIGTERM and expects a clean exit. A process just started
+// may not handle SIGTERM yet (it would die of it): stop waits until it
+// logged its HTTP server's address, which main does after installing its
+// handler, or exited.
 func (p *proc) stop() {
 	p.t.Helper()
+	p.httpAddr()
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	exited := make(chan error, 1)
 	go func() { exited <- p.cmd.Wait() }()
