@@ -46,6 +46,7 @@ spec:
 // their CRD's schema changes, the informer lists them again, and a field
 // the new schema removed is gone from every object read then.
 func TestCached(t *testing.T) {
+	t.Parallel()
 	env := testenv.Shared(t)
 	ctx := context.Background()
 	const ns = "cached-snapshot"

@@ -19,6 +19,7 @@ import (
 // earlier change is pending, never an older one once a later prefix is
 // done. Each change's tracker mark is finished in the same order.
 func TestCommitsInOrder(t *testing.T) {
+	t.Parallel()
 	store, err := OpenStore(filepath.Join(t.TempDir(), "baseline.db"), testLogger(t))
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -127,19 +128,29 @@ func (w tWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// namespace creates a namespace for one test.
+// namespace creates a namespace for one test, named after it; with
+// -count=N the later runs of a test get its name with -2, -3, ... (the
+// control plane outlives each run).
 func namespace(t *testing.T, env *testenv.Env) string {
 	t.Helper()
-	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
-	if len(name) > 50 {
-		name = name[:50]
+	base := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	if len(base) > 50 {
+		base = base[:50]
 	}
-	_, err := env.Clientset(t).CoreV1().Namespaces().Create(context.Background(),
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create namespace: %v", err)
+	for run := 1; ; run++ {
+		name := base
+		if run > 1 {
+			name = fmt.Sprintf("%s-%d", base, run)
+		}
+		_, err := env.Clientset(t).CoreV1().Namespaces().Create(context.Background(),
+			&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		switch {
+		case err == nil:
+			return name
+		case !apierrors.IsAlreadyExists(err):
+			t.Fatalf("create namespace: %v", err)
+		}
 	}
-	return name
 }
 
 // installWidgets installs the example Widget CRD.

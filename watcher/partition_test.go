@@ -23,6 +23,7 @@ import (
 // relists: every object's final state is delivered, deletions missed by
 // the watch arrive as deletions, and no change is delivered twice.
 func TestPartitionAndCompaction(t *testing.T) {
+	t.Parallel()
 	env := testenv.Start(t, testenv.Options{APIServerArgs: map[string][]string{"watch-cache-sizes": {"configmaps#0"}}})
 	ns := namespace(t, env)
 	ctx := context.Background()

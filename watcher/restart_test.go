@@ -19,6 +19,7 @@ import (
 // informer is back, and after it are all delivered: those of the gap as
 // their net effect (what a relist can see), the others one by one.
 func TestAPIServerRestart(t *testing.T) {
+	t.Parallel()
 	env := testenv.Start(t, testenv.Options{})
 	ns := namespace(t, env)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

@@ -464,6 +464,7 @@ func forgetWatermarks(t *testing.T, path string) {
 // nothing is compared, nothing merged. The namespace holds more objects
 // than a page of the list at the watermark.
 func TestRestartReplays(t *testing.T) {
+	t.Parallel()
 	env := testenv.Shared(t)
 	ns := namespace(t, env)
 	ctx := context.Background()

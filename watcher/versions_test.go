@@ -28,6 +28,7 @@ var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version:
 // CRD is deleted while objects are being created, every object seen is
 // reported deleted once and nothing loops.
 func TestManyVersionsSwitchAndDeleteUnderLoad(t *testing.T) {
+	t.Parallel()
 	env := testenv.Shared(t)
 	ns := namespace(t, env)
 	ctx := context.Background()

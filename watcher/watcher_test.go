@@ -398,6 +398,7 @@ func TestHotObjectBackPressure(t *testing.T) {
 // TestInitialObjects: starting against 1,000 existing objects yields no
 // created changes, unless the caller asks for the initial sync.
 func TestInitialObjects(t *testing.T) {
+	t.Parallel()
 	env := testenv.Shared(t)
 	ns := namespace(t, env)
 	ctx := context.Background()

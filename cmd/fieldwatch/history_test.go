@@ -145,12 +145,17 @@ func TestHistoryCLI(t *testing.T) {
 	w.finish()
 	settle(t, h, w, time.Minute)
 	// A payload the receiver got twice (a retry after a slow answer) is
-	// one entry: compare ids.
-	ids := map[string]bool{}
-	for _, p := range h.payloads() {
-		ids[p.id] = true
+	// one entry: compare ids. settle returns once every write is covered,
+	// while the payload of an earlier state may still be on its way (the
+	// history holds it already): the ids are read again until both agree.
+	var ids map[string]bool
+	delivered := func() map[string]bool {
+		ids := map[string]bool{}
+		for _, p := range h.payloads() {
+			ids[p.id] = true
+		}
+		return ids
 	}
-	n := len(ids)
 	server := "http://" + p.httpAddr()
 	cli := func(args ...string) (int, string, string) {
 		var stdout, stderr bytes.Buffer
@@ -158,6 +163,7 @@ func TestHistoryCLI(t *testing.T) {
 		return code, stdout.String(), stderr.String()
 	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		ids = delivered()
 		got := historyOf(t, dir)
 		var missing, extra []string
 		for id := range ids {
@@ -174,9 +180,10 @@ func TestHistoryCLI(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after 30s the history lacks %d of the %d payloads delivered (%v) and holds %d never delivered (%v)", len(missing), n, missing, len(extra), extra)
+			t.Fatalf("after 30s the history lacks %d of the %d payloads delivered (%v) and holds %d never delivered (%v)", len(missing), len(ids), missing, len(extra), extra)
 		}
 	}
+	n := len(ids)
 	code, out, stderr := cli("--server", server, "-n", ns, "--resource", "configmaps", "--limit", "5")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if code != 0 || !strings.HasPrefix(lines[0], "TIME") || len(lines) != 7 || !strings.HasPrefix(lines[6], "more: --cursor ") {
