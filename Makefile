@@ -76,7 +76,7 @@ check: ## gofmt and go vet
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(QUIETGO) $(GO) vet ./...
 	$(QUIETGO) $(GO) vet -tags e2e ./e2e/
-	cd charts && $(QUIETGO) $(GO) vet ./...
+	cd charts && $(QUIETGO) $(GO) vet ./... && $(QUIETGO) $(GO) vet -tags e2e ./e2e/
 	cd hack/image && $(QUIETGO) $(GO) vet ./...
 
 .PHONY: tidy
@@ -88,7 +88,7 @@ tidy: ## check that go mod tidy would leave go.mod and go.sum as they are
 .PHONY: lint
 lint: check tidy ## gofmt, go vet, go mod tidy check and golangci-lint (pinned)
 	$(GO) run $(GOLANGCI_LINT) run --build-tags e2e ./...
-	cd charts && $(GO) run $(GOLANGCI_LINT) run ./...
+	cd charts && $(GO) run $(GOLANGCI_LINT) run --build-tags e2e ./...
 	cd hack/image && $(GO) run $(GOLANGCI_LINT) run ./...
 
 # test runs fuzz-short beside the go test run (their output is shown
@@ -217,16 +217,23 @@ define with-cluster
 	  started=0; \
 	  if ! $(CLUSTER) status >/dev/null 2>&1; then started=1; fi; \
 	  $(CLUSTER) up --image $(IMAGE_TAR) || { [ $$started -eq 1 ] && $(CLUSTER) down; exit 1; }; \
-	  FIELDWATCH_IMAGE=$(IMAGE):$(IMAGE_TAG) $(1); status=$$?; \
+	  export FIELDWATCH_IMAGE=$(IMAGE):$(IMAGE_TAG); $(1); status=$$?; \
 	  if [ $$started -eq 1 ]; then $(CLUSTER) down || status=1; fi; \
 	  exit $$status
 endef
 
-# e2e runs the end-to-end tests (e2e/, build tag e2e) on the cluster.
+# e2e runs the end-to-end tests (e2e/, build tag e2e) on the cluster, then
+# the chart's (charts/e2e/, in the chart's module: Helm's SDK stays out of
+# fieldwatch's go.mod) on the same cluster, even when the first failed.
+# E2E_PKGS narrows them: "e2e" or "charts" alone.
 E2E_FLAGS ?= -race -count=1 -timeout 40m -v
+E2E_PKGS ?= e2e charts
 .PHONY: e2e
-e2e: cluster-deps cluster-build image ## end-to-end tests on the one-node cluster: deploy/ applied, failover, reload, rollout, audit, OOM
-	$(call with-cluster,$(GO) test -tags e2e $(E2E_FLAGS) ./e2e/)
+e2e: cluster-deps cluster-build image ## end-to-end tests on the one-node cluster: deploy/ applied, failover, reload, rollout, audit, OOM; the chart installed, upgraded, rolled back, uninstalled
+	$(call with-cluster,{ status=0; \
+	  if [[ " $(E2E_PKGS) " == *" e2e "* ]]; then $(GO) test -tags e2e $(E2E_FLAGS) ./e2e/ || status=1; fi; \
+	  if [[ " $(E2E_PKGS) " == *" charts "* ]]; then (cd charts && $(GO) test -tags e2e $(E2E_FLAGS) ./e2e/) || status=1; fi; \
+	  [ $$status -eq 0 ]; })
 
 .PHONY: bench-cluster
 bench-cluster: cluster-deps cluster-build image ## the cluster's benchmarks: make cluster to a Ready node, deploy/ to both pods ready, the pod beside the same fieldwatch as a process

@@ -11,7 +11,9 @@
 // rbac` prints; on the real control plane (internal/testenv) the apiserver
 // accepts every render, and a namespaced install's RBAC lets fieldwatch,
 // run as its service account with the chart's arguments, see changes in
-// its namespaces and read nothing outside them.
+// its namespaces and read nothing outside them. charts/e2e (build tag
+// e2e, make e2e) installs, upgrades, rolls back and uninstalls the chart
+// on the one-node cluster of make cluster.
 //
 // It holds no code but tests.
 package charts

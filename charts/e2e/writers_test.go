@@ -1,0 +1,233 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+)
+
+var widgetsGVR = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
+
+// made is one write a writer made.
+type made struct {
+	typ  string // created, updated, deleted
+	name string
+	uid  types.UID
+	rv   string // of the new state; "" for a deletion
+	at   time.Time
+}
+
+// writers create, update and delete Widgets in a namespace until stopped
+// and record every write that succeeded, as ../../e2e's: of ten writes
+// three create, one deletes the oldest object, one the newest, five
+// update.
+type writers struct {
+	mu     sync.Mutex
+	writes []made
+	stop   context.CancelFunc
+	done   sync.WaitGroup
+}
+
+// startWriter starts one writer in ns, writing every interval.
+func startWriter(t testing.TB, ns string, interval time.Duration) *writers {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &writers{stop: cancel}
+	rnd := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
+	w.done.Go(func() { w.run(ctx, c.dyn.Resource(widgetsGVR).Namespace(ns), ns, interval, rnd) })
+	t.Cleanup(w.finish)
+	return w
+}
+
+// finish stops the writers and waits for them.
+func (w *writers) finish() {
+	w.stop()
+	w.done.Wait()
+}
+
+func (w *writers) run(ctx context.Context, client dynamic.ResourceInterface, ns string, interval time.Duration, rnd *rand.Rand) {
+	var live []string
+	uids := map[string]types.UID{}
+	for i := 0; ctx.Err() == nil; i++ {
+		now := time.Now()
+		switch op := rnd.IntN(10); {
+		case len(live) < 5 || op < 3:
+			name := fmt.Sprintf("w-%05d", i)
+			obj := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "example.com/v1", "kind": "Widget",
+				"metadata": map[string]any{"name": name, "namespace": ns},
+				"spec":     map[string]any{"size": int64(i)},
+			}}
+			if o, err := client.Create(ctx, obj, metav1.CreateOptions{}); err == nil {
+				live = append(live, name)
+				uids[name] = o.GetUID()
+				w.record(made{"created", name, o.GetUID(), o.GetResourceVersion(), now})
+			}
+		case op < 5:
+			at := 0
+			if op == 4 {
+				at = len(live) - 1
+			}
+			name := live[at]
+			if err := client.Delete(ctx, name, metav1.DeleteOptions{}); err == nil {
+				live = slices.Delete(live, at, at+1)
+				w.record(made{"deleted", name, uids[name], "", now})
+			}
+		default:
+			name := live[rnd.IntN(len(live))]
+			patch := fmt.Appendf(nil, `{"spec":{"size":%d}}`, i)
+			if o, err := client.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err == nil {
+				w.record(made{"updated", name, o.GetUID(), o.GetResourceVersion(), now})
+			}
+		}
+		sleep(ctx, interval)
+	}
+}
+
+func (w *writers) record(m made) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.writes = append(w.writes, m)
+}
+
+// made returns the writes so far.
+func (w *writers) made() []made {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.writes)
+}
+
+// waitWrites waits until the writers have made n more writes than now.
+func (w *writers) waitWrites(t testing.TB, n int) {
+	t.Helper()
+	start := len(w.made())
+	if !poll(time.Minute, func() bool { return len(w.made()) >= start+n }) {
+		t.Fatalf("the writer made fewer than %d writes in a minute", n)
+	}
+}
+
+// outcome is how the payloads compare with the writes.
+type outcome struct {
+	writes, delivered, ids, duplicates int
+	lost                               []string // writes no payload covers
+	conflicting                        []string // one change under several ids
+}
+
+func (o outcome) String() string {
+	return fmt.Sprintf("%d changes made, %d payloads delivered, %d distinct ids, %d duplicates (equal ids), %d lost, %d under different ids",
+		o.writes, o.delivered, o.ids, o.duplicates, len(o.lost), len(o.conflicting))
+}
+
+// compare checks the payloads against the writes, as ../../e2e's: a
+// creation and a deletion must be reported as such; an update by a
+// payload about the object at or after its resourceVersion, or by its
+// deletion; every object's final state by a payload of exactly that
+// resourceVersion. Duplicates must carry equal ids.
+func compare(writes []made, got []payload) outcome {
+	o := outcome{writes: len(writes), delivered: len(got)}
+	byUID := map[string][]payload{}
+	ids := map[string]bool{}
+	idsOf := map[string]map[string]bool{}
+	for _, p := range got {
+		byUID[p.UID] = append(byUID[p.UID], p)
+		ids[p.ID] = true
+		k := p.UID + "/" + p.Type + "/" + p.ResourceVersion
+		if idsOf[k] == nil {
+			idsOf[k] = map[string]bool{}
+		}
+		idsOf[k][p.ID] = true
+	}
+	o.ids = len(ids)
+	o.duplicates = len(got) - len(ids)
+	for k, set := range idsOf {
+		if len(set) > 1 {
+			o.conflicting = append(o.conflicting, fmt.Sprintf("%s under %d ids", k, len(set)))
+		}
+	}
+	rvAtLeast := func(a, b string) bool {
+		x, _ := strconv.ParseUint(a, 10, 64)
+		y, _ := strconv.ParseUint(b, 10, 64)
+		return x >= y
+	}
+	covered := func(m made) bool {
+		for _, p := range byUID[string(m.uid)] {
+			switch m.typ {
+			case "created", "deleted":
+				if p.Type == m.typ {
+					return true
+				}
+			case "updated":
+				if p.Type == "deleted" || rvAtLeast(p.ResourceVersion, m.rv) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	final := map[types.UID]made{}
+	for _, m := range writes {
+		if !covered(m) {
+			o.lost = append(o.lost, fmt.Sprintf("%s %s rv %s at %s", m.typ, m.name, m.rv, m.at.Format("15:04:05.000")))
+		}
+		final[m.uid] = m
+	}
+	for _, m := range final {
+		if m.typ == "deleted" {
+			continue
+		}
+		if !slices.ContainsFunc(byUID[string(m.uid)], func(p payload) bool { return p.Type != "deleted" && p.ResourceVersion == m.rv }) {
+			o.lost = append(o.lost, fmt.Sprintf("final state of %s rv %s", m.name, m.rv))
+		}
+	}
+	slices.Sort(o.lost)
+	return o
+}
+
+// settle stops the writers, waits until every write is covered by the
+// payloads of rule in the pods' logs, and fails the test with what was
+// lost otherwise.
+func settle(t testing.TB, logs *podLogs, w *writers, rule string, timeout time.Duration) outcome {
+	t.Helper()
+	w.finish()
+	uids := map[string]bool{}
+	for _, m := range w.made() {
+		uids[string(m.uid)] = true
+	}
+	var o outcome
+	deadline := time.Now().Add(timeout)
+	for {
+		var ours []payload
+		for _, p := range logs.payloads(rule) {
+			if uids[p.UID] {
+				ours = append(ours, p)
+			}
+		}
+		o = compare(w.made(), ours)
+		if len(o.lost) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if len(o.lost) > 0 {
+		n := min(len(o.lost), 20)
+		t.Errorf("%d changes never delivered by any replica, first %d:\n  %s", len(o.lost), n, strings.Join(o.lost[:n], "\n  "))
+	}
+	if len(o.conflicting) > 0 {
+		t.Errorf("changes delivered under different ids: %v", o.conflicting)
+	}
+	return o
+}
