@@ -3,10 +3,11 @@
 // (hack/controlplane), kube-controller-manager, kube-scheduler, the
 // kubelet and kube-proxy (k8s.io/kubernetes, hack/cluster/kubernetes),
 // containerd with Debian's runc and CNI bridge plugin
-// (hack/cluster/containerd), the pause image built here, and a local
-// volume provisioner and the cluster DNS. It binds and advertises only on loopback and on the
-// bridge it creates, and keeps the pods' and Services' traffic on the
-// machine with filter rules installed before anything starts.
+// (hack/cluster/containerd), the pause image built here, a local volume
+// provisioner and the cluster DNS. It binds and advertises only on
+// loopback and on the bridge it creates, and keeps the pods' and
+// Services' traffic on the machine with filter rules installed before
+// anything starts.
 //
 //	fieldwatch-cluster up [--image FILE.tar]...  start it (or say it runs) and import the images
 //	fieldwatch-cluster down                      stop it and remove all it left
