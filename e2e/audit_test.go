@@ -10,8 +10,10 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -74,6 +76,7 @@ func testAuditAttribution(t *testing.T) {
 	if svc.Spec.ClusterIP != auditServiceIP {
 		t.Fatalf("Service fieldwatch-audit has ClusterIP %s, not the %s the apiserver posts to", svc.Spec.ClusterIP, auditServiceIP)
 	}
+	checkPeersResolve(t)
 
 	users := []string{"alice", "bob"}
 	var ws []writer
@@ -158,21 +161,99 @@ func testAuditAttribution(t *testing.T) {
 	for _, k := range keys {
 		t.Logf("%s: %d attributed to their writer, %d not", k, counts[k].ok, counts[k].wrong)
 	}
+	pages := map[string]string{}
+	for _, p := range c.pods(t) {
+		pages[p.Name] = c.podMetrics(t, p.Name)
+	}
 	if len(wrong) > 0 {
 		t.Errorf("%d payloads not attributed to the user who made the change (leader %s deleted at %s, %s led next), first %d:\n  %s",
 			len(wrong), leader, handover.Format("15:04:05.000"), next, min(20, len(wrong)), strings.Join(wrong[:min(20, len(wrong))], "\n  "))
-		// What the replicas said of the audit events: refusals, peers
-		// they could not reach.
-		for _, pod := range []string{leader, next} {
-			lines := logs.logged(pod, "audit")
-			for _, l := range lines[max(0, len(lines)-20):] {
-				t.Logf("%s %s: %s", l.at.Format("15:04:05.000"), pod, l.text)
-			}
-		}
+		logAuditState(t, logs, pages)
 	}
 	now := c.leader(t)
-	if n, _ := metric(c.podMetrics(t, now), `fieldwatch_audit_webhook_requests_total{code="200"`); n == 0 {
+	if n, _ := metric(pages[now], `fieldwatch_audit_webhook_requests_total{code="200"`); n == 0 {
 		t.Errorf("the leader %s took no audit post from the apiserver", now)
+	}
+	// The replicas found each other through the cluster DNS (the peers'
+	// headless Service, --audit-webhook-peers): forwards went through,
+	// and no replica logged that it could not resolve its peers.
+	var forwarded, peerEvents float64
+	for _, page := range pages {
+		n, _ := metric(page, `fieldwatch_audit_peer_forwards_total{result="ok"`)
+		forwarded += n
+		n, _ = metric(page, `fieldwatch_audit_events_total{result="indexed",source="peer"`)
+		peerEvents += n
+	}
+	t.Logf("the replicas now running forwarded %.0f event lists to their peer and indexed %.0f events a peer forwarded", forwarded, peerEvents)
+	if forwarded == 0 || peerEvents == 0 {
+		t.Errorf("the replicas forwarded %.0f event lists to their peer and indexed %.0f events from one: want both above 0", forwarded, peerEvents)
+		logAuditState(t, logs, pages)
+	}
+	for _, p := range c.pods(t) {
+		if n := len(logs.logged(p.Name, "cannot resolve a peer")); n > 0 {
+			t.Errorf("%s logged %d times that it could not resolve a peer", p.Name, n)
+		}
+	}
+}
+
+// checkPeersResolve checks, through the cluster DNS on the bridge's
+// address (the pods' name server), that the peers' headless Service of
+// deploy/audit/ names every pod of the StatefulSet, and that a name
+// outside the cluster does not exist there.
+func checkPeersResolve(t *testing.T) {
+	t.Helper()
+	resolver := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, net.JoinHostPort(nodeIP, "53"))
+	}}
+	const name = "fieldwatch-audit-peers." + namespace + ".svc.cluster.local."
+	var got, want []string
+	ok := poll(time.Minute, func() bool {
+		want = nil
+		for _, p := range c.pods(t) {
+			if p.Status.PodIP != "" {
+				want = append(want, p.Status.PodIP)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		got, _ = resolver.LookupHost(ctx, name)
+		slices.Sort(got)
+		slices.Sort(want)
+		return len(want) > 1 && slices.Equal(got, want)
+	})
+	if !ok {
+		t.Fatalf("the cluster DNS resolves %s to %v, want the pods' %v", name, got, want)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := resolver.LookupHost(ctx, "proxy.golang.org.")
+	var dnsErr *net.DNSError
+	if !errors.As(err, &dnsErr) || !dnsErr.IsNotFound {
+		t.Errorf("the cluster DNS answers proxy.golang.org with %v, want no such host", err)
+	}
+	t.Logf("the cluster DNS resolves %s to %v", name, got)
+}
+
+// logAuditState logs, for a failure's diagnosis, each replica's audit
+// metrics and the lines its log holds about the audit webhook.
+func logAuditState(t *testing.T, logs *podLogs, pages map[string]string) {
+	t.Helper()
+	for pod, page := range pages {
+		var lines []string
+		for line := range strings.Lines(page) {
+			if strings.HasPrefix(line, "fieldwatch_audit_") {
+				lines = append(lines, strings.TrimSpace(line))
+			}
+		}
+		t.Logf("%s's audit metrics:\n  %s", pod, strings.Join(lines, "\n  "))
+		var logged []string
+		for _, l := range logs.logged(pod, "audit") {
+			if !strings.Contains(l.text, `"rule":`) { // not the payloads
+				logged = append(logged, l.at.Format("15:04:05.000")+" "+shortID(l.container)+" "+l.text)
+			}
+		}
+		t.Logf("%s's log lines about the audit webhook (%d, last 40):\n  %s", pod, len(logged), strings.Join(logged[max(0, len(logged)-40):], "\n  "))
 	}
 }
 

@@ -91,7 +91,8 @@ func machineInterface(t testing.TB) string {
 // one forwarded from the bridge, can leave through the machine's
 // interface; that the pods' network neither masquerades nor has a default
 // route; that no registry can be reached; and that every socket the
-// cluster's processes listen on is on loopback or the bridge.
+// cluster's processes listen on (TCP and UDP) is on loopback or the
+// bridge, the cluster DNS's on the bridge's port 53.
 func testNetworkGuard(t *testing.T) {
 	g := guardAtStart
 	if g.err != nil {
@@ -207,17 +208,26 @@ func testNetworkGuard(t *testing.T) {
 	if len(listening) == 0 {
 		t.Fatal("found no socket the cluster's processes listen on")
 	}
-	for addr, who := range listening {
+	for sock, who := range listening {
+		_, addr, _ := strings.Cut(sock, " ")
 		host, _, _ := net.SplitHostPort(addr)
 		if ip := net.ParseIP(host); ip == nil || (!ip.IsLoopback() && ip.String() != nodeIP) {
-			t.Errorf("%s listens on %s: only loopback and %s (the bridge) are allowed", who, addr, nodeIP)
+			t.Errorf("%s listens on %s: only loopback and %s (the bridge) are allowed", who, sock, nodeIP)
+		}
+	}
+	// The cluster DNS, the pods' name server (the kubelet's clusterDNS),
+	// on the bridge's address alone.
+	for _, sock := range []string{"udp " + nodeIP + ":53", "tcp " + nodeIP + ":53"} {
+		if listening[sock] != "dns" {
+			t.Errorf("the cluster DNS does not listen on %s", sock)
 		}
 	}
 	t.Logf("listening: %v", listening)
 }
 
-// listenAddrs returns the TCP addresses the cluster's processes (their
-// recorded PIDs) listen on, each with the process's name.
+// listenAddrs returns the sockets the cluster's processes (their recorded
+// PIDs) listen on, TCP ones listening and UDP ones bound and unconnected,
+// as "tcp ADDR" or "udp ADDR", each with the process's name.
 func listenAddrs(t testing.TB) map[string]string {
 	t.Helper()
 	owner := map[string]string{} // socket inode -> process
@@ -237,18 +247,21 @@ func listenAddrs(t testing.TB) map[string]string {
 		}
 	}
 	addrs := map[string]string{}
-	for _, file := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+	for _, file := range []string{"/proc/net/tcp", "/proc/net/tcp6", "/proc/net/udp", "/proc/net/udp6"} {
 		data, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)
 		}
+		proto := strings.TrimSuffix(filepath.Base(file), "6")
 		for _, line := range strings.Split(string(data), "\n")[1:] {
 			f := strings.Fields(line)
-			if len(f) < 10 || f[3] != "0A" { // LISTEN
+			// TCP: LISTEN (0A); UDP: bound, unconnected (07, and no
+			// remote address).
+			if len(f) < 10 || (proto == "tcp" && f[3] != "0A") || (proto == "udp" && (f[3] != "07" || !strings.HasSuffix(f[2], ":0000"))) {
 				continue
 			}
 			if who, ok := owner[f[9]]; ok {
-				addrs[procAddr(f[1])] = who
+				addrs[proto+" "+procAddr(f[1])] = who
 			}
 		}
 	}

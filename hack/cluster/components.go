@@ -7,7 +7,7 @@ import (
 
 // The components in the order up starts them; down stops them in reverse
 // (containerd's containers in between).
-var components = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "containerd", "kubelet", "kube-proxy", "provisioner"}
+var components = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "containerd", "kubelet", "kube-proxy", "provisioner", "dns"}
 
 // daemonFor returns how component name runs.
 func daemonFor(p paths, name, self string) daemon {
@@ -77,6 +77,8 @@ func daemonFor(p paths, name, self string) daemon {
 		return daemon{name: name, path: p.binary("kube-proxy"), args: []string{"--config=" + p.conf("kube-proxy.yaml")}}
 	case "provisioner":
 		return daemon{name: name, path: self, args: []string{"provision", "--kubeconfig=" + p.conf("provisioner.kubeconfig")}}
+	case "dns":
+		return daemon{name: name, path: self, args: []string{"dns", "--kubeconfig=" + p.conf("dns.kubeconfig")}}
 	}
 	panic("unknown component " + name)
 }

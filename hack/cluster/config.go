@@ -113,7 +113,8 @@ func cniConfig() string {
 }
 
 // kubeletConfig is the KubeletConfiguration: cgroup v1 with the cgroupfs
-// driver, serving on the bridge's address and loopback only, its logs and
+// driver, serving on the bridge's address and loopback only, the cluster
+// DNS on the bridge's address as the pods' name server, its logs and
 // state in the cluster's directories, no image garbage collection (the
 // images cannot be pulled again) and eviction thresholds low enough for a
 // shared development disk.
@@ -135,9 +136,13 @@ authentication:
 authorization:
   mode: Webhook
 containerRuntimeEndpoint: unix://%[5]s
+# The pods' name server: the cluster DNS (fieldwatch-cluster dns) on the
+# bridge's address. resolvConf is empty: no search domain or name server
+# of the machine reaches the pods.
+clusterDNS: [%[1]s]
+clusterDomain: %[8]s
 resolvConf: %[6]s
 podLogsDir: %[7]s
-clusterDomain: cluster.local
 failSwapOn: false
 protectKernelDefaults: false
 rotateCertificates: false
@@ -150,7 +155,7 @@ evictionHard:
   nodefs.inodesFree: 1%%
   imagefs.available: 1%%
 maxPods: 32
-`, nodeIP, kubeletPort, kubeletHealthzPort, p.pki("ca.crt"), containerdSocket, resolvConf, podLogsDir)
+`, nodeIP, kubeletPort, kubeletHealthzPort, p.pki("ca.crt"), containerdSocket, resolvConf, podLogsDir, clusterDomain)
 }
 
 // kubeProxyConfig is kube-proxy's configuration: iptables mode, serving
@@ -213,7 +218,7 @@ func writeConfigs(p paths) error {
 		p.conf("containerd.toml"):                                containerdConfig(p, runc),
 		filepath.Join(containerdHosts, "_default", "hosts.toml"): registryHosts,
 		filepath.Join(cniConfDir, "10-"+networkName+".conflist"): cniConfig(),
-		resolvConf:                         "# make cluster: no name server; the pods reach nothing outside the machine.\n",
+		resolvConf:                         "# make cluster: the pods' only name server is the cluster DNS (kubelet.yaml's clusterDNS); nothing outside the machine is named.\n",
 		p.conf("kubelet.yaml"):             kubeletConfig(p),
 		p.conf("kube-proxy.yaml"):          kubeProxyConfig(p),
 		p.conf("audit-webhook.kubeconfig"): audit,

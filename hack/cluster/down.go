@@ -58,7 +58,7 @@ func down(p paths) error {
 	}
 	// The kubelet first among the node's parts, so that it restarts no
 	// container; then the containers, through containerd while it runs.
-	stopAll("provisioner", "kube-proxy", "kubelet", "kube-scheduler", "kube-controller-manager")
+	stopAll("dns", "provisioner", "kube-proxy", "kubelet", "kube-scheduler", "kube-controller-manager")
 	if running("containerd") {
 		removeContainers(p)
 	}

@@ -47,6 +47,8 @@ const (
 	auditWebhookCN      = "kube-apiserver-audit"
 	pauseImage          = "fieldwatch.local/pause:3.10"
 	apiserverServerName = "kubernetes"
+	// dnsUser is the cluster DNS's identity and ClusterRole.
+	dnsUser = "fieldwatch:cluster-dns"
 )
 
 // The machine-wide directories of the cluster's state: one cluster per

@@ -131,6 +131,9 @@ var clientCerts = []certSpec{
 	// The local volume provisioner, bound to the built-in ClusterRole
 	// system:persistent-volume-provisioner.
 	{name: "provisioner", cn: "fieldwatch:local-volume-provisioner"},
+	// The cluster DNS, bound to ClusterRole fieldwatch:cluster-dns (it
+	// reads Services and EndpointSlices).
+	{name: "dns", cn: dnsUser},
 }
 
 // writePKI creates the cluster CA and every certificate and kubeconfig,

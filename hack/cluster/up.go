@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -99,7 +100,6 @@ func up(ctx context.Context, p paths, self string, images []string) error {
 		{"provisioner", func(context.Context) error { return nil }},
 	}
 	for _, s := range steps {
-		t := time.Now()
 		if s.name == "kubelet" {
 			// The images before the kubelet, so that it finds the
 			// sandbox image at once.
@@ -107,13 +107,9 @@ func up(ctx context.Context, p paths, self string, images []string) error {
 				return err
 			}
 		}
-		if err := daemonFor(p, s.name, self).start(p); err != nil {
-			return failed(p, s.name, err)
+		if err := startComponent(ctx, p, self, s.name, s.ready); err != nil {
+			return err
 		}
-		if err := waitReady(ctx, s.name, 3*time.Minute, s.ready); err != nil {
-			return failed(p, s.name, err)
-		}
-		fmt.Printf("cluster: %s ready in %.1fs\n", s.name, time.Since(t).Seconds())
 	}
 	// The kubelet and kube-proxy prepended their jumps to the filter
 	// table's chains.
@@ -123,8 +119,46 @@ func up(ctx context.Context, p paths, self string, images []string) error {
 	if err := setUpCluster(ctx, cs); err != nil {
 		return err
 	}
+	// The cluster DNS once its ClusterRole is bound: ready when it
+	// answers the name of Service kubernetes over UDP and TCP.
+	if err := startComponent(ctx, p, self, "dns", dnsAnswers); err != nil {
+		return err
+	}
 	fmt.Printf("cluster: node %s Ready, %.0fs after make cluster's start\n", nodeName, time.Since(started).Seconds())
 	printUsage(p)
+	return nil
+}
+
+// startComponent starts component name and waits until ready succeeds.
+func startComponent(ctx context.Context, p paths, self, name string, ready func(context.Context) error) error {
+	t := time.Now()
+	if err := daemonFor(p, name, self).start(p); err != nil {
+		return failed(p, name, err)
+	}
+	if err := waitReady(ctx, name, 3*time.Minute, ready); err != nil {
+		return failed(p, name, err)
+	}
+	fmt.Printf("cluster: %s ready in %.1fs\n", name, time.Since(t).Seconds())
+	return nil
+}
+
+// dnsAnswers checks that the cluster DNS gives the ClusterIP of Service
+// default/kubernetes, over UDP and over TCP.
+func dnsAnswers(ctx context.Context) error {
+	const name = "kubernetes.default.svc." + clusterDomain + "."
+	for _, network := range []string{"udp", "tcp"} {
+		r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, net.JoinHostPort(nodeIP, "53"))
+		}}
+		addrs, err := r.LookupHost(ctx, name)
+		if err != nil {
+			return fmt.Errorf("%s over %s: %w", name, network, err)
+		}
+		if !slices.Equal(addrs, []string{kubernetesServiceIP}) {
+			return fmt.Errorf("%s over %s is %v, want %s", name, network, addrs, kubernetesServiceIP)
+		}
+	}
 	return nil
 }
 
@@ -260,7 +294,8 @@ func importImages(ctx context.Context, p paths, images []string) error {
 }
 
 // setUpCluster creates the default StorageClass of the local volume
-// provisioner and the binding of its identity, and waits for what the
+// provisioner and the binding of its identity, the cluster DNS's
+// ClusterRole and binding, and waits for what the
 // controllers make that pods need: the default ServiceAccount, the root CA
 // ConfigMap and the aggregated ClusterRoles.
 func setUpCluster(ctx context.Context, cs kubernetes.Interface) error {
@@ -283,6 +318,24 @@ func setUpCluster(ctx context.Context, cs kubernetes.Interface) error {
 	}
 	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("provisioner binding: %w", err)
+	}
+	dnsRole := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: dnsUser},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"list", "watch"}},
+			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
+		},
+	}
+	if _, err := cs.RbacV1().ClusterRoles().Create(ctx, dnsRole, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("cluster dns role: %w", err)
+	}
+	dnsBinding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: dnsUser},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: dnsUser},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: dnsUser}},
+	}
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, dnsBinding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("cluster dns binding: %w", err)
 	}
 	return waitReady(ctx, "kube-controller-manager", 2*time.Minute, func(ctx context.Context) error {
 		if _, err := cs.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{}); err != nil {

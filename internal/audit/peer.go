@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 )
@@ -126,7 +127,9 @@ func (p *peers) targets(ctx context.Context) []string {
 
 // forward posts recs, encoded, to every peer at once and waits for them
 // (at most the timeout). A peer that fails misses these events: it is
-// down, and a replica that starts again holds only what comes after.
+// down, and a replica that starts again holds only what comes after. One
+// that could not be reached is not tried again until the names are
+// resolved again (peerResolveEvery).
 func (p *peers) forward(ctx context.Context, recs []Record) {
 	body, err := json.Marshal(recs)
 	if err != nil {
@@ -151,6 +154,13 @@ func (p *peers) post(ctx context.Context, addr string, body []byte) {
 	req.Header.Set(peerInstanceHeader, p.instance)
 	resp, err := p.client.Do(req)
 	if err != nil {
+		// A peer that cannot be reached is left out until the names are
+		// resolved again: a pod gone with its address makes every
+		// forward wait the whole timeout, holding a reading slot, and
+		// the apiserver's posts meanwhile get 429s and come late.
+		p.mu.Lock()
+		p.addrs = slices.DeleteFunc(slices.Clone(p.addrs), func(a string) bool { return a == addr })
+		p.mu.Unlock()
 		p.w.m.peerFailed.Inc()
 		if suppressed, ok := p.w.refusals.allow("peer-forward", time.Now()); ok {
 			p.w.log.Warn("audit webhook: cannot forward audit events to a peer; it misses them", "peer", addr, "error", err, "suppressed", suppressed)

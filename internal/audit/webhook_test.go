@@ -540,6 +540,52 @@ func TestWebhookPeers(t *testing.T) {
 	}
 }
 
+// TestWebhookPeerUnreachable: a peer that cannot be reached fails one
+// forward and is left out of the next ones (until the names are resolved
+// again): every post is acknowledged, and only the first waits on it.
+func TestWebhookPeerUnreachable(t *testing.T) {
+	p := newWebhookPKI(t, t.TempDir())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = gone.Close() // connection refused from now on
+	m := NewMetrics(nil)
+	w, err := NewWebhook(WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, ClientCAFile: p.caFile, ClientNames: []string{"kube-apiserver"},
+		Peers: []string{gone.Addr().String()}, Metrics: m, Logger: slog.New(slog.DiscardHandler)}, &sourceSink{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	apiserver := httpsClient(t, p.ca.CertPEM, p.clientCert, p.clientKey)
+	lines := readLines(t, apiserverLog)
+	for i := range 3 {
+		resp, err := apiserver.Post("https://"+ln.Addr().String()+"/audit", "application/json", bytes.NewReader(eventList(lines[i*5:i*5+5])))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("post %d: %d", i, resp.StatusCode)
+		}
+	}
+	if ok, failed := testutil.ToFloat64(m.peerOK), testutil.ToFloat64(m.peerFailed); ok != 0 || failed != 1 {
+		t.Errorf("forwards: %v ok, %v failed; want 0 and 1 (the peer left out after it failed)", ok, failed)
+	}
+}
+
 // sourceSink is a Sink that keeps the audit IDs it is given by source.
 type sourceSink struct {
 	mu  sync.Mutex
