@@ -53,6 +53,7 @@ func historyOf(t *testing.T, dir string) map[string]string {
 // several changes of an object waited, as one entry for their net
 // effect, a later one of the same object.
 func TestFailoverHistory(t *testing.T) {
+	t.Parallel()
 	env := testenv.Shared(t)
 	ns := namespace(t, env, "failover-history")
 	kc := env.WriteKubeconfig(t)
@@ -134,6 +135,7 @@ func TestFailoverHistory(t *testing.T) {
 // table, filters, a cursor, JSON) and offline on its state directory, and
 // its bad input.
 func TestHistoryCLI(t *testing.T) {
+	t.Parallel()
 	env := testenv.Shared(t)
 	ns := namespace(t, env, "history-cli")
 	kc := env.WriteKubeconfig(t)
