@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+
+	"github.com/fieldwatch/fieldwatch/internal/losscheck"
 )
 
 var widgetsGVR = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
@@ -120,81 +121,20 @@ func (w *writers) waitWrites(t testing.TB, n int) {
 	}
 }
 
-// outcome is how the payloads compare with the writes.
-type outcome struct {
-	writes, delivered, ids, duplicates int
-	lost                               []string // writes no payload covers
-	conflicting                        []string // one change under several ids
-}
+// outcome is how the payloads compare with the writes (losscheck).
+type outcome = losscheck.Outcome
 
-func (o outcome) String() string {
-	return fmt.Sprintf("%d changes made, %d payloads delivered, %d distinct ids, %d duplicates (equal ids), %d lost, %d under different ids",
-		o.writes, o.delivered, o.ids, o.duplicates, len(o.lost), len(o.conflicting))
-}
-
-// compare checks the payloads against the writes, as ../../e2e's: a
-// creation and a deletion must be reported as such; an update by a
-// payload about the object at or after its resourceVersion, or by its
-// deletion; every object's final state by a payload of exactly that
-// resourceVersion. Duplicates must carry equal ids.
+// compare checks the payloads against the writes (losscheck.Compare).
 func compare(writes []made, got []payload) outcome {
-	o := outcome{writes: len(writes), delivered: len(got)}
-	byUID := map[string][]payload{}
-	ids := map[string]bool{}
-	idsOf := map[string]map[string]bool{}
-	for _, p := range got {
-		byUID[p.UID] = append(byUID[p.UID], p)
-		ids[p.ID] = true
-		k := p.UID + "/" + p.Type + "/" + p.ResourceVersion
-		if idsOf[k] == nil {
-			idsOf[k] = map[string]bool{}
-		}
-		idsOf[k][p.ID] = true
+	ws := make([]losscheck.Write, len(writes))
+	for i, m := range writes {
+		ws[i] = losscheck.Write{Type: m.typ, Name: m.name, UID: string(m.uid), ResourceVersion: m.rv, At: m.at}
 	}
-	o.ids = len(ids)
-	o.duplicates = len(got) - len(ids)
-	for k, set := range idsOf {
-		if len(set) > 1 {
-			o.conflicting = append(o.conflicting, fmt.Sprintf("%s under %d ids", k, len(set)))
-		}
+	ds := make([]losscheck.Delivery, len(got))
+	for i, p := range got {
+		ds[i] = losscheck.Delivery{ID: p.ID, Type: p.Type, UID: p.UID, ResourceVersion: p.ResourceVersion}
 	}
-	rvAtLeast := func(a, b string) bool {
-		x, _ := strconv.ParseUint(a, 10, 64)
-		y, _ := strconv.ParseUint(b, 10, 64)
-		return x >= y
-	}
-	covered := func(m made) bool {
-		for _, p := range byUID[string(m.uid)] {
-			switch m.typ {
-			case "created", "deleted":
-				if p.Type == m.typ {
-					return true
-				}
-			case "updated":
-				if p.Type == "deleted" || rvAtLeast(p.ResourceVersion, m.rv) {
-					return true
-				}
-			}
-		}
-		return false
-	}
-	final := map[types.UID]made{}
-	for _, m := range writes {
-		if !covered(m) {
-			o.lost = append(o.lost, fmt.Sprintf("%s %s rv %s at %s", m.typ, m.name, m.rv, m.at.Format("15:04:05.000")))
-		}
-		final[m.uid] = m
-	}
-	for _, m := range final {
-		if m.typ == "deleted" {
-			continue
-		}
-		if !slices.ContainsFunc(byUID[string(m.uid)], func(p payload) bool { return p.Type != "deleted" && p.ResourceVersion == m.rv }) {
-			o.lost = append(o.lost, fmt.Sprintf("final state of %s rv %s", m.name, m.rv))
-		}
-	}
-	slices.Sort(o.lost)
-	return o
+	return losscheck.Compare(ws, ds)
 }
 
 // settle stops the writers, waits until every write is covered by the
@@ -217,17 +157,17 @@ func settle(t testing.TB, logs *podLogs, w *writers, rule string, timeout time.D
 			}
 		}
 		o = compare(w.made(), ours)
-		if len(o.lost) == 0 || time.Now().After(deadline) {
+		if len(o.Lost) == 0 || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	if len(o.lost) > 0 {
-		n := min(len(o.lost), 20)
-		t.Errorf("%d changes never delivered by any replica, first %d:\n  %s", len(o.lost), n, strings.Join(o.lost[:n], "\n  "))
+	if len(o.Lost) > 0 {
+		n := min(len(o.Lost), 20)
+		t.Errorf("%d changes never delivered by any replica, first %d:\n  %s", len(o.Lost), n, strings.Join(o.Lost[:n], "\n  "))
 	}
-	if len(o.conflicting) > 0 {
-		t.Errorf("changes delivered under different ids: %v", o.conflicting)
+	if len(o.Conflicting) > 0 {
+		t.Errorf("changes delivered under different ids: %v", o.Conflicting)
 	}
 	return o
 }

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/fieldwatch/fieldwatch/internal/losscheck"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
@@ -296,82 +297,20 @@ func (w *writers) made() []made {
 	return slices.Clone(w.writes)
 }
 
-// outcome is how the payloads of a scenario compare with the writes.
-type outcome struct {
-	writes, delivered, ids, duplicates int
-	lost                               []string // writes no payload covers
-	conflicting                        []string // one change under several ids
-}
+// outcome is how the payloads compare with the writes (losscheck).
+type outcome = losscheck.Outcome
 
-func (o outcome) String() string {
-	return fmt.Sprintf("%d changes made, %d payloads delivered, %d distinct ids, %d duplicates (equal ids), %d lost, %d under different ids",
-		o.writes, o.delivered, o.ids, o.duplicates, len(o.lost), len(o.conflicting))
-}
-
-// compare checks the payloads against the writes. A creation and a
-// deletion must be reported as such; an update by a payload about the same
-// object at or after its resourceVersion, or by the object's deletion; and
-// every object's final state by a payload of exactly that
-// resourceVersion. Duplicates must carry equal ids: one change (object,
-// type, resourceVersion) under two ids is a conflict.
+// compare checks the payloads against the writes (losscheck.Compare).
 func compare(writes []made, got []hook) outcome {
-	o := outcome{writes: len(writes), delivered: len(got)}
-	byUID := map[types.UID][]hook{}
-	ids := map[string]bool{}
-	idsOf := map[string]map[string]bool{}
-	for _, p := range got {
-		byUID[p.uid] = append(byUID[p.uid], p)
-		ids[p.id] = true
-		k := string(p.uid) + "/" + p.typ + "/" + p.rv
-		if idsOf[k] == nil {
-			idsOf[k] = map[string]bool{}
-		}
-		idsOf[k][p.id] = true
+	ws := make([]losscheck.Write, len(writes))
+	for i, m := range writes {
+		ws[i] = losscheck.Write{Type: m.typ, Name: m.kind + " " + m.name, UID: string(m.uid), ResourceVersion: m.rv, At: m.at}
 	}
-	o.ids = len(ids)
-	o.duplicates = len(got) - len(ids)
-	for k, set := range idsOf {
-		if len(set) > 1 {
-			o.conflicting = append(o.conflicting, fmt.Sprintf("%s under %d ids", k, len(set)))
-		}
+	ds := make([]losscheck.Delivery, len(got))
+	for i, p := range got {
+		ds[i] = losscheck.Delivery{ID: p.id, Type: p.typ, UID: string(p.uid), ResourceVersion: p.rv}
 	}
-	rvAtLeast := func(a, b string) bool {
-		x, _ := strconv.ParseUint(a, 10, 64)
-		y, _ := strconv.ParseUint(b, 10, 64)
-		return x >= y
-	}
-	covered := func(m made) bool {
-		for _, p := range byUID[m.uid] {
-			switch m.typ {
-			case "created", "deleted":
-				if p.typ == m.typ {
-					return true
-				}
-			case "updated":
-				if p.typ == "deleted" || rvAtLeast(p.rv, m.rv) {
-					return true
-				}
-			}
-		}
-		return false
-	}
-	final := map[types.UID]made{}
-	for _, m := range writes {
-		if !covered(m) {
-			o.lost = append(o.lost, fmt.Sprintf("%s %s %s rv %s at %s", m.typ, m.kind, m.name, m.rv, m.at.Format("15:04:05.000")))
-		}
-		final[m.uid] = m
-	}
-	for _, m := range final {
-		if m.typ == "deleted" {
-			continue
-		}
-		if !slices.ContainsFunc(byUID[m.uid], func(p hook) bool { return p.typ != "deleted" && p.rv == m.rv }) {
-			o.lost = append(o.lost, fmt.Sprintf("final state of %s %s rv %s", m.kind, m.name, m.rv))
-		}
-	}
-	slices.Sort(o.lost)
-	return o
+	return losscheck.Compare(ws, ds)
 }
 
 // settle waits until every write so far is covered by the payloads.
@@ -381,17 +320,17 @@ func settle(t *testing.T, h *hooks, w *writers, timeout time.Duration) outcome {
 	deadline := time.Now().Add(timeout)
 	for {
 		o = compare(w.made(), h.payloads())
-		if len(o.lost) == 0 || time.Now().After(deadline) {
+		if len(o.Lost) == 0 || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if len(o.lost) > 0 {
-		n := min(len(o.lost), 20)
-		t.Errorf("%d changes never delivered by any replica, first %d:\n  %s", len(o.lost), n, strings.Join(o.lost[:n], "\n  "))
+	if len(o.Lost) > 0 {
+		n := min(len(o.Lost), 20)
+		t.Errorf("%d changes never delivered by any replica, first %d:\n  %s", len(o.Lost), n, strings.Join(o.Lost[:n], "\n  "))
 	}
-	if len(o.conflicting) > 0 {
-		t.Errorf("changes delivered under different ids: %v", o.conflicting)
+	if len(o.Conflicting) > 0 {
+		t.Errorf("changes delivered under different ids: %v", o.Conflicting)
 	}
 	return o
 }
