@@ -93,6 +93,8 @@ var _ resourcelock.Interface = &watermarkLease{}
 // Get implements resourcelock.Interface: it reads the Lease and hands its
 // watermarks on.
 func (l *watermarkLease) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	ctx, cancel := uncanceled(ctx)
+	defer cancel()
 	lease, err := l.client.Leases(l.namespace).Get(ctx, l.name, metav1.GetOptions{})
 	if err != nil {
 		return nil, nil, err
@@ -206,6 +208,25 @@ func (l *watermarkLease) claim(ctx context.Context, holder string, n int) {
 		"leader", holder, "changes", n)
 }
 
+// leaseRequestTimeout bounds a request on the Lease whose context has no
+// deadline.
+const leaseRequestTimeout = 10 * time.Second
+
+// uncanceled returns the context of one request on the Lease: it ends at
+// ctx's deadline (the elector's renew deadline), or within
+// leaseRequestTimeout, but not when ctx is canceled. The elector cancels
+// its context when this replica stops leading or standing by, and a
+// request cut short then was logged by client-go as an error ("Error
+// retrieving lease lock ... context canceled") at every graceful stop;
+// the request finishes instead, its outcome unused.
+func uncanceled(ctx context.Context) (context.Context, context.CancelFunc) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(leaseRequestTimeout)
+	}
+	return context.WithDeadline(context.WithoutCancel(ctx), deadline)
+}
+
 // Create implements resourcelock.Interface.
 func (l *watermarkLease) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
 	lease := &coordinationv1.Lease{
@@ -214,6 +235,8 @@ func (l *watermarkLease) Create(ctx context.Context, ler resourcelock.LeaderElec
 	}
 	l.annotate(lease, ler)
 	sent := time.Now()
+	ctx, cancel := uncanceled(ctx)
+	defer cancel()
 	created, err := l.client.Leases(l.namespace).Create(ctx, lease, metav1.CreateOptions{})
 	if err != nil {
 		return err
@@ -233,6 +256,8 @@ func (l *watermarkLease) Update(ctx context.Context, ler resourcelock.LeaderElec
 	lease.Spec = resourcelock.LeaderElectionRecordToLeaseSpec(&ler)
 	l.annotate(lease, ler)
 	sent := time.Now()
+	ctx, cancel := uncanceled(ctx)
+	defer cancel()
 	updated, err := l.client.Leases(l.namespace).Update(ctx, lease, metav1.UpdateOptions{})
 	if err != nil {
 		return err
