@@ -725,7 +725,17 @@ func TestAttributionRetriedBatch(t *testing.T) {
 		defer ix.mu.Unlock()
 		return slices.ContainsFunc(ix.byKey[objectKey{resource: "configmaps", namespace: ns, name: "busy"}], func(e *entry) bool { return e.rec.Verb == "create" })
 	})
-	held, indexed := ix.Len(), testutil.ToFloat64(m.indexedBy[SourceWebhook])
+	// The events of earlier tests' writes may still be on their way in
+	// the apiserver's batches: count from a moment none has come for
+	// three seconds (several batch waits).
+	indexed, quietSince := testutil.ToFloat64(m.indexedBy[SourceWebhook]), time.Now()
+	testenv.Eventually(t, time.Minute, "no audit events arriving for 3 s", func() bool {
+		if n := testutil.ToFloat64(m.indexedBy[SourceWebhook]); n != indexed {
+			indexed, quietSince = n, time.Now()
+		}
+		return time.Since(quietSince) >= 3*time.Second
+	})
+	held := ix.Len()
 	o := observe(t, ctx, env, a, configmaps, ns, created.GetResourceVersion(), nil)
 
 	// Fill the receiver's slots with posts whose bodies do not end yet.
