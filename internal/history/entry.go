@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/internal/jsonscan"
 )
 
 // Source says how an entry came into a replica's history.
@@ -92,10 +93,10 @@ var headKeys = map[string]bool{
 // kept, not copied: it must not change afterwards.
 func ParsePayload(payload []byte, source Source) (Entry, error) {
 	var h payloadHead
-	err := EachKey(payload, func(key string, value []byte) error {
+	err := jsonscan.EachKey(payload, func(key string, value []byte) error {
 		switch key {
 		case "resource":
-			return EachKey(value, func(key string, value []byte) error {
+			return jsonscan.EachKey(value, func(key string, value []byte) error {
 				switch key {
 				case "group":
 					return decodeString(value, &h.Resource.Group)

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/fieldwatch/fieldwatch/internal/history"
+	"github.com/fieldwatch/fieldwatch/internal/jsonscan"
 )
 
 // maxScan bounds the entries one request goes through for a caller who
@@ -85,9 +86,9 @@ func isCRD(e *history.Entry) bool {
 func (s *Server) filterImpact(ctx context.Context, c *caller, payload []byte) ([]byte, error) {
 	var crdName string
 	var impact []byte
-	_ = history.EachKey(payload, func(key string, value []byte) error {
+	_ = jsonscan.EachKey(payload, func(key string, value []byte) error {
 		if key == "crd" {
-			return history.EachKey(value, func(key string, value []byte) error {
+			return jsonscan.EachKey(value, func(key string, value []byte) error {
 				switch key {
 				case "crd":
 					_ = json.Unmarshal(value, &crdName)
@@ -110,7 +111,7 @@ func (s *Server) filterImpact(ctx context.Context, c *caller, payload []byte) ([
 	changed := false
 	for i, im := range impacts {
 		var objectsValue []byte
-		_ = history.EachKey(im, func(key string, value []byte) error {
+		_ = jsonscan.EachKey(im, func(key string, value []byte) error {
 			if key == "objects" {
 				objectsValue = value
 			}

@@ -1,4 +1,4 @@
-package history
+package jsonscan
 
 import (
 	"encoding/json"
@@ -6,19 +6,20 @@ import (
 	"fmt"
 )
 
-// errSyntax is the error of a payload that is not a JSON object.
-var errSyntax = errors.New("not a JSON object")
+// ErrSyntax is the error of data that is not a JSON object.
+var ErrSyntax = errors.New("not a JSON object")
 
 // EachKey calls fn with each key of the JSON object data and the bytes
 // of its value, in order, finding where each value ends without decoding
-// it: a payload's changes, crd and objects cost one pass over their bytes.
+// it: large values (a payload's changes, an event's object) cost one pass
+// over their bytes.
 // It returns fn's first error, or an error when data is not one JSON
 // object (what it checks: the object's own punctuation, strings and the
 // nesting of brackets; values are checked by whoever decodes them).
 func EachKey(data []byte, fn func(key string, value []byte) error) error {
 	i := skipSpace(data, 0)
 	if i >= len(data) || data[i] != '{' {
-		return errSyntax
+		return ErrSyntax
 	}
 	i = skipSpace(data, i+1)
 	if i < len(data) && data[i] == '}' {
@@ -26,19 +27,19 @@ func EachKey(data []byte, fn func(key string, value []byte) error) error {
 	}
 	for {
 		if i >= len(data) || data[i] != '"' {
-			return errSyntax
+			return ErrSyntax
 		}
 		end, err := skipString(data, i)
 		if err != nil {
 			return err
 		}
-		key, err := keyOf(data[i:end])
+		key, err := Key(data[i:end])
 		if err != nil {
 			return err
 		}
 		i = skipSpace(data, end)
 		if i >= len(data) || data[i] != ':' {
-			return errSyntax
+			return ErrSyntax
 		}
 		i = skipSpace(data, i+1)
 		vend, err := skipValue(data, i)
@@ -50,7 +51,7 @@ func EachKey(data []byte, fn func(key string, value []byte) error) error {
 		}
 		i = skipSpace(data, vend)
 		if i >= len(data) {
-			return errSyntax
+			return ErrSyntax
 		}
 		switch data[i] {
 		case ',':
@@ -58,13 +59,13 @@ func EachKey(data []byte, fn func(key string, value []byte) error) error {
 		case '}':
 			return trailing(data, i+1)
 		default:
-			return errSyntax
+			return ErrSyntax
 		}
 	}
 }
 
-// keyOf returns the key of the JSON string s (quotes included).
-func keyOf(s []byte) (string, error) {
+// Key returns the string of the JSON string s (quotes included).
+func Key(s []byte) (string, error) {
 	for _, c := range s[1 : len(s)-1] {
 		if c == '\\' {
 			var k string
@@ -79,7 +80,7 @@ func keyOf(s []byte) (string, error) {
 
 func trailing(data []byte, i int) error {
 	if skipSpace(data, i) != len(data) {
-		return errSyntax
+		return ErrSyntax
 	}
 	return nil
 }
@@ -106,13 +107,13 @@ func skipString(data []byte, i int) (int, error) {
 			return j + 1, nil
 		}
 	}
-	return 0, errSyntax
+	return 0, ErrSyntax
 }
 
 // skipValue returns the index after the JSON value that starts at i.
 func skipValue(data []byte, i int) (int, error) {
 	if i >= len(data) {
-		return 0, errSyntax
+		return 0, ErrSyntax
 	}
 	switch data[i] {
 	case '"':
@@ -135,7 +136,7 @@ func skipValue(data []byte, i int) (int, error) {
 				}
 			}
 		}
-		return 0, errSyntax
+		return 0, ErrSyntax
 	}
 	// A number, true, false or null: up to the next delimiter.
 	j := i
@@ -143,14 +144,14 @@ func skipValue(data []byte, i int) (int, error) {
 		switch data[j] {
 		case ',', '}', ']', ' ', '\t', '\n', '\r':
 			if j == i {
-				return 0, errSyntax
+				return 0, ErrSyntax
 			}
 			return j, nil
 		}
 		j++
 	}
 	if j == i {
-		return 0, errSyntax
+		return 0, ErrSyntax
 	}
 	return j, nil
 }

@@ -1,0 +1,7 @@
+// Package jsonscan finds the parts of JSON without decoding them: the
+// keys of an object and where each value ends (EachKey), and where each
+// object of a stream of them ends (Framer), so that a large value costs
+// one pass over its bytes and is decoded only by whoever needs it. It
+// checks the punctuation, strings and nesting it walks; whoever decodes
+// a value checks the rest.
+package jsonscan
