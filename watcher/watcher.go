@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -372,6 +373,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 		}
 	}()
 
+	endStartGC := startGC()
+	defer endStartGC()
 	w.startCRDWatch(ctx)
 	w.startFollowingAPIServices(ctx)
 	for {
@@ -396,6 +399,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	// back to the system only over minutes. Handing it back at once makes
 	// the pod's resident memory what the cache holds (3,000 CRDs: 393 MiB
 	// at the start's peak, 269 MiB held after it, 45 MiB of live heap).
+	endStartGC()
 	debug.FreeOSMemory()
 	startWorkers := func() {
 		for range w.cfg.Workers {
@@ -699,4 +703,49 @@ func (w *Watcher) stopAll() {
 		rw.stop()
 	}
 	w.metrics.resources.Set(0)
+}
+
+// startGCPercent is the collector's GOGC while watchers start: the start
+// decodes every object and CRD once, and what it keeps (the cache, the
+// informers) is spread over the memory that garbage took. Collected
+// sooner, the garbage is reused before the heap grows: at 3,000 CRDs the
+// peak RSS of a start went from 351 to 212 MiB, and the heap that its
+// survivors hold afterwards from 74 to 54 MiB (37 MiB live), for a start
+// as quick as before.
+const startGCPercent = 25
+
+var startGCState struct {
+	sync.Mutex
+	starting int // watchers starting
+	restore  int // the GOGC to restore when the last one is done; <0: none to restore
+}
+
+// startGC lowers GOGC to startGCPercent while a watcher starts, unless the
+// environment sets GOGC (or something else changed it from the default
+// 100); the returned func, which may be called more than once, restores
+// it when the last watcher starting is done.
+func startGC() func() {
+	startGCState.Lock()
+	defer startGCState.Unlock()
+	if startGCState.starting == 0 {
+		startGCState.restore = -1
+		if _, set := os.LookupEnv("GOGC"); !set {
+			if prev := debug.SetGCPercent(startGCPercent); prev == 100 {
+				startGCState.restore = prev
+			} else {
+				debug.SetGCPercent(prev)
+			}
+		}
+	}
+	startGCState.starting++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			startGCState.Lock()
+			defer startGCState.Unlock()
+			if startGCState.starting--; startGCState.starting == 0 && startGCState.restore >= 0 {
+				debug.SetGCPercent(startGCState.restore)
+			}
+		})
+	}
 }
