@@ -55,6 +55,9 @@ type options struct {
 	compare             string
 	crdCounts           []int
 	objectCounts        []int
+	// hold keeps the CRD-count scenario's control plane, with its CRDs
+	// created, until interrupted: for profiling against it.
+	hold bool
 }
 
 func main() {
@@ -74,6 +77,7 @@ func main() {
 	flag.StringVar(&o.compare, "compare", "", "another fieldwatch binary to run beside bin/fieldwatch in the events section (CPU per change with a webhook, the drain), the CRD-count (deploy/ rules) and object-count scenarios, for a change's before and after in one run")
 	crdCounts := flag.String("crd-counts", "100,1000,3000", "CRD counts of the CRD-count scenario (crds), ascending")
 	objectCounts := flag.String("object-counts", "100000,300000", "ConfigMap counts of the object-count scenario (objects), ascending")
+	flag.BoolVar(&o.hold, "hold", false, "in the CRD-count scenario (crds), create the last count's CRDs, print the kubeconfig and wait until interrupted, measuring nothing: for profiling fieldwatch against it")
 	flag.Parse()
 	var err error
 	if o.crdCounts, err = counts(*crdCounts); err == nil {

@@ -130,6 +130,14 @@ func (b *bench) crdCount(ctx context.Context) error {
 			return err
 		}
 		created = n
+		if b.o.hold {
+			if n < b.o.crdCounts[len(b.o.crdCounts)-1] {
+				continue
+			}
+			_, _ = fmt.Fprintf(os.Stderr, "bench: holding %d CRDs; kubeconfig %s; interrupt to stop\n", n, kubeconfig)
+			<-ctx.Done()
+			return nil
+		}
 		bare, err := b.runBareCRDs(kubeconfig)
 		if err != nil {
 			return err
