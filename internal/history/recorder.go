@@ -19,14 +19,22 @@ const (
 	DefaultQueueEntries = 20000
 	DefaultQueueBytes   = 32 << 20
 	// DefaultFlushInterval is how long a payload waits for others to be
-	// written with it in one transaction, at most.
-	DefaultFlushInterval = 250 * time.Millisecond
-	// trimInterval is how often the bounds are applied without writes
-	// (they are after every batch written).
+	// written with it in one transaction, at most: a transaction costs
+	// more than an entry (its pages of the indexes and the table go to
+	// the log, then to the file, once however many entries changed
+	// them).
+	DefaultFlushInterval = time.Second
+	// trimInterval is how often the bounds are applied, with writes or
+	// without; between, at most trimSlack of the size bound is written.
 	trimInterval = time.Second
 	// maxAttempts is how often a batch is tried before its entries
 	// count as failed.
 	maxAttempts = 8
+	// trimSlack is the part of the size bound written between two trims
+	// at most (counted at twice the payloads' bytes, what an entry takes
+	// with its indexes, generously): a trim leaves the store at 90% of
+	// the bound, so it holds whatever the rate.
+	trimSlack = 32
 )
 
 // RecorderOptions configure a Recorder.
@@ -189,6 +197,7 @@ func (r *Recorder) pending() (int, time.Time) {
 func (r *Recorder) run(ctx context.Context) {
 	defer close(r.done)
 	var lastTrim time.Time
+	var sinceTrim int64 // bytes written since lastTrim
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -203,9 +212,15 @@ func (r *Recorder) run(ctx context.Context) {
 				r.dropRest()
 				return
 			}
-			// After every batch: the size bound holds whatever the rate.
-			r.trim(ctx)
-			lastTrim = time.Now()
+			for _, q := range batch {
+				sinceTrim += 2 * int64(len(q.payload))
+			}
+			// Once a second, and sooner at a rate that could pass the
+			// size bound before then.
+			if time.Since(lastTrim) >= trimInterval || (r.opts.MaxBytes > 0 && sinceTrim >= r.opts.MaxBytes/trimSlack) {
+				r.trim(ctx)
+				lastTrim, sinceTrim = time.Now(), 0
+			}
 			continue
 		case closing:
 			r.trim(ctx)
@@ -222,10 +237,11 @@ func (r *Recorder) run(ctx context.Context) {
 		select {
 		case <-r.wake:
 		case <-timer.C:
-			if n == 0 && time.Since(lastTrim) >= trimInterval {
-				// Age bounds apply without writes too.
+			if time.Since(lastTrim) >= trimInterval && (n == 0 || sinceTrim > 0) {
+				// The age bound applies without writes too, and what
+				// the last batches wrote is trimmed for.
 				r.trim(ctx)
-				lastTrim = time.Now()
+				lastTrim, sinceTrim = time.Now(), 0
 			}
 		case <-ctx.Done():
 			r.dropRest()

@@ -164,6 +164,7 @@ func (s *SQLite) dsn(readOnly bool) string {
 	} else {
 		q.Add("_pragma", "journal_mode(WAL)")
 		q.Add("_pragma", "synchronous(NORMAL)")
+		q.Add("_pragma", "temp_store(MEMORY)")
 		q.Add("_pragma", fmt.Sprintf("journal_size_limit(%d)", s.wal))
 		q.Add("_pragma", fmt.Sprintf("wal_autocheckpoint(%d)", max(s.wal/4096, 16)))
 	}
