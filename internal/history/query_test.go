@@ -79,7 +79,26 @@ func TestParsePayload(t *testing.T) {
 	if e.ID != "u/9/r" || e.User != "admin" || e.Impersonated != "alice" || e.Who() != "alice" || e.Manager != "kubectl" || !e.Time.Equal(t0) {
 		t.Errorf("%+v", e)
 	}
-	for _, bad := range []string{``, `[]`, `{"id":"x"`, `{"id":"x","time":"2026-12-01T00:00:00Z","rule":"r","type":"updated","uid":"u"} x`,
+	// The actor's shapes: absent, null, without users, with null users,
+	// keys of other objects inside it ignored.
+	const head = `{"id":"x","time":"2026-12-01T00:00:00Z","rule":"r","type":"updated","uid":"u"`
+	for actor, want := range map[string][3]string{
+		``:                         {},
+		`,"actor":null`:            {},
+		`,"actor":{"manager":"m"}`: {"m"},
+		`,"actor":{"manager":"m","user":null,"impersonatedUser":null}`:                            {"m"},
+		`,"actor":{"user":{"uid":"1","username":"bob","groups":["a"]},"match":"exact"}`:           {"", "bob"},
+		`,"actor":{"impersonatedUser":{"username":"al\u0069ce"},"candidates":[{"username":"x"}]}`: {"", "", "alice"},
+	} {
+		e, err := ParsePayload([]byte(head+actor+"}"), Delivered)
+		if err != nil {
+			t.Errorf("actor %s: %v", actor, err)
+		} else if got := [3]string{e.Manager, e.User, e.Impersonated}; got != want {
+			t.Errorf("actor %s: manager, user, impersonated %q, want %q", actor, got, want)
+		}
+	}
+	for _, bad := range []string{``, `[]`, `{"id":"x"`, `{"id":"x","time":"2026-12-01T00:00:00Z","rule":"r","type":"updated","uid":"u","actor":{"user":"bob"}}`,
+		`{"id":"x","time":"2026-12-01T00:00:00Z","rule":"r","type":"updated","uid":"u","actor":{"manager":1}}`, `{"id":"x","time":"2026-12-01T00:00:00Z","rule":"r","type":"updated","uid":"u"} x`,
 		`{"id":"x","time":"yesterday","rule":"r","type":"updated","uid":"u"}`, `{"id":"x","time":"2026-12-01T00:00:00Z","rule":"r","type":"moved","uid":"u"}`,
 		`{"id":1}`, `{"time":"2026-12-01T00:00:00Z","rule":"r","type":"updated","uid":"u"}`} {
 		if _, err := ParsePayload([]byte(bad), Delivered); err == nil {
