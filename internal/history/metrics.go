@@ -22,6 +22,7 @@ type Metrics struct {
 	errOther    prometheus.Counter
 	removedAge  prometheus.Counter
 	removedSize prometheus.Counter
+	cpu         prometheus.Counter
 }
 
 // NewMetrics returns the history's series, registered on reg (none when
@@ -57,6 +58,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Duration of one batch write of the history.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8),
 		}),
+		cpu: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "fieldwatch", Subsystem: "history", Name: "cpu_seconds_total",
+			Help: "CPU time of the history's writer (reading payloads, writing them, applying the bounds), measured on the OS thread it has to itself; over entries_total{result=\"written\"}, what an entry costs (the collector's share of its garbage aside). Linux only.",
+		}),
 	}
 	m.written = m.entries.WithLabelValues("written")
 	m.duplicate = m.entries.WithLabelValues("duplicate")
@@ -69,7 +74,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.removedAge = m.removed.WithLabelValues("age")
 	m.removedSize = m.removed.WithLabelValues("size")
 	if reg != nil {
-		reg.MustRegister(m.entries, m.removed, m.errors, m.stored, m.bytes, m.queued, m.writeTime)
+		reg.MustRegister(m.entries, m.removed, m.errors, m.stored, m.bytes, m.queued, m.writeTime, m.cpu)
 	}
 	return m
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"runtime"
 	"sync"
 	"time"
 
@@ -196,11 +197,25 @@ func (r *Recorder) pending() (int, time.Time) {
 
 func (r *Recorder) run(ctx context.Context) {
 	defer close(r.done)
+	// The writer keeps an OS thread to itself, so that the thread's CPU
+	// time is the history's (fieldwatch_history_cpu_seconds_total): the
+	// process's CPU moves too much with everything else to tell.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cpu, measured := threadCPU()
+	account := func() {
+		if now, ok := threadCPU(); ok && measured {
+			r.m.cpu.Add((now - cpu).Seconds())
+			cpu = now
+		}
+	}
+	defer account()
 	var lastTrim time.Time
 	var sinceTrim int64 // bytes written since lastTrim
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
+		account() // what the last round wrote or trimmed
 		n, oldest := r.pending()
 		r.mu.Lock()
 		closing := r.closing
