@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -41,7 +42,7 @@ type readEvent struct {
 func readAll(s *eventStream) ([]readEvent, error) {
 	var out []readEvent
 	for {
-		typ, obj, err := s.next(nil)
+		typ, obj, err := s.next(context.Background())
 		if err != nil {
 			return out, err
 		}
@@ -93,13 +94,13 @@ func TestEventStream(t *testing.T) {
 func TestEventStreamIdleHoldsNoBuffer(t *testing.T) {
 	event := fmt.Sprintf(`{"type":"ADDED","object":{"data":%q}}`+"\n", strings.Repeat("z", 5000))
 	s := newEventStream(&chunked{data: []byte(event), n: 1000, end: io.EOF})
-	if _, _, err := s.next(nil); err != nil {
+	if _, _, err := s.next(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if !s.grown {
 		t.Fatal("a 5 KB event was read without a buffer of its own")
 	}
-	if _, _, err := s.next(nil); !errors.Is(err, io.EOF) {
+	if _, _, err := s.next(context.Background()); !errors.Is(err, io.EOF) {
 		t.Fatalf("then %v, want io.EOF", err)
 	}
 	if s.grown {
