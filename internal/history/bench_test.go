@@ -93,6 +93,19 @@ func BenchmarkQuery1M(b *testing.B) {
 	}
 	fi, _ := os.Stat(path)
 	b.Logf("%d entries written in %s, %d bytes (%d per entry)", total, time.Since(start).Round(time.Second), fi.Size(), fi.Size()/total)
+	// Opened again: the index by uid and namespace is rebuilt.
+	if err := store.Close(); err != nil {
+		b.Fatal(err)
+	}
+	start = time.Now()
+	if store, err = OpenSQLite(path, SQLiteOptions{MaxBytes: 4 << 30}); err != nil {
+		b.Fatal(err)
+	}
+	opened := time.Since(start)
+	if err := store.index.wait(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("opened again in %s, its index loaded in %s (%d entries)", opened.Round(time.Millisecond), time.Since(start).Round(time.Millisecond), store.index.len())
 	deep := &Cursor{Seq: seqOf(t0.Add(total / 2 * time.Millisecond))}
 	for _, tc := range []struct {
 		name string

@@ -217,6 +217,7 @@ func (p *Postgres) Trim(ctx context.Context, before time.Time, maxBytes int64) (
 	}
 	high, low := maxBytes-maxBytes/10, maxBytes-maxBytes/5
 	if p.bytes.Load() <= high {
+		t.Room = high - p.bytes.Load()
 		return t, nil
 	}
 	for p.bytes.Load() > low && p.count.Load() > 0 {
@@ -230,6 +231,7 @@ func (p *Postgres) Trim(ctx context.Context, before time.Time, maxBytes int64) (
 			break
 		}
 	}
+	t.Room = max(high-p.bytes.Load(), 0)
 	return t, nil
 }
 

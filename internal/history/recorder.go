@@ -211,7 +211,8 @@ func (r *Recorder) run(ctx context.Context) {
 	}
 	defer account()
 	var lastTrim time.Time
-	var sinceTrim int64 // bytes written since lastTrim
+	var sinceTrim int64                  // bytes written since lastTrim
+	slack := r.opts.MaxBytes / trimSlack // what sinceTrim may reach before a trim is due
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -232,8 +233,8 @@ func (r *Recorder) run(ctx context.Context) {
 			}
 			// Once a second, and sooner at a rate that could pass the
 			// size bound before then.
-			if time.Since(lastTrim) >= trimInterval || (r.opts.MaxBytes > 0 && sinceTrim >= r.opts.MaxBytes/trimSlack) {
-				r.trim(ctx)
+			if time.Since(lastTrim) >= trimInterval || (r.opts.MaxBytes > 0 && sinceTrim >= slack) {
+				slack = r.trim(ctx)
 				lastTrim, sinceTrim = time.Now(), 0
 			}
 			continue
@@ -255,7 +256,7 @@ func (r *Recorder) run(ctx context.Context) {
 			if time.Since(lastTrim) >= trimInterval && (n == 0 || sinceTrim > 0) {
 				// The age bound applies without writes too, and what
 				// the last batches wrote is trimmed for.
-				r.trim(ctx)
+				slack = r.trim(ctx)
 				lastTrim, sinceTrim = time.Now(), 0
 			}
 		case <-ctx.Done():
@@ -342,12 +343,16 @@ func (r *Recorder) dropRest() {
 	r.m.queued.Set(0)
 }
 
-// trim applies the bounds.
-func (r *Recorder) trim(ctx context.Context) {
+// trim applies the bounds. It returns how many bytes (counted as
+// sinceTrim counts them) may be written before the size bound calls for
+// the next trim: a 32nd of the bound, less when the store has less room
+// under it (the disk, not the bound, limits the size).
+func (r *Recorder) trim(ctx context.Context) int64 {
 	var before time.Time
 	if r.opts.MaxAge > 0 {
 		before = time.Now().Add(-r.opts.MaxAge)
 	}
+	slack := r.opts.MaxBytes / trimSlack
 	if !before.IsZero() || r.opts.MaxBytes > 0 {
 		t, err := r.opts.Store.Trim(ctx, before, r.opts.MaxBytes)
 		r.m.removedAge.Add(float64(t.Age))
@@ -355,8 +360,10 @@ func (r *Recorder) trim(ctx context.Context) {
 		if err != nil && ctx.Err() == nil {
 			r.errLog.Do(func() { r.log.Error("history: removing old entries failed", "error", err) })
 		}
+		slack = min(slack, t.Room)
 	}
 	r.refreshStats(ctx)
+	return slack
 }
 
 func (r *Recorder) refreshStats(ctx context.Context) {

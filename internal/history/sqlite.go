@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"math"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,8 +26,10 @@ import (
 // apart entries of the same microsecond: the table is in time order, and
 // so are the two indexes (which end with the key), so that no index on
 // time is needed. The payload is kept as delivered; the other columns
-// are what queries select by. Ids are found again through the uid index
-// (recent: the ids written lately, by hash).
+// are what queries select by. The indexes by uid and by namespace are
+// kept in memory (memIndex); earlier versions kept them in the file, and
+// opening such a file drops them. Ids are found again by hash among the
+// ids written lately (recent).
 const sqliteSchema = `
 CREATE TABLE IF NOT EXISTS entries (
   seq INTEGER PRIMARY KEY,
@@ -43,8 +47,8 @@ CREATE TABLE IF NOT EXISTS entries (
   source TEXT NOT NULL,
   payload BLOB NOT NULL
 );
-CREATE INDEX IF NOT EXISTS entries_uid ON entries(uid);
-CREATE INDEX IF NOT EXISTS entries_namespace ON entries(namespace);
+DROP INDEX IF EXISTS entries_uid;
+DROP INDEX IF EXISTS entries_namespace;
 `
 
 // seqSpan is how many entries of one microsecond the key tells apart.
@@ -55,10 +59,6 @@ func seqOf(t time.Time) int64 { return t.UnixMicro() * seqSpan }
 
 const sqliteInsert = `INSERT INTO entries(seq, id, recorded, rule, type, grp, resource, namespace, name, uid, usr, imp, source, payload)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-
-// sqliteIndexes names the index each query walks (INDEXED BY: without
-// statistics SQLite's planner may pick one that is not in time order).
-var sqliteIndexes = map[index]string{byUID: "entries_uid", byNamespace: "entries_namespace"}
 
 // recentIDs is how many of the newest ids a store knows by hash: an
 // entry whose id is not among them is written without looking for its
@@ -115,11 +115,15 @@ type SQLite struct {
 	write *sql.DB      // one connection, the writer's
 	read  *sql.DB      // queries
 	gen   int          // how many times the file was reset
-	count atomic.Int64 // entries, counted once at open then kept
+	count atomic.Int64 // entries, counted at open (by the index's load) then kept
+	index *memIndex    // by uid and by namespace
+	// stopLoad stops the index's load; loaded is closed when it is done.
+	stopLoad context.CancelFunc
+	loaded   chan struct{}
 
 	wmu     sync.Mutex // the writer's state below
 	lastSeq int64      // the highest key written
-	recent  recent     // the newest ids, by hash
+	recent  recent     // the newest ids, by hash, with their keys
 	wal     int64      // walBytes
 	// diskLimited is set while the disk, not the bound, limits the size.
 	diskLimited atomic.Bool
@@ -185,11 +189,6 @@ func (s *SQLite) open() error {
 			return fmt.Errorf("history database %s: %w", s.path, err)
 		}
 	}
-	var n int64
-	if err := w.QueryRowContext(ctx, "SELECT count(*) FROM entries").Scan(&n); err != nil {
-		_ = w.Close()
-		return fmt.Errorf("history database %s: %w", s.path, err)
-	}
 	if !s.opts.ReadOnly {
 		if err := s.loadRecent(ctx, w); err != nil {
 			_ = w.Close()
@@ -202,8 +201,26 @@ func (s *SQLite) open() error {
 		return fmt.Errorf("history database %s: %w", s.path, err)
 	}
 	r.SetMaxOpenConns(4)
+	// The index is loaded from what the file holds now (a read
+	// transaction's snapshot, taken here, before anything is written),
+	// in the background: a file of a million entries takes seconds.
+	tx, err := r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err == nil {
+		var newest sql.NullInt64
+		if err = tx.QueryRowContext(ctx, "SELECT max(seq) FROM entries").Scan(&newest); err != nil {
+			_ = tx.Rollback()
+		}
+	}
+	if err != nil {
+		_, _ = w.Close(), r.Close()
+		return fmt.Errorf("history database %s: %w", s.path, err)
+	}
 	s.write, s.read = w, r
-	s.count.Store(n)
+	s.count.Store(0)
+	s.index = newMemIndex()
+	loadCtx, stop := context.WithCancel(context.Background())
+	s.stopLoad, s.loaded = stop, make(chan struct{})
+	go s.loadIndex(loadCtx, tx, s.index, s.loaded)
 	return nil
 }
 
@@ -218,22 +235,80 @@ func (s *SQLite) loadRecent(ctx context.Context, db *sql.DB) error {
 		return err
 	}
 	defer func() { _ = rows.Close() }()
-	var ids []string
+	type written struct {
+		seq int64
+		id  string
+	}
+	var ws []written
 	for rows.Next() {
-		var seq int64
-		var id string
-		if err := rows.Scan(&seq, &id); err != nil {
+		var w written
+		if err := rows.Scan(&w.seq, &w.id); err != nil {
 			return err
 		}
-		if len(ids) == 0 {
-			s.lastSeq = seq
+		if len(ws) == 0 {
+			s.lastSeq = w.seq
 		}
-		ids = append(ids, id)
+		ws = append(ws, w)
 	}
-	for i := len(ids) - 1; i >= 0; i-- { // oldest first: the ring drops those first
-		s.recent.add(idHash(ids[i]))
+	for i := len(ws) - 1; i >= 0; i-- { // oldest first: the ring drops those first
+		s.recent.add(idHash(ws[i].id), ws[i].seq)
 	}
 	return rows.Err()
+}
+
+// loadIndex loads idx, the index by uid and namespace, with the entries
+// tx (a snapshot of the file when it was opened) holds, and counts them.
+func (s *SQLite) loadIndex(ctx context.Context, tx *sql.Tx, idx *memIndex, done chan struct{}) {
+	defer close(done)
+	defer func() { _ = tx.Rollback() }()
+	start := time.Now()
+	rows, err := tx.QueryContext(ctx, "SELECT seq, uid, namespace FROM entries ORDER BY seq")
+	n := idx.load(func(seq *int64, uid, namespace *[]byte) bool {
+		if err != nil || !rows.Next() {
+			return false
+		}
+		var u, ns sql.RawBytes
+		if err = rows.Scan(seq, &u, &ns); err != nil {
+			return false
+		}
+		*uid, *namespace = u, ns
+		return true
+	}, func() error {
+		if err == nil {
+			err = rows.Err()
+		}
+		if rows != nil {
+			_ = rows.Close()
+		}
+		return err
+	})
+	s.mu.RLock()
+	if s.index == idx { // not reset meanwhile
+		s.count.Add(int64(n))
+	}
+	s.mu.RUnlock()
+	if err != nil && ctx.Err() == nil {
+		s.log.Error("history database: its index cannot be loaded: queries by uid or namespace fail", "file", s.path, "error", err)
+		return
+	}
+	if took := time.Since(start); took > time.Second {
+		s.log.Info("history database: index loaded", "file", s.path, "entries", n, "took", took.Round(time.Millisecond).String())
+	}
+}
+
+// indexTrimmed drops from the index the entries a trim removed: those
+// below the oldest key left.
+func (s *SQLite) indexTrimmed(ctx context.Context) error {
+	var oldest sql.NullInt64
+	if err := s.write.QueryRowContext(ctx, "SELECT min(seq) FROM entries").Scan(&oldest); err != nil {
+		return err
+	}
+	if !oldest.Valid {
+		s.index.dropBefore(math.MaxInt64)
+		return nil
+	}
+	s.index.dropBefore(oldest.Int64)
+	return nil
 }
 
 // corrupt reports whether err says the file is not a database or is
@@ -282,6 +357,7 @@ func (s *SQLite) reset(gen int, cause error) error {
 		return fmt.Errorf("%w: %v", ErrReset, cause)
 	}
 	s.gen++
+	s.stopLoad()
 	_ = s.write.Close()
 	_ = s.read.Close()
 	if err := s.setAside(cause); err != nil {
@@ -349,12 +425,16 @@ func (s *SQLite) insert(ctx context.Context, entries []Entry) (int, error) {
 	defer func() { _ = tx.Rollback() }()
 	last := s.lastSeq
 	rows := make([]sqliteRow, 0, len(entries))
+	batch := make(map[int64]struct{}, len(entries)) // the ids' hashes
 	for i := range entries {
 		e := &entries[i]
 		h := idHash(e.ID)
-		if s.recent.has(h) {
-			// Probably a repeat: look, in this batch and on disk.
-			dup, err := s.written(ctx, tx, rows, e)
+		if _, ok := batch[h]; ok && slices.ContainsFunc(rows, func(r sqliteRow) bool { return r.e.ID == e.ID }) {
+			continue
+		}
+		if seq, ok := s.recent.get(h); ok {
+			// Probably a repeat: look on disk.
+			dup, err := writtenAt(ctx, tx, seq, e.ID)
 			if err != nil {
 				return 0, err
 			}
@@ -366,9 +446,9 @@ func (s *SQLite) insert(ctx context.Context, entries []Entry) (int, error) {
 		if seq <= last && last-seq < 16*seqSpan {
 			seq = last + 1 // the last one's microsecond (or one of those just before)
 		}
-		rows = append(rows, sqliteRow{e: e, seq: seq})
+		rows = append(rows, sqliteRow{e: e, seq: seq, id: h})
 		last = max(last, seq)
-		s.recent.add(h)
+		batch[h] = struct{}{}
 	}
 	if last, err = insertRowsTx(ctx, tx, rows, last); err != nil {
 		return 0, err
@@ -377,6 +457,11 @@ func (s *SQLite) insert(ctx context.Context, entries []Entry) (int, error) {
 		return 0, err
 	}
 	s.lastSeq = last
+	for i := range rows {
+		r := &rows[i]
+		s.recent.add(r.id, r.seq)
+		s.index.add(r.seq, r.e.UID, r.e.Namespace)
+	}
 	return len(rows), nil
 }
 
@@ -384,6 +469,7 @@ func (s *SQLite) insert(ctx context.Context, entries []Entry) (int, error) {
 type sqliteRow struct {
 	e   *Entry
 	seq int64
+	id  int64 // idHash
 }
 
 // sqliteColumns is the number of columns sqliteInsert sets.
@@ -472,15 +558,10 @@ func insertOne(ctx context.Context, stmt *sql.Stmt, r *sqliteRow, last int64) (i
 	}
 }
 
-// written reports whether an entry of e's id is in rows or on disk.
-func (s *SQLite) written(ctx context.Context, tx *sql.Tx, rows []sqliteRow, e *Entry) (bool, error) {
-	for _, r := range rows {
-		if r.e.ID == e.ID {
-			return true, nil
-		}
-	}
+// writtenAt reports whether the entry of key seq has the id id.
+func writtenAt(ctx context.Context, tx *sql.Tx, seq int64, id string) (bool, error) {
 	var one int
-	err := tx.QueryRowContext(ctx, "SELECT 1 FROM entries INDEXED BY entries_uid WHERE uid = ? AND id = ? LIMIT 1", e.UID, e.ID).Scan(&one)
+	err := tx.QueryRowContext(ctx, "SELECT 1 FROM entries WHERE seq = ? AND id = ?", seq, id).Scan(&one)
 	switch {
 	case err == nil:
 		return true, nil
@@ -496,32 +577,36 @@ func keyTaken(err error) bool {
 	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_CONSTRAINT
 }
 
-// recent is a set of the last ids written, by hash, that forgets the
-// oldest first.
+// recent is the last ids written, by hash, with their keys; it forgets
+// the oldest first.
 type recent struct {
-	set  map[int64]struct{}
-	ring []int64
+	keys map[int64]int64 // hash: key
+	ring []recentID
 	next int
 }
 
+type recentID struct{ hash, seq int64 }
+
 func newRecent(n int) recent {
-	return recent{set: make(map[int64]struct{}, n), ring: make([]int64, 0, n)}
+	return recent{keys: make(map[int64]int64, n), ring: make([]recentID, 0, n)}
 }
 
-func (r *recent) has(h int64) bool {
-	_, ok := r.set[h]
-	return ok
+// get returns the key of the newest entry written whose id has hash h.
+func (r *recent) get(h int64) (int64, bool) {
+	seq, ok := r.keys[h]
+	return seq, ok
 }
 
-func (r *recent) add(h int64) {
+func (r *recent) add(h, seq int64) {
+	r.keys[h] = seq
 	if len(r.ring) < cap(r.ring) {
-		r.ring = append(r.ring, h)
-		r.set[h] = struct{}{}
+		r.ring = append(r.ring, recentID{h, seq})
 		return
 	}
-	delete(r.set, r.ring[r.next])
-	r.ring[r.next] = h
-	r.set[h] = struct{}{}
+	if old := r.ring[r.next]; r.keys[old.hash] == old.seq {
+		delete(r.keys, old.hash)
+	}
+	r.ring[r.next] = recentID{h, seq}
 	r.next = (r.next + 1) % len(r.ring)
 }
 
@@ -529,15 +614,86 @@ func (r *recent) add(h int64) {
 func (s *SQLite) Query(ctx context.Context, q Query) (Page, error) {
 	var p Page
 	err := s.use(func() (err error) {
-		p, err = runQuery(ctx, sqlDB{s.read}, &q, true, func(b *built) string {
-			if ix, ok := sqliteIndexes[b.index]; ok {
-				return "entries INDEXED BY " + ix
-			}
-			return "entries"
-		}, func(s string) string { return s })
+		if b := build(&q, true); b.index != byTime {
+			p, err = s.queryIndexed(ctx, &q, &b)
+			return err
+		}
+		p, err = runQuery(ctx, sqlDB{s.read}, &q, true, func(*built) string { return "entries" }, func(s string) string { return s })
 		return err
 	})
 	return p, err
+}
+
+// indexedChunk is how many keys a query by uid or namespace reads rows
+// of at a time when it filters on more.
+const indexedChunk = 256
+
+// queryIndexed runs a query by uid or namespace: it walks the index
+// newest first and reads the rows of the keys it finds, where every
+// condition is checked, until the page is full or (with conditions the
+// index does not order) it went through scanWindow keys.
+func (s *SQLite) queryIndexed(ctx context.Context, q *Query, b *built) (Page, error) {
+	f, h := fieldUID, keyHash(q.UID)
+	if b.index == byNamespace {
+		f, h = fieldNamespace, keyHash(q.Namespace)
+	}
+	if err := s.index.wait(ctx); err != nil {
+		return Page{}, err
+	}
+	lo, hi := int64(math.MinInt64), int64(math.MaxInt64)
+	if !q.Since.IsZero() {
+		lo = seqOf(q.Since)
+	}
+	if !q.Until.IsZero() {
+		hi = seqOf(q.Until)
+	}
+	if q.After != nil {
+		hi = min(hi, q.After.Seq)
+	}
+	limit := q.limit()
+	conds := append(append([]string(nil), b.keyConds...), b.residual...)
+	args := append(append([]any(nil), b.keyArgs...), b.resArgs...)
+	var p Page
+	var seqs []int64
+	walked := 0
+	for len(p.Entries) <= limit {
+		n := limit + 1 - len(p.Entries)
+		if len(b.residual) > 0 {
+			n = min(indexedChunk, scanWindow-walked)
+		}
+		if seqs = s.index.walk(seqs[:0], f, h, lo, hi, n); len(seqs) == 0 {
+			break
+		}
+		walked += len(seqs)
+		hi = seqs[len(seqs)-1]
+		in := strings.TrimSuffix(strings.Repeat("?, ", len(seqs)), ", ")
+		qargs := make([]any, 0, len(seqs)+len(args))
+		for _, seq := range seqs {
+			qargs = append(qargs, seq)
+		}
+		qargs = append(qargs, args...)
+		sqlText := "SELECT seq, recorded, source, payload FROM entries WHERE seq IN (" + in + ") AND " + strings.Join(conds, " AND ") + " ORDER BY seq DESC"
+		err := sqlDB{s.read}.query(ctx, sqlText, qargs, func(scan func(dest ...any) error) error {
+			e, err := scanEntry(scan)
+			if err == nil {
+				p.Entries = append(p.Entries, e)
+			}
+			return err
+		})
+		if err != nil {
+			return Page{}, err
+		}
+		if len(b.residual) > 0 && walked >= scanWindow && len(p.Entries) <= limit {
+			p.Next = &Cursor{Time: hi / seqSpan, Seq: hi} // the window ends here: the next page goes on
+			return p, nil
+		}
+	}
+	if len(p.Entries) > limit {
+		p.Entries = p.Entries[:limit]
+		c := CursorOf(&p.Entries[limit-1])
+		p.Next = &c
+	}
+	return p, nil
 }
 
 // Trim implements Store: the entries older than before, then, when the
@@ -555,7 +711,10 @@ func (s *SQLite) Trim(ctx context.Context, before time.Time, maxBytes int64) (Tr
 			}
 		}
 		if maxBytes > 0 {
-			t.Size, err = s.trimSize(ctx, maxBytes)
+			t.Size, t.Room, err = s.trimSize(ctx, maxBytes)
+		}
+		if t.Age+t.Size > 0 {
+			err = errors.Join(err, s.indexTrimmed(ctx))
 		}
 		return err
 	})
@@ -582,7 +741,9 @@ func (s *SQLite) trimAge(ctx context.Context, before time.Time) (int, error) {
 	}
 }
 
-func (s *SQLite) trimSize(ctx context.Context, maxBytes int64) (int, error) {
+// trimSize applies the size bound; it returns how many entries it
+// removed and the room left under the threshold of the next trim.
+func (s *SQLite) trimSize(ctx context.Context, maxBytes int64) (int, int64, error) {
 	maxBytes = s.withinDisk(maxBytes)
 	// The thresholds are on what entries take: the room for the log and
 	// the reserve is there however many they are.
@@ -593,22 +754,22 @@ func (s *SQLite) trimSize(ctx context.Context, maxBytes int64) (int, error) {
 	for {
 		used, err := s.usedBytes(ctx)
 		if err != nil {
-			return total, err
+			return total, 0, err
 		}
 		count := s.count.Load()
 		if count == 0 || used <= low || (total == 0 && used <= high) {
-			return total, nil
+			return total, max(high-used, 0), nil
 		}
 		// What the excess takes at the average entry's size, at least a
-		// hundredth of the entries (index pages free up slowly).
+		// hundredth of the entries.
 		per := max(used/count, 1)
 		k, err := s.deleteOldest(ctx, max((used-low)/per+1, count/100+1))
 		if err != nil {
-			return total, err
+			return total, 0, err
 		}
 		total += k
 		if k == 0 {
-			return total, nil
+			return total, max(high-used, 0), nil
 		}
 	}
 }
@@ -654,10 +815,14 @@ func (s *SQLite) makeRoom(ctx context.Context, n int64) {
 	}
 	_ = s.use(func() error {
 		_, _ = s.write.ExecContext(ctx, "PRAGMA wal_checkpoint(RESTART)")
-		if _, err := s.deleteOldest(ctx, n); err != nil {
+		_, err := s.deleteOldest(ctx, n)
+		if ierr := s.indexTrimmed(ctx); err == nil {
+			err = ierr
+		}
+		if err != nil {
 			return err
 		}
-		_, err := s.write.ExecContext(ctx, "PRAGMA wal_checkpoint(RESTART)")
+		_, err = s.write.ExecContext(ctx, "PRAGMA wal_checkpoint(RESTART)")
 		return err
 	})
 }
@@ -751,6 +916,11 @@ func (s *SQLite) Checkpoint(ctx context.Context) error {
 
 // Close implements Store.
 func (s *SQLite) Close() error {
+	s.mu.RLock()
+	stop, loaded := s.stopLoad, s.loaded
+	s.mu.RUnlock()
+	stop()
+	<-loaded
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return errors.Join(s.read.Close(), s.write.Close())
@@ -784,6 +954,23 @@ func (d sqlDB) query(ctx context.Context, q string, args []any, each func(scan f
 	return rows.Err()
 }
 
+// scanEntry reads an entry from the columns seq, recorded, source and
+// payload.
+func scanEntry(scan func(dest ...any) error) (Entry, error) {
+	var seq, recorded int64
+	var source string
+	var payload []byte
+	if err := scan(&seq, &recorded, &source, &payload); err != nil {
+		return Entry{}, err
+	}
+	e, err := ParsePayload(payload, Source(source))
+	if err != nil {
+		return Entry{}, fmt.Errorf("entry %d: %w", seq, err)
+	}
+	e.Seq, e.Recorded = seq, time.UnixMicro(recorded).UTC()
+	return e, nil
+}
+
 // querier is what runQuery needs of a database.
 type querier interface {
 	queryRow(ctx context.Context, q string, args []any, dest ...any) (bool, error)
@@ -811,19 +998,11 @@ func runQuery(ctx context.Context, db querier, q *Query, keyed bool, from func(*
 	sqlText, args := b.page(from(&b), "seq, recorded, source, payload", limit+1, bound)
 	var p Page
 	err := db.query(ctx, placeholders(sqlText), args, func(scan func(dest ...any) error) error {
-		var seq, recorded int64
-		var source string
-		var payload []byte
-		if err := scan(&seq, &recorded, &source, &payload); err != nil {
-			return err
+		e, err := scanEntry(scan)
+		if err == nil {
+			p.Entries = append(p.Entries, e)
 		}
-		e, err := ParsePayload(payload, Source(source))
-		if err != nil {
-			return fmt.Errorf("entry %d: %w", seq, err)
-		}
-		e.Seq, e.Recorded = seq, time.UnixMicro(recorded).UTC()
-		p.Entries = append(p.Entries, e)
-		return nil
+		return err
 	})
 	if err != nil {
 		return Page{}, err

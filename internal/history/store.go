@@ -30,6 +30,10 @@ type Store interface {
 type Trimmed struct {
 	// Age and Size count the entries removed for each bound.
 	Age, Size int
+	// Room is how many bytes may be added before the size bound (when
+	// given) calls for a trim again; the SQLite store's bound is lowered
+	// to what the disk has.
+	Room int64
 }
 
 // Stats is a store's size.
