@@ -2,6 +2,8 @@ package rules
 
 import (
 	"time"
+
+	"github.com/fieldwatch/fieldwatch/change"
 )
 
 // Action is one entry of a rule's actions list. Exactly one field is set.
@@ -182,6 +184,14 @@ type Firing struct {
 	Payload []byte
 	// Object addresses the object the change is about.
 	Object ObjectRef
+	// Time, Type, User, Impersonated and Manager are the payload's
+	// "time" (as written: UTC, to the microsecond), "type" and the
+	// actor's user and impersonated user's usernames and manager ("" when
+	// the payload has none), for those that would read them back from
+	// the payload (the history).
+	Time                        time.Time
+	Type                        change.Type
+	User, Impersonated, Manager string
 }
 
 // ObjectRef addresses one object of one resource.

@@ -271,3 +271,59 @@ func TestWriteSubresource(t *testing.T) {
 		})
 	}
 }
+
+// TestFiringFieldsArePayloads: a firing's Time, Type and actor names are
+// what its payload says (the history records them without reading the
+// payload back), with and without attribution, for each type of change.
+func TestFiringFieldsArePayloads(t *testing.T) {
+	obj := func(rv string, mf ...string) map[string]any {
+		entries := []any{}
+		for _, m := range mf {
+			entries = append(entries, map[string]any{"manager": m, "operation": "Update", "time": "2026-01-01T00:00:0" + rv + "Z"})
+		}
+		return map[string]any{"metadata": map[string]any{"name": "w", "namespace": "ns", "uid": "u", "resourceVersion": rv, "managedFields": entries},
+			"spec": map[string]any{"size": rv}}
+	}
+	set, err := Parse("f.yaml", []byte(rule(match+logAction)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 5, 12, 0, 0, 123456789, time.FixedZone("x", 3600))
+	for _, tc := range []struct {
+		name     string
+		typ      change.Type
+		old, new map[string]any
+		a        *change.Attribution
+	}{
+		{"updated, impersonated", change.Updated, obj("1", "kubectl-create"), obj("2", "kubectl-create", "kubectl-patch"),
+			&change.Attribution{Match: change.MatchExact, User: &change.UserInfo{Username: "admin"}, ImpersonatedUser: &change.UserInfo{Username: "al\"ice"}}},
+		{"created, no attribution", change.Created, nil, obj("1", "kubectl-create"), nil},
+		{"deleted, ambiguous", change.Deleted, obj("3", "helm"), nil, &change.Attribution{Match: change.MatchAmbiguous, Candidates: []string{"a", "b"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			firings, errs := set.Eval(&Change{Type: tc.typ, Resource: widgetsV1, Old: tc.old, New: tc.new, Time: at, Attribution: tc.a})
+			if len(errs) > 0 || len(firings) != 1 {
+				t.Fatalf("%d firings, %v", len(firings), errs)
+			}
+			f := firings[0]
+			var p struct {
+				Time  string
+				Type  string
+				Actor struct {
+					Manager          string
+					User             struct{ Username string }
+					ImpersonatedUser struct{ Username string }
+				}
+			}
+			if err := json.Unmarshal(f.Payload, &p); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.Time.Format(TimeFormat); got != p.Time || f.Time.Location() != time.UTC || f.Time.Nanosecond()%1000 != 0 {
+				t.Errorf("Time %v (%s), payload %s", f.Time, got, p.Time)
+			}
+			if string(f.Type) != p.Type || f.Manager != p.Actor.Manager || f.User != p.Actor.User.Username || f.Impersonated != p.Actor.ImpersonatedUser.Username {
+				t.Errorf("firing type %q manager %q user %q impersonated %q; payload %s", f.Type, f.Manager, f.User, f.Impersonated, f.Payload)
+			}
+		})
+	}
+}

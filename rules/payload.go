@@ -1,6 +1,10 @@
 package rules
 
-import "github.com/fieldwatch/fieldwatch/change"
+import (
+	"time"
+
+	"github.com/fieldwatch/fieldwatch/change"
+)
 
 // Redacted replaces redacted values in payloads.
 const Redacted = "<redacted>"
@@ -128,7 +132,19 @@ func (r *Rule) firing(st *evalState, ops []patchOp) (Firing, error) {
 		}
 	}
 	b = append(b, '}')
-	return Firing{ID: id, Rule: r, Payload: b, Object: ref}, nil
+	f := Firing{ID: id, Rule: r, Payload: b, Object: ref, Time: c.Time.UTC().Truncate(time.Microsecond), Type: c.Type}
+	if hasActor {
+		f.Manager = actor.Manager
+	}
+	if a := c.Attribution; a != nil {
+		if a.User != nil {
+			f.User = a.User.Username
+		}
+		if a.ImpersonatedUser != nil {
+			f.Impersonated = a.ImpersonatedUser.Username
+		}
+	}
+	return f, nil
 }
 
 // redactLocations returns the locations paths select in obj, as a tree.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fieldwatch/fieldwatch/internal/history"
 	"github.com/fieldwatch/fieldwatch/internal/history/web"
+	"github.com/fieldwatch/fieldwatch/rules"
 	"github.com/fieldwatch/fieldwatch/watcher"
 )
 
@@ -157,8 +158,21 @@ func (a *app) evaluateConfirmed(h *historyState) {
 		}
 		firings, _ := set.Eval(rc) // evaluation errors are the leader's to count
 		for _, f := range firings {
-			h.rec.Record(f.Payload, history.Confirmed)
+			h.rec.RecordEntry(entryOf(&f, history.Confirmed))
 		}
+	}
+}
+
+// entryOf is f's history entry, its fields the firing's (which are
+// its payload's: the history need not read them back).
+func entryOf(f *rules.Firing, source history.Source) history.Entry {
+	o := &f.Object
+	return history.Entry{
+		ID: f.ID, Time: f.Time, Rule: f.Rule.Name, Type: f.Type,
+		Group: o.Group, Version: o.Version, Resource: o.Resource, Kind: o.Kind,
+		Namespace: o.Namespace, Name: o.Name, UID: o.UID, ResourceVersion: o.ResourceVersion,
+		User: f.User, Impersonated: f.Impersonated, Manager: f.Manager,
+		Source: source, Payload: f.Payload,
 	}
 }
 

@@ -128,7 +128,7 @@ func (p *pipeline) deliver(ctx context.Context, firings []rules.Firing, done fun
 		finished := each
 		if h != nil {
 			finished = func() {
-				h.rec.Record(f.Payload, history.Delivered)
+				h.rec.RecordEntry(entryOf(&f, history.Delivered))
 				each()
 			}
 		}

@@ -85,6 +85,9 @@ type queued struct {
 	payload []byte
 	source  Source
 	at      time.Time
+	// entry, when set, is the payload's entry (RecordEntry): it is not
+	// parsed.
+	entry *Entry
 }
 
 // NewRecorder starts a Recorder.
@@ -120,6 +123,20 @@ func NewRecorder(opts RecorderOptions) *Recorder {
 // queue is full (the store is slow or failing), the payload is dropped
 // from the history and counted. The payload must not change afterwards.
 func (r *Recorder) Record(payload []byte, source Source) {
+	r.record(queued{payload: payload, source: source})
+}
+
+// RecordEntry is Record for a payload whose entry's fields are known (the
+// firing's): they must be what ParsePayload(e.Payload, e.Source) returns,
+// which the history then need not read back (about a sixth of what an
+// entry costs its writer).
+func (r *Recorder) RecordEntry(e Entry) {
+	r.record(queued{payload: e.Payload, source: e.Source, entry: &e})
+}
+
+func (r *Recorder) record(q queued) {
+	payload := q.payload
+	q.at = time.Now()
 	r.mu.Lock()
 	if r.closing || len(r.queue) >= r.opts.QueueEntries || r.bytes+int64(len(payload)) > r.opts.QueueBytes {
 		r.mu.Unlock()
@@ -130,7 +147,7 @@ func (r *Recorder) Record(payload []byte, source Source) {
 		})
 		return
 	}
-	r.queue = append(r.queue, queued{payload: payload, source: source, at: time.Now()})
+	r.queue = append(r.queue, q)
 	r.bytes += int64(len(payload))
 	n := len(r.queue)
 	r.mu.Unlock()
@@ -271,11 +288,16 @@ func (r *Recorder) run(ctx context.Context) {
 func (r *Recorder) write(ctx context.Context, batch []queued) bool {
 	entries := make([]Entry, 0, len(batch))
 	for _, q := range batch {
-		e, err := ParsePayload(q.payload, q.source)
-		if err != nil {
-			r.m.invalid.Inc()
-			r.errLog.Do(func() { r.log.Error("history: not a payload; left out", "error", err) })
-			continue
+		var e Entry
+		if q.entry != nil {
+			e = *q.entry
+		} else {
+			var err error
+			if e, err = ParsePayload(q.payload, q.source); err != nil {
+				r.m.invalid.Inc()
+				r.errLog.Do(func() { r.log.Error("history: not a payload; left out", "error", err) })
+				continue
+			}
 		}
 		e.Recorded = q.at.UTC()
 		entries = append(entries, e)
