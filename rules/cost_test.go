@@ -132,9 +132,11 @@ func BenchmarkFieldsAllItems(b *testing.B) {
 }
 
 // TestHostileObjectsEvaluateInLinearTime evaluates the largest inputs of
-// the benchmarks above under a deadline: quadratic code took 53 s (16,000
-// Secret keys) and 109 s (ignoreFields over 32,000 items) without -race;
-// linear code takes well under a second.
+// the benchmarks above under a deadline on the CPU time of the thread
+// that evaluates (the wall clock counts the machine's other work: under
+// make test's load one evaluation took 11 s of it): quadratic code took
+// 53 s (16,000 Secret keys) and 109 s (ignoreFields over 32,000 items)
+// without -race; linear code takes well under a second.
 func TestHostileObjectsEvaluateInLinearTime(t *testing.T) {
 	created := longListUpdate(32000)
 	created.Type, created.Old = change.Created, nil
@@ -165,10 +167,10 @@ func TestHostileObjectsEvaluateInLinearTime(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			start := time.Now()
-			f, errs := set.Eval(tt.c)
-			if d := time.Since(start); d > 10*time.Second {
-				t.Errorf("evaluation took %v, want well under 10s", d)
+			var f []Firing
+			var errs []error
+			if d := spentCPU(t, func() { f, errs = set.Eval(tt.c) }); d > 10*time.Second {
+				t.Errorf("evaluation took %v of CPU, want well under 10s", d)
 			}
 			if len(f) != 1 || len(errs) > 0 {
 				t.Fatalf("got %d firings, errors %v; want 1 firing", len(f), errs)
