@@ -139,17 +139,21 @@ func TestUsesAttribution(t *testing.T) {
 	}
 }
 
+// managedWidget is a Widget at resourceVersion rv whose managedFields
+// name the managers mf, in order, each an Update.
+func managedWidget(rv string, mf ...string) map[string]any {
+	entries := []any{}
+	for _, m := range mf {
+		entries = append(entries, map[string]any{"manager": m, "operation": "Update", "time": "2026-01-01T00:00:0" + rv + "Z"})
+	}
+	return map[string]any{"metadata": map[string]any{"name": "w", "namespace": "ns", "uid": "u", "resourceVersion": rv, "managedFields": entries},
+		"spec": map[string]any{"size": rv}}
+}
+
 // TestCELActor: every key of actor is there, also without attribution, so
 // that expressions need no has().
 func TestCELActor(t *testing.T) {
-	obj := func(rv string, mf ...string) map[string]any {
-		entries := []any{}
-		for _, m := range mf {
-			entries = append(entries, map[string]any{"manager": m, "operation": "Update", "time": "2026-01-01T00:00:0" + rv + "Z"})
-		}
-		return map[string]any{"metadata": map[string]any{"name": "w", "namespace": "ns", "uid": "u", "resourceVersion": rv, "managedFields": entries},
-			"spec": map[string]any{"size": rv}}
-	}
+	obj := managedWidget
 	attributed := &change.Attribution{Match: change.MatchWindow,
 		User:             &change.UserInfo{Username: "admin", Groups: []string{"system:masters"}},
 		ImpersonatedUser: &change.UserInfo{Username: "alice"},
@@ -276,14 +280,7 @@ func TestWriteSubresource(t *testing.T) {
 // what its payload says (the history records them without reading the
 // payload back), with and without attribution, for each type of change.
 func TestFiringFieldsArePayloads(t *testing.T) {
-	obj := func(rv string, mf ...string) map[string]any {
-		entries := []any{}
-		for _, m := range mf {
-			entries = append(entries, map[string]any{"manager": m, "operation": "Update", "time": "2026-01-01T00:00:0" + rv + "Z"})
-		}
-		return map[string]any{"metadata": map[string]any{"name": "w", "namespace": "ns", "uid": "u", "resourceVersion": rv, "managedFields": entries},
-			"spec": map[string]any{"size": rv}}
-	}
+	obj := managedWidget
 	set, err := Parse("f.yaml", []byte(rule(match+logAction)))
 	if err != nil {
 		t.Fatal(err)

@@ -140,3 +140,33 @@ func BenchmarkQuery1M(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTrimIdle is what the Recorder's applying the bounds costs
+// when nothing is to be removed (10,000 entries, the default bounds):
+// the age bound's delete, the disk's and the file's sizes, the stats.
+func BenchmarkTrimIdle(b *testing.B) {
+	ctx := context.Background()
+	store, err := OpenSQLite(filepath.Join(b.TempDir(), "history.db"), SQLiteOptions{MaxBytes: 512 << 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = store.Close() }()
+	var es []Entry
+	for i := range 10000 {
+		e, _ := ParsePayload(benchPayload(i), Delivered)
+		e.Recorded = e.Time
+		es = append(es, e)
+	}
+	if _, err := store.Write(ctx, es); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := store.Trim(ctx, time.Now().Add(-90*24*time.Hour), 512<<20); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := store.Stats(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

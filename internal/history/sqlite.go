@@ -673,14 +673,7 @@ func (s *SQLite) queryIndexed(ctx context.Context, q *Query, b *built) (Page, er
 		}
 		qargs = append(qargs, args...)
 		sqlText := "SELECT seq, recorded, source, payload FROM entries WHERE seq IN (" + in + ") AND " + strings.Join(conds, " AND ") + " ORDER BY seq DESC"
-		err := sqlDB{s.read}.query(ctx, sqlText, qargs, func(scan func(dest ...any) error) error {
-			e, err := scanEntry(scan)
-			if err == nil {
-				p.Entries = append(p.Entries, e)
-			}
-			return err
-		})
-		if err != nil {
+		if err := queryEntries(ctx, sqlDB{s.read}, sqlText, qargs, &p.Entries); err != nil {
 			return Page{}, err
 		}
 		if len(b.residual) > 0 && walked >= scanWindow && len(p.Entries) <= limit {
@@ -954,6 +947,18 @@ func (d sqlDB) query(ctx context.Context, q string, args []any, each func(scan f
 	return rows.Err()
 }
 
+// queryEntries appends to entries those the query selects (the columns
+// seq, recorded, source and payload).
+func queryEntries(ctx context.Context, db querier, sqlText string, args []any, entries *[]Entry) error {
+	return db.query(ctx, sqlText, args, func(scan func(dest ...any) error) error {
+		e, err := scanEntry(scan)
+		if err == nil {
+			*entries = append(*entries, e)
+		}
+		return err
+	})
+}
+
 // scanEntry reads an entry from the columns seq, recorded, source and
 // payload.
 func scanEntry(scan func(dest ...any) error) (Entry, error) {
@@ -997,14 +1002,7 @@ func runQuery(ctx context.Context, db querier, q *Query, keyed bool, from func(*
 	}
 	sqlText, args := b.page(from(&b), "seq, recorded, source, payload", limit+1, bound)
 	var p Page
-	err := db.query(ctx, placeholders(sqlText), args, func(scan func(dest ...any) error) error {
-		e, err := scanEntry(scan)
-		if err == nil {
-			p.Entries = append(p.Entries, e)
-		}
-		return err
-	})
-	if err != nil {
+	if err := queryEntries(ctx, db, placeholders(sqlText), args, &p.Entries); err != nil {
 		return Page{}, err
 	}
 	switch {
