@@ -704,7 +704,12 @@ func (s *SQLite) Trim(ctx context.Context, before time.Time, maxBytes int64) (Tr
 			}
 		}
 		if maxBytes > 0 {
-			t.Size, t.Room, err = s.trimSize(ctx, maxBytes)
+			// trimSize sizes its deletions by the count of entries,
+			// which the index's load completes: before it, a count too
+			// low would remove far more than the bound asks.
+			if err = s.index.wait(ctx); err == nil {
+				t.Size, t.Room, err = s.trimSize(ctx, maxBytes)
+			}
 		}
 		if t.Age+t.Size > 0 {
 			err = errors.Join(err, s.indexTrimmed(ctx))

@@ -122,3 +122,59 @@ func TestSQLiteIndexInMemory(t *testing.T) {
 		t.Errorf("%d entries indexed, %d kept", n, len(all))
 	}
 }
+
+// TestSQLiteTrimWaitsForTheIndex: the size bound is applied only once
+// the index's load has counted the file's entries (with a count too low
+// a trim removes far more than the bound asks).
+func TestSQLiteTrimWaitsForTheIndex(t *testing.T) {
+	ctx := context.Background()
+	s, err := OpenSQLite(filepath.Join(t.TempDir(), "history.db"), SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	var es []Entry
+	for i := range 200 {
+		es = append(es, fixture{uid: fmt.Sprintf("u%d", i), rv: "1", namespace: "ns", name: "n", time: t0.Add(time.Duration(i) * time.Second)}.entry(t, Delivered))
+	}
+	write(t, s, es...)
+	// As just after opening a large file: the load has not counted yet.
+	loading := newMemIndex()
+	s.mu.Lock()
+	s.index = loading
+	s.mu.Unlock()
+	s.count.Store(0)
+	done := make(chan Trimmed, 1)
+	go func() {
+		tr, err := s.Trim(ctx, time.Time{}, 1) // a bound every entry is over
+		if err != nil {
+			t.Error(err)
+		}
+		done <- tr
+	}()
+	select {
+	case tr := <-done:
+		t.Fatalf("Trim returned %+v before the index was loaded", tr)
+	case <-time.After(200 * time.Millisecond):
+	}
+	rows, err := s.read.QueryContext(ctx, "SELECT seq, uid, namespace FROM entries ORDER BY seq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := loading.load(func(seq *int64, uid, namespace *[]byte) bool {
+		if !rows.Next() {
+			return false
+		}
+		return rows.Scan(seq, uid, namespace) == nil
+	}, rows.Err)
+	_ = rows.Close()
+	s.count.Add(int64(n))
+	select {
+	case tr := <-done:
+		if tr.Size == 0 {
+			t.Errorf("Trim removed nothing of %d entries over the bound", n)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Trim did not return once the index was loaded")
+	}
+}
