@@ -223,3 +223,31 @@ func BenchmarkEvalCRD(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkEvalLongValue evaluates a ConfigMap update whose changed value
+// is a string of 3.5 KB (old and new), a webhook backlog's payload of
+// about 7.5 KB, as make bench's drain makes them.
+func BenchmarkEvalLongValue(b *testing.B) {
+	set, err := Parse("bench.yaml", []byte("rules:\n  - name: counter\n    match: {resources: [{group: '', kind: ConfigMap}]}\n    fields: [data.counter]\n    actions: [{log: {}}]\n"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cm := func(rv, value string) map[string]any {
+		return map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": "cm-00558", "namespace": "bench", "uid": "a470083b-08c5-4073-834f-79e95e5ae618", "resourceVersion": rv,
+				"managedFields": []any{map[string]any{"manager": "bench", "operation": "Update", "apiVersion": "v1", "time": "2026-12-05T14:05:03Z"}}},
+			"data": map[string]any{"counter": value}}
+	}
+	pad := strings.Repeat("x", 3500)
+	c := &Change{Type: change.Updated, Resource: change.Resource{Version: "v1", Resource: "configmaps", Kind: "ConfigMap", Namespaced: true, Preferred: true},
+		Old: cm("100", "1-drain-1-"+pad), New: cm("101", "1-drain-2-"+pad), Time: time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)}
+	f, errs := set.Eval(c)
+	if len(f) != 1 || len(errs) > 0 {
+		b.Fatalf("got %d firings, errors %v; want 1 firing", len(f), errs)
+	}
+	b.SetBytes(int64(len(f[0].Payload)))
+	b.ReportAllocs()
+	for b.Loop() {
+		set.Eval(c)
+	}
+}

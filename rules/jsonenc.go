@@ -6,6 +6,8 @@ import (
 	"math"
 	"slices"
 	"strconv"
+
+	"github.com/fieldwatch/fieldwatch/internal/jsonscan"
 )
 
 // appendJSON appends v as compact JSON, as encoding/json would encode it
@@ -86,11 +88,9 @@ func appendStdJSON(b []byte, v any) ([]byte, error) {
 
 // appendJSONString appends s as a JSON string.
 func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
-			out, _ := appendStdJSON(b, s) // strings always encode
-			return out
-		}
+	if !jsonscan.PlainASCII(s) {
+		out, _ := appendStdJSON(b, s) // strings always encode
+		return out
 	}
 	b = append(b, '"')
 	b = append(b, s...)

@@ -1,12 +1,11 @@
 package watcher
 
 import (
-	"encoding/json"
+	"bytes"
 	"fmt"
 
-	utiljson "k8s.io/apimachinery/pkg/util/json"
-
 	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/internal/jsonscan"
 )
 
 // rawObject is an object as a watch stream carries it, JSON not decoded
@@ -16,25 +15,24 @@ type rawObject []byte
 
 // decodeProjected decodes of raw, an object's JSON, what p keeps: all of
 // it when p is Full, otherwise its metadata and the subtrees its paths
-// name, each subtree decoded as utiljson does (integral numbers int64).
-// What it skips is scanned, never built: a CRD whose rules read its group
-// and names is not decoded down its schemas. project gives the same of
-// the result as of the whole object.
+// name, each subtree decoded as apimachinery's json.Unmarshal does
+// (integral numbers int64; jsonscan.Decode). What it skips is scanned,
+// never built (its strings and brackets are checked, its numbers and
+// literals are not): a CRD whose rules read its group and names is not
+// decoded down its schemas. project gives the same of the result as of
+// the whole object.
 func decodeProjected(p change.Projection, raw []byte) (map[string]any, error) {
-	m := map[string]any{}
 	if p.Full {
-		if err := utiljson.Unmarshal(raw, &m); err != nil {
-			return nil, err
-		}
-		return m, nil
+		return jsonscan.DecodeObject(raw)
 	}
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &top); err != nil {
+	top, err := fieldsOf(raw)
+	if err != nil {
 		return nil, err
 	}
+	m := map[string]any{}
 	if meta, ok := top["metadata"]; ok {
-		var v map[string]any
-		if err := utiljson.Unmarshal(meta, &v); err != nil {
+		v, err := jsonscan.DecodeObject(meta)
+		if err != nil {
 			return nil, fmt.Errorf("metadata: %w", err)
 		}
 		m["metadata"] = v
@@ -50,10 +48,24 @@ func decodeProjected(p change.Projection, raw []byte) (map[string]any, error) {
 	return m, nil
 }
 
+// fieldsOf returns the fields of the JSON object raw, each value's bytes
+// found, not decoded (a repeated key's last); JSON null has none.
+func fieldsOf(raw []byte) (map[string][]byte, error) {
+	if string(bytes.TrimSpace(raw)) == "null" {
+		return nil, nil
+	}
+	fields := map[string][]byte{}
+	err := jsonscan.EachKey(raw, func(key string, value []byte) error {
+		fields[key] = value
+		return nil
+	})
+	return fields, err
+}
+
 // decodePath decodes into dst what path selects of src, a JSON object's
 // fields: the value at its end, or the first value on the way that is not
 // an object.
-func decodePath(src map[string]json.RawMessage, dst map[string]any, path []string) error {
+func decodePath(src map[string][]byte, dst map[string]any, path []string) error {
 	for i, name := range path {
 		raw, ok := src[name]
 		if !ok {
@@ -63,8 +75,8 @@ func decodePath(src map[string]json.RawMessage, dst map[string]any, path []strin
 			if _, done := dst[name].(map[string]any); !done && dst[name] != nil {
 				return nil // decoded whole by a shorter path
 			}
-			var next map[string]json.RawMessage
-			if err := json.Unmarshal(raw, &next); err != nil {
+			next, err := fieldsOf(raw)
+			if err != nil {
 				return err
 			}
 			d, ok := dst[name].(map[string]any)
@@ -75,8 +87,8 @@ func decodePath(src map[string]json.RawMessage, dst map[string]any, path []strin
 			src, dst = next, d
 			continue
 		}
-		var v any
-		if err := utiljson.Unmarshal(raw, &v); err != nil {
+		v, err := jsonscan.Decode(raw)
+		if err != nil {
 			return err
 		}
 		dst[name] = v
@@ -86,7 +98,7 @@ func decodePath(src map[string]json.RawMessage, dst map[string]any, path []strin
 }
 
 // isJSONObject reports whether raw is a JSON object.
-func isJSONObject(raw json.RawMessage) bool {
+func isJSONObject(raw []byte) bool {
 	for _, c := range raw {
 		switch c {
 		case ' ', '\t', '\n', '\r':

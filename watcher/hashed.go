@@ -7,9 +7,8 @@ import (
 	"encoding/json"
 	"strings"
 
-	utiljson "k8s.io/apimachinery/pkg/util/json"
-
 	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/internal/jsonscan"
 )
 
 // The restart baseline never holds the values a projection's Hashed paths
@@ -36,8 +35,8 @@ func hashValue(salt []byte, v any) string {
 // paths replaced by its hash. rest is returned as is when nothing is
 // hashed.
 func hashRest(salt, rest []byte, paths [][]string) ([]byte, error) {
-	var m map[string]any
-	if err := utiljson.Unmarshal(rest, &m); err != nil {
+	m, err := jsonscan.DecodeObject(rest)
+	if err != nil {
 		return nil, err
 	}
 	changed := false
@@ -64,8 +63,12 @@ func unhash(salt []byte, old, cur *Object) *Object {
 	if len(paths) == 0 || len(salt) == 0 || !bytes.Contains(old.json(), []byte(hashPrefix)) {
 		return old
 	}
-	var om, cm map[string]any
-	if utiljson.Unmarshal(old.json(), &om) != nil || utiljson.Unmarshal(cur.json(), &cm) != nil {
+	om, err := jsonscan.DecodeObject(old.json())
+	if err != nil {
+		return old
+	}
+	cm, err := jsonscan.DecodeObject(cur.json())
+	if err != nil {
 		return old
 	}
 	changed := false

@@ -10,9 +10,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	utiljson "k8s.io/apimachinery/pkg/util/json"
 
 	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/internal/jsonscan"
 )
 
 // Object is the compact form in which the watcher caches an object: its
@@ -114,10 +114,13 @@ func stringField(m map[string]any, key string) string {
 // int64 when integral, float64 otherwise, as in unstructured objects. The
 // map belongs to the caller.
 func (o *Object) Map() map[string]any {
-	m := map[string]any{}
+	var m map[string]any
 	if rest := o.json(); len(rest) > 0 {
 		// rest was produced by json.Marshal of a map: it always decodes.
-		_ = utiljson.Unmarshal(rest, &m)
+		m, _ = jsonscan.DecodeObject(rest)
+	}
+	if m == nil {
+		m = map[string]any{}
 	}
 	if o.typ != nil {
 		m["apiVersion"] = o.typ.apiVersion
