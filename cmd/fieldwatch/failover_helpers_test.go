@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -390,4 +391,81 @@ func apiserverAddr(t *testing.T, kubeconfig string) string {
 	}
 	t.Fatal("kubeconfig names no cluster")
 	return ""
+}
+
+// supervisor keeps a replica running as its Deployment would: when the
+// process exits (a leader that lost its Lease exits to start again as a
+// standby), it is started again under the same name and state directory.
+// On two busy cores a leader starved of CPU can miss its renewals; a test
+// that supervises its replicas then still tells loss from a restart.
+type supervisor struct {
+	t    *testing.T
+	name string
+	args []string
+	kc   string
+
+	mu       sync.Mutex
+	cur      *proc
+	exits    []int // the exit codes of the processes restarted
+	stopping bool
+	done     chan struct{}
+}
+
+// supervise watches p, a running replica started with args, until stop.
+func supervise(t *testing.T, kc, name string, p *proc, args []string) *supervisor {
+	s := &supervisor{t: t, name: name, args: args, kc: kc, cur: p, done: make(chan struct{})}
+	go s.run()
+	return s
+}
+
+func (s *supervisor) run() {
+	defer close(s.done)
+	for {
+		s.mu.Lock()
+		p := s.cur
+		s.mu.Unlock()
+		<-p.done
+		_ = p.cmd.Wait()
+		code := p.cmd.ProcessState.ExitCode()
+		s.mu.Lock()
+		if s.stopping {
+			// Told to stop (SIGTERM): a clean exit. Another code is an
+			// exit of its own just before.
+			if code != 0 {
+				s.exits = append(s.exits, code)
+			}
+			s.mu.Unlock()
+			return
+		}
+		s.exits = append(s.exits, code)
+		s.t.Logf("replica %s exited with %d: started again", s.name, code)
+		s.cur = launch(s.t, s.kc, s.args...)
+		s.mu.Unlock()
+	}
+}
+
+// proc returns the replica's current process.
+func (s *supervisor) proc() *proc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cur
+}
+
+// stop stops the replica (SIGTERM) and the supervision, and returns the
+// exit codes of the processes that exited on their own.
+func (s *supervisor) stop() []int {
+	s.mu.Lock()
+	s.stopping = true
+	p := s.cur
+	s.mu.Unlock()
+	p.httpAddr() // its SIGTERM handler is installed (or it exited)
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-s.done
+		s.t.Errorf("replica %s did not exit 30s after SIGTERM", s.name)
+	}
+	return s.exits
 }
