@@ -206,6 +206,16 @@ func (p *process) cpu() time.Duration {
 	return time.Duration(utime+stime) * time.Second / clockTicks
 }
 
+// selfCPU returns the CPU time the bench process spent (user and
+// system), its receivers' included.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // peakRSS returns the process's peak resident set size.
 func (p *process) peakRSS() int64 {
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))

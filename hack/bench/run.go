@@ -545,13 +545,16 @@ func (b *bench) drain(ctx context.Context, rec *receiver, cms dynamic.ResourceIn
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	fwCPU, recCPU := fw.cpu(), selfCPU()
 	start := time.Now()
 	close(gate)
 	at, err := rec.waitReceived(d, 2*time.Minute)
 	if err != nil {
 		return err
 	}
+	perPOST := func(cpu time.Duration) string { return fmt.Sprintf("%.0f µs", float64(cpu.Microseconds())/float64(d)) }
+	fwCPU, recCPU = fw.cpu()-fwCPU, selfCPU()-recCPU
 	r := float64(d) / at.Sub(start).Seconds()
-	b.t.add("webhook POSTs/s draining a backlog"+label, "", fmt.Sprintf("%.0f", r), "", fmt.Sprintf("%d firings queued behind a held receiver, out of process, bodies of %d B", d, rec.meanBody()))
+	b.t.add("webhook POSTs/s draining a backlog"+label, "", fmt.Sprintf("%.0f", r), "", fmt.Sprintf("%d firings queued behind a held receiver, out of process, bodies of %d B; CPU per POST: fieldwatch %s, the receiver (bench) %s", d, rec.meanBody(), perPOST(fwCPU), perPOST(recCPU)))
 	return nil
 }
