@@ -112,14 +112,19 @@ func BenchmarkWebhook(b *testing.B) {
 
 // BenchmarkWebhook4KB: firings per second and CPU per payload (the whole
 // process's, receiver included) through the webhook action with payloads
-// of about 4 KB, each connection's write buffer at Go's default of 4 KiB
-// beside fieldwatch's (webhookWriteBuffer), in one run.
+// of about 4 KB, side by side in one run: net/http's Transport with each
+// connection's write buffer at Go's default of 4 KiB and at fieldwatch's
+// (webhookWriteBuffer), and the direct client (direct.go).
 func BenchmarkWebhook4KB(b *testing.B) {
 	ours := webhookWriteBuffer
-	defer func() { webhookWriteBuffer = ours }()
-	for _, size := range []int{4 << 10, ours} {
-		b.Run(fmt.Sprintf("write-buffer-%dKiB", size>>10), func(b *testing.B) {
-			webhookWriteBuffer = size
+	defer func() { webhookWriteBuffer, directPosts = ours, true }()
+	for _, bc := range []struct {
+		name   string
+		buffer int
+		direct bool
+	}{{"net-http-write-buffer-4KiB", 4 << 10, false}, {"net-http", ours, false}, {"direct", ours, true}} {
+		b.Run(bc.name, func(b *testing.B) {
+			webhookWriteBuffer, directPosts = bc.buffer, bc.direct
 			d := benchDispatcher(b)
 			r := webhookRule("bench-webhook-4kb", &rules.WebhookAction{URL: benchReceiver(b, nil)})
 			padded := func(n int) []rules.Firing {

@@ -32,6 +32,7 @@ var webhookWriteBuffer = 16 << 10
 // httpClients holds one client per distinct tlsFiles.
 type httpClients struct {
 	idlePerHost int
+	direct      *directPools
 
 	mu sync.Mutex
 	m  map[tlsFiles]*http.Client
@@ -41,7 +42,8 @@ func newHTTPClients(workers int) *httpClients {
 	// Several webhook actions may post to the same host through one
 	// transport: keep room for more idle connections than one action's
 	// workers, so that none is closed only to be dialled again.
-	return &httpClients{idlePerHost: max(4*workers, 64), m: map[tlsFiles]*http.Client{}}
+	idle := max(4*workers, 64)
+	return &httpClients{idlePerHost: idle, direct: &directPools{idle: idle}, m: map[tlsFiles]*http.Client{}}
 }
 
 // get returns the client for files, building it on first use.
@@ -83,6 +85,7 @@ func (c *httpClients) get(files tlsFiles) (*http.Client, error) {
 
 // closeIdle closes the idle connections of every client.
 func (c *httpClients) closeIdle() {
+	c.direct.closeIdle()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, cl := range c.m {

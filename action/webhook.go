@@ -22,8 +22,9 @@ type webhook struct {
 	spec      *rules.WebhookAction
 	clients   *httpClients
 	tls       tlsFiles
-	client    atomic.Pointer[http.Client] // set on first use
-	url       string                      // scheme and host only, for errors and logs
+	direct    atomic.Pointer[directTarget] // set on first use, or
+	client    atomic.Pointer[http.Client]  // this one
+	url       string                       // scheme and host only, for errors and logs
 	timeout   time.Duration
 	header    http.Header // the rule's headers, canonical
 	host      string      // a Host header of the rule
@@ -97,7 +98,7 @@ func secretSource(s *rules.Signing) func() ([]byte, error) {
 }
 
 func (w *webhook) attempt(ctx context.Context, it *item) error {
-	client, err := w.httpClient()
+	direct, client, err := w.transport()
 	if err != nil {
 		return err // the CA or certificate may be mounted later
 	}
@@ -114,11 +115,30 @@ func (w *webhook) attempt(ctx context.Context, it *item) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
+	if direct != nil {
+		h := make(http.Header, 8)
+		if err := w.setHeaders(h, it, body); err != nil {
+			return err
+		}
+		host := direct.host
+		if w.host != "" {
+			host = w.host
+		}
+		resp, release, err := direct.pool.post(ctx, direct.requestURI, host, h, body)
+		if err != nil {
+			return fmt.Errorf("post %s: %w", w.url, err)
+		}
+		defer release()
+		return w.outcome(resp)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.spec.URL, bytes.NewReader(body))
 	if err != nil {
 		return permanent(fmt.Errorf("webhook request: %w", err))
 	}
-	if err := w.setHeaders(req, it, body); err != nil {
+	if w.host != "" {
+		req.Host = w.host
+	}
+	if err := w.setHeaders(req.Header, it, body); err != nil {
 		return err
 	}
 	resp, err := client.Do(req)
@@ -134,31 +154,45 @@ func (w *webhook) attempt(ctx context.Context, it *item) error {
 	// Read the body to its end and close it, always: that puts the
 	// connection back in the pool for the next request.
 	defer drainClose(resp.Body)
+	return w.outcome(resp)
+}
+
+// outcome is nil for a 2xx response, the delivery error of another.
+func (w *webhook) outcome(resp *http.Response) error {
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return nil
 	}
 	return w.statusError(resp)
 }
 
-func (w *webhook) httpClient() (*http.Client, error) {
+// transport returns how w posts: the direct client's target when its URL
+// allows (direct.go), else net/http's client. Either is kept once built.
+func (w *webhook) transport() (*directTarget, *http.Client, error) {
+	if t := w.direct.Load(); t != nil {
+		return t, nil, nil
+	}
 	if c := w.client.Load(); c != nil {
-		return c, nil
+		return nil, c, nil
+	}
+	t, err := directTargetFor(w.spec.URL, w.clients.direct, w.tls)
+	if err != nil {
+		return nil, nil, err
+	}
+	if t != nil {
+		w.direct.Store(t)
+		return t, nil, nil
 	}
 	c, err := w.clients.get(w.tls)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	w.client.Store(c)
-	return c, nil
+	return nil, c, nil
 }
 
-func (w *webhook) setHeaders(req *http.Request, it *item, body []byte) error {
-	h := req.Header
+func (w *webhook) setHeaders(h http.Header, it *item, body []byte) error {
 	for k, v := range w.header {
 		h[k] = v // shared, read-only values
-	}
-	if w.host != "" {
-		req.Host = w.host
 	}
 	h.Set("Content-Type", "application/json")
 	if w.ce != nil {

@@ -1,0 +1,329 @@
+package action
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// A webhook's POSTs go over a direct HTTP/1.1 client when they can: the
+// request is written on a kept-alive connection taken from a pool and its
+// response read with http.ReadResponse on the worker's own goroutine.
+// net/http's Transport runs two goroutines per connection and hands each
+// request between them and the caller: on loopback it spent 42-45 µs of
+// CPU per 4 KB POST where this spends 22-24 (BenchmarkWebhook4KB), most
+// of the CPU a webhook backlog's drain costs besides the rules. A URL
+// with user info, a non-ASCII host, or a proxy (HTTP_PROXY, HTTPS_PROXY,
+// NO_PROXY) goes through net/http.
+
+// directPosts turns the direct client on; benchmarks turn it off to
+// compare.
+var directPosts = true
+
+const (
+	// directIdleTimeout closes a pooled connection idle this long, as
+	// the Transport's IdleConnTimeout does.
+	directIdleTimeout = 90 * time.Second
+	// directMaxDrain bounds the response body read to keep a connection:
+	// a larger one costs the connection rather than the time to read it.
+	directMaxDrain = 64 << 10
+	dialTimeout    = 10 * time.Second
+	handshakeLimit = 10 * time.Second
+)
+
+// directTarget is where a webhook posts with the direct client.
+type directTarget struct {
+	pool *directPool
+	// requestURI is the URL's path and query; host the Host header.
+	requestURI, host string
+}
+
+// directTargetFor returns the direct client's target for raw, or nil when
+// the URL must go through net/http.
+func directTargetFor(raw string, pools *directPools, files tlsFiles) (*directTarget, error) {
+	if !directPosts {
+		return nil, nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.User != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, nil
+	}
+	for i := 0; i < len(u.Host); i++ {
+		if u.Host[i] >= 0x80 {
+			return nil, nil // net/http converts it to punycode
+		}
+	}
+	if proxy, err := http.ProxyFromEnvironment(&http.Request{URL: u}); err != nil || proxy != nil {
+		return nil, nil
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	pool, err := pools.get(u.Scheme == "https", net.JoinHostPort(u.Hostname(), port), u.Hostname(), files)
+	if err != nil {
+		return nil, err
+	}
+	host := u.Host
+	if host[len(host)-1] == ':' {
+		host = host[:len(host)-1] // an empty port, as net/http drops it
+	}
+	return &directTarget{pool: pool, requestURI: u.RequestURI(), host: host}, nil
+}
+
+// directPools holds one pool per address and TLS configuration.
+type directPools struct {
+	idle int // idle connections kept per pool
+
+	mu sync.Mutex
+	m  map[directKey]*directPool
+}
+
+type directKey struct {
+	https bool
+	addr  string
+	files tlsFiles
+}
+
+func (ps *directPools) get(https bool, addr, serverName string, files tlsFiles) (*directPool, error) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	k := directKey{https: https, addr: addr, files: files}
+	if p, ok := ps.m[k]; ok {
+		return p, nil
+	}
+	p := &directPool{addr: addr, idle: make(chan *directConn, ps.idle)}
+	if https {
+		conf, err := files.config()
+		if err != nil {
+			return nil, err
+		}
+		if conf == nil {
+			conf = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		conf = conf.Clone()
+		if conf.ServerName == "" {
+			conf.ServerName = serverName
+		}
+		conf.NextProtos = []string{"http/1.1"}
+		p.tls = conf
+	}
+	if ps.m == nil {
+		ps.m = map[directKey]*directPool{}
+	}
+	ps.m[k] = p
+	return p, nil
+}
+
+// closeIdle closes the idle connections of every pool.
+func (ps *directPools) closeIdle() {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for _, p := range ps.m {
+		p.closeIdle()
+	}
+}
+
+// directPool is the kept-alive connections to one address.
+type directPool struct {
+	addr string
+	tls  *tls.Config // nil: plain HTTP
+	idle chan *directConn
+}
+
+type directConn struct {
+	conn      net.Conn
+	br        *bufio.Reader
+	bw        *bufio.Writer
+	reused    bool // it served a request before
+	idleSince time.Time
+}
+
+// post sends a POST of body with the headers h and returns the response,
+// whose body release reads to its end (up to directMaxDrain) and closes,
+// putting the connection back. A connection kept from an earlier request
+// that fails before any byte of the response (the receiver closed it
+// while idle) is replaced and the request sent again, once, as net/http
+// does for a request with an Idempotency-Key.
+func (p *directPool) post(ctx context.Context, requestURI, host string, h http.Header, body []byte) (*http.Response, func(), error) {
+	for k, vs := range h {
+		for _, v := range vs {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return nil, nil, permanent(fmt.Errorf("invalid value for header %q", k))
+			}
+		}
+	}
+	if !httpguts.ValidHostHeader(host) {
+		return nil, nil, permanent(fmt.Errorf("invalid Host header %q", host))
+	}
+	for retried := false; ; retried = true {
+		c, err := p.get(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		stop := context.AfterFunc(ctx, func() { _ = c.conn.SetDeadline(time.Unix(1, 0)) })
+		resp, err := c.roundTrip(ctx, requestURI, host, h, body)
+		if err == nil {
+			return resp, func() { p.release(c, resp, stop) }, nil
+		}
+		stop()
+		_ = c.conn.Close()
+		var stale *staleError
+		if errors.As(err, &stale) && c.reused && !retried && ctx.Err() == nil {
+			continue
+		}
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+		if d, ok := ctx.Deadline(); ok && isTimeout(err) && !time.Now().Before(d) {
+			// The connection's deadline is the context's, whose own
+			// timer may not have fired yet.
+			return nil, nil, context.DeadlineExceeded
+		}
+		return nil, nil, err
+	}
+}
+
+// staleError is a failure before any byte of the response came.
+type staleError struct{ err error }
+
+func (e *staleError) Error() string { return e.err.Error() }
+func (e *staleError) Unwrap() error { return e.err }
+
+func (c *directConn) roundTrip(ctx context.Context, requestURI, host string, h http.Header, body []byte) (*http.Response, error) {
+	deadline, _ := ctx.Deadline()
+	if err := c.conn.SetDeadline(deadline); err != nil {
+		return nil, err
+	}
+	w := c.bw
+	_, _ = w.WriteString("POST ")
+	_, _ = w.WriteString(requestURI)
+	_, _ = w.WriteString(" HTTP/1.1\r\nHost: ")
+	_, _ = w.WriteString(host)
+	_, _ = w.WriteString("\r\nContent-Length: ")
+	_, _ = w.WriteString(strconv.Itoa(len(body)))
+	_, _ = w.WriteString("\r\n")
+	for k, vs := range h {
+		if directOwnHeaders[k] {
+			continue
+		}
+		for _, v := range vs {
+			_, _ = w.WriteString(k)
+			_, _ = w.WriteString(": ")
+			_, _ = w.WriteString(v)
+			_, _ = w.WriteString("\r\n")
+		}
+	}
+	_, _ = w.WriteString("\r\n")
+	_, _ = w.Write(body)
+	if err := w.Flush(); err != nil {
+		if c.reused && !isTimeout(err) {
+			return nil, &staleError{err}
+		}
+		return nil, err
+	}
+	if _, err := c.br.Peek(1); err != nil {
+		if c.reused && !isTimeout(err) {
+			return nil, &staleError{err}
+		}
+		return nil, err
+	}
+	for {
+		resp, err := http.ReadResponse(c.br, nil)
+		if err != nil {
+			return nil, err
+		}
+		// An informational response (100 Continue, 103 Early Hints)
+		// precedes the final one.
+		if resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
+			continue
+		}
+		return resp, nil
+	}
+}
+
+// directOwnHeaders are the headers the client writes itself, as
+// net/http's request writer leaves them out of the request's Header.
+var directOwnHeaders = map[string]bool{"Host": true, "Content-Length": true, "Transfer-Encoding": true, "Trailer": true}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// release reads what is left of resp's body, then puts the connection back
+// in the pool, or closes it when the body was too long to read, the
+// receiver asked to close it, or the request's context ended.
+func (p *directPool) release(c *directConn, resp *http.Response, stop func() bool) {
+	n, err := io.Copy(io.Discard, io.LimitReader(resp.Body, directMaxDrain+1))
+	kept := stop() // false: the context ended and set a past deadline
+	if err != nil || n > directMaxDrain || resp.Close || !kept {
+		_ = c.conn.Close()
+		return
+	}
+	_ = resp.Body.Close()
+	c.reused = true
+	c.idleSince = time.Now()
+	select {
+	case p.idle <- c:
+	default:
+		_ = c.conn.Close()
+	}
+}
+
+// get returns an idle connection, or a new one.
+func (p *directPool) get(ctx context.Context) (*directConn, error) {
+	for {
+		select {
+		case c := <-p.idle:
+			if time.Since(c.idleSince) > directIdleTimeout {
+				_ = c.conn.Close()
+				continue
+			}
+			return c, nil
+		default:
+			return p.dial(ctx)
+		}
+	}
+}
+
+func (p *directPool) dial(ctx context.Context) (*directConn, error) {
+	d := net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
+	conn, err := d.DialContext(ctx, "tcp", p.addr)
+	if err != nil {
+		return nil, err
+	}
+	if p.tls != nil {
+		hctx, cancel := context.WithTimeout(ctx, handshakeLimit)
+		defer cancel()
+		tc := tls.Client(conn, p.tls)
+		if err := tc.HandshakeContext(hctx); err != nil {
+			_ = conn.Close()
+			return nil, err
+		}
+		conn = tc
+	}
+	return &directConn{conn: conn, br: bufio.NewReaderSize(conn, 4<<10), bw: bufio.NewWriterSize(conn, webhookWriteBuffer)}, nil
+}
+
+func (p *directPool) closeIdle() {
+	for {
+		select {
+		case c := <-p.idle:
+			_ = c.conn.Close()
+		default:
+			return
+		}
+	}
+}
