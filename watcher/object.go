@@ -117,7 +117,9 @@ func (o *Object) Map() map[string]any {
 	var m map[string]any
 	if rest := o.json(); len(rest) > 0 {
 		// rest was produced by json.Marshal of a map: it always decodes.
-		m, _ = jsonscan.DecodeObject(rest)
+		// Its bytes never change (an Object is immutable; an unpacked
+		// copy is the map's alone): the map's strings share them.
+		m, _ = jsonscan.DecodeObjectShared(rest)
 	}
 	if m == nil {
 		m = map[string]any{}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // maxDepth bounds the nesting Decode follows, as encoding/json's does.
@@ -26,7 +27,20 @@ var errDepth = errors.New("json: exceeded max depth")
 // escapes is copied as it is: several times faster on objects with long
 // strings (BenchmarkDecode). FuzzDecode holds it to json.Unmarshal.
 func Decode(data []byte) (any, error) {
-	d := decoder{data: data}
+	return decode(data, false)
+}
+
+// DecodeShared is Decode whose strings without escapes share data's bytes
+// instead of copying them: data must never change afterwards, and any of
+// the strings keeps all of data in memory. For immutable bytes decoded
+// into a value that lives briefly (a cached object's JSON, decoded for one
+// change's evaluation).
+func DecodeShared(data []byte) (any, error) {
+	return decode(data, true)
+}
+
+func decode(data []byte, share bool) (any, error) {
+	d := decoder{data: data, share: share}
 	v, err := d.value(skipSpace(data, 0), 0)
 	if err != nil {
 		return nil, err
@@ -40,7 +54,15 @@ func Decode(data []byte) (any, error) {
 // DecodeObject is Decode of a JSON object, or of null (a nil map, as
 // json.Unmarshal leaves a map given null); any other value is an error.
 func DecodeObject(data []byte) (map[string]any, error) {
-	v, err := Decode(data)
+	return asObject(Decode(data))
+}
+
+// DecodeObjectShared is DecodeObject sharing data's bytes, as DecodeShared.
+func DecodeObjectShared(data []byte) (map[string]any, error) {
+	return asObject(DecodeShared(data))
+}
+
+func asObject(v any, err error) (map[string]any, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -67,8 +89,9 @@ func kindOf(v any) string {
 
 // decoder holds the input; end is where the last value decoded ends.
 type decoder struct {
-	data []byte
-	end  int
+	data  []byte
+	end   int
+	share bool // strings share data's bytes (DecodeShared)
 }
 
 func (d *decoder) syntax(i int, where string) error {
@@ -213,6 +236,9 @@ func (d *decoder) str(i int) (s string, end int, err error) {
 		switch c := data[j]; {
 		case c == '"':
 			if plain || utf8.Valid(data[i+1:j]) {
+				if d.share && j > i+1 {
+					return unsafe.String(&data[i+1], j-i-1), j + 1, nil
+				}
 				return string(data[i+1 : j]), j + 1, nil
 			}
 			return d.unquote(i, j+1)

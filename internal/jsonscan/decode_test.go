@@ -1,6 +1,7 @@
 package jsonscan
 
 import (
+	"bytes"
 	"fmt"
 	"reflect"
 	"strings"
@@ -56,6 +57,12 @@ func checkDecode(t *testing.T, in []byte) {
 	}
 	if err == nil && !reflect.DeepEqual(gotMap, wantMap) {
 		t.Fatalf("DecodeObject(%q) = %#v, json.Unmarshal: %#v", in, gotMap, wantMap)
+	}
+	// DecodeShared: Decode's value and error, its strings in its input.
+	shared, sharedErr := DecodeShared(bytes.Clone(in))
+	plain, plainErr := Decode(in)
+	if (sharedErr != nil) != (plainErr != nil) || (sharedErr == nil && !reflect.DeepEqual(shared, plain)) {
+		t.Fatalf("DecodeShared(%q) = %#v, %v; Decode: %#v, %v", in, shared, sharedErr, plain, plainErr)
 	}
 }
 
@@ -120,5 +127,23 @@ func TestPlainASCII(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestDecodeSharedShares: DecodeShared's strings are its input's bytes
+// (a change to them shows), Decode's are copies.
+func TestDecodeSharedShares(t *testing.T) {
+	in := []byte(`{"key":"value"}`)
+	shared, err := DecodeObjectShared(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied, err := DecodeObject(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(in[8:], "VALUE")
+	if shared["key"] != "VALUE" || copied["key"] != "value" {
+		t.Errorf("after the input changed: shared %q, copied %q; want VALUE, value", shared["key"], copied["key"])
 	}
 }
