@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -84,7 +85,8 @@ func directTargetFor(raw string, pools *directPools, files tlsFiles) (*directTar
 
 // directPools holds one pool per address and TLS configuration.
 type directPools struct {
-	idle int // idle connections kept per pool
+	idle        int           // idle connections kept per pool
+	idleTimeout time.Duration // directIdleTimeout unless set (tests)
 
 	mu sync.Mutex
 	m  map[directKey]*directPool
@@ -103,7 +105,10 @@ func (ps *directPools) get(https bool, addr, serverName string, files tlsFiles) 
 	if p, ok := ps.m[k]; ok {
 		return p, nil
 	}
-	p := &directPool{addr: addr, idle: make(chan *directConn, ps.idle)}
+	p := &directPool{addr: addr, maxIdle: ps.idle, idleTimeout: ps.idleTimeout}
+	if p.idleTimeout <= 0 {
+		p.idleTimeout = directIdleTimeout
+	}
 	if https {
 		conf, err := files.config()
 		if err != nil {
@@ -135,11 +140,19 @@ func (ps *directPools) closeIdle() {
 	}
 }
 
-// directPool is the kept-alive connections to one address.
+// directPool is the kept-alive connections to one address: the idle
+// ones last in, first out (the warmest first), each closed once idle for
+// its idle timeout by a sweep that runs while any is idle, so that a pool
+// no webhook uses any more (its URL changed) lets its connections go.
 type directPool struct {
-	addr string
-	tls  *tls.Config // nil: plain HTTP
-	idle chan *directConn
+	addr        string
+	tls         *tls.Config // nil: plain HTTP
+	maxIdle     int
+	idleTimeout time.Duration
+
+	mu       sync.Mutex
+	idle     []*directConn
+	sweeping bool // a sweep is scheduled
 }
 
 type directConn struct {
@@ -275,27 +288,54 @@ func (p *directPool) release(c *directConn, resp *http.Response, stop func() boo
 	_ = resp.Body.Close()
 	c.reused = true
 	c.idleSince = time.Now()
-	select {
-	case p.idle <- c:
-	default:
+	p.mu.Lock()
+	if len(p.idle) >= p.maxIdle {
+		p.mu.Unlock()
+		_ = c.conn.Close()
+		return
+	}
+	p.idle = append(p.idle, c)
+	if !p.sweeping {
+		p.sweeping = true
+		time.AfterFunc(p.idleTimeout, p.sweep)
+	}
+	p.mu.Unlock()
+}
+
+// sweep closes the connections idle for idleTimeout and schedules
+// itself again for the oldest of the others, if any.
+func (p *directPool) sweep() {
+	now := time.Now()
+	p.mu.Lock()
+	n := 0 // the oldest come first: those past the timeout are a prefix
+	for n < len(p.idle) && now.Sub(p.idle[n].idleSince) >= p.idleTimeout {
+		n++
+	}
+	expired := slices.Clone(p.idle[:n])
+	p.idle = slices.Delete(p.idle, 0, n)
+	if len(p.idle) > 0 {
+		time.AfterFunc(max(p.idle[0].idleSince.Add(p.idleTimeout).Sub(now), time.Millisecond), p.sweep)
+	} else {
+		p.sweeping = false
+	}
+	p.mu.Unlock()
+	for _, c := range expired {
 		_ = c.conn.Close()
 	}
 }
 
-// get returns an idle connection, or a new one.
+// get returns the idle connection last put back, or a new one.
 func (p *directPool) get(ctx context.Context) (*directConn, error) {
-	for {
-		select {
-		case c := <-p.idle:
-			if time.Since(c.idleSince) > directIdleTimeout {
-				_ = c.conn.Close()
-				continue
-			}
-			return c, nil
-		default:
-			return p.dial(ctx)
-		}
+	p.mu.Lock()
+	if n := len(p.idle); n > 0 {
+		c := p.idle[n-1]
+		p.idle[n-1] = nil
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		return c, nil
 	}
+	p.mu.Unlock()
+	return p.dial(ctx)
 }
 
 func (p *directPool) dial(ctx context.Context) (*directConn, error) {
@@ -318,12 +358,11 @@ func (p *directPool) dial(ctx context.Context) (*directConn, error) {
 }
 
 func (p *directPool) closeIdle() {
-	for {
-		select {
-		case c := <-p.idle:
-			_ = c.conn.Close()
-		default:
-			return
-		}
+	p.mu.Lock()
+	idle := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	for _, c := range idle {
+		_ = c.conn.Close()
 	}
 }

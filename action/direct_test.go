@@ -243,8 +243,8 @@ func TestDirectCancel(t *testing.T) {
 		t.Fatalf("%d pools", n)
 	}
 	for _, p := range pools.m {
-		if len(p.idle) != 0 {
-			t.Errorf("%d connections kept after requests that ended early", len(p.idle))
+		if n := p.idleCount(); n != 0 {
+			t.Errorf("%d connections kept after requests that ended early", n)
 		}
 	}
 }
@@ -265,5 +265,41 @@ func TestDirectRefuses(t *testing.T) {
 		if target, err := directTargetFor(url, pools, tlsFiles{}); target != nil || err != nil {
 			t.Errorf("%s: direct target %v, %v; want net/http's", url, target, err)
 		}
+	}
+}
+
+func (p *directPool) idleCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.idle)
+}
+
+// TestDirectIdleTimeout: a connection idle for the pool's idle timeout is
+// closed by the pool, with no request to the pool after it (a webhook
+// whose URL changed leaves its pool for good).
+func TestDirectIdleTimeout(t *testing.T) {
+	s := newDirectServer(t, nil)
+	pools := &directPools{idle: 4, idleTimeout: 200 * time.Millisecond}
+	var wg sync.WaitGroup
+	hold := make(chan struct{})
+	for range 3 { // three connections at once, then idle
+		wg.Go(func() {
+			<-hold
+			if code, err := directPost(t, context.Background(), pools, s.url, nil, "x"); err != nil || code != http.StatusOK {
+				t.Errorf("post: %d, %v", code, err)
+			}
+		})
+	}
+	close(hold)
+	wg.Wait()
+	opened := s.conns.Load()
+	testenv.Eventually(t, 10*time.Second, "the pool to close its idle connections", func() bool { return s.closed.Load() == opened })
+	for _, p := range pools.m {
+		if n := p.idleCount(); n != 0 {
+			t.Errorf("%d idle connections left in the pool", n)
+		}
+	}
+	if code, err := directPost(t, context.Background(), pools, s.url, nil, "x"); err != nil || code != http.StatusOK {
+		t.Errorf("post after the sweep: %d, %v", code, err)
 	}
 }
