@@ -4,4 +4,9 @@
 // one pass over its bytes and is decoded only by whoever needs it. It
 // checks the punctuation, strings and nesting it walks; whoever decodes
 // a value checks the rest.
+//
+// Decode is that decoder for the values fieldwatch decodes whole: one
+// pass over the bytes, with the result and the errors of apimachinery's
+// json.Unmarshal into an any (FuzzDecode holds the two together), and
+// DecodeShared leaves the strings in the input's bytes.
 package jsonscan
