@@ -112,7 +112,9 @@ func stringField(m map[string]any, key string) string {
 // Map decodes the object into a new map, with apiVersion, kind, and
 // metadata name, namespace, uid and resourceVersion restored. Numbers are
 // int64 when integral, float64 otherwise, as in unstructured objects. The
-// map belongs to the caller.
+// map belongs to the caller; its strings share the object's JSON (the
+// cached bytes, or those unpacked for this call), so a string kept from it
+// keeps those bytes in memory.
 func (o *Object) Map() map[string]any {
 	var m map[string]any
 	if rest := o.json(); len(rest) > 0 {
