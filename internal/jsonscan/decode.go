@@ -169,18 +169,9 @@ func (d *decoder) object(i, depth int) (any, error) {
 			return nil, err
 		}
 		m[key] = v
-		i = skipSpace(data, d.end)
-		if i >= len(data) {
-			return nil, d.syntax(i, "")
-		}
-		switch data[i] {
-		case ',':
-			i = skipSpace(data, i+1)
-		case '}':
-			d.end = i + 1
-			return m, nil
-		default:
-			return nil, d.syntax(i, "after object key:value pair")
+		var done bool
+		if i, done, err = d.next('}', "after object key:value pair"); err != nil || done {
+			return m, err
 		}
 	}
 }
@@ -202,20 +193,29 @@ func (d *decoder) array(i, depth int) (any, error) {
 			return nil, err
 		}
 		a = append(a, v)
-		i = skipSpace(data, d.end)
-		if i >= len(data) {
-			return nil, d.syntax(i, "")
-		}
-		switch data[i] {
-		case ',':
-			i = skipSpace(data, i+1)
-		case ']':
-			d.end = i + 1
-			return a, nil
-		default:
-			return nil, d.syntax(i, "after array element")
+		var done bool
+		if i, done, err = d.next(']', "after array element"); err != nil || done {
+			return a, err
 		}
 	}
+}
+
+// next reads what follows an object's or array's element (which ends at
+// d.end): a comma, and i is where the next element starts, or the closing
+// bracket, and the object or array is done (d.end after it).
+func (d *decoder) next(closing byte, where string) (i int, done bool, err error) {
+	i = skipSpace(d.data, d.end)
+	if i >= len(d.data) {
+		return 0, false, d.syntax(i, "")
+	}
+	switch d.data[i] {
+	case ',':
+		return skipSpace(d.data, i+1), false, nil
+	case closing:
+		d.end = i + 1
+		return 0, true, nil
+	}
+	return 0, false, d.syntax(i, where)
 }
 
 // str decodes the string whose quote is at i; end is after its closing
