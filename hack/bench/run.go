@@ -426,6 +426,9 @@ func (b *bench) events(ctx context.Context) error {
 	if err := b.latency(ctx, rec, cms, bare, rate(fwHook)/2); err != nil {
 		return err
 	}
+	// The drains run with fieldwatch and the receiver alone on the
+	// machine's cores, the other build's as this one's.
+	bare.stop()
 	if err := b.drain(ctx, rec, cms, fwHook, ""); err != nil {
 		return err
 	}
@@ -435,7 +438,6 @@ func (b *bench) events(ctx context.Context) error {
 	// The other build drains a backlog of its own, bin/fieldwatch stopped,
 	// from short values again (a change's payload holds the old value too).
 	fwHook.stop()
-	bare.stop()
 	run = time.Now().UnixNano()
 	if err := patchUpdates(ctx, cms, min(b.o.drain, b.o.configMaps), func(i int) string { return fmt.Sprintf("%d-reset-%d", run, i) }); err != nil {
 		return err
