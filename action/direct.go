@@ -193,7 +193,7 @@ func (p *directPool) post(ctx context.Context, requestURI, host string, h http.H
 		stop()
 		_ = c.conn.Close()
 		var stale *staleError
-		if errors.As(err, &stale) && c.reused && !retried && ctx.Err() == nil {
+		if errors.As(err, &stale) && !retried && ctx.Err() == nil {
 			continue
 		}
 		if ctx.Err() != nil {
@@ -241,16 +241,10 @@ func (c *directConn) roundTrip(ctx context.Context, requestURI, host string, h h
 	_, _ = w.WriteString("\r\n")
 	_, _ = w.Write(body)
 	if err := w.Flush(); err != nil {
-		if c.reused && !isTimeout(err) {
-			return nil, &staleError{err}
-		}
-		return nil, err
+		return nil, c.beforeResponse(err)
 	}
 	if _, err := c.br.Peek(1); err != nil {
-		if c.reused && !isTimeout(err) {
-			return nil, &staleError{err}
-		}
-		return nil, err
+		return nil, c.beforeResponse(err)
 	}
 	for {
 		resp, err := http.ReadResponse(c.br, nil)
@@ -264,6 +258,16 @@ func (c *directConn) roundTrip(ctx context.Context, requestURI, host string, h h
 		}
 		return resp, nil
 	}
+}
+
+// beforeResponse is err, a failure before any byte of the response, as
+// roundTrip returns it: a staleError on a kept connection (unless the
+// deadline passed), which post sends again on a new one.
+func (c *directConn) beforeResponse(err error) error {
+	if c.reused && !isTimeout(err) {
+		return &staleError{err}
+	}
+	return err
 }
 
 // directOwnHeaders are the headers the client writes itself, as
