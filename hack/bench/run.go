@@ -429,7 +429,7 @@ func (b *bench) events(ctx context.Context) error {
 	// The drains run with fieldwatch and the receiver alone on the
 	// machine's cores, the other build's as this one's.
 	bare.stop()
-	if err := b.drain(ctx, rec, cms, fwHook, ""); err != nil {
+	if err := b.drains(ctx, rec, cms, fwHook, ""); err != nil {
 		return err
 	}
 	if b.o.compare == "" {
@@ -454,7 +454,7 @@ func (b *bench) events(ctx context.Context) error {
 	if err := cmp.waitSynced(3 * time.Minute); err != nil {
 		return err
 	}
-	return b.drain(ctx, rec, cms, cmp, ", "+b.o.compare)
+	return b.drains(ctx, rec, cms, cmp, ", "+b.o.compare)
 }
 
 // latency measures update -> webhook receipt at a fixed rate.
@@ -529,10 +529,32 @@ func percentiles(ds []time.Duration) (p50, p99 time.Duration) {
 // 4 KB (the value, and the payload around it).
 var drainPadding = strings.Repeat("x", 3500)
 
-// drain holds the receiver while a backlog builds up, then measures how
-// fast fieldwatch empties it, with POST bodies of about 4 KB.
-func (b *bench) drain(ctx context.Context, rec *receiver, cms dynamic.ResourceInterface, fw *process, label string) error {
+// drains measures fw's drain twice: to the receiver's net/http server,
+// then to its lean one (see receiver), the values set short again in
+// between (a change's payload holds the old value too).
+func (b *bench) drains(ctx context.Context, rec *receiver, cms dynamic.ResourceInterface, fw *process, label string) error {
+	if err := b.drain(ctx, rec, cms, fw, false, label); err != nil {
+		return err
+	}
 	d := min(b.o.drain, b.o.configMaps)
+	rec.reset(nil, nil)
+	run := time.Now().UnixNano()
+	if err := patchUpdates(ctx, cms, d, func(i int) string { return fmt.Sprintf("%d-reset-%d", run, i) }); err != nil {
+		return err
+	}
+	if _, err := rec.waitReceived(d, 2*time.Minute); err != nil {
+		return err
+	}
+	return b.drain(ctx, rec, cms, fw, true, label)
+}
+
+// drain holds the receiver while a backlog builds up, then measures how
+// fast fieldwatch empties it, with POST bodies of about 4 KB, to the
+// receiver's lean server or its net/http one.
+func (b *bench) drain(ctx context.Context, rec *receiver, cms dynamic.ResourceInterface, fw *process, lean bool, label string) error {
+	d := min(b.o.drain, b.o.configMaps)
+	rec.setLean(lean)
+	defer rec.setLean(false)
 	gate := make(chan struct{})
 	rec.reset(gate, nil)
 	before := fw.metric(`fieldwatch_watcher_events_total{group="",resource="configmaps",type="updated",version="v1"}`)
@@ -557,6 +579,10 @@ func (b *bench) drain(ctx context.Context, rec *receiver, cms dynamic.ResourceIn
 	perPOST := func(cpu time.Duration) string { return fmt.Sprintf("%.0f µs", float64(cpu.Microseconds())/float64(d)) }
 	fwCPU, recCPU = fw.cpu()-fwCPU, selfCPU()-recCPU
 	r := float64(d) / at.Sub(start).Seconds()
-	b.t.add("webhook POSTs/s draining a backlog"+label, "", fmt.Sprintf("%.0f", r), "", fmt.Sprintf("%d firings queued behind a held receiver, out of process, bodies of %d B; CPU per POST: fieldwatch %s, the receiver (bench) %s", d, rec.meanBody(), perPOST(fwCPU), perPOST(recCPU)))
+	server := "net/http"
+	if lean {
+		server = "lean"
+	}
+	b.t.add("webhook POSTs/s draining a backlog, receiver "+server+label, "", fmt.Sprintf("%.0f", r), "", fmt.Sprintf("%d firings queued behind a held receiver, out of process, bodies of %d B; CPU per POST: fieldwatch %s, the receiver (bench, %s) %s", d, rec.meanBody(), perPOST(fwCPU), server, perPOST(recCPU)))
 	return nil
 }
