@@ -50,7 +50,7 @@ func TestReceiverServers(t *testing.T) {
 		if got, want := r.received(), 20; got != want {
 			t.Fatalf("round %d (lean %v): %d ids, want %d", round, lean, got, want)
 		}
-		if got, want := r.meanBody(), int64(19 * 200 / 2); got != want {
+		if got, want := r.meanBody(), int64(19*200/2); got != want {
 			t.Fatalf("round %d (lean %v): mean body %d, want %d", round, lean, got, want)
 		}
 	}
