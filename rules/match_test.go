@@ -1,6 +1,8 @@
 package rules
 
 import (
+	"fmt"
+	"runtime"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -170,4 +172,37 @@ func fmtList(l []string) string {
 		out += s
 	}
 	return out + "]"
+}
+
+// TestRulesForLinear: what RulesFor allocates grows linearly with the
+// resources it has seen, as discovery adds them one by one at start
+// (3,000 CRDs): a cache that copied itself for each new resource
+// allocated nine times as much for three times the resources.
+func TestRulesForLinear(t *testing.T) {
+	set, err := Parse("f.yaml", []byte(`rules:
+  - name: all
+    match: {resources: [{group: "*", kind: "*"}], custom: true}
+    actions: [{log: {}}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocated := func(from, to int) uint64 {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for i := from; i < to; i++ {
+			res := change.Resource{Group: fmt.Sprintf("g%d.example.com", i), Version: "v1", Resource: "things", Kind: "Thing", Namespaced: true, Custom: true, Preferred: true}
+			if got := set.RulesFor(res); len(got) != 1 {
+				t.Fatalf("RulesFor(%s): %d rules, want 1", res.Group, len(got))
+			}
+		}
+		runtime.ReadMemStats(&after)
+		return after.TotalAlloc - before.TotalAlloc
+	}
+	first := allocated(0, 1000)
+	next := allocated(1000, 4000) // three times as many, on top of them
+	t.Logf("1,000 resources: %d bytes; the next 3,000: %d bytes (%.1fx)", first, next, float64(next)/float64(first))
+	if next > 4*first {
+		t.Errorf("the next 3,000 resources allocated %.1fx what the first 1,000 did, want about 3x (linear)", float64(next)/float64(first))
+	}
 }
