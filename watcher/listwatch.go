@@ -50,7 +50,8 @@ import (
 // and the replay's probes took two minutes): the apiserver's priority and
 // fairness paces them (429, which the informer retries after a backoff).
 // --kube-qps bounds every other request. Its HTTP/2 connections are
-// shared by every watch (its transport is its own: uncompressed).
+// shared by every watch (its transport is its own: uncompressed, and it
+// dials one connection at a time, see dial.go).
 func newStreamClient(config *rest.Config) (rest.Interface, error) {
 	cfg := dynamic.ConfigFor(config)
 	cfg.QPS, cfg.Burst, cfg.RateLimiter = -1, 0, nil
@@ -60,6 +61,15 @@ func newStreamClient(config *rest.Config) (rest.Interface, error) {
 	// of 104 MiB of heap at 1,713 resources), to save bandwidth on events
 	// of a few KiB.
 	cfg.DisableCompression = true
+	gt, err := newGatedTransport(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("watch client: %w", err)
+	}
+	if gt != nil {
+		// The transport holds the TLS settings (see dial.go).
+		cfg.Transport = gt
+		cfg.TLSClientConfig = rest.TLSClientConfig{}
+	}
 	rc, err := rest.UnversionedRESTClientFor(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("watch client: %w", err)

@@ -1,0 +1,132 @@
+package watcher
+
+import (
+	"context"
+	"encoding/pem"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"golang.org/x/net/http2"
+	"k8s.io/client-go/rest"
+)
+
+// TestGatedTransportDials: a thousand long-lived requests (watches)
+// through a server that allows a hundred streams a connection take about
+// ten connections, one dial each; client-go's own transport dials one
+// for each request that finds the connections full (1,000-2,300 here).
+func TestGatedTransportDials(t *testing.T) {
+	const requests, streams = 1000, 100
+	release := make(chan struct{})
+	var conns atomic.Int64
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		<-release // a watch: open until the test ends
+	}))
+	ts.Config.ErrorLog = log.New(io.Discard, "", 0) // the handshakes of dials the client drops
+	ts.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	if err := http2.ConfigureServer(ts.Config, &http2.Server{MaxConcurrentStreams: streams}); err != nil {
+		t.Fatal(err)
+	}
+	ts.TLS = ts.Config.TLSConfig
+	ts.StartTLS()
+	defer ts.Close()
+	defer close(release)
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw})
+	config := &rest.Config{Host: ts.URL, TLSClientConfig: rest.TLSClientConfig{CAData: ca}}
+
+	open := func(rt http.RoundTripper) int64 {
+		conns.Store(0)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var wg sync.WaitGroup
+		errs := make(chan error, requests)
+		for range requests {
+			wg.Go(func() {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, ts.URL+"/watch", nil)
+				resp, err := rt.RoundTrip(req)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if resp.ProtoMajor != 2 {
+					t.Errorf("%s, want HTTP/2", resp.Proto)
+				}
+				go func() { <-ctx.Done(); _ = resp.Body.Close() }()
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("request: %v", err)
+		}
+		return conns.Load()
+	}
+
+	gt, err := newGatedTransport(config)
+	if err != nil || gt == nil {
+		t.Fatalf("newGatedTransport: %v, %v", gt, err)
+	}
+	gated := open(gt)
+	plain, err := rest.TransportFor(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ungated := open(plain)
+	t.Logf("%d watches, %d streams a connection: %d connections dialled (%d dials skipped); client-go's transport: %d", requests, streams, gated, gt.skipped.Load(), ungated)
+	// As many as the streams need, and a few that came up as others
+	// did, against one a request that found the connections full.
+	if want := int64(requests / streams); gated < want || gated > 3*want || gt.dialled.Load() != gated {
+		t.Errorf("gated transport: %d connections, %d dials, want %d to %d", gated, gt.dialled.Load(), want, 3*want)
+	}
+}
+
+// TestGatedTransportHTTP1: against a server without HTTP/2 every request
+// needs a connection of its own, and gets it.
+func TestGatedTransportHTTP1(t *testing.T) {
+	release := make(chan struct{})
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		<-release
+	}))
+	ts.StartTLS() // HTTP/1.1 only
+	defer ts.Close()
+	defer close(release)
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw})
+	gt, err := newGatedTransport(&rest.Config{Host: ts.URL, TLSClientConfig: rest.TLSClientConfig{CAData: ca}})
+	if err != nil || gt == nil {
+		t.Fatalf("newGatedTransport: %v, %v", gt, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, ts.URL+"/watch", nil)
+			resp, err := gt.RoundTrip(req)
+			if err != nil {
+				t.Errorf("request: %v", err)
+				return
+			}
+			if resp.ProtoMajor != 1 {
+				t.Errorf("%s, want HTTP/1.1", resp.Proto)
+			}
+			go func() { <-ctx.Done(); _ = resp.Body.Close() }()
+		})
+	}
+	wg.Wait()
+	if !gt.http1.Load() {
+		t.Error("the transport did not notice the server speaks HTTP/1.1 only")
+	}
+}
