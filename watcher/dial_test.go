@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"golang.org/x/net/http2"
 	"k8s.io/client-go/rest"
 )
 
@@ -35,10 +34,8 @@ func TestGatedTransportDials(t *testing.T) {
 			conns.Add(1)
 		}
 	}
-	if err := http2.ConfigureServer(ts.Config, &http2.Server{MaxConcurrentStreams: streams}); err != nil {
-		t.Fatal(err)
-	}
-	ts.TLS = ts.Config.TLSConfig
+	ts.Config.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: streams}
+	ts.EnableHTTP2 = true
 	ts.StartTLS()
 	defer ts.Close()
 	defer close(release)
