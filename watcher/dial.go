@@ -7,9 +7,14 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/http2"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/rest"
 )
@@ -20,31 +25,70 @@ import (
 // for each request that finds them full, and HTTP/2 keeps one of those
 // that come up: at start, with 3,000 resources, fieldwatch dialled about
 // 1,500 connections to keep 32, each a TLS handshake for it and for the
-// apiserver, most of the start's CPU. The stream client's transport
-// dials one connection at a time instead, and skips the dial of a
-// request that no longer waits for one: when a connection comes up,
-// every request waiting for a connection tries it, and those it serves
-// need no other.
-
-// pendingRequest marks a request of the stream client while it waits for
-// its response: a dial made for it after that is not needed.
-type pendingRequest struct{ done atomic.Bool }
-
-type pendingKey struct{}
-
-// errDialNotNeeded is what a dial skipped for a served request returns:
-// net/http drops it (the request has its connection).
-var errDialNotNeeded = errors.New("connection not needed: the request it was dialled for was served on another")
+// apiserver, most of the start's CPU. Holding those dials back inside
+// net/http is no cure: each new connection is offered to every waiting
+// request, those it cannot take go back to wait with a new dial of their
+// own, and a start at 3,000 resources made some 40,000 goroutines and
+// wants that way (their descriptors stay: 50 MiB more heap and stacks
+// after the start, 130 MiB more at its peak).
+//
+// So the stream client's transport lets a request into net/http only
+// when it needs no new connection: it first tries the HTTP/2 connections
+// there are (what net/http tries first too, without dialling); a request
+// they cannot take waits, and one waiting request at a time, the leader,
+// goes through net/http, which dials for it. When that connection is up
+// (or the leader is done), the waiting requests try again: about a
+// hundred take the new connection's streams, and one of the others leads
+// the next dial.
 
 // gatedTransport is the stream client's transport (see above).
 type gatedTransport struct {
 	*http.Transport
-	sem    chan struct{}
+	// h2 is the HTTP/2 side of Transport, whose RoundTrip uses only the
+	// connections there are (ErrNoCachedConn otherwise); nil when HTTP/2
+	// is off (DISABLE_HTTP2, or TLS settings that leave it out).
+	h2     *http2.Transport
 	dialer net.Dialer
-	// http1: the server did not take HTTP/2; dials go ungated.
+	// http1: the server did not take HTTP/2; requests go ungated.
 	http1 atomic.Bool
-	// skipped counts the dials skipped, dialled those gated (tests).
-	skipped, dialled atomic.Int64
+	// leader is held by the request going through net/http to dial.
+	leader chan struct{}
+
+	mu sync.Mutex
+	// wake is closed when waiting requests are to try again: a
+	// connection came up, a leader is done, or retryWait passed (a
+	// stream of a connection may have ended).
+	wake  chan struct{}
+	timer *time.Timer
+
+	// dials counts the connections dialled (tests).
+	dials atomic.Int64
+}
+
+// retryWait is how long a waiting request waits at most before it tries
+// the connections again.
+const retryWait = 50 * time.Millisecond
+
+// dialSettle is how long a leader whose connection came up stays leader
+// unless its request is done first: the new connection joins the HTTP/2
+// pool only once net/http has it, so the waiting requests try it a
+// little later.
+const dialSettle = 10 * time.Millisecond
+
+type leaderKey struct{}
+
+// leaderTerm is one leader's turn: it ends once, when its connection is
+// up or its request is done, whichever is first.
+type leaderTerm struct {
+	t    *gatedTransport
+	once sync.Once
+}
+
+func (l *leaderTerm) end() {
+	l.once.Do(func() {
+		<-l.t.leader
+		l.t.broadcast()
+	})
 }
 
 // newGatedTransport returns the transport for config (its TLS settings,
@@ -63,8 +107,8 @@ func newGatedTransport(config *rest.Config) (*gatedTransport, error) {
 	if tlsConfig == nil {
 		return nil, nil // plain HTTP: no handshakes to save
 	}
-	t := &gatedTransport{sem: make(chan struct{}, 1), dialer: net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}}
-	t.Transport = utilnet.SetTransportDefaults(&http.Transport{
+	t := &gatedTransport{leader: make(chan struct{}, 1), dialer: net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}}
+	t.Transport = utilnet.SetOldTransportDefaults(&http.Transport{
 		Proxy:               config.Proxy,
 		TLSHandshakeTimeout: 10 * time.Second,
 		TLSClientConfig:     tlsConfig,
@@ -72,60 +116,103 @@ func newGatedTransport(config *rest.Config) (*gatedTransport, error) {
 		DisableCompression:  config.DisableCompression,
 		DialTLSContext:      t.dialTLS,
 	})
+	// HTTP/2 as utilnet.SetTransportDefaults sets it up (the same
+	// environment variables), keeping its Transport, which that does not
+	// return.
+	if os.Getenv("DISABLE_HTTP2") == "" && (len(tlsConfig.NextProtos) == 0 || slices.Contains(tlsConfig.NextProtos, http2.NextProtoTLS)) {
+		t2, err := http2.ConfigureTransports(t.Transport)
+		if err != nil {
+			return nil, fmt.Errorf("HTTP/2: %w", err)
+		}
+		t2.ReadIdleTimeout = envSeconds("HTTP2_READ_IDLE_TIMEOUT_SECONDS", 30)
+		t2.PingTimeout = envSeconds("HTTP2_PING_TIMEOUT_SECONDS", 15)
+		t.h2 = t2
+	}
 	return t, nil
 }
 
-// RoundTrip marks req pending until its response (or error) comes.
-func (t *gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	p := &pendingRequest{}
-	resp, err := t.Transport.RoundTrip(req.WithContext(context.WithValue(req.Context(), pendingKey{}, p)))
-	p.done.Store(true)
-	return resp, err
+// envSeconds reads a number of seconds from the environment variable
+// name, def when it is unset or not a number (client-go's own transports
+// warn of it and do the same).
+func envSeconds(name string, def int) time.Duration {
+	n, err := strconv.Atoi(os.Getenv(name))
+	if err != nil {
+		n = def
+	}
+	return time.Duration(n) * time.Second
 }
 
-// dialTLS dials and handshakes one connection at a time, none for a
-// request already served.
-func (t *gatedTransport) dialTLS(ctx context.Context, network, addr string) (net.Conn, error) {
-	if t.http1.Load() {
-		// Each request has a connection of its own: every dial is
-		// needed.
-		c, err := t.handshake(ctx, network, addr)
-		if err != nil {
-			return nil, err
+// RoundTrip sends req on an HTTP/2 connection there is, or waits to,
+// or leads the dial of the next one (see above).
+func (t *gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	// A request with a body goes straight through: a body is read once.
+	gated := req.Body == nil || req.Body == http.NoBody
+	for gated && t.h2 != nil && !t.http1.Load() {
+		wake := t.wakeChan()
+		//nolint:staticcheck // the HTTP/2 pool without dialling, as net/http's own first try (its alternate protocol)
+		resp, err := t.h2.RoundTrip(req)
+		if !errors.Is(err, http2.ErrNoCachedConn) {
+			return resp, err
 		}
-		return c, nil
+		select {
+		case t.leader <- struct{}{}:
+			l := &leaderTerm{t: t}
+			resp, err := t.Transport.RoundTrip(req.WithContext(context.WithValue(req.Context(), leaderKey{}, l)))
+			l.end()
+			return resp, err
+		case <-wake:
+		case <-req.Context().Done():
+			return nil, req.Context().Err()
+		}
 	}
-	select {
-	case t.sem <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	return t.Transport.RoundTrip(req)
+}
+
+// wakeChan returns the channel closed when waiting requests are to try
+// again.
+func (t *gatedTransport) wakeChan() chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.wake == nil {
+		t.wake = make(chan struct{})
+		t.timer = time.AfterFunc(retryWait, t.broadcast)
 	}
-	if p, _ := ctx.Value(pendingKey{}).(*pendingRequest); p != nil && p.done.Load() {
-		<-t.sem
-		t.skipped.Add(1)
-		return nil, errDialNotNeeded
+	return t.wake
+}
+
+// broadcast wakes the waiting requests.
+func (t *gatedTransport) broadcast() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.wake != nil {
+		close(t.wake)
+		t.wake = nil
+		t.timer.Stop()
 	}
-	t.dialled.Add(1)
+}
+
+// dialTLS dials and handshakes a connection, for a leader (or for a
+// request that goes ungated); a leader's turn ends once an HTTP/2
+// connection has had dialSettle to join the pool, at once for HTTP/1.1.
+func (t *gatedTransport) dialTLS(ctx context.Context, network, addr string) (net.Conn, error) {
+	t.dials.Add(1)
 	conn, err := t.handshake(ctx, network, addr)
 	if err != nil {
-		<-t.sem
-		return nil, err
+		return nil, err // the leader's request fails, and its turn ends
 	}
+	l, _ := ctx.Value(leaderKey{}).(*leaderTerm)
 	if conn.ConnectionState().NegotiatedProtocol != "h2" {
 		t.http1.Store(true)
-		<-t.sem
+		if l != nil {
+			l.end()
+		}
 		return conn, nil
 	}
-	// The requests waiting for a connection take this one's streams
-	// before the next dial asks whether its request still waits.
-	time.AfterFunc(dialSettle, func() { <-t.sem })
+	if l != nil {
+		time.AfterFunc(dialSettle, l.end)
+	}
 	return conn, nil
 }
-
-// dialSettle is how long a connection that came up holds back the next
-// dial (at 3,000 resources, some thirty connections: a third of a
-// second in all).
-const dialSettle = 10 * time.Millisecond
 
 // handshake dials addr and makes the TLS handshake.
 func (t *gatedTransport) handshake(ctx context.Context, network, addr string) (*tls.Conn, error) {

@@ -11,14 +11,17 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/rest"
 )
 
 // TestGatedTransportDials: a thousand long-lived requests (watches)
 // through a server that allows a hundred streams a connection take about
-// ten connections, one dial each; client-go's own transport dials one
-// for each request that finds the connections full (1,000-2,300 here).
+// ten connections, one dial each (a dial that net/http starts for a
+// request that then waits is counted too); client-go's own transport
+// dials one for each request that finds the connections full
+// (1,000-2,300 here).
 func TestGatedTransportDials(t *testing.T) {
 	const requests, streams = 1000, 100
 	release := make(chan struct{})
@@ -88,11 +91,12 @@ func TestGatedTransportDials(t *testing.T) {
 	// client-go's transport is measured, not held to anything: under
 	// load some of its requests fail (unexpected EOF) amid its dials.
 	ungated, uerrs := open(plain)
-	t.Logf("%d watches, %d streams a connection: %d connections dialled (%d dials skipped); client-go's transport: %d, %d requests failed", requests, streams, gated, gt.skipped.Load(), ungated, len(uerrs))
-	// As many as the streams need, and a few that came up as others
-	// did, against one a request that found the connections full.
-	if want := int64(requests / streams); gated < want || gated > 3*want || gt.dialled.Load() > 3*want {
-		t.Errorf("gated transport: %d connections, %d dials, want %d to %d", gated, gt.dialled.Load(), want, 3*want)
+	t.Logf("%d watches, %d streams a connection: %d connections, %d dials; client-go's transport: %d connections, %d requests failed", requests, streams, gated, gt.dials.Load(), ungated, len(uerrs))
+	// As many as the streams need, and a few more (a leader whose
+	// request was served another way leaves its dial to finish),
+	// against one a request that found the connections full.
+	if want := int64(requests / streams); gated < want || gated > 3*want || gt.dials.Load() > 3*want {
+		t.Errorf("gated transport: %d connections, %d dials, want %d to %d", gated, gt.dials.Load(), want, 3*want)
 	}
 }
 
@@ -133,5 +137,46 @@ func TestGatedTransportHTTP1(t *testing.T) {
 	wg.Wait()
 	if !gt.http1.Load() {
 		t.Error("the transport did not notice the server speaks HTTP/1.1 only")
+	}
+}
+
+// TestGatedTransportDialFails: when no connection can be made, every
+// waiting request leads a dial in turn and gets its error; none waits
+// for ever.
+func TestGatedTransportDialFails(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close() // nothing listens there now: each dial is refused
+	gt, err := newGatedTransport(&rest.Config{Host: "https://" + addr, TLSClientConfig: rest.TLSClientConfig{Insecure: true}})
+	if err != nil || gt == nil {
+		t.Fatalf("newGatedTransport: %v, %v", gt, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const requests = 20
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range requests {
+		wg.Go(func() {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+"/watch", nil)
+			resp, err := gt.RoundTrip(req)
+			if err == nil {
+				_ = resp.Body.Close()
+				t.Error("a request succeeded against a closed port")
+				return
+			}
+			if ctx.Err() != nil {
+				t.Errorf("a request waited until the test's deadline: %v", err)
+				return
+			}
+			failed.Add(1)
+		})
+	}
+	wg.Wait()
+	if failed.Load() != requests || gt.dials.Load() < requests {
+		t.Errorf("%d of %d requests failed after %d dials, want each to fail after its own dial", failed.Load(), requests, gt.dials.Load())
 	}
 }
