@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"slices"
 	"strconv"
@@ -36,10 +37,10 @@ import (
 // when it needs no new connection: it first tries the HTTP/2 connections
 // there are (what net/http tries first too, without dialling); a request
 // they cannot take waits, and one waiting request at a time, the leader,
-// goes through net/http, which dials for it. When that connection is up
-// (or the leader is done), the waiting requests try again: about a
-// hundred take the new connection's streams, and one of the others leads
-// the next dial.
+// goes through net/http, which dials for it. When the leader has its
+// connection (or fails), the waiting requests try again: about a hundred
+// take the new connection's streams, and one of the others leads the
+// next dial.
 
 // gatedTransport is the stream client's transport (see above).
 type gatedTransport struct {
@@ -55,9 +56,9 @@ type gatedTransport struct {
 	leader chan struct{}
 
 	mu sync.Mutex
-	// wake is closed when waiting requests are to try again: a
-	// connection came up, a leader is done, or retryWait passed (a
-	// stream of a connection may have ended).
+	// wake is closed when waiting requests are to try again: a leader
+	// has its connection or failed, or retryWait passed (a stream of a
+	// connection may have ended).
 	wake  chan struct{}
 	timer *time.Timer
 
@@ -69,16 +70,9 @@ type gatedTransport struct {
 // the connections again.
 const retryWait = 50 * time.Millisecond
 
-// dialSettle is how long a leader whose connection came up stays leader
-// unless its request is done first: the new connection joins the HTTP/2
-// pool only once net/http has it, so the waiting requests try it a
-// little later.
-const dialSettle = 10 * time.Millisecond
-
-type leaderKey struct{}
-
-// leaderTerm is one leader's turn: it ends once, when its connection is
-// up or its request is done, whichever is first.
+// leaderTerm is one leader's turn: it ends once, when its request has a
+// connection (net/http's GotConn: a new HTTP/2 connection is in the pool
+// by then) or fails, whichever is first.
 type leaderTerm struct {
 	t    *gatedTransport
 	once sync.Once
@@ -157,7 +151,8 @@ func (t *gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		select {
 		case t.leader <- struct{}{}:
 			l := &leaderTerm{t: t}
-			resp, err := t.Transport.RoundTrip(req.WithContext(context.WithValue(req.Context(), leaderKey{}, l)))
+			ctx := httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { l.end() }})
+			resp, err := t.Transport.RoundTrip(req.WithContext(ctx))
 			l.end()
 			return resp, err
 		case <-wake:
@@ -192,24 +187,15 @@ func (t *gatedTransport) broadcast() {
 }
 
 // dialTLS dials and handshakes a connection, for a leader (or for a
-// request that goes ungated); a leader's turn ends once an HTTP/2
-// connection has had dialSettle to join the pool, at once for HTTP/1.1.
+// request that goes ungated), and notes a server without HTTP/2.
 func (t *gatedTransport) dialTLS(ctx context.Context, network, addr string) (net.Conn, error) {
 	t.dials.Add(1)
 	conn, err := t.handshake(ctx, network, addr)
 	if err != nil {
-		return nil, err // the leader's request fails, and its turn ends
+		return nil, err
 	}
-	l, _ := ctx.Value(leaderKey{}).(*leaderTerm)
 	if conn.ConnectionState().NegotiatedProtocol != "h2" {
 		t.http1.Store(true)
-		if l != nil {
-			l.end()
-		}
-		return conn, nil
-	}
-	if l != nil {
-		time.AfterFunc(dialSettle, l.end)
 	}
 	return conn, nil
 }
