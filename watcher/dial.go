@@ -139,8 +139,9 @@ func envSeconds(name string, def int) time.Duration {
 // RoundTrip sends req on an HTTP/2 connection there is, or waits to,
 // or leads the dial of the next one (see above).
 func (t *gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	// A request with a body goes straight through: a body is read once.
-	gated := req.Body == nil || req.Body == http.NoBody
+	// A request with a body goes straight through (a body is read
+	// once), as does plain HTTP (no handshakes to save, and no HTTP/2).
+	gated := (req.Body == nil || req.Body == http.NoBody) && req.URL.Scheme == "https"
 	for gated && t.h2 != nil && !t.http1.Load() {
 		wake := t.wakeChan()
 		//nolint:staticcheck // the HTTP/2 pool without dialling, as net/http's own first try (its alternate protocol)

@@ -180,3 +180,21 @@ func TestGatedTransportDialFails(t *testing.T) {
 		t.Errorf("%d of %d requests failed after %d dials, want each to fail after its own dial", failed.Load(), requests, gt.dials.Load())
 	}
 }
+
+// TestGatedTransportPlainHTTP: a config with TLS settings whose host is
+// plain HTTP goes through net/http as it is (HTTP/2's pool would refuse
+// an http:// request).
+func TestGatedTransportPlainHTTP(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer ts.Close()
+	gt, err := newGatedTransport(&rest.Config{Host: ts.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}})
+	if err != nil || gt == nil {
+		t.Fatalf("newGatedTransport: %v, %v", gt, err)
+	}
+	req, _ := http.NewRequest(http.MethodGet, ts.URL+"/watch", nil)
+	resp, err := gt.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("plain HTTP request: %v", err)
+	}
+	_ = resp.Body.Close()
+}
