@@ -50,8 +50,9 @@ import (
 // and the replay's probes took two minutes): the apiserver's priority and
 // fairness paces them (429, which the informer retries after a backoff).
 // --kube-qps bounds every other request. Its HTTP/2 connections are
-// shared by every watch (its transport is its own: uncompressed, and it
-// dials one connection at a time, see dial.go).
+// shared by every watch (its transport is its own: uncompressed, and a
+// request dials only when the connections there are cannot take it, one
+// at a time, see dial.go).
 func newStreamClient(config *rest.Config) (rest.Interface, error) {
 	cfg := dynamic.ConfigFor(config)
 	cfg.QPS, cfg.Burst, cfg.RateLimiter = -1, 0, nil
