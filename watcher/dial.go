@@ -48,7 +48,7 @@ type gatedTransport struct {
 	// h2 is the HTTP/2 side of Transport, whose RoundTrip uses only the
 	// connections there are (ErrNoCachedConn otherwise); nil when HTTP/2
 	// is off (DISABLE_HTTP2, or TLS settings that leave it out).
-	h2     *http2.Transport
+	h2     *http2.Transport //nolint:staticcheck // x/net's HTTP/2 transport, as client-go configures it: net/http's own has no round trip on the connections there are only
 	dialer net.Dialer
 	// http1: the server did not take HTTP/2; requests go ungated.
 	http1 atomic.Bool
@@ -114,12 +114,14 @@ func newGatedTransport(config *rest.Config) (*gatedTransport, error) {
 	// environment variables), keeping its Transport, which that does not
 	// return.
 	if os.Getenv("DISABLE_HTTP2") == "" && (len(tlsConfig.NextProtos) == 0 || slices.Contains(tlsConfig.NextProtos, http2.NextProtoTLS)) {
-		t2, err := http2.ConfigureTransports(t.Transport)
+		t2, err := http2.ConfigureTransports(t.Transport) //nolint:staticcheck // as utilnet.SetTransportDefaults, keeping the http2.Transport
 		if err != nil {
 			return nil, fmt.Errorf("HTTP/2: %w", err)
 		}
-		t2.ReadIdleTimeout = envSeconds("HTTP2_READ_IDLE_TIMEOUT_SECONDS", 30)
-		t2.PingTimeout = envSeconds("HTTP2_PING_TIMEOUT_SECONDS", 15)
+		// client-go's health check of a connection, its defaults and
+		// environment variables.
+		t2.ReadIdleTimeout = envSeconds("HTTP2_READ_IDLE_TIMEOUT_SECONDS", 30) //nolint:staticcheck // as utilnet's configureHTTP2Transport
+		t2.PingTimeout = envSeconds("HTTP2_PING_TIMEOUT_SECONDS", 15)          //nolint:staticcheck // as utilnet's configureHTTP2Transport
 		t.h2 = t2
 	}
 	return t, nil
