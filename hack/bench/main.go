@@ -8,7 +8,7 @@
 //     informer running as separate processes on the same stream of updates
 //     (CPU read from /proc), to a log action and to a webhook on 127.0.0.1;
 //   - webhook POSTs per second draining a backlog of 4 KB bodies, to
-//     Go's net/http server and to a lean HTTP/1.1 receiver (receiver.go),
+//     Go's net/http server and to a lean HTTP/1.1 receiver (receiver.go, lean.go: one epoll loop),
 //     with the CPU per POST of fieldwatch and of the receiver;
 //   - the history (a state directory with and without it): CPU per
 //     change with a log action, and bytes on disk per entry;

@@ -1,14 +1,11 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 )
@@ -17,8 +14,9 @@ import (
 // ids, can hold requests (gate) and hands each body to inspect.
 //
 // It answers through Go's net/http server, or, once setLean(true), by
-// itself (serveLean): a minimal HTTP/1.1 server of Content-Length
-// bodies and keep-alive that reads a request and writes a fixed 200.
+// itself (leanLoop, lean.go): a minimal HTTP/1.1 server of
+// Content-Length bodies and keep-alive, one epoll loop on a thread of
+// its own, that reads a request and writes a fixed 200.
 // The drain runs against both: net/http's server spends 40-70 µs a POST
 // on this machine's two cores, as much as the sender, so that a drain
 // against it measures the two processes together; the lean one spends a
@@ -33,14 +31,8 @@ type receiver struct {
 	gate    chan struct{} // nil: open
 	inspect func(body []byte)
 	lean    bool
-	conns   map[net.Conn]*leanConn // the lean server's open connections
-	errs    []error                // malformed requests (the lean server's)
-}
-
-// leanConn is the state of one of the lean server's connections.
-type leanConn struct {
-	busy       bool // between a request's head and its response
-	closeAfter bool // the receiver switched servers: close after the response
+	loop    *leanLoop // the lean server, started with its first connection
+	errs    []error   // the lean server's: malformed requests, failed system calls
 }
 
 func newReceiver() (*receiver, error) {
@@ -48,7 +40,7 @@ func newReceiver() (*receiver, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &receiver{addr: ln.Addr().String(), ids: map[string]bool{}, conns: map[net.Conn]*leanConn{}, toHTTP: make(chan net.Conn)}
+	r := &receiver{addr: ln.Addr().String(), ids: map[string]bool{}, toHTTP: make(chan net.Conn)}
 	r.srv = &http.Server{Handler: http.HandlerFunc(r.serve)}
 	go func() { _ = r.srv.Serve(connListener{r.toHTTP, ln.Addr()}) }()
 	go r.accept(ln)
@@ -65,13 +57,23 @@ func (r *receiver) accept(ln net.Listener) {
 		}
 		r.mu.Lock()
 		lean := r.lean
-		if lean {
-			r.conns[c] = &leanConn{}
+		if lean && r.loop == nil {
+			if r.loop, err = newLeanLoop(r); err != nil {
+				r.errs = append(r.errs, err)
+			}
 		}
+		loop := r.loop
 		r.mu.Unlock()
-		if lean {
-			go r.serveLean(c)
-		} else {
+		switch {
+		case lean && loop != nil:
+			if err := loop.add(c); err != nil {
+				r.mu.Lock()
+				r.errs = append(r.errs, err)
+				r.mu.Unlock()
+			}
+		case lean:
+			_ = c.Close()
+		default:
 			r.toHTTP <- c
 		}
 	}
@@ -84,26 +86,12 @@ func (r *receiver) accept(ln net.Listener) {
 func (r *receiver) setLean(lean bool) {
 	r.mu.Lock()
 	r.lean = lean
-	if !lean {
-		for c, st := range r.conns {
-			if st.busy {
-				st.closeAfter = true
-			} else {
-				_ = c.Close()
-			}
-		}
-	}
+	loop := r.loop
 	r.mu.Unlock()
+	if !lean && loop != nil {
+		loop.closeIdle()
+	}
 	r.srv.SetKeepAlivesEnabled(!lean) // false: closes idle connections, and each busy one after its response
-}
-
-// setBusy marks c busy or idle; it returns false when c is to close.
-func (r *receiver) setBusy(c net.Conn, busy bool) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	st := r.conns[c]
-	st.busy = busy
-	return !st.closeAfter
 }
 
 func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
@@ -126,98 +114,6 @@ func (r *receiver) got(id string, body []byte) {
 	r.ids[id] = true
 	r.bytes += int64(len(body))
 	r.mu.Unlock()
-}
-
-var leanOK = []byte("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
-
-// serveLean serves one connection: requests with a Content-Length body,
-// each answered 200 with no body. Anything else (chunked bodies, a
-// malformed head) is answered 400, recorded as an error and the
-// connection closed.
-func (r *receiver) serveLean(c net.Conn) {
-	defer func() {
-		_ = c.Close()
-		r.mu.Lock()
-		delete(r.conns, c)
-		r.mu.Unlock()
-	}()
-	br := bufio.NewReaderSize(c, 64<<10)
-	var body []byte
-	for {
-		n, id, err := readHead(br)
-		if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
-			return
-		}
-		if err == nil && !r.setBusy(c, true) {
-			return
-		}
-		if err == nil {
-			body = body[:0]
-			if cap(body) < n {
-				body = make([]byte, n)
-			}
-			body = body[:n]
-			_, err = io.ReadFull(br, body)
-		}
-		if err != nil {
-			if !errors.Is(err, net.ErrClosed) {
-				r.mu.Lock()
-				r.errs = append(r.errs, err)
-				r.mu.Unlock()
-				_, _ = c.Write([]byte("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"))
-			}
-			return
-		}
-		r.got(id, body)
-		if _, err := c.Write(leanOK); err != nil || !r.setBusy(c, false) {
-			return
-		}
-	}
-}
-
-// readHead reads a request's line and header; it returns the body's
-// length and the Idempotency-Key. io.EOF: the connection ended between
-// requests.
-func readHead(br *bufio.Reader) (n int, id string, err error) {
-	line, err := br.ReadSlice('\n')
-	if err != nil {
-		if len(line) == 0 {
-			return 0, "", io.EOF // closed (or reset) between requests
-		}
-		return 0, "", fmt.Errorf("request line: %w", err)
-	}
-	if !bytes.HasPrefix(line, []byte("POST ")) || !bytes.HasSuffix(line, []byte(" HTTP/1.1\r\n")) {
-		return 0, "", fmt.Errorf("request line %q: not an HTTP/1.1 POST", line)
-	}
-	n = -1
-	for {
-		line, err := br.ReadSlice('\n')
-		if err != nil {
-			return 0, "", fmt.Errorf("header: %w", err)
-		}
-		if string(line) == "\r\n" {
-			break
-		}
-		name, value, ok := bytes.Cut(bytes.TrimSuffix(line, []byte("\r\n")), []byte(":"))
-		if !ok {
-			return 0, "", fmt.Errorf("header line %q", line)
-		}
-		value = bytes.TrimSpace(value)
-		switch {
-		case bytes.EqualFold(name, []byte("Content-Length")):
-			if n, err = strconv.Atoi(string(value)); err != nil || n < 0 {
-				return 0, "", fmt.Errorf("Content-Length %q", value)
-			}
-		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
-			return 0, "", fmt.Errorf("Transfer-Encoding %q: only Content-Length bodies are served", value)
-		case bytes.EqualFold(name, []byte("Idempotency-Key")):
-			id = string(value)
-		}
-	}
-	if n < 0 {
-		return 0, "", errors.New("no Content-Length")
-	}
-	return n, id, nil
 }
 
 // connListener is a net.Listener of the connections accept hands on.
@@ -282,4 +178,11 @@ func (r *receiver) waitReceived(n int, timeout time.Duration) (time.Time, error)
 		time.Sleep(time.Millisecond)
 	}
 	return time.Now(), nil
+}
+
+// fail records an error of the lean server.
+func (r *receiver) fail(err error) {
+	r.mu.Lock()
+	r.errs = append(r.errs, err)
+	r.mu.Unlock()
 }

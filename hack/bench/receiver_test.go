@@ -54,10 +54,7 @@ func TestReceiverServers(t *testing.T) {
 			t.Fatalf("round %d (lean %v): mean body %d, want %d", round, lean, got, want)
 		}
 	}
-	r.mu.Lock()
-	open := len(r.conns)
-	r.mu.Unlock()
-	if open != 1 {
+	if open := r.loop.open(); open != 1 {
 		t.Errorf("lean server: %d connections open, want the one kept alive", open)
 	}
 	if err := r.malformed(); err != nil {
