@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -374,6 +375,51 @@ func TestDeltaDecodeMalformed(t *testing.T) {
 	} {
 		if got := tpl.decode(bad); got != nil {
 			t.Errorf("decode(%v) = %q, want nil", bad, got)
+		}
+	}
+}
+
+// TestDeltaOnlyWhenItSaves: an object that is mostly a value its
+// resource's template lacks is kept whole and read in place (no copy on
+// each read); one that differs from the template in a few bytes is kept
+// as a delta.
+func TestDeltaOnlyWhenItSaves(t *testing.T) {
+	typ := &objectType{gvk: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, apiVersion: "v1",
+		projection: change.Projection{Paths: [][]string{{"data", "value"}}}, dict: &packDict{}}
+	cm := func(i int, value string) map[string]any {
+		return map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": fmt.Sprintf("cm-%05d", i), "namespace": "bench", "uid": fmt.Sprintf("0a1b2c3d-0000-4000-8000-%012d", i),
+				"resourceVersion": fmt.Sprint(1000 + i), "creationTimestamp": "2026-12-05T23:00:00Z",
+				"managedFields": []any{map[string]any{"manager": "bench", "operation": "Update", "apiVersion": "v1", "time": "2026-12-05T23:00:00Z",
+					"fieldsType": "FieldsV1", "fieldsV1": map[string]any{"f:data": map[string]any{"f:value": map[string]any{}}}}}},
+			"data": map[string]any{"value": value}}
+	}
+	for i := range templateAfter {
+		_, err := newObject(cm(i, fmt.Sprint(i)), typ)
+		mustf(t, err, "project")
+	}
+	if typ.dict.p.Load() == nil {
+		t.Fatalf("no template after %d objects", templateAfter)
+	}
+	long := fmt.Sprintf("%d-%s", 99, strings.Repeat("0123456789abcdef", 200))
+	for _, tc := range []struct {
+		value string
+		delta bool
+	}{{"42", true}, {long, false}} {
+		o, err := newObject(cm(42, tc.value), typ)
+		mustf(t, err, "project")
+		plain, err := json.Marshal(project(typ.projection, cm(42, tc.value)))
+		mustf(t, err, "marshal")
+		if got := o.json(); string(got) != string(plain) {
+			t.Fatalf("value of %d bytes reads back as\n%s\nwant\n%s", len(tc.value), got, plain)
+		}
+		if delta := o.rest[0] == deltaMark; delta != tc.delta {
+			t.Errorf("value of %d bytes: kept as a delta %v (%d bytes of %d), want %v", len(tc.value), delta, len(o.rest), len(plain), tc.delta)
+		}
+		if !tc.delta {
+			if allocs := testing.AllocsPerRun(100, func() { _ = o.json() }); allocs != 0 {
+				t.Errorf("reading an object kept whole allocates %.0f times, want none", allocs)
+			}
 		}
 	}
 }

@@ -16,7 +16,8 @@ import (
 // from one object of its resource (its template, see packDict):
 // objects of one resource share their keys, most of their metadata and
 // many values, so a ConfigMap's 229 bytes of projected JSON are kept in
-// about 50. Reading one back is a copy of those pieces.
+// about 50. Reading one back is a copy of those pieces; an object whose
+// delta would save less than a quarter is kept whole (deltaMaxShare).
 const packThreshold = 8 << 10
 
 // packedMark starts a flate-compressed rest, deltaMark a rest kept as
@@ -140,19 +141,33 @@ func (o *Object) json() []byte {
 	return b
 }
 
+// deltaMaxShare is the largest share of an object's JSON a delta may
+// take, in quarters: a delta that saves less than a quarter is not kept.
+// Reading an object kept as a delta copies its JSON out (the rules read
+// every changed object, old and new); one kept whole is read in place. An
+// object that is mostly values its resource's template does not have (a
+// large certificate, a long status message) would cost that copy on every
+// read for little memory, and its encoding stops as soon as it is clear.
+const deltaMaxShare = 3
+
 // encode returns b as differences from the template: deltaMark, the
 // length of b, then pieces, each a uvarint n<<1 followed by n literal
 // bytes, or n<<1|1 and the uvarint offset of n bytes of the template. It
-// returns nil when that saves nothing. Matches are greedy: at each
-// position the longer of the template's continuation of the last copy and
-// the first place of the next four bytes.
+// returns nil when that saves less than a quarter of b (deltaMaxShare),
+// giving up as soon as the pieces reach that. Matches are greedy: at
+// each position the longer of the template's continuation of the last
+// copy and the first place of the next four bytes.
 func (t *template) encode(b []byte) []byte {
+	limit := len(b) * deltaMaxShare / 4
 	out := make([]byte, 0, len(b)/2)
 	out = append(out, deltaMark)
 	out = binary.AppendUvarint(out, uint64(len(b)))
 	lit := 0   // start of the pending literal
 	next := -1 // the template's offset after the last copy
 	for i := 0; i+deltaMinMatch <= len(b); {
+		if len(out)+i-lit >= limit {
+			return nil
+		}
 		off, n := -1, 0
 		if next >= 0 && next < len(t.b) {
 			if m := matchLen(t.b[next:], b[i:]); m >= deltaMinMatch {
@@ -179,15 +194,12 @@ func (t *template) encode(b []byte) []byte {
 		out = binary.AppendUvarint(out, uint64(off))
 		i += n
 		lit, next = i, off+n
-		if len(out) >= len(b) {
-			return nil
-		}
 	}
 	if lit < len(b) {
 		out = binary.AppendUvarint(out, uint64(len(b)-lit)<<1)
 		out = append(out, b[lit:]...)
 	}
-	if len(out) >= len(b) || !bytes.Equal(t.decode(out), b) {
+	if len(out) >= limit || !bytes.Equal(t.decode(out), b) {
 		return nil
 	}
 	return bytes.Clone(out)
