@@ -86,8 +86,10 @@ type process struct {
 	count  atomic.Int64 // events (bare) or payload lines (fieldwatch log)
 	synced chan struct{}
 	addr   string // fieldwatch's HTTP address
-	done   chan struct{}
-	lat    chan time.Duration // the bare child's update latencies
+	// pprofAddr is fieldwatch's --pprof-addr when it serves profiles.
+	pprofAddr string
+	done      chan struct{}
+	lat       chan time.Duration // the bare child's update latencies
 
 	statsMu sync.Mutex
 	stats   map[string]int // a bare child's last "NAME N" lines
@@ -193,17 +195,38 @@ func (p *process) waitSynced(timeout time.Duration) error {
 
 // cpu returns the process's CPU time so far (user + system).
 func (p *process) cpu() time.Duration {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
-	if err != nil {
+	fields := p.stat()
+	if fields == nil {
 		return 0
 	}
-	// The command name may hold spaces: fields start after the last ')'.
-	s := string(raw)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
 	utime, _ := strconv.ParseInt(fields[11], 10, 64)
 	stime, _ := strconv.ParseInt(fields[12], 10, 64)
 	const clockTicks = 100 // USER_HZ on Linux
 	return time.Duration(utime+stime) * time.Second / clockTicks
+}
+
+// faults returns the page faults the process has taken (minor ones: the
+// kernel mapping a page the process touches again after the Go runtime
+// gave it back).
+func (p *process) faults() int64 {
+	fields := p.stat()
+	if fields == nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(fields[7], 10, 64)
+	return n
+}
+
+// stat returns the fields of /proc/PID/stat after the command name (the
+// state first); nil when the process is gone.
+func (p *process) stat() []string {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return nil
+	}
+	// The command name may hold spaces: fields start after the last ')'.
+	s := string(raw)
+	return strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
 }
 
 // selfCPU returns the CPU time the bench process spent (user and

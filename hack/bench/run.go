@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -65,6 +67,8 @@ type bench struct {
 	dyn        dynamic.Interface
 	kube       kubernetes.Interface
 	t          table
+	// profiles counts the drain profiles written, for their names.
+	profiles int
 }
 
 func run(ctx context.Context, o options) error {
@@ -341,7 +345,7 @@ func (b *bench) events(ctx context.Context) error {
 		return err
 	}
 	defer fwLog.stop()
-	fwHook, err := startFieldwatch("fieldwatch-webhook", b.binary, b.kubeconfig, hookRules, nil)
+	fwHook, err := b.startDrainer("fieldwatch-webhook", b.binary, hookRules)
 	if err != nil {
 		return err
 	}
@@ -446,7 +450,7 @@ func (b *bench) events(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cmp, err := startFieldwatch("fieldwatch-webhook-compare", b.o.compare, b.kubeconfig, cmpRules, nil)
+	cmp, err := b.startDrainer("fieldwatch-webhook-compare", b.o.compare, cmpRules)
 	if err != nil {
 		return err
 	}
@@ -537,15 +541,70 @@ func (b *bench) drains(ctx context.Context, rec *receiver, cms dynamic.ResourceI
 		return err
 	}
 	d := min(b.o.drain, b.o.configMaps)
-	rec.reset(nil, nil)
-	run := time.Now().UnixNano()
-	if err := patchUpdates(ctx, cms, d, func(i int) string { return fmt.Sprintf("%d-reset-%d", run, i) }); err != nil {
+	for range max(b.o.drainRuns, 1) {
+		rec.reset(nil, nil)
+		run := time.Now().UnixNano()
+		if err := patchUpdates(ctx, cms, d, func(i int) string { return fmt.Sprintf("%d-reset-%d", run, i) }); err != nil {
+			return err
+		}
+		if _, err := rec.waitReceived(d, 2*time.Minute); err != nil {
+			return err
+		}
+		if err := b.drain(ctx, rec, cms, fw, true, label); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startDrainer starts a fieldwatch that the events section drains, with
+// its profiles served when -drain-profile asks for them.
+func (b *bench) startDrainer(name, binary, rules string) (*process, error) {
+	if b.o.drainProfile == "" {
+		return startFieldwatch(name, binary, b.kubeconfig, rules, nil)
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	p, err := startFieldwatch(name, binary, b.kubeconfig, rules, nil, "--pprof", "--pprof-addr", addr)
+	if p != nil {
+		p.pprofAddr = addr
+	}
+	return p, err
+}
+
+// profileDrain starts a CPU profile of fw (when -drain-profile asks) for
+// the drain about to start; the function it returns waits for it and
+// writes it to the directory.
+func (b *bench) profileDrain(fw *process, server string) func() error {
+	if b.o.drainProfile == "" || fw.pprofAddr == "" {
+		return func() error { return nil }
+	}
+	b.profiles++
+	path := filepath.Join(b.o.drainProfile, fmt.Sprintf("drain-%s-%s-%d.pb.gz", fw.name, strings.ReplaceAll(server, "/", ""), b.profiles))
+	done := make(chan error, 1)
+	go func() { done <- fetchProfile("http://"+fw.pprofAddr+"/debug/pprof/profile?seconds=2", path) }()
+	// The profile starts when the request arrives: give it that long.
+	time.Sleep(100 * time.Millisecond)
+	return func() error { return <-done }
+}
+
+// fetchProfile writes the profile url serves to path.
+func fetchProfile(url, path string) error {
+	resp, err := http.Get(url)
+	if err != nil {
 		return err
 	}
-	if _, err := rec.waitReceived(d, 2*time.Minute); err != nil {
-		return err
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("profile %s: %s: %s", url, resp.Status, body)
 	}
-	return b.drain(ctx, rec, cms, fw, true, label)
+	if err == nil {
+		err = os.WriteFile(path, body, 0o644)
+	}
+	return err
 }
 
 // drain holds the receiver while a backlog builds up, then measures how
@@ -569,7 +628,13 @@ func (b *bench) drain(ctx context.Context, rec *receiver, cms dynamic.ResourceIn
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	fwCPU, recCPU := fw.cpu(), selfCPU()
+	server := "net/http"
+	if lean {
+		server = "lean"
+	}
+	profiled := b.profileDrain(fw, server)
+	fwCPU, recCPU, faults := fw.cpu(), selfCPU(), fw.faults()
+	allocated, gcs := fw.metric("go_memstats_alloc_bytes_total "), fw.metric("go_gc_duration_seconds_count ")
 	start := time.Now()
 	close(gate)
 	at, err := rec.waitReceived(d, 2*time.Minute)
@@ -577,12 +642,12 @@ func (b *bench) drain(ctx context.Context, rec *receiver, cms dynamic.ResourceIn
 		return err
 	}
 	perPOST := func(cpu time.Duration) string { return fmt.Sprintf("%.0f µs", float64(cpu.Microseconds())/float64(d)) }
-	fwCPU, recCPU = fw.cpu()-fwCPU, selfCPU()-recCPU
+	fwCPU, recCPU, faults = fw.cpu()-fwCPU, selfCPU()-recCPU, fw.faults()-faults
+	allocated, gcs = fw.metric("go_memstats_alloc_bytes_total ")-allocated, fw.metric("go_gc_duration_seconds_count ")-gcs
 	r := float64(d) / at.Sub(start).Seconds()
-	server := "net/http"
-	if lean {
-		server = "lean"
+	if err := profiled(); err != nil {
+		return err
 	}
-	b.t.add("webhook POSTs/s draining a backlog, receiver "+server+label, "", fmt.Sprintf("%.0f", r), "", fmt.Sprintf("%d firings queued behind a held receiver, out of process, bodies of %d B; CPU per POST: fieldwatch %s, the receiver (bench, %s) %s", d, rec.meanBody(), perPOST(fwCPU), server, perPOST(recCPU)))
+	b.t.add("webhook POSTs/s draining a backlog, receiver "+server+label, "", fmt.Sprintf("%.0f", r), "", fmt.Sprintf("%d firings queued behind a held receiver, out of process, bodies of %d B; CPU per POST: fieldwatch %s (%.1f KB allocated, %.0f collections in all, %.1f page faults), the receiver (bench, %s) %s", d, rec.meanBody(), perPOST(fwCPU), allocated/float64(d)/1000, gcs, float64(faults)/float64(d), server, perPOST(recCPU)))
 	return nil
 }
