@@ -108,7 +108,7 @@ func newGatedTransport(config *rest.Config) (*gatedTransport, error) {
 		TLSClientConfig:     tlsConfig,
 		MaxIdleConnsPerHost: 25, // client-go's
 		DisableCompression:  config.DisableCompression,
-		DialTLSContext:      t.dialTLS,
+		DialContext:         t.dial,
 	})
 	// HTTP/2 as utilnet.SetTransportDefaults sets it up (the same
 	// environment variables), keeping its Transport, which that does not
@@ -145,16 +145,25 @@ func (t *gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	// once), as does plain HTTP (no handshakes to save, and no HTTP/2).
 	gated := (req.Body == nil || req.Body == http.NoBody) && req.URL.Scheme == "https"
 	for gated && t.h2 != nil && !t.http1.Load() {
-		wake := t.wakeChan()
 		//nolint:staticcheck // the HTTP/2 pool without dialling, as net/http's own first try (its alternate protocol)
 		resp, err := t.h2.RoundTrip(req)
 		if !errors.Is(err, http2.ErrNoCachedConn) {
 			return resp, err
 		}
+		// Taken after the try, so that a request that finds a stream
+		// (all of them after the start) makes no channel and no timer: a
+		// wake between the try and here is missed, and retryWait bounds
+		// the wait it costs.
+		wake := t.wakeChan()
 		select {
 		case t.leader <- struct{}{}:
 			l := &leaderTerm{t: t}
-			ctx := httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { l.end() }})
+			ctx := httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+				if tc, ok := info.Conn.(*tls.Conn); ok && tc.ConnectionState().NegotiatedProtocol != http2.NextProtoTLS {
+					t.http1.Store(true) // the waiting requests go ungated
+				}
+				l.end()
+			}})
 			resp, err := t.Transport.RoundTrip(req.WithContext(ctx))
 			l.end()
 			return resp, err
@@ -189,41 +198,9 @@ func (t *gatedTransport) broadcast() {
 	}
 }
 
-// dialTLS dials and handshakes a connection, for a leader (or for a
-// request that goes ungated), and notes a server without HTTP/2.
-func (t *gatedTransport) dialTLS(ctx context.Context, network, addr string) (net.Conn, error) {
+// dial dials a connection for net/http (which makes the TLS handshake),
+// for a leader or for a request that goes ungated.
+func (t *gatedTransport) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	t.dials.Add(1)
-	conn, err := t.handshake(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	if conn.ConnectionState().NegotiatedProtocol != "h2" {
-		t.http1.Store(true)
-	}
-	return conn, nil
-}
-
-// handshake dials addr and makes the TLS handshake.
-func (t *gatedTransport) handshake(ctx context.Context, network, addr string) (*tls.Conn, error) {
-	conn, err := t.dialer.DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	cfg := t.TLSClientConfig.Clone() // with HTTP/2's NextProtos
-	if cfg.ServerName == "" {
-		host, _, err := net.SplitHostPort(addr)
-		if err != nil {
-			_ = conn.Close()
-			return nil, fmt.Errorf("dial %s: %w", addr, err)
-		}
-		cfg.ServerName = host
-	}
-	tc := tls.Client(conn, cfg)
-	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := tc.HandshakeContext(hctx); err != nil {
-		_ = conn.Close()
-		return nil, err
-	}
-	return tc, nil
+	return t.dialer.DialContext(ctx, network, addr)
 }
