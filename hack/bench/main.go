@@ -80,7 +80,7 @@ func main() {
 	flag.IntVar(&o.latencySeconds, "latency-seconds", 10, "how long to measure latency at half the maximum rate")
 	flag.IntVar(&o.drain, "drain", 5000, "firings queued for the webhook drain measurement")
 	flag.IntVar(&o.drainRuns, "drain-runs", 1, "drains to the lean receiver, each its own row (profiles of several drains merge with go tool pprof)")
-	flag.StringVar(&o.drainProfile, "drain-profile", "", "a directory for a CPU profile of fieldwatch during each drain (events section), fetched from its --pprof")
+	flag.StringVar(&o.drainProfile, "drain-profile", "", "a directory for profiles of fieldwatch from its --pprof (events section): its heap as the drain starts (after a collection, which the drain then does not make: its rate is not comparable with unprofiled drains) and its CPU during the drain")
 	flag.StringVar(&o.sections, "sections", "memory,events,history,audit,startup,cbor,crds,objects", "which measurements to run (events and history update the ConfigMaps memory creates, or create them)")
 	flag.StringVar(&o.compare, "compare", "", "another fieldwatch binary to run beside bin/fieldwatch in the events section (CPU per change with a webhook, the drain), the CRD-count (deploy/ rules) and object-count scenarios, for a change's before and after in one run")
 	crdCounts := flag.String("crd-counts", "100,1000,3000", "CRD counts of the CRD-count scenario (crds), ascending")

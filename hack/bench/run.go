@@ -574,17 +574,23 @@ func (b *bench) startDrainer(name, binary, rules string) (*process, error) {
 	return p, err
 }
 
-// profileDrain starts a CPU profile of fw (when -drain-profile asks) for
-// the drain about to start; the function it returns waits for it and
-// writes it to the directory.
+// profileDrain writes fw's heap profile (when -drain-profile asks: what
+// the backlog holds, after a collection) and starts a CPU profile of it
+// for the drain about to start; the function it returns waits for that
+// and writes it to the directory.
 func (b *bench) profileDrain(fw *process, server string) func() error {
 	if b.o.drainProfile == "" || fw.pprofAddr == "" {
 		return func() error { return nil }
 	}
 	b.profiles++
-	path := filepath.Join(b.o.drainProfile, fmt.Sprintf("drain-%s-%s-%d.pb.gz", fw.name, strings.ReplaceAll(server, "/", ""), b.profiles))
+	path := func(kind string) string {
+		return filepath.Join(b.o.drainProfile, fmt.Sprintf("drain-%s-%s-%d-%s.pb.gz", fw.name, strings.ReplaceAll(server, "/", ""), b.profiles, kind))
+	}
+	if err := fetchProfile("http://"+fw.pprofAddr+"/debug/pprof/heap?gc=1", path("heap")); err != nil {
+		return func() error { return err }
+	}
 	done := make(chan error, 1)
-	go func() { done <- fetchProfile("http://"+fw.pprofAddr+"/debug/pprof/profile?seconds=2", path) }()
+	go func() { done <- fetchProfile("http://"+fw.pprofAddr+"/debug/pprof/profile?seconds=2", path("cpu")) }()
 	// The profile starts when the request arrives: give it that long.
 	time.Sleep(100 * time.Millisecond)
 	return func() error { return <-done }
