@@ -160,9 +160,11 @@ func (x *memIndex) dropBefore(seq int64) {
 // load is the loader: it calls next for each entry of the file when it
 // was opened, in key order, until next returns false, then adds them to
 // those added meanwhile (less those dropped meanwhile) unless err, the
-// load's error, is not nil: then walks return it. It returns how many
-// entries it loaded.
-func (x *memIndex) load(next func(seq *int64, uid, namespace *[]byte) bool, err func() error) int {
+// load's error, is not nil: then walks return it. It calls counted with
+// how many entries it loaded (none after an error) before those waiting
+// for the load go on, and returns that number: the store counts them
+// there, so that a wait's end finds them counted.
+func (x *memIndex) load(next func(seq *int64, uid, namespace *[]byte) bool, err func() error, counted func(n int)) int {
 	var loaded columns
 	var seq int64
 	var uid, namespace []byte
@@ -171,14 +173,22 @@ func (x *memIndex) load(next func(seq *int64, uid, namespace *[]byte) bool, err 
 		loaded.uid = append(loaded.uid, keyHash(uid))
 		loaded.ns = append(loaded.ns, keyHash(namespace))
 	}
+	n := x.mergeLoaded(&loaded, err)
+	counted(n)
+	close(x.ready)
+	return n
+}
+
+// mergeLoaded adds loaded, the load's entries, to the index unless err, the
+// load's error, is not nil, and returns how many it added.
+func (x *memIndex) mergeLoaded(loaded *columns, err func() error) int {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	defer close(x.ready)
 	if x.loadErr = err(); x.loadErr != nil {
 		return 0
 	}
 	added := mergeColumns(&x.main, &x.late)
-	x.main, x.late = mergeColumns(&loaded, &added), columns{}
+	x.main, x.late = mergeColumns(loaded, &added), columns{}
 	x.main.dropBefore(x.floor)
 	return loaded.len()
 }

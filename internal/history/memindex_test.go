@@ -136,6 +136,7 @@ func TestMemIndexLoad(t *testing.T) {
 	x.dropBefore(12) // trimmed meanwhile
 	file := []int64{10, 11, 12, 20, 30}
 	i := 0
+	counted := -1
 	n := x.load(func(seq *int64, uid, namespace *[]byte) bool {
 		if i == len(file) {
 			return false
@@ -143,9 +144,16 @@ func TestMemIndexLoad(t *testing.T) {
 		*seq, *uid, *namespace = file[i], []byte("a"), []byte("shop")
 		i++
 		return true
-	}, func() error { return nil })
-	if n != len(file) {
-		t.Errorf("load = %d, want %d", n, len(file))
+	}, func() error { return nil }, func(n int) {
+		select {
+		case <-x.ready:
+			t.Error("the load's count came after its waiters went on")
+		default:
+		}
+		counted = n
+	})
+	if n != len(file) || counted != n {
+		t.Errorf("load = %d, counted %d, want %d", n, counted, len(file))
 	}
 	if err := x.wait(context.Background()); err != nil {
 		t.Fatal(err)
@@ -160,7 +168,11 @@ func TestMemIndexLoad(t *testing.T) {
 	// A load that fails: walks' callers get its error.
 	y := newMemIndex()
 	failed := errors.New("disk I/O error")
-	y.load(func(*int64, *[]byte, *[]byte) bool { return false }, func() error { return failed })
+	y.load(func(*int64, *[]byte, *[]byte) bool { return false }, func() error { return failed }, func(n int) {
+		if n != 0 {
+			t.Errorf("a failed load counted %d entries", n)
+		}
+	})
 	if err := y.wait(context.Background()); !errors.Is(err, failed) {
 		t.Errorf("wait after a failed load = %v, want its error", err)
 	}

@@ -281,12 +281,13 @@ func (s *SQLite) loadIndex(ctx context.Context, tx *sql.Tx, idx *memIndex, done 
 			_ = rows.Close()
 		}
 		return err
+	}, func(n int) {
+		s.mu.RLock()
+		if s.index == idx { // not reset meanwhile
+			s.count.Add(int64(n))
+		}
+		s.mu.RUnlock()
 	})
-	s.mu.RLock()
-	if s.index == idx { // not reset meanwhile
-		s.count.Add(int64(n))
-	}
-	s.mu.RUnlock()
 	if err != nil && ctx.Err() == nil {
 		s.log.Error("history database: its index cannot be loaded: queries by uid or namespace fail", "file", s.path, "error", err)
 		return

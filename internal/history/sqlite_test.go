@@ -166,9 +166,8 @@ func TestSQLiteTrimWaitsForTheIndex(t *testing.T) {
 			return false
 		}
 		return rows.Scan(seq, uid, namespace) == nil
-	}, rows.Err)
+	}, rows.Err, func(n int) { s.count.Add(int64(n)) }) // as loadIndex counts them
 	_ = rows.Close()
-	s.count.Add(int64(n))
 	select {
 	case tr := <-done:
 		if tr.Size == 0 {
