@@ -54,7 +54,8 @@ type options struct {
 	latencySeconds      int
 	drain               int
 	// drainRuns repeats the drain to the lean receiver; drainProfile,
-	// when set, is a directory for a CPU profile of fieldwatch per drain.
+	// when set, is a directory for fieldwatch's heap and CPU profiles of
+	// each drain.
 	drainRuns    int
 	drainProfile string
 	sections     string

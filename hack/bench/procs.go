@@ -205,9 +205,9 @@ func (p *process) cpu() time.Duration {
 	return time.Duration(utime+stime) * time.Second / clockTicks
 }
 
-// faults returns the page faults the process has taken (minor ones: the
-// kernel mapping a page the process touches again after the Go runtime
-// gave it back).
+// faults returns the minor page faults the process has taken: the
+// kernel mapping a page it touches for the first time, or again after
+// the Go runtime gave it back.
 func (p *process) faults() int64 {
 	fields := p.stat()
 	if fields == nil {
