@@ -195,38 +195,27 @@ func (p *process) waitSynced(timeout time.Duration) error {
 
 // cpu returns the process's CPU time so far (user + system).
 func (p *process) cpu() time.Duration {
-	fields := p.stat()
-	if fields == nil {
-		return 0
-	}
-	utime, _ := strconv.ParseInt(fields[11], 10, 64)
-	stime, _ := strconv.ParseInt(fields[12], 10, 64)
-	const clockTicks = 100 // USER_HZ on Linux
-	return time.Duration(utime+stime) * time.Second / clockTicks
+	cpu, _ := p.usage()
+	return cpu
 }
 
-// faults returns the minor page faults the process has taken: the
-// kernel mapping a page it touches for the first time, or again after
-// the Go runtime gave it back.
-func (p *process) faults() int64 {
-	fields := p.stat()
-	if fields == nil {
-		return 0
-	}
-	n, _ := strconv.ParseInt(fields[7], 10, 64)
-	return n
-}
-
-// stat returns the fields of /proc/PID/stat after the command name (the
-// state first); nil when the process is gone.
-func (p *process) stat() []string {
+// usage returns the process's CPU time so far (user + system) and the
+// minor page faults it has taken (the kernel mapping a page it touches
+// for the first time, or again after the Go runtime gave it back), from
+// one read of /proc/PID/stat; zeros when the process is gone.
+func (p *process) usage() (time.Duration, int64) {
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
 	if err != nil {
-		return nil
+		return 0, 0
 	}
 	// The command name may hold spaces: fields start after the last ')'.
 	s := string(raw)
-	return strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	faults, _ := strconv.ParseInt(fields[7], 10, 64)
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	const clockTicks = 100 // USER_HZ on Linux
+	return time.Duration(utime+stime) * time.Second / clockTicks, faults
 }
 
 // selfCPU returns the CPU time the bench process spent (user and
@@ -271,15 +260,25 @@ func (p *process) metricSum(prefix string) float64 {
 
 // metric reads one sample of the fieldwatch process's /metrics.
 func (p *process) metric(prefix string) float64 {
+	return p.metrics(prefix)[0]
+}
+
+// metrics reads a sample for each prefix from one request for the
+// fieldwatch process's /metrics (0 for a prefix no line starts with).
+func (p *process) metrics(prefixes ...string) []float64 {
 	_, body := httpGet("http://" + p.addr + "/metrics")
+	out := make([]float64, len(prefixes))
+	found := make([]bool, len(prefixes))
 	for _, line := range strings.Split(body, "\n") {
-		if strings.HasPrefix(line, prefix) {
-			f := strings.Fields(line)
-			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-			return v
+		for i, prefix := range prefixes {
+			if !found[i] && strings.HasPrefix(line, prefix) {
+				f := strings.Fields(line)
+				out[i], _ = strconv.ParseFloat(f[len(f)-1], 64)
+				found[i] = true
+			}
 		}
 	}
-	return 0
+	return out
 }
 
 // stop ends the process (SIGTERM, then SIGKILL).
