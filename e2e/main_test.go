@@ -14,6 +14,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // c is the cluster of make cluster; guardAtStart the egress guard as read
@@ -81,8 +82,8 @@ func deployed(t testing.TB) {
 
 // cleanUp deletes what the tests created: deploy/audit/'s objects (a
 // superset of deploy/'s), the test namespaces and RBAC, the example CRDs,
-// the image tag of the rolling update; then waits for the provisioner to
-// delete the released volumes.
+// the image tag of the rolling update; then waits until the namespaces
+// and the CRDs are gone and the provisioner deleted the released volumes.
 func (c *cluster) cleanUp() error {
 	ctx := context.Background()
 	var errs []string
@@ -94,21 +95,35 @@ func (c *cluster) cleanUp() error {
 	}
 	del("-k", filepath.Join(c.root, "deploy/audit"))
 	del("namespace", namespace)
+	ours := []string{namespace}
 	nss, err := c.cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
 	if err == nil {
 		for _, ns := range nss.Items {
 			if strings.HasPrefix(ns.Name, "e2e-") {
 				del("namespace", ns.Name)
+				ours = append(ours, ns.Name)
 			}
 		}
 	}
 	del("clusterrole", writerRole)
 	del("-f", filepath.Join(c.root, "examples/crds/widgets.yaml"), "-f", filepath.Join(c.root, "examples/crds/gadgets.yaml"))
 	_ = exec.Command(c.tool, "ctr", "-n", "k8s.io", "images", "rm", c.image+"-rollout").Run()
+	// Gone, not going: the namespaces (their Widgets, deleted one by
+	// one, are changes to whatever watches next on this cluster, the
+	// chart's tests for one), the example CRDs (one still terminating
+	// when the next tests apply them is not created again, and vanishes
+	// under them) and the volumes.
 	if !poll(3*time.Minute, func() bool {
-		_, err := c.cs.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
-		if !apierrors.IsNotFound(err) {
-			return false
+		for _, ns := range ours {
+			if _, err := c.cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return false
+			}
+		}
+		crds := c.dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+		for _, name := range []string{"widgets.example.com", "gadgets.example.com"} {
+			if _, err := crds.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return false
+			}
 		}
 		pvs, err := c.cs.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -121,7 +136,7 @@ func (c *cluster) cleanUp() error {
 		}
 		return true
 	}) {
-		errs = append(errs, "namespace fieldwatch or its volumes still there after 3 minutes")
+		errs = append(errs, fmt.Sprintf("namespaces %v, the example CRDs or the volumes still there after 3 minutes", ours))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%s", strings.Join(errs, "; "))

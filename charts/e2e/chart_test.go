@@ -119,6 +119,8 @@ func (s *chartSteps) install(t *testing.T) {
 	for _, p := range pods {
 		if !ready(&p) {
 			t.Errorf("%s is not ready after helm install --wait", p.Name)
+			chartRelease.describePods(t)
+			chartRelease.logTail(t, p.Name)
 		}
 		if got := p.Spec.Containers[0].Image; got != c.image {
 			t.Errorf("%s runs %s, not %s", p.Name, got, c.image)

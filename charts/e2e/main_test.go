@@ -21,6 +21,7 @@ import (
 	release "helm.sh/helm/v4/pkg/release/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
@@ -111,13 +112,42 @@ func newCluster() (*cluster, error) {
 	return c, nil
 }
 
-// setUp applies the example CRDs the default rules and RBAC name.
+// exampleCRDs are the CRDs of examples/crds/ the tests apply.
+var exampleCRDs = []string{"widgets.example.com", "gadgets.example.com"}
+
+// crdsGone reports whether none of the example CRDs exists, not even
+// terminating.
+func (c *cluster) crdsGone(ctx context.Context) bool {
+	crds := c.dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	for _, name := range exampleCRDs {
+		if _, err := crds.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return false
+		}
+	}
+	return true
+}
+
+// setUp applies the example CRDs the default rules and RBAC name, once
+// those a previous run deleted are gone: applied while it terminates, a
+// CRD is not created again and vanishes under the tests.
 func (c *cluster) setUp() error {
-	crds := []string{"-f", filepath.Join(c.root, "examples/crds/widgets.yaml"), "-f", filepath.Join(c.root, "examples/crds/gadgets.yaml")}
-	if out, err := c.kubectlCmd(append([]string{"apply", "--server-side"}, crds...)...); err != nil {
+	crds := c.dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	if !poll(3*time.Minute, func() bool {
+		for _, name := range exampleCRDs {
+			crd, err := crds.Get(context.Background(), name, metav1.GetOptions{})
+			if err == nil && crd.GetDeletionTimestamp() != nil {
+				return false
+			}
+		}
+		return true
+	}) {
+		return fmt.Errorf("the example CRDs %v still terminating after 3 minutes", exampleCRDs)
+	}
+	files := []string{"-f", filepath.Join(c.root, "examples/crds/widgets.yaml"), "-f", filepath.Join(c.root, "examples/crds/gadgets.yaml")}
+	if out, err := c.kubectlCmd(append([]string{"apply", "--server-side"}, files...)...); err != nil {
 		return fmt.Errorf("apply the example CRDs: %v: %s", err, out)
 	}
-	if out, err := c.kubectlCmd(append([]string{"wait", "--for=condition=Established", "--timeout=60s"}, crds...)...); err != nil {
+	if out, err := c.kubectlCmd(append([]string{"wait", "--for=condition=Established", "--timeout=60s"}, files...)...); err != nil {
 		return fmt.Errorf("wait for the example CRDs: %v: %s", err, out)
 	}
 	return nil
@@ -130,7 +160,7 @@ func (c *cluster) kubectlCmd(args ...string) ([]byte, error) {
 // cleanUp uninstalls the releases left by a failed test, deletes the
 // tests' namespaces (the claims the uninstalls left with them), the
 // example CRDs and the image's second tag, and waits until the
-// namespaces and their volumes are gone.
+// namespaces, their volumes and the CRDs are gone.
 func (c *cluster) cleanUp() error {
 	ctx := context.Background()
 	var errs []string
@@ -177,6 +207,9 @@ func (c *cluster) cleanUp() error {
 	}
 	_ = exec.Command(c.tool, "ctr", "-n", "k8s.io", "images", "rm", nextImage(c.image)).Run()
 	if !poll(3*time.Minute, func() bool {
+		if !c.crdsGone(ctx) {
+			return false
+		}
 		for _, ns := range ours {
 			if _, err := c.cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				return false
@@ -193,7 +226,7 @@ func (c *cluster) cleanUp() error {
 		}
 		return true
 	}) {
-		errs = append(errs, fmt.Sprintf("namespaces %v or their volumes still there after 3 minutes", ours))
+		errs = append(errs, fmt.Sprintf("namespaces %v, their volumes or the example CRDs still there after 3 minutes", ours))
 	}
 	if len(errs) > 0 {
 		return errors.New(strings.Join(errs, "; "))

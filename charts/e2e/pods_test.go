@@ -173,6 +173,24 @@ func (in install) log(t testing.TB, pod string) string {
 	return string(data)
 }
 
+// logTail logs the last lines of a pod's log, and of its container's
+// previous run when it restarted, for a failure.
+func (in install) logTail(t testing.TB, pod string) {
+	t.Helper()
+	for _, previous := range []bool{false, true} {
+		tail := int64(40)
+		data, err := c.cs.CoreV1().Pods(in.ns).GetLogs(pod, &corev1.PodLogOptions{Container: container, Previous: previous, TailLines: &tail}).DoRaw(context.Background())
+		switch {
+		case err != nil && previous:
+			continue // it did not restart
+		case err != nil:
+			t.Logf("logs of %s: %v", pod, err)
+			continue
+		}
+		t.Logf("%s's log (previous run %v), last lines:\n%s", pod, previous, data)
+	}
+}
+
 // payloadsOf returns the payloads a pod's log holds now.
 func (in install) payloadsOf(t testing.TB, pod string) []payload {
 	t.Helper()
