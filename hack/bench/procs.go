@@ -218,6 +218,95 @@ func (p *process) usage() (time.Duration, int64) {
 	return time.Duration(utime+stime) * time.Second / clockTicks, faults
 }
 
+// machineCPU returns the CPU time all the machine's CPUs spent busy
+// (every state of /proc/stat's first line but idle and iowait): a drain
+// that is not CPU-bound for fieldwatch and the receiver shows whether
+// others (the control plane, the hypervisor's other guests) took the
+// CPUs or they stood idle.
+func machineCPU() time.Duration {
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(raw), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 5 || fields[0] != "cpu" {
+		return 0
+	}
+	var busy int64
+	for i, f := range fields[1:] {
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		if i >= 8 { // guest and guest_nice are counted in user and nice
+			break
+		}
+		n, _ := strconv.ParseInt(f, 10, 64)
+		busy += n
+	}
+	const clockTicks = 100 // USER_HZ on Linux
+	return time.Duration(busy) * time.Second / clockTicks
+}
+
+// childrenCPU returns the CPU time spent by the bench's child processes
+// but those of skip: with the fieldwatch processes skipped, the control
+// plane's (envtest's etcd and kube-apiserver).
+func childrenCPU(skip ...*process) time.Duration {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	self := os.Getpid()
+	var sum time.Duration
+next:
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		for _, p := range skip {
+			if p.cmd.Process.Pid == pid {
+				continue next
+			}
+		}
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		s := string(raw)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+		if ppid, _ := strconv.Atoi(fields[1]); ppid != self {
+			continue
+		}
+		utime, _ := strconv.ParseInt(fields[11], 10, 64)
+		stime, _ := strconv.ParseInt(fields[12], 10, 64)
+		const clockTicks = 100 // USER_HZ on Linux
+		sum += time.Duration(utime+stime) * time.Second / clockTicks
+	}
+	return sum
+}
+
+// waitQuiet waits, up to timeout, until the bench's children but skip
+// (the control plane) spend less than a tenth of a CPU over a tenth of a
+// second, and returns how long it waited and whether they did: the
+// writes that built a backlog leave the apiserver and etcd busy for a
+// while (their collector, etcd's commits), which a drain measured
+// meanwhile counts as fieldwatch's.
+func waitQuiet(timeout time.Duration, skip ...*process) (time.Duration, bool) {
+	const window = 100 * time.Millisecond
+	start := time.Now()
+	prev := childrenCPU(skip...)
+	for time.Since(start) < timeout {
+		time.Sleep(window)
+		now := childrenCPU(skip...)
+		if now-prev < window/10 {
+			return time.Since(start), true
+		}
+		prev = now
+	}
+	return time.Since(start), false
+}
+
 // selfCPU returns the CPU time the bench process spent (user and
 // system), its receivers' included.
 func selfCPU() time.Duration {

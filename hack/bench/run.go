@@ -638,12 +638,13 @@ func (b *bench) drain(ctx context.Context, rec *receiver, cms dynamic.ResourceIn
 	if lean {
 		server = "lean"
 	}
+	waited, quiet := waitQuiet(20*time.Second, fw)
 	profiled := b.profileDrain(fw, server)
 	// The metrics first: serving them is not the drain's work.
 	memory := []string{"go_memstats_alloc_bytes_total ", "go_gc_duration_seconds_count "}
 	m0 := fw.metrics(memory...)
 	fwCPU, faults := fw.usage()
-	recCPU := selfCPU()
+	recCPU, allCPU, cpCPU := selfCPU(), machineCPU(), childrenCPU(fw)
 	start := time.Now()
 	close(gate)
 	at, err := rec.waitReceived(d, 2*time.Minute)
@@ -652,13 +653,22 @@ func (b *bench) drain(ctx context.Context, rec *receiver, cms dynamic.ResourceIn
 	}
 	perPOST := func(cpu time.Duration) string { return fmt.Sprintf("%.0f µs", float64(cpu.Microseconds())/float64(d)) }
 	fwCPU1, faults1 := fw.usage()
-	fwCPU, faults, recCPU = fwCPU1-fwCPU, faults1-faults, selfCPU()-recCPU
+	fwCPU, faults, recCPU, allCPU, cpCPU = fwCPU1-fwCPU, faults1-faults, selfCPU()-recCPU, machineCPU()-allCPU, childrenCPU(fw)-cpCPU
+	// CPUs busy over the drain, from the one reading after it (at most
+	// the time its metrics took more): the machine's, and the share of
+	// fieldwatch and the receiver.
+	took := time.Since(start).Seconds()
+	busy, ours, cp := allCPU.Seconds()/took, (fwCPU+recCPU).Seconds()/took, cpCPU.Seconds()/took
+	settled := fmt.Sprintf("the control plane quiet after %.1f s", waited.Seconds())
+	if !quiet {
+		settled = fmt.Sprintf("the control plane still busy after %.0f s", waited.Seconds())
+	}
 	m1 := fw.metrics(memory...)
 	allocated, gcs := m1[0]-m0[0], m1[1]-m0[1]
 	r := float64(d) / at.Sub(start).Seconds()
 	if err := profiled(); err != nil {
 		return err
 	}
-	b.t.add("webhook POSTs/s draining a backlog, receiver "+server+label, "", fmt.Sprintf("%.0f", r), "", fmt.Sprintf("%d firings queued behind a held receiver, out of process, bodies of %d B; CPU per POST: fieldwatch %s (%.1f KB allocated, %.0f collections in all, %.1f page faults), the receiver (bench, %s) %s", d, rec.meanBody(), perPOST(fwCPU), allocated/float64(d)/1000, gcs, float64(faults)/float64(d), server, perPOST(recCPU)))
+	b.t.add("webhook POSTs/s draining a backlog, receiver "+server+label, "", fmt.Sprintf("%.0f", r), "", fmt.Sprintf("%d firings queued behind a held receiver, out of process, bodies of %d B; CPU per POST: fieldwatch %s (%.1f KB allocated, %.0f collections in all, %.1f page faults), the receiver (bench, %s) %s; CPUs busy %.2f of %d: fieldwatch and the receiver %.2f, the control plane %.2f (%s)", d, rec.meanBody(), perPOST(fwCPU), allocated/float64(d)/1000, gcs, float64(faults)/float64(d), server, perPOST(recCPU), busy, runtime.NumCPU(), ours, cp, settled))
 	return nil
 }
