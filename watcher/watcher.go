@@ -510,10 +510,19 @@ func (w *Watcher) unsynced() []string {
 }
 
 // Synced reports whether the watcher has completed its initial sync and
-// every resource it watches now has synced too (readiness).
+// every resource it watches now has synced too.
 func (w *Watcher) Synced() bool {
 	return w.started.Load() && len(w.unsynced()) == 0
 }
+
+// Started reports whether the initial sync is done: every resource found
+// at the start has been listed into the cache (readiness). It stays true:
+// resources found later (a new CRD) sync on their own, and Unsynced names
+// those still listing.
+func (w *Watcher) Started() bool { return w.started.Load() }
+
+// Unsynced names the watched resources whose initial list is not done.
+func (w *Watcher) Unsynced() []string { return w.unsynced() }
 
 // resources returns the resources being watched for the handler.
 func (w *Watcher) resources() []change.Resource {

@@ -11,6 +11,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -561,18 +562,32 @@ func (a *app) servePprof() (*http.Server, net.Listener, error) {
 const pprofWriteTimeout = 2 * time.Minute
 
 // ready says whether the process is ready, and why not. A standby is
-// ready once its informers have synced: it can take over then.
+// ready once its informers have synced: it can take over then. Readiness
+// is the start's: resources found later (a CRD installed) sync on their
+// own, while the replica stays ready, and the reason names them. A
+// provider installing hundreds of CRDs at once does not take every
+// replica out of its Service, its disruption budget or a rollout.
 func (a *app) ready() (bool, string) {
 	w := a.watcher.Load()
+	standby := a.standby.Load()
 	switch {
 	case w == nil:
 		return false, "starting"
-	case !w.Synced() && a.standby.Load():
+	case !w.Started() && standby:
 		return false, "standby: informers syncing"
-	case !w.Synced():
+	case !w.Started():
 		return false, "informers syncing"
-	case a.standby.Load():
-		return true, "standby: another replica leads"
 	}
-	return true, "ok"
+	why := "ok"
+	if standby {
+		why = "standby: another replica leads"
+	}
+	if late := w.Unsynced(); len(late) > 0 {
+		const named = 10
+		why += fmt.Sprintf("; %d resources found since the start are syncing: %s", len(late), strings.Join(late[:min(len(late), named)], ", "))
+		if len(late) > named {
+			why += fmt.Sprintf(" and %d more", len(late)-named)
+		}
+	}
+	return true, why
 }
