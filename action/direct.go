@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"slices"
 	"strconv"
@@ -163,30 +164,55 @@ type directConn struct {
 	idleSince time.Time
 }
 
+// headerSink is where a webhook sets a request's headers: net/http's
+// http.Header, or the direct client's headerLines.
+type headerSink interface {
+	Set(key, value string)
+	Add(key, value string)
+}
+
+// headerLines are a direct request's headers in the order they were
+// set: no map to make, fill and range over for each request. Keys are
+// canonical (textproto.CanonicalMIMEHeaderKey), as http.Header's.
+type headerLines []headerLine
+
+type headerLine struct{ key, value string }
+
+// Set replaces the values of key with value.
+func (h *headerLines) Set(key, value string) {
+	key = textproto.CanonicalMIMEHeaderKey(key)
+	*h = slices.DeleteFunc(*h, func(l headerLine) bool { return l.key == key })
+	*h = append(*h, headerLine{key, value})
+}
+
+// Add adds value to the values of key.
+func (h *headerLines) Add(key, value string) {
+	*h = append(*h, headerLine{textproto.CanonicalMIMEHeaderKey(key), value})
+}
+
 // post sends a POST of body with the headers h and returns the response,
 // whose body release reads to its end (up to directMaxDrain) and closes,
 // putting the connection back. A connection kept from an earlier request
 // that fails before any byte of the response (the receiver closed it
 // while idle) is replaced and the request sent again, once, as net/http
-// does for a request with an Idempotency-Key.
-func (p *directPool) post(ctx context.Context, requestURI, host string, h http.Header, body []byte) (*http.Response, func(), error) {
-	for k, vs := range h {
-		for _, v := range vs {
-			if !httpguts.ValidHeaderFieldValue(v) {
-				return nil, nil, permanent(fmt.Errorf("invalid value for header %q", k))
-			}
+// does for a request with an Idempotency-Key. The request fails at
+// deadline, or when ctx ends.
+func (p *directPool) post(ctx context.Context, deadline time.Time, requestURI, host string, h headerLines, body []byte) (*http.Response, func(), error) {
+	for _, l := range h {
+		if !httpguts.ValidHeaderFieldValue(l.value) {
+			return nil, nil, permanent(fmt.Errorf("invalid value for header %q", l.key))
 		}
 	}
 	if !httpguts.ValidHostHeader(host) {
 		return nil, nil, permanent(fmt.Errorf("invalid Host header %q", host))
 	}
 	for retried := false; ; retried = true {
-		c, err := p.get(ctx)
+		c, err := p.get(ctx, deadline)
 		if err != nil {
 			return nil, nil, err
 		}
 		stop := context.AfterFunc(ctx, func() { _ = c.conn.SetDeadline(time.Unix(1, 0)) })
-		resp, err := c.roundTrip(ctx, requestURI, host, h, body)
+		resp, err := c.roundTrip(deadline, requestURI, host, h, body)
 		if err == nil {
 			return resp, func() { p.release(c, resp, stop) }, nil
 		}
@@ -199,9 +225,7 @@ func (p *directPool) post(ctx context.Context, requestURI, host string, h http.H
 		if ctx.Err() != nil {
 			return nil, nil, ctx.Err()
 		}
-		if d, ok := ctx.Deadline(); ok && isTimeout(err) && !time.Now().Before(d) {
-			// The connection's deadline is the context's, whose own
-			// timer may not have fired yet.
+		if isTimeout(err) && !time.Now().Before(deadline) {
 			return nil, nil, context.DeadlineExceeded
 		}
 		return nil, nil, err
@@ -214,8 +238,7 @@ type staleError struct{ err error }
 func (e *staleError) Error() string { return e.err.Error() }
 func (e *staleError) Unwrap() error { return e.err }
 
-func (c *directConn) roundTrip(ctx context.Context, requestURI, host string, h http.Header, body []byte) (*http.Response, error) {
-	deadline, _ := ctx.Deadline()
+func (c *directConn) roundTrip(deadline time.Time, requestURI, host string, h headerLines, body []byte) (*http.Response, error) {
 	if err := c.conn.SetDeadline(deadline); err != nil {
 		return nil, err
 	}
@@ -227,16 +250,14 @@ func (c *directConn) roundTrip(ctx context.Context, requestURI, host string, h h
 	_, _ = w.WriteString("\r\nContent-Length: ")
 	_, _ = w.WriteString(strconv.Itoa(len(body)))
 	_, _ = w.WriteString("\r\n")
-	for k, vs := range h {
-		if directOwnHeaders[k] {
+	for _, l := range h {
+		if directOwnHeaders[l.key] {
 			continue
 		}
-		for _, v := range vs {
-			_, _ = w.WriteString(k)
-			_, _ = w.WriteString(": ")
-			_, _ = w.WriteString(v)
-			_, _ = w.WriteString("\r\n")
-		}
+		_, _ = w.WriteString(l.key)
+		_, _ = w.WriteString(": ")
+		_, _ = w.WriteString(l.value)
+		_, _ = w.WriteString("\r\n")
 	}
 	_, _ = w.WriteString("\r\n")
 	_, _ = w.Write(body)
@@ -245,6 +266,9 @@ func (c *directConn) roundTrip(ctx context.Context, requestURI, host string, h h
 	}
 	if _, err := c.br.Peek(1); err != nil {
 		return nil, c.beforeResponse(err)
+	}
+	if resp, ok := quickResponse(c.br); ok {
+		return resp, nil
 	}
 	for {
 		resp, err := http.ReadResponse(c.br, nil)
@@ -328,8 +352,9 @@ func (p *directPool) sweep() {
 	}
 }
 
-// get returns the idle connection last put back, or a new one.
-func (p *directPool) get(ctx context.Context) (*directConn, error) {
+// get returns the idle connection last put back, or a new one dialled
+// by deadline.
+func (p *directPool) get(ctx context.Context, deadline time.Time) (*directConn, error) {
 	p.mu.Lock()
 	if n := len(p.idle); n > 0 {
 		c := p.idle[n-1]
@@ -339,6 +364,8 @@ func (p *directPool) get(ctx context.Context) (*directConn, error) {
 		return c, nil
 	}
 	p.mu.Unlock()
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
 	return p.dial(ctx)
 }
 

@@ -78,7 +78,17 @@ func directPost(t *testing.T, ctx context.Context, pools *directPools, url strin
 	if err != nil || target == nil {
 		t.Fatalf("direct target for %s: %v, %v", url, target, err)
 	}
-	resp, release, err := target.pool.post(ctx, target.requestURI, target.host, h, []byte(body))
+	var lines headerLines
+	for k, vs := range h {
+		for _, v := range vs {
+			lines.Add(k, v)
+		}
+	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(time.Minute)
+	}
+	resp, release, err := target.pool.post(ctx, deadline, target.requestURI, target.host, lines, []byte(body))
 	if err != nil {
 		return 0, err
 	}

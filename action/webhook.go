@@ -113,24 +113,27 @@ func (w *webhook) attempt(ctx context.Context, it *item) error {
 			return permanent(err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, w.timeout)
-	defer cancel()
 	if direct != nil {
-		h := make(http.Header, 8)
-		if err := w.setHeaders(h, it, body); err != nil {
+		// The connection's deadline is the timeout: no context with
+		// a timer of its own for each POST.
+		deadline := time.Now().Add(w.timeout)
+		var h headerLines
+		if err := w.setHeaders(&h, it, body); err != nil {
 			return err
 		}
 		host := direct.host
 		if w.host != "" {
 			host = w.host
 		}
-		resp, release, err := direct.pool.post(ctx, direct.requestURI, host, h, body)
+		resp, release, err := direct.pool.post(ctx, deadline, direct.requestURI, host, h, body)
 		if err != nil {
 			return fmt.Errorf("post %s: %w", w.url, err)
 		}
 		defer release()
 		return w.outcome(resp)
 	}
+	ctx, cancel := context.WithTimeout(ctx, w.timeout)
+	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.spec.URL, bytes.NewReader(body))
 	if err != nil {
 		return permanent(fmt.Errorf("webhook request: %w", err))
@@ -190,9 +193,11 @@ func (w *webhook) transport() (*directTarget, *http.Client, error) {
 	return nil, c, nil
 }
 
-func (w *webhook) setHeaders(h http.Header, it *item, body []byte) error {
-	for k, v := range w.header {
-		h[k] = v // shared, read-only values
+func (w *webhook) setHeaders(h headerSink, it *item, body []byte) error {
+	for k, vs := range w.header {
+		for _, v := range vs {
+			h.Add(k, v)
+		}
 	}
 	h.Set("Content-Type", "application/json")
 	if w.ce != nil {
