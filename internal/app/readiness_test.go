@@ -146,7 +146,7 @@ func readyz(base string) (int, string) {
 	if err != nil {
 		return 0, ""
 	}
-	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
 	return resp.StatusCode, string(b)
 }
