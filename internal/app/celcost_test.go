@@ -40,28 +40,10 @@ func TestCostlyRulesDoNotStallTheWorkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, logs := &lines{}, &lines{}
-	addr := make(chan string, 1)
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(runCtx, Config{
-			RulesFiles: []string{rulesFile}, Rest: env.Config(), HTTPAddr: "127.0.0.1:0",
-			Stdout: out, Logger: slog.New(slog.NewJSONHandler(logs, nil)),
-			Ready: func(a string) { addr <- a },
-		})
-	}()
-	base := "http://" + <-addr
-	defer func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("Run did not return")
-		}
-	}()
+	base := serveApp(t, Config{
+		RulesFiles: []string{rulesFile}, Rest: env.Config(),
+		Stdout: out, Logger: slog.New(slog.NewJSONHandler(logs, nil)),
+	})
 	testenv.Eventually(t, time.Minute, "ready", func() bool { return get(base+"/readyz") == 200 })
 
 	const costly = 6 // more than the 4 workers

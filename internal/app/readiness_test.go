@@ -33,24 +33,10 @@ func TestReadinessIsTheStarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs testenv.SyncBuffer
-	addr := make(chan string, 1)
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(runCtx, Config{
-			RulesFiles: []string{rulesFile}, Rest: env.Config(), HTTPAddr: "127.0.0.1:0",
-			DiscoveryInterval: time.Second,
-			Stdout:            io.Discard, Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
-			Ready: func(a string) { addr <- a },
-		})
-	}()
-	base := "http://" + <-addr
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	base := serveApp(t, Config{
+		RulesFiles: []string{rulesFile}, Rest: env.Config(), DiscoveryInterval: time.Second,
+		Stdout: io.Discard, Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+	})
 	testenv.Eventually(t, time.Minute, "/readyz before the CRD", func() bool { code, _ := readyz(base); return code == http.StatusOK })
 
 	// v1 stores the objects; v2, once served, is preferred and needs a

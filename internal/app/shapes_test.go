@@ -104,28 +104,10 @@ func TestOddShapes(t *testing.T) {
 	}
 	out := &lines{}
 	logs := &lines{}
-	addr := make(chan string, 1)
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(runCtx, Config{
-			RulesFiles: []string{rulesFile}, Rest: env.Config(), HTTPAddr: "127.0.0.1:0",
-			Stdout: out, Logger: slog.New(slog.NewJSONHandler(logs, nil)),
-			Ready: func(a string) { addr <- a },
-		})
-	}()
-	base := "http://" + <-addr
-	defer func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("Run did not return")
-		}
-	}()
+	base := serveApp(t, Config{
+		RulesFiles: []string{rulesFile}, Rest: env.Config(),
+		Stdout: out, Logger: slog.New(slog.NewJSONHandler(logs, nil)),
+	})
 	testenv.Eventually(t, time.Minute, "ready", func() bool { return get(base+"/readyz") == 200 })
 
 	dyn := env.Dynamic(t).Resource(odd).Namespace(ns)
@@ -190,6 +172,23 @@ func TestOddShapes(t *testing.T) {
 func mustJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// serveApp runs the app with cfg on a free loopback HTTP address until
+// the test ends, and returns that address as a base URL.
+func serveApp(t *testing.T, cfg Config) string {
+	t.Helper()
+	addr := make(chan string, 1)
+	cfg.HTTPAddr = "127.0.0.1:0"
+	cfg.Ready = func(a string) { addr <- a }
+	testenv.RunUntilCleanup(t, 30*time.Second, func(ctx context.Context) error { return Run(ctx, cfg) })
+	select {
+	case a := <-addr:
+		return "http://" + a
+	case <-time.After(time.Minute):
+		t.Fatal("the app did not serve HTTP within a minute")
+		return ""
+	}
 }
 
 func get(url string) int {
