@@ -275,12 +275,19 @@ func TestAuditFailover(t *testing.T) {
 		for i := 1; ctx.Err() == nil; i++ {
 			name := names[i%len(names)]
 			user := strings.SplitN(name, "-", 2)[0]
-			o, err := clients[user].Patch(ctx, name, types.MergePatchType, fmt.Appendf(nil, `{"data":{"v":"%d"}}`, i), metav1.PatchOptions{})
-			if err == nil {
-				mu.Lock()
-				writes = append(writes, write{name, o.GetResourceVersion(), user, time.Now()})
-				mu.Unlock()
+			// Not under ctx: a patch that stop cancels could be applied
+			// by the apiserver and not recorded here, and its delivery
+			// then has no writer to check against.
+			pctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			o, err := clients[user].Patch(pctx, name, types.MergePatchType, fmt.Appendf(nil, `{"data":{"v":"%d"}}`, i), metav1.PatchOptions{})
+			cancel()
+			if err != nil {
+				t.Errorf("patch %s: %v", name, err)
+				return
 			}
+			mu.Lock()
+			writes = append(writes, write{name, o.GetResourceVersion(), user, time.Now()})
+			mu.Unlock()
 			select {
 			case <-ctx.Done():
 			case <-time.After(100 * time.Millisecond):
