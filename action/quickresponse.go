@@ -31,6 +31,7 @@ func quickResponse(br *bufio.Reader) (*http.Response, bool) {
 		return nil, false
 	}
 	code := 200 + int(line[10]-'0')*10 + int(line[11]-'0')
+	status := string(line[len("HTTP/1.1 "):]) // before Discard, which may reuse buf
 	length, hasLength, closing := int64(-1), false, false
 	for len(head) > 0 {
 		line, head, _ = bytes.Cut(head, crlf)
@@ -60,7 +61,7 @@ func quickResponse(br *bufio.Reader) (*http.Response, bool) {
 		return nil, false // a body up to the connection's end
 	}
 	resp := &http.Response{
-		Status: string(line0(buf)[len("HTTP/1.1 "):]), StatusCode: code,
+		Status: status, StatusCode: code,
 		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		ContentLength: length, Close: closing, Body: http.NoBody,
 	}
@@ -80,12 +81,6 @@ var (
 	crlfcrlf = []byte("\r\n\r\n")
 	colon    = []byte(":")
 )
-
-// line0 is buf's first line, without its CRLF.
-func line0(buf []byte) []byte {
-	line, _, _ := bytes.Cut(buf, crlf)
-	return line
-}
 
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
