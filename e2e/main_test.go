@@ -14,7 +14,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // c is the cluster of make cluster; guardAtStart the egress guard as read
@@ -119,7 +118,7 @@ func (c *cluster) cleanUp() error {
 				return false
 			}
 		}
-		crds := c.dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+		crds := c.dyn.Resource(crdGVR)
 		for _, name := range []string{"widgets.example.com", "gadgets.example.com"} {
 			if _, err := crds.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				return false

@@ -21,7 +21,6 @@ import (
 	release "helm.sh/helm/v4/pkg/release/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
@@ -118,7 +117,7 @@ var exampleCRDs = []string{"widgets.example.com", "gadgets.example.com"}
 // crdsGone reports whether none of the example CRDs exists, not even
 // terminating.
 func (c *cluster) crdsGone(ctx context.Context) bool {
-	crds := c.dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	crds := c.dyn.Resource(crdsGVR)
 	for _, name := range exampleCRDs {
 		if _, err := crds.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return false
@@ -131,7 +130,7 @@ func (c *cluster) crdsGone(ctx context.Context) bool {
 // those a previous run deleted are gone: applied while it terminates, a
 // CRD is not created again and vanishes under the tests.
 func (c *cluster) setUp() error {
-	crds := c.dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	crds := c.dyn.Resource(crdsGVR)
 	if !poll(3*time.Minute, func() bool {
 		for _, name := range exampleCRDs {
 			crd, err := crds.Get(context.Background(), name, metav1.GetOptions{})

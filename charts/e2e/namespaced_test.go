@@ -146,7 +146,7 @@ func TestChartNamespaced(t *testing.T) {
 		{widgetsGVR, outside}, {widgetsGVR, ""}, {schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, outside},
 		{schema.GroupVersionResource{Version: "v1", Resource: "secrets"}, a},
 		{schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, ""},
-		{schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}, ""},
+		{crdsGVR, ""},
 	} {
 		if _, err := saDyn.Resource(r.gvr).Namespace(r.ns).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 			t.Errorf("list %s in %q as the service account: %v, want forbidden", r.gvr.Resource, r.ns, err)

@@ -21,7 +21,10 @@ import (
 	"github.com/fieldwatch/fieldwatch/internal/losscheck"
 )
 
-var widgetsGVR = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
+var (
+	widgetsGVR = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
+	crdsGVR    = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+)
 
 // made is one write a writer made.
 type made struct {

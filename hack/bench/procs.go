@@ -204,18 +204,37 @@ func (p *process) cpu() time.Duration {
 // for the first time, or again after the Go runtime gave it back), from
 // one read of /proc/PID/stat; zeros when the process is gone.
 func (p *process) usage() (time.Duration, int64) {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
-	if err != nil {
+	fields := procStat(p.cmd.Process.Pid)
+	if fields == nil {
 		return 0, 0
+	}
+	faults, _ := strconv.ParseInt(fields[7], 10, 64)
+	return statCPU(fields), faults
+}
+
+// procStat returns the fields of /proc/PID/stat after the command name
+// (the state first); nil when the process is gone.
+func procStat(pid int) []string {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
 	}
 	// The command name may hold spaces: fields start after the last ')'.
 	s := string(raw)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	faults, _ := strconv.ParseInt(fields[7], 10, 64)
+	return strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+}
+
+// statCPU is the CPU time (user + system) of procStat's fields.
+func statCPU(fields []string) time.Duration {
 	utime, _ := strconv.ParseInt(fields[11], 10, 64)
 	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	return ticks(utime + stime)
+}
+
+// ticks converts clock ticks of /proc to a duration.
+func ticks(n int64) time.Duration {
 	const clockTicks = 100 // USER_HZ on Linux
-	return time.Duration(utime+stime) * time.Second / clockTicks, faults
+	return time.Duration(n) * time.Second / clockTicks
 }
 
 // machineCPU returns the CPU time all the machine's CPUs spent busy
@@ -244,8 +263,7 @@ func machineCPU() time.Duration {
 		n, _ := strconv.ParseInt(f, 10, 64)
 		busy += n
 	}
-	const clockTicks = 100 // USER_HZ on Linux
-	return time.Duration(busy) * time.Second / clockTicks
+	return ticks(busy)
 }
 
 // childrenCPU returns the CPU time spent by the bench's child processes
@@ -269,19 +287,14 @@ next:
 				continue next
 			}
 		}
-		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
+		fields := procStat(pid)
+		if fields == nil {
 			continue // gone meanwhile
 		}
-		s := string(raw)
-		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
 		if ppid, _ := strconv.Atoi(fields[1]); ppid != self {
 			continue
 		}
-		utime, _ := strconv.ParseInt(fields[11], 10, 64)
-		stime, _ := strconv.ParseInt(fields[12], 10, 64)
-		const clockTicks = 100 // USER_HZ on Linux
-		sum += time.Duration(utime+stime) * time.Second / clockTicks
+		sum += statCPU(fields)
 	}
 	return sum
 }
