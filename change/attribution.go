@@ -31,12 +31,11 @@ type UserInfo struct {
 	Groups   []string `json:"groups,omitempty"`
 }
 
-// Attribution is who made a change, as the audit stream tells. Its slices
-// and pointers may be shared with whoever produced it: readers must not
-// modify them.
+// Attribution is who made a change, as the audit stream tells: the
+// payload's actor beside the field manager, its fields in the order of the
+// actor's keys. Its slices and pointers may be shared with whoever produced
+// it: readers must not modify them.
 type Attribution struct {
-	// Match says how the change was attributed.
-	Match Match `json:"match"`
 	// User is the authenticated user (exact and window matches only).
 	User *UserInfo `json:"user,omitempty"`
 	// ImpersonatedUser is the user the request acted as, when User
@@ -51,6 +50,9 @@ type Attribution struct {
 	// that had several candidate requests of the same identity (the user is
 	// certain, the request is not).
 	AuditID string `json:"auditID,omitempty"`
+	// Match says how the change was attributed; "" only where there is no
+	// attribution (a payload without an audit source).
+	Match Match `json:"match,omitempty"`
 	// Candidates are the usernames (impersonated ones where a request
 	// impersonated) of an ambiguous match, sorted.
 	Candidates []string `json:"candidates,omitempty"`

@@ -2,8 +2,6 @@ package rules_test
 
 import (
 	"os"
-	"reflect"
-	"regexp"
 	"strings"
 	"testing"
 
@@ -35,24 +33,5 @@ func TestDocsRulesExample(t *testing.T) {
 	}
 	if len(kinds) != 7 {
 		t.Errorf("the complete example shows actions %v, want all seven kinds", kinds)
-	}
-}
-
-// TestDocsPayloadFields keeps the field table of docs/payload.md in the
-// order payloads have their keys.
-func TestDocsPayloadFields(t *testing.T) {
-	doc, err := os.ReadFile("../docs/payload.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, table, _ := strings.Cut(string(doc), "## Fields, in this order")
-	table, _, _ = strings.Cut(table, "\n\n## ")
-	var keys []string
-	for _, m := range regexp.MustCompile("(?m)^\\| `(\\w+)` \\|").FindAllStringSubmatch(table, -1) {
-		keys = append(keys, m[1])
-	}
-	want := []string{"id", "time", "rule", "type", "observed", "resource", "namespace", "name", "uid", "resourceVersion", "changes", "actor", "crd", "object", "oldObject"}
-	if !reflect.DeepEqual(keys, want) {
-		t.Errorf("docs/payload.md lists %v, payloads have %v", keys, want)
 	}
 }
