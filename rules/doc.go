@@ -36,7 +36,8 @@
 // with JSON fixtures alone: it must not import k8s.io/client-go (directly
 // or not), nor the watcher or action packages (TestNoClientGo keeps it so).
 // It uses package change (the vocabulary it shares with the watcher),
-// crd/diff (the comparison rules on CRDs read), fileerr (its errors),
+// payload (the type of the payloads it encodes), crd/diff (the comparison
+// rules on CRDs read), fileerr (its errors),
 // gopkg.in/yaml.v3, github.com/google/cel-go and
 // k8s.io/apimachinery/pkg/labels.
 package rules

@@ -13,6 +13,7 @@ import (
 	jsonpatch "github.com/evanphx/json-patch/v5"
 
 	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/internal/payloadtest"
 )
 
 // The property of a payload's changes: applied in order to the old object
@@ -296,8 +297,9 @@ const patchFuzzRules = `rules:
 // items, maps, leaves, keys with dots), evaluates a rule without fields on
 // the update, and checks that its payload's changes, applied to the old
 // object as a JSON Patch (each remove and replace after a test of its
-// oldValue), give the new object, noise paths aside; and that nothing
-// fires when only noise changed.
+// oldValue), give the new object, noise paths aside; that nothing
+// fires when only noise changed; and that the payload decodes strictly
+// into payload.Payload and encodes again as it was (payloadtest.Check).
 func FuzzChangesApply(f *testing.F) {
 	set, err := Parse("fuzz.yaml", []byte(patchFuzzRules))
 	if err != nil {
@@ -331,6 +333,9 @@ func FuzzChangesApply(f *testing.F) {
 		}
 		if len(firings) != 1 {
 			t.Fatalf("%d firings on a change, want 1", len(firings))
+		}
+		if _, err := payloadtest.Check(firings[0].Payload); err != nil {
+			t.Fatal(err)
 		}
 		var p struct {
 			Changes []any `json:"changes"`

@@ -6,14 +6,14 @@ import (
 	"time"
 
 	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/payload"
 )
 
-// Redacted replaces redacted values in payloads.
-const Redacted = "<redacted>"
+// Redacted replaces redacted values in payloads: payload.Redacted.
+const Redacted = payload.Redacted
 
-// TimeFormat is the payload's time format: RFC 3339 in UTC with
-// microseconds.
-const TimeFormat = "2006-01-02T15:04:05.000000Z"
+// TimeFormat is the payload's time format: payload.TimeFormat.
+const TimeFormat = payload.TimeFormat
 
 // secretRedact are the paths redacted in every Secret (core group,
 // resource secrets): the values of data and stringData, keys kept, and
@@ -75,8 +75,9 @@ func (r *Rule) firing(st *evalState, ops []patchOp) (Firing, error) {
 	oldLocs, newLocs := redactLocations(redact, c.Old), redactLocations(redact, c.New)
 	id := payloadID(c.Type, ref, r.Name)
 
-	// The payload (docs/payload.md), keys in the contract's order, built
-	// in a pooled buffer and copied out at its size.
+	// The payload (payload.Payload, docs/payload.md), keys in the
+	// contract's order, built in a pooled buffer and copied out at its
+	// size. TestPayloadsMatchType holds it to the type.
 	buf := payloadBufs.Get().(*[]byte)
 	b := (*buf)[:0]
 	defer func() {

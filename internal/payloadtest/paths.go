@@ -15,9 +15,14 @@ import (
 // "actor.user.username", "crd.impact[].objects[].name" ...: a key inside
 // an object is written after a dot, the items of a list as []. Values kept
 // as raw JSON (change values, objects) are leaves.
-func Paths() []string {
+func Paths() []string { return PathsOf(payload.Payload{}) }
+
+// PathsOf returns the JSON key paths of the struct v, as Paths does for
+// payload.Payload: to compare a type that writes a part of a payload
+// (crd/diff.Result) with that part of Payload.
+func PathsOf(v any) []string {
 	var out []string
-	walkType(reflect.TypeFor[payload.Payload](), "", func(path string, _ bool) { out = append(out, path) })
+	walkType(reflect.TypeOf(v), "", func(path string, _ bool) { out = append(out, path) })
 	return out
 }
 
