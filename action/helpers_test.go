@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/fieldwatch/fieldwatch/change"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 	"github.com/fieldwatch/fieldwatch/rules"
 )
@@ -105,6 +106,10 @@ var fastRetry = rules.Retry{Attempts: 3, InitialBackoff: time.Millisecond, MaxBa
 
 var firingSeq atomic.Int64
 
+// firingTime is the time of the firings tests make, as their payloads
+// write it.
+var firingTime = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+
 // newFiring returns a firing of r with a unique id and a payload like the
 // watcher's.
 func newFiring(r *rules.Rule) rules.Firing {
@@ -118,7 +123,7 @@ func newFiring(r *rules.Rule) rules.Firing {
 		"changes": []any{map[string]any{"op": "replace", "path": "/spec/size", "value": 2, "oldValue": 1}},
 	})
 	return rules.Firing{
-		ID: id, Rule: r, Payload: payload,
+		ID: id, Rule: r, Payload: payload, Time: firingTime, Type: change.Updated,
 		Object: rules.ObjectRef{
 			Group: "example.com", Version: "v1", Resource: "widgets", Kind: "Widget",
 			Namespace: "default", Name: "w" + strconv.FormatInt(n, 10), UID: uid, ResourceVersion: strconv.FormatInt(n, 10),

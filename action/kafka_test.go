@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 
+	"github.com/fieldwatch/fieldwatch/change"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 	"github.com/fieldwatch/fieldwatch/rules"
 )
@@ -170,7 +171,7 @@ func objectFirings(r *rules.Rule, objects, changes int) []rules.Firing {
 				"resource":  map[string]any{"group": "example.com", "version": "v1", "resource": "widgets", "kind": "Widget"},
 				"namespace": "default", "name": fmt.Sprintf("w%d", o), "uid": uid, "resourceVersion": rv, "seq": c,
 			})
-			out = append(out, rules.Firing{ID: id, Rule: r, Payload: payload, Object: rules.ObjectRef{
+			out = append(out, rules.Firing{ID: id, Rule: r, Payload: payload, Time: firingTime, Type: change.Updated, Object: rules.ObjectRef{
 				Group: "example.com", Version: "v1", Resource: "widgets", Kind: "Widget",
 				Namespace: "default", Name: fmt.Sprintf("w%d", o), UID: uid, ResourceVersion: rv,
 			}})

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/fieldwatch/fieldwatch/change"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 	"github.com/fieldwatch/fieldwatch/rules"
 )
@@ -72,13 +73,14 @@ func firingFor(r *rules.Rule, gvr schema.GroupVersionResource, obj *unstructured
 		Namespace: obj.GetNamespace(), Name: obj.GetName(), UID: string(obj.GetUID()), ResourceVersion: obj.GetResourceVersion(),
 	}
 	id := fmt.Sprintf("%s/%s/%s", ref.UID, ref.ResourceVersion, r.Name)
+	now := time.Now().UTC().Truncate(time.Microsecond)
 	payload, _ := json.Marshal(map[string]any{
-		"id": id, "time": time.Now().UTC().Format(time.RFC3339Nano), "rule": r.Name, "type": "updated",
+		"id": id, "time": now.Format(rules.TimeFormat), "rule": r.Name, "type": "updated",
 		"resource":  map[string]any{"group": gvr.Group, "version": gvr.Version, "resource": gvr.Resource, "kind": ref.Kind},
 		"namespace": ref.Namespace, "name": ref.Name, "uid": ref.UID, "resourceVersion": ref.ResourceVersion,
 		"changes": []any{map[string]any{"op": "replace", "path": "/spec/size", "value": 2, "oldValue": 1}},
 	})
-	return rules.Firing{ID: id, Rule: r, Payload: payload, Object: ref}
+	return rules.Firing{ID: id, Rule: r, Payload: payload, Object: ref, Time: now, Type: change.Updated}
 }
 
 func createWidget(t *testing.T, dyn dynamic.Interface, ns, name string) *unstructured.Unstructured {
