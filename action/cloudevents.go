@@ -55,22 +55,18 @@ type ceAttrs struct {
 }
 
 // attrs computes the attributes of f's event. The change type and the
-// time are read from the payload, so that the event says what the payload
-// says.
+// time are the firing's, which are the payload's (rules.Firing): the
+// payload is not read. A firing without a time (none that rules.Eval
+// builds) gets no time attribute, which is optional.
 func (c *cloudEvents) attrs(f *rules.Firing) ceAttrs {
-	var p struct {
-		Type string `json:"type"`
-		Time string `json:"time"`
+	a := ceAttrs{id: f.ID, source: c.source + resourcePath(f.Object)}
+	if !f.Time.IsZero() {
+		a.time = f.Time.UTC().Format(rules.TimeFormat)
 	}
-	// A payload is valid JSON (rules.Eval builds it); a bad one leaves
-	// the two attributes that come from it empty, and the receiver's
-	// decoder says so.
-	_ = json.Unmarshal(f.Payload, &p)
-	a := ceAttrs{id: f.ID, source: c.source + resourcePath(f.Object), time: p.Time}
 	if c.byRule && f.Rule != nil {
 		a.typ = f.Rule.Name
 	} else {
-		a.typ = CloudEventsTypePrefix + p.Type
+		a.typ = CloudEventsTypePrefix + string(f.Type)
 	}
 	a.subject = f.Object.Name
 	if f.Object.Namespace != "" {

@@ -11,6 +11,7 @@ import (
 	cloudevents "github.com/cloudevents/sdk-go/v2"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 
+	"github.com/fieldwatch/fieldwatch/change"
 	"github.com/fieldwatch/fieldwatch/rules"
 )
 
@@ -126,12 +127,15 @@ func TestCloudEventsAttrs(t *testing.T) {
 	c := newCloudEvents(&rules.CloudEvents{})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := rules.Firing{ID: "u/1/r", Rule: r, Payload: []byte(`{"type":"deleted","time":"2026-12-02T12:00:00Z"}`), Object: tt.obj}
+			f := rules.Firing{ID: "u/1/r", Rule: r, Object: tt.obj, Type: change.Deleted, Time: time.Date(2026, 12, 2, 12, 0, 0, 1000, time.UTC)}
 			a := c.attrs(&f)
-			if a.source != tt.wantSource || a.subject != tt.wantSub || a.typ != "io.fieldwatch.deleted" || a.time != "2026-12-02T12:00:00Z" || a.id != "u/1/r" {
+			if a.source != tt.wantSource || a.subject != tt.wantSub || a.typ != "io.fieldwatch.deleted" || a.time != "2026-12-02T12:00:00.000001Z" || a.id != "u/1/r" {
 				t.Errorf("attrs = %+v", a)
 			}
 		})
+	}
+	if a := c.attrs(&rules.Firing{ID: "u/1/r", Type: change.Created}); a.time != "" || a.typ != "io.fieldwatch.created" {
+		t.Errorf("attrs of a firing without a time = %+v", a)
 	}
 	for in, want := range map[string]string{"plain/1": "plain/1", "a b": "a%20b", `"%`: "%22%25", "é": "%C3%A9"} {
 		if got := headerValue(in); got != want {
