@@ -27,8 +27,9 @@
 // For the receivers of the webhook action, Sign and VerifySignature are the
 // two halves of its HMAC-SHA256 signing scheme.
 //
-// action may import client-go (for the event and patch actions) and package
-// rules (for the specs it runs). It must not import package watcher (the
-// command wires the two together), nor internal/testenv outside tests:
-// TestDependencies keeps it so.
+// action may import client-go (for the event and patch actions), package
+// rules (for the specs it runs) and package payload (to read a payload).
+// It must not import package watcher (the command wires the two
+// together), nor internal/testenv outside tests: TestDependencies keeps it
+// so.
 package action

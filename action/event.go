@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/fieldwatch/fieldwatch/payload"
 	"github.com/fieldwatch/fieldwatch/rules"
 )
 
@@ -130,26 +131,15 @@ func (e *eventAction) note(payload []byte) (string, error) {
 // summary describes a payload in one line:
 // "<rule>: <type> <path>: <old> -> <new>, ..." for an update, and
 // "<rule>: <type> <kind> <namespace>/<name>" for a change without paths.
-func summary(payload []byte) string {
-	var p struct {
-		Rule      string `json:"rule"`
-		Type      string `json:"type"`
-		Namespace string `json:"namespace"`
-		Name      string `json:"name"`
-		Resource  struct {
-			Kind string `json:"kind"`
-		} `json:"resource"`
-		Changes []struct {
-			Path     string          `json:"path"`
-			Value    json.RawMessage `json:"value"`
-			OldValue json.RawMessage `json:"oldValue"`
-		} `json:"changes"`
-	}
-	if err := json.Unmarshal(payload, &p); err != nil {
+// The payload is rules.Eval's, so it is decoded without payload.Validate:
+// a note describes what it can.
+func summary(data []byte) string {
+	var p payload.Payload
+	if err := json.Unmarshal(data, &p); err != nil {
 		return "fieldwatch: unreadable payload"
 	}
 	var b strings.Builder
-	b.WriteString(p.Rule + ": " + p.Type)
+	b.WriteString(p.Rule + ": " + string(p.Type))
 	if len(p.Changes) == 0 {
 		name := p.Name
 		if p.Namespace != "" {
