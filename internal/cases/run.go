@@ -12,6 +12,7 @@ import (
 
 	"github.com/fieldwatch/fieldwatch/crd/diff"
 	"github.com/fieldwatch/fieldwatch/crd/impact"
+	"github.com/fieldwatch/fieldwatch/payload"
 	"github.com/fieldwatch/fieldwatch/rules"
 )
 
@@ -57,15 +58,19 @@ func run(set *rules.Set, c *Case) Result {
 	for _, f := range firings {
 		fired = append(fired, f.Rule.Name)
 		res.Firings = append(res.Firings, json.RawMessage(f.Payload))
-		var p struct {
-			Changes any `json:"changes"`
-			CRD     any `json:"crd"`
-		}
+		// Not payload.Unmarshal: a case's objects may leave out what a
+		// real object always has (a uid, a resourceVersion).
+		var p payload.Payload
 		if err := json.Unmarshal(f.Payload, &p); err != nil {
-			problems = append(problems, fmt.Sprintf("rule %s: payload is not JSON: %v", f.Rule.Name, err))
+			problems = append(problems, fmt.Sprintf("rule %s: payload: %v", f.Rule.Name, err))
 		}
-		changes[f.Rule.Name] = p.Changes
-		crds[f.Rule.Name] = p.CRD
+		var err error
+		if changes[f.Rule.Name], err = normaliseJSON(p.Changes); err != nil {
+			problems = append(problems, fmt.Sprintf("rule %s: changes: %v", f.Rule.Name, err))
+		}
+		if crds[f.Rule.Name], err = normaliseJSON(p.CRD); err != nil {
+			problems = append(problems, fmt.Sprintf("rule %s: crd: %v", f.Rule.Name, err))
+		}
 		problems = append(problems, renderTemplates(f)...)
 	}
 	for _, e := range errs {
@@ -183,8 +188,9 @@ func setDiff(a, b []string) []string {
 	return out
 }
 
-// normaliseJSON round-trips v through JSON, so that it compares with a
-// decoded payload.
+// normaliseJSON round-trips v through JSON, so that expectations and the
+// parts of a decoded payload compare as plain JSON values (nil for a nil
+// pointer or slice).
 func normaliseJSON(v any) (any, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
