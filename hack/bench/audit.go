@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -218,20 +215,12 @@ func (b *bench) auditSection(ctx context.Context) error {
 	var latOff, latOn latencies
 	record := func(l *latencies) func([]byte) {
 		return func(body []byte) {
-			var p struct {
-				Changes []struct {
-					Value string `json:"value"`
-				} `json:"changes"`
-			}
-			if json.Unmarshal(body, &p) != nil || len(p.Changes) == 0 {
-				return
-			}
-			sent, err := strconv.ParseInt(strings.SplitN(p.Changes[0].Value, "-", 2)[0], 10, 64)
-			if err != nil {
+			sent, ok := sentAt(body)
+			if !ok {
 				return
 			}
 			l.mu.Lock()
-			l.d = append(l.d, time.Since(time.Unix(0, sent)))
+			l.d = append(l.d, time.Since(sent))
 			l.mu.Unlock()
 		}
 	}

@@ -28,6 +28,7 @@ import (
 
 	"github.com/fieldwatch/fieldwatch/change"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
+	"github.com/fieldwatch/fieldwatch/payload"
 	"github.com/fieldwatch/fieldwatch/rules"
 )
 
@@ -461,25 +462,32 @@ func (b *bench) events(ctx context.Context) error {
 	return b.drains(ctx, rec, cms, cmp, ", "+b.o.compare)
 }
 
+// sentAt reads when the update a payload is about was sent: the latency
+// runs write "<unix nanoseconds>-..." into the value they change.
+func sentAt(body []byte) (time.Time, bool) {
+	var p payload.Payload
+	var v string
+	if json.Unmarshal(body, &p) != nil || len(p.Changes) == 0 || json.Unmarshal(p.Changes[0].Value, &v) != nil {
+		return time.Time{}, false
+	}
+	ns, err := strconv.ParseInt(strings.SplitN(v, "-", 2)[0], 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.Unix(0, ns), true
+}
+
 // latency measures update -> webhook receipt at a fixed rate.
 func (b *bench) latency(ctx context.Context, rec *receiver, cms dynamic.ResourceInterface, bare *process, rate float64) error {
 	var mu sync.Mutex
 	var lat []time.Duration
 	rec.reset(nil, func(body []byte) {
-		var p struct {
-			Changes []struct {
-				Value string `json:"value"`
-			} `json:"changes"`
-		}
-		if json.Unmarshal(body, &p) != nil || len(p.Changes) == 0 {
-			return
-		}
-		sent, err := strconv.ParseInt(strings.SplitN(p.Changes[0].Value, "-", 2)[0], 10, 64)
-		if err != nil {
+		sent, ok := sentAt(body)
+		if !ok {
 			return
 		}
 		mu.Lock()
-		lat = append(lat, time.Since(time.Unix(0, sent)))
+		lat = append(lat, time.Since(sent))
 		mu.Unlock()
 	})
 	n := int(rate * float64(b.o.latencySeconds))

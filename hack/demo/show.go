@@ -4,52 +4,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-)
 
-// payload is what show reads of a payload (docs/payload.md).
-type payload struct {
-	Rule      string `json:"rule"`
-	Type      string `json:"type"`
-	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
-	Resource  struct {
-		Kind string `json:"kind"`
-	} `json:"resource"`
-	Actor *struct {
-		Manager string `json:"manager"`
-		Match   string `json:"match"`
-		User    *struct {
-			Username string `json:"username"`
-		} `json:"user"`
-		ImpersonatedUser *struct {
-			Username string `json:"username"`
-		} `json:"impersonatedUser"`
-	} `json:"actor"`
-	Changes []struct {
-		Path     string `json:"path"`
-		Value    any    `json:"value"`
-		OldValue any    `json:"oldValue"`
-	} `json:"changes"`
-	CRD *struct {
-		Breaking int `json:"breaking"`
-		Scanned  int `json:"scanned"`
-		Checks   []struct {
-			Check, Field, Severity string
-		} `json:"checks"`
-		Impact []struct {
-			Check, Field, Effect string
-			Count                int
-			Objects              []struct{ Namespace, Name string }
-		} `json:"impact"`
-	} `json:"crd"`
-}
+	"github.com/fieldwatch/fieldwatch/payload"
+)
 
 // show prints a payload: a summary line (what changed, who changed it,
 // for a CRD change its breaking checks and the objects they hit), then
 // the JSON.
 func show(line string) {
-	var p payload
-	if err := json.Unmarshal([]byte(line), &p); err != nil {
+	var p payload.Payload
+	if err := payload.Unmarshal([]byte(line), &p); err != nil {
 		fmt.Println("   " + line)
 		return
 	}
@@ -57,20 +21,17 @@ func show(line string) {
 	if p.Namespace != "" {
 		where = p.Namespace + "/" + p.Name
 	}
-	summary := []string{p.Rule + ":", p.Type, p.Resource.Kind, where}
+	summary := []string{p.Rule + ":", string(p.Type), p.Resource.Kind, where}
 	if a := p.Actor; a != nil {
-		who := "(no audit event)"
-		switch {
-		case a.ImpersonatedUser != nil:
-			who = a.ImpersonatedUser.Username
-		case a.User != nil:
-			who = a.User.Username
+		who := a.Username()
+		if who == "" {
+			who = "(no audit event)"
 		}
-		summary = append(summary, "by", who, "("+strings.TrimPrefix(a.Manager+", ", ", ")+"match "+a.Match+")")
+		summary = append(summary, "by", who, "("+strings.TrimPrefix(a.Manager+", ", ", ")+"match "+string(a.Match)+")")
 	}
 	if p.CRD == nil {
 		for _, c := range p.Changes {
-			summary = append(summary, fmt.Sprintf("%s: %v -> %v", c.Path, c.OldValue, c.Value))
+			summary = append(summary, fmt.Sprintf("%s: %s -> %s", c.Path, orNone(c.OldValue), orNone(c.Value)))
 		}
 	} else if len(p.Changes) > 0 {
 		summary = append(summary, fmt.Sprintf("(%d schema changes)", len(p.Changes)))
@@ -92,4 +53,12 @@ func show(line string) {
 		}
 	}
 	fmt.Printf("      %s\n", line)
+}
+
+// orNone returns a change's value as JSON, "<nil>" when absent.
+func orNone(v json.RawMessage) string {
+	if v == nil {
+		return "<nil>"
+	}
+	return string(v)
 }
