@@ -17,6 +17,7 @@ import (
 
 	"github.com/fieldwatch/fieldwatch/internal/history"
 	"github.com/fieldwatch/fieldwatch/internal/history/web"
+	"github.com/fieldwatch/fieldwatch/payload"
 )
 
 const historyUsage = `usage: fieldwatch history [--server URL [--token-file FILE] | --state-dir DIR | --dsn DSN]
@@ -305,19 +306,11 @@ func printHistory(w io.Writer, output string, entries []history.Entry, next stri
 }
 
 // changesSummary writes a payload's changes briefly: the first two as
-// path old -> new, and how many more.
-func changesSummary(payload []byte) string {
-	var p struct {
-		Changes []struct {
-			Path     string          `json:"path"`
-			Value    json.RawMessage `json:"value"`
-			OldValue json.RawMessage `json:"oldValue"`
-		} `json:"changes"`
-		CRD *struct {
-			Breaking int `json:"breaking"`
-		} `json:"crd"`
-	}
-	_ = json.Unmarshal(payload, &p)
+// path old -> new, and how many more. It shows what it can of a payload
+// that does not decode.
+func changesSummary(data []byte) string {
+	var p payload.Payload
+	_ = json.Unmarshal(data, &p)
 	brief := func(v json.RawMessage) string {
 		s := string(v)
 		if s == "" {
