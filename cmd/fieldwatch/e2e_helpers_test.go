@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fieldwatch/fieldwatch/internal/payloadtest"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
@@ -58,6 +59,7 @@ type proc struct {
 	addr   string // the HTTP server's, from its log (httpAddr)
 	mu     sync.Mutex
 	out    []string // stdout lines: the log action's payloads
+	valid  int      // how many lines of out payloads has checked
 	stderr bytes.Buffer
 	done   chan struct{}
 }
@@ -142,19 +144,26 @@ func (p *proc) logs() string {
 	return p.stderr.String()
 }
 
-// payloads returns the payloads printed so far.
+// payloads returns the payloads printed so far; each must be one of
+// payload.Payload's as it is written (payloadtest.Check, once per line).
 func (p *proc) payloads() []map[string]any {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var out []map[string]any
-	for _, line := range p.out {
+	for i, line := range p.out {
 		var m map[string]any
 		if err := json.Unmarshal([]byte(line), &m); err != nil {
 			p.t.Errorf("stdout line is not JSON: %q", line)
 			continue
 		}
+		if i >= p.valid {
+			if _, err := payloadtest.Check([]byte(line)); err != nil {
+				p.t.Errorf("stdout line: %v", err)
+			}
+		}
 		out = append(out, m)
 	}
+	p.valid = len(p.out)
 	return out
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -25,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/fieldwatch/fieldwatch/internal/losscheck"
+	"github.com/fieldwatch/fieldwatch/internal/payloadtest"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
@@ -91,16 +91,13 @@ func (h *hooks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.mu.Unlock()
-	var p struct {
-		ID, Type, UID, ResourceVersion, Name string
-		Resource                             struct{ Kind string }
-	}
-	if err := json.Unmarshal(body, &p); err != nil {
-		h.t.Errorf("payload is not JSON: %s", body)
+	p, err := payloadtest.Check(body)
+	if err != nil {
+		h.t.Errorf("%v", err)
 		return
 	}
 	h.mu.Lock()
-	h.got = append(h.got, hook{replica: replica, at: now, id: p.ID, typ: p.Type, uid: types.UID(p.UID),
+	h.got = append(h.got, hook{replica: replica, at: now, id: p.ID, typ: string(p.Type), uid: types.UID(p.UID),
 		rv: p.ResourceVersion, kind: p.Resource.Kind, name: p.Name})
 	h.mu.Unlock()
 }

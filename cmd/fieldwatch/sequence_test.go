@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/fieldwatch/fieldwatch/internal/payloadtest"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
@@ -36,34 +37,36 @@ type seqPayload struct {
 	user, match            string // the actor's effective username and match
 }
 
+// parseSeqPayload decodes a payload, which must be one of
+// payload.Payload's as it is written (payloadtest.Check).
 func parseSeqPayload(body []byte) (seqPayload, error) {
-	var p struct {
-		ID, Name, ResourceVersion, Observed string
-		Changes                             []struct {
-			Path            string
-			Value, OldValue any
-		}
-		Actor struct {
-			User, ImpersonatedUser *struct{ Username string }
-			Match                  string
-		}
-	}
-	if err := json.Unmarshal(body, &p); err != nil {
+	p, err := payloadtest.Check(body)
+	if err != nil {
 		return seqPayload{}, err
 	}
-	out := seqPayload{id: p.ID, name: p.Name, rv: p.ResourceVersion, observed: p.Observed, match: p.Actor.Match}
+	out := seqPayload{id: p.ID, name: p.Name, rv: p.ResourceVersion, observed: string(p.Observed)}
 	for _, c := range p.Changes {
 		if c.Path == "/data/v" {
-			out.value, out.oldValue = fmt.Sprint(c.Value), fmt.Sprint(c.OldValue)
+			out.value, out.oldValue = jsonText(c.Value), jsonText(c.OldValue)
 		}
 	}
-	switch {
-	case p.Actor.ImpersonatedUser != nil:
-		out.user = p.Actor.ImpersonatedUser.Username
-	case p.Actor.User != nil:
-		out.user = p.Actor.User.Username
+	if a := p.Actor; a != nil {
+		out.match, out.user = string(a.Match), a.Username()
 	}
 	return out, nil
+}
+
+// jsonText returns a JSON string's text, and any other JSON value as it
+// is written ("<nil>" when absent).
+func jsonText(v json.RawMessage) string {
+	var s string
+	switch {
+	case v == nil:
+		return "<nil>"
+	case json.Unmarshal(v, &s) == nil:
+		return s
+	}
+	return string(v)
 }
 
 // seqHooks is a webhook receiver on 127.0.0.1: a POST to /<ms>/<label>
