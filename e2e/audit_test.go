@@ -133,7 +133,7 @@ func testAuditAttribution(t *testing.T) {
 		who, _, _ := strings.Cut(p.Name, "-")
 		user, match := "", "no actor"
 		if p.Actor != nil {
-			match = p.Actor.Match
+			match = string(p.Actor.Match)
 			if p.Actor.User != nil {
 				user = p.Actor.User.Username
 			}

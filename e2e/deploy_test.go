@@ -313,7 +313,7 @@ func testCustomResourceFires(t *testing.T) {
 		got = nil
 		for line := range strings.Lines(c.kubectlRun(t, "-n", namespace, "logs", leader)) {
 			if p, ok := parsePayload(logLine{text: strings.TrimSpace(line)}); ok && p.UID == uid && p.Rule == "crd-audit" {
-				got = append(got, p.Type)
+				got = append(got, string(p.Type))
 			}
 		}
 		return slices.Equal(got, []string{"created", "updated", "deleted"})

@@ -15,25 +15,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	fwpayload "github.com/fieldwatch/fieldwatch/payload"
 )
 
 // payload is a payload a pod's log action wrote on its stdout, read back
 // through the apiserver's pod log API.
 type payload struct {
-	ID              string `json:"id"`
-	Rule            string `json:"rule"`
-	Type            string `json:"type"`
-	Namespace       string `json:"namespace"`
-	Name            string `json:"name"`
-	UID             string `json:"uid"`
-	ResourceVersion string `json:"resourceVersion"`
-	Actor           *struct {
-		Manager string `json:"manager"`
-		User    *struct {
-			Username string `json:"username"`
-		} `json:"user"`
-		Match string `json:"match"`
-	} `json:"actor"`
+	fwpayload.Payload
 
 	pod       string    // the pod that wrote it
 	container string    // the container (ID) that wrote it

@@ -140,7 +140,7 @@ func compare(writes []made, got []payload) outcome {
 	}
 	ds := make([]losscheck.Delivery, len(got))
 	for i, p := range got {
-		ds[i] = losscheck.Delivery{ID: p.ID, Type: p.Type, UID: p.UID, ResourceVersion: p.ResourceVersion}
+		ds[i] = losscheck.Delivery{ID: p.ID, Type: string(p.Type), UID: p.UID, ResourceVersion: p.ResourceVersion}
 	}
 	return losscheck.Compare(ws, ds)
 }

@@ -168,7 +168,7 @@ func (s *chartSteps) fires(t *testing.T) {
 		got = nil
 		for _, p := range chartRelease.payloadsOf(t, leader) {
 			if p.UID == string(created.GetUID()) && p.Rule == "crd-audit" {
-				got = append(got, p.Type)
+				got = append(got, string(p.Type))
 			}
 		}
 		return slices.Equal(got, []string{"created", "updated", "deleted"})

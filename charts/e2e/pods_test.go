@@ -18,6 +18,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	fwpayload "github.com/fieldwatch/fieldwatch/payload"
 )
 
 // install is an installed release: its namespace and full name (that of
@@ -205,13 +207,7 @@ func (in install) payloadsOf(t testing.TB, pod string) []payload {
 
 // payload is a payload a pod's log action wrote on its stdout.
 type payload struct {
-	ID              string `json:"id"`
-	Rule            string `json:"rule"`
-	Type            string `json:"type"`
-	Namespace       string `json:"namespace"`
-	Name            string `json:"name"`
-	UID             string `json:"uid"`
-	ResourceVersion string `json:"resourceVersion"`
+	fwpayload.Payload
 
 	pod string // the pod that wrote it
 }
