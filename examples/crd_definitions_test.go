@@ -283,7 +283,7 @@ func TestCRDBreaking(t *testing.T) {
 		}
 		var got []string
 		for _, c := range res.Checks {
-			if c.Severity != diff.Safe {
+			if c.Severity != string(diff.Safe) {
 				got = append(got, c.Check+" "+c.Version+" "+c.Field)
 			}
 		}

@@ -89,16 +89,16 @@ func TestRulesAndCases(t *testing.T) {
 }
 
 // renderTemplates renders the templates of the actions of the rule that
-// fired payload, and returns the rule's name.
-func renderTemplates(t *testing.T, set *rules.Set, payload []byte) string {
+// fired data, a payload, and returns the rule's name.
+func renderTemplates(t *testing.T, set *rules.Set, data []byte) string {
 	t.Helper()
-	var p struct{ Rule string }
-	if err := json.Unmarshal(payload, &p); err != nil {
-		t.Fatalf("payload %s: %v", payload, err)
+	var p payload
+	if err := json.Unmarshal(data, &p); err != nil {
+		t.Fatalf("payload %s: %v", data, err)
 	}
 	r := set.Rule(p.Rule)
 	if r == nil {
-		t.Fatalf("payload of an unknown rule: %s", payload)
+		t.Fatalf("payload of an unknown rule: %s", data)
 	}
 	for i, a := range r.Actions {
 		var tmpl *rules.Template
@@ -111,13 +111,13 @@ func renderTemplates(t *testing.T, set *rules.Set, payload []byte) string {
 		if tmpl == nil {
 			continue
 		}
-		out, err := tmpl.Render(payload)
+		out, err := tmpl.Render(data)
 		if err != nil {
 			t.Errorf("rule %s action %d: %v", r.Name, i, err)
 			continue
 		}
 		if s := string(out); strings.TrimSpace(s) == "" || strings.Contains(s, "<no value>") {
-			t.Errorf("rule %s action %d renders %q for %s", r.Name, i, s, payload)
+			t.Errorf("rule %s action %d renders %q for %s", r.Name, i, s, data)
 		}
 	}
 	return r.Name

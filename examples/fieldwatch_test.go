@@ -20,9 +20,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/fieldwatch/fieldwatch/crd/diff"
 	"github.com/fieldwatch/fieldwatch/internal/app"
+	"github.com/fieldwatch/fieldwatch/internal/payloadtest"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
+	fwpayload "github.com/fieldwatch/fieldwatch/payload"
 )
 
 // waitTimeout bounds every wait for something fieldwatch does.
@@ -162,32 +163,27 @@ func (fw *fieldwatch) unwatched(t *testing.T, what string, do func() error) {
 	}
 }
 
-// payload is one JSON line of the log action.
+// payload is one JSON line of the log action: the payload and the line.
 type payload struct {
-	ID              string `json:"id"`
-	Time            string `json:"time"`
-	Rule            string `json:"rule"`
-	Type            string `json:"type"`
-	Resource        struct{ Group, Version, Resource, Kind string }
-	Namespace       string           `json:"namespace"`
-	Name            string           `json:"name"`
-	UID             string           `json:"uid"`
-	ResourceVersion string           `json:"resourceVersion"`
-	Changes         []map[string]any `json:"changes"`
-	Actor           *actor           `json:"actor"`
-	Object          map[string]any   `json:"object"`
-	OldObject       map[string]any   `json:"oldObject"`
-	CRD             *diff.Result     `json:"crd"`
-	raw             string
+	fwpayload.Payload
+	raw string
 }
 
-type actor struct {
-	Manager   string `json:"manager"`
-	Operation string `json:"operation"`
+// object returns the payload's object decoded, nil when it has none.
+func (p payload) object() map[string]any { return decodeObject(p.Object) }
+
+// oldObject returns the payload's oldObject decoded, nil when it has none.
+func (p payload) oldObject() map[string]any { return decodeObject(p.OldObject) }
+
+func decodeObject(v json.RawMessage) map[string]any {
+	var m map[string]any
+	_ = json.Unmarshal(v, &m)
+	return m
 }
 
 // payloads parses the lines the log action has written so far (a line
-// being written is left for the next call); every line must be a payload.
+// being written is left for the next call); every line must be a payload
+// as payload.Payload writes it (payloadtest.Check).
 func (fw *fieldwatch) payloads(t *testing.T) []payload {
 	t.Helper()
 	out := fw.stdout.String()
@@ -197,12 +193,11 @@ func (fw *fieldwatch) payloads(t *testing.T) []payload {
 	sc.Buffer(nil, 16<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		var p payload
-		if err := json.Unmarshal([]byte(line), &p); err != nil {
-			t.Fatalf("stdout line is not a JSON payload: %v\n%s", err, line)
+		p, err := payloadtest.Check([]byte(line))
+		if err != nil {
+			t.Fatalf("stdout line: %v", err)
 		}
-		p.raw = line
-		ps = append(ps, p)
+		ps = append(ps, payload{Payload: p, raw: line})
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatalf("read stdout: %v", err)

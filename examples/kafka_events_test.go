@@ -163,16 +163,16 @@ func TestKafkaEvents(t *testing.T) {
 			if err := json.Unmarshal(r.Value, &p); err != nil {
 				t.Fatalf("%s record %d: value %s: %v", tt.topic, i, r.Value, err)
 			}
-			if string(r.Key) != tt.key || p.ID != w.id || p.Type != w.typ || headers["fieldwatch-id"] != w.id ||
+			if string(r.Key) != tt.key || p.ID != w.id || string(p.Type) != w.typ || headers["fieldwatch-id"] != w.id ||
 				headers["ce_id"] != w.id || headers["ce_type"] != "io.fieldwatch."+w.typ || headers["ce_source"] != tt.source ||
 				headers["ce_subject"] != w.subject || headers["ce_specversion"] != "1.0" || headers["content-type"] != "application/json" {
 				t.Errorf("%s record %d: key %s, payload id %s type %s, headers %v; want key %s and %+v", tt.topic, i, r.Key, p.ID, p.Type, headers, tt.key, w)
 			}
 			// The object rides along (includeObject), its status left out
 			// of the changes but not of the object.
-			obj := p.Object
+			obj := p.object()
 			if w.typ == "deleted" {
-				obj = p.OldObject
+				obj = p.oldObject()
 			}
 			spec, _ := obj["spec"].(map[string]any)
 			if spec == nil {

@@ -137,7 +137,7 @@ func TestProtectedConfig(t *testing.T) {
 	ps := fw.firings(t, "protected-secret-changed", prod, secret.Name)
 	var types []string
 	for _, p := range ps {
-		types = append(types, p.Type)
+		types = append(types, string(p.Type))
 	}
 	if want := []string{"created", "updated", "updated", "deleted"}; !slices.Equal(types, want) {
 		t.Fatalf("Secret firings %v, want %v", types, want)

@@ -16,9 +16,9 @@ import (
 // Service and the ready pods it routes to (from the slice before the
 // change when it was deleted, with no pods).
 func readyPods(p payload) (service string, pods []string) {
-	obj := p.Object
+	obj := p.object()
 	if obj == nil {
-		obj = p.OldObject
+		obj = p.oldObject()
 	}
 	meta, _ := obj["metadata"].(map[string]any)
 	labels, _ := meta["labels"].(map[string]any)
@@ -26,7 +26,7 @@ func readyPods(p payload) (service string, pods []string) {
 	if p.Object == nil {
 		return service, []string{}
 	}
-	eps, _ := p.Object["endpoints"].([]any)
+	eps, _ := p.object()["endpoints"].([]any)
 	pods = []string{}
 	for _, e := range eps {
 		ep, _ := e.(map[string]any)
@@ -140,7 +140,7 @@ func TestServiceLookup(t *testing.T) {
 		if service != "web" {
 			t.Errorf("%s: service %q, want web", p.ID, service)
 		}
-		got = append(got, step{p.Type, p.ResourceVersion, pods})
+		got = append(got, step{string(p.Type), p.ResourceVersion, pods})
 	}
 	// The port change (rvs[3]) fired nothing: the firing after it shows
 	// it, as the rule's log writes in order.

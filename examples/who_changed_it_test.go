@@ -1,9 +1,7 @@
 package examples_test
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -101,22 +99,10 @@ func TestWhoChangedIt(t *testing.T) {
 		n := fw.metric(t, `fieldwatch_audit_events_total{result="indexed",source="webhook"}`)
 		return n > 0, fmt.Sprintf("%d events", n)
 	})
-	payloads := func() []map[string]any {
-		var out []map[string]any
-		sc := bufio.NewScanner(strings.NewReader(fw.stdout.String()))
-		for sc.Scan() {
-			var m map[string]any
-			if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-				t.Fatalf("stdout line %q: %v", sc.Text(), err)
-			}
-			out = append(out, m)
-		}
-		return out
-	}
-	payloadAt := func(rv string) map[string]any {
-		for _, p := range payloads() {
-			if p["resourceVersion"] == rv {
-				return p
+	payloadAt := func(rv string) *payload {
+		for _, p := range fw.payloads(t) {
+			if p.ResourceVersion == rv {
+				return &p
 			}
 		}
 		return nil
@@ -128,7 +114,7 @@ func TestWhoChangedIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the admin's create", func() (bool, string) {
-		return payloadAt(created.GetResourceVersion()) != nil, fmt.Sprint(payloads())
+		return payloadAt(created.GetResourceVersion()) != nil, fw.stdout.String()
 	})
 
 	alice := env.Impersonating(t, "alice@example.com").Dynamic
@@ -150,12 +136,12 @@ func TestWhoChangedIt(t *testing.T) {
 		return n > matched, fmt.Sprintf("%d window matches", n)
 	})
 	byAlice := patch(alice, cms, "settings", `{"data":{"log.level":"debug"}}`)
-	waitFor(t, "alice's edit", func() (bool, string) { return payloadAt(byAlice) != nil, fmt.Sprint(payloads()) })
-	if p := payloadAt(byAlice); p["rule"] != "human-changes" || actorUser(p) != "alice@example.com" {
-		t.Errorf("alice's edit: %v", p)
+	waitFor(t, "alice's edit", func() (bool, string) { return payloadAt(byAlice) != nil, fw.stdout.String() })
+	if p := payloadAt(byAlice); p.Rule != "human-changes" || p.Actor == nil || p.Actor.Username() != "alice@example.com" {
+		t.Errorf("alice's edit: %s", p.raw)
 	}
 	if p := payloadAt(byFlux); p != nil {
-		t.Errorf("flux's edit fired: %v", p)
+		t.Errorf("flux's edit fired: %s", p.raw)
 	}
 
 	web, err := admin.Resource(deployments).Namespace("production").Create(ctx, &unstructured.Unstructured{Object: map[string]any{
@@ -168,9 +154,9 @@ func TestWhoChangedIt(t *testing.T) {
 	}
 	bob := env.Impersonating(t, "bob@example.com").Dynamic
 	scaled := patch(bob, deployments, "web", `{"spec":{"replicas":10}}`, "scale")
-	waitFor(t, "bob's kubectl scale", func() (bool, string) { return payloadAt(scaled) != nil, fmt.Sprint(payloads()) })
-	if p := payloadAt(scaled); actorUser(p) != "bob@example.com" {
-		t.Errorf("the scale: %v", p)
+	waitFor(t, "bob's kubectl scale", func() (bool, string) { return payloadAt(scaled) != nil, fw.stdout.String() })
+	if p := payloadAt(scaled); p.Actor == nil || p.Actor.Username() != "bob@example.com" {
+		t.Errorf("the scale: %s", p.raw)
 	}
 	waitFor(t, "the ScaledByHand Event", func() (bool, string) {
 		events, err := cs.EventsV1().Events("production").List(ctx, metav1.ListOptions{})
@@ -187,17 +173,4 @@ func TestWhoChangedIt(t *testing.T) {
 		}
 		return false, fmt.Sprintf("%d events", len(events.Items))
 	})
-}
-
-// actorUser is the identity a payload's actor names: the impersonated user,
-// else the user.
-func actorUser(p map[string]any) string {
-	a, _ := p["actor"].(map[string]any)
-	for _, k := range []string{"impersonatedUser", "user"} {
-		if u, ok := a[k].(map[string]any); ok {
-			s, _ := u["username"].(string)
-			return s
-		}
-	}
-	return ""
 }
