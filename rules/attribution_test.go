@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/payload"
 )
 
 // TestUserGlobErrors: users and excludeUsers entries that are not valid
@@ -303,22 +304,24 @@ func TestFiringFieldsArePayloads(t *testing.T) {
 				t.Fatalf("%d firings, %v", len(firings), errs)
 			}
 			f := firings[0]
-			var p struct {
-				Time  string
-				Type  string
-				Actor struct {
-					Manager          string
-					User             struct{ Username string }
-					ImpersonatedUser struct{ Username string }
-				}
-			}
-			if err := json.Unmarshal(f.Payload, &p); err != nil {
+			var p payload.Payload
+			if err := payload.Unmarshal(f.Payload, &p); err != nil {
 				t.Fatal(err)
 			}
-			if got := f.Time.Format(TimeFormat); got != p.Time || f.Time.Location() != time.UTC || f.Time.Nanosecond()%1000 != 0 {
-				t.Errorf("Time %v (%s), payload %s", f.Time, got, p.Time)
+			if !f.Time.Equal(p.Time) || f.Time.Location() != time.UTC || f.Time.Nanosecond()%1000 != 0 {
+				t.Errorf("Time %v, payload %v", f.Time, p.Time)
 			}
-			if string(f.Type) != p.Type || f.Manager != p.Actor.Manager || f.User != p.Actor.User.Username || f.Impersonated != p.Actor.ImpersonatedUser.Username {
+			var a payload.Actor
+			if p.Actor != nil {
+				a = *p.Actor
+			}
+			username := func(u *change.UserInfo) string {
+				if u == nil {
+					return ""
+				}
+				return u.Username
+			}
+			if f.Type != p.Type || f.Manager != a.Manager || f.User != username(a.User) || f.Impersonated != username(a.ImpersonatedUser) {
 				t.Errorf("firing type %q manager %q user %q impersonated %q; payload %s", f.Type, f.Manager, f.User, f.Impersonated, f.Payload)
 			}
 		})
