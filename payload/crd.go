@@ -89,6 +89,10 @@ type CRDImpact struct {
 	// Error says why this check's impact could not be computed, Count then
 	// being a lower bound; "" when it was.
 	Error string `json:"error,omitempty"`
+	// Hidden is set only in the payloads the history API serves: how many
+	// of Objects it left out because the caller may not read them. Actions
+	// never see it.
+	Hidden int `json:"hidden,omitempty"`
 }
 
 // CRDObject is one custom resource a check hits.

@@ -71,7 +71,7 @@ func TestPayloadsMatchType(t *testing.T) {
 		}
 	}
 	for _, p := range payloadtest.Paths() {
-		if !seen[p] {
+		if !seen[p] && !notEncoded[p] {
 			t.Errorf("no payload has %s: add a change to typeCoverage that has it", p)
 		}
 	}
@@ -80,13 +80,17 @@ func TestPayloadsMatchType(t *testing.T) {
 	}
 }
 
+// notEncoded are the keys of payload.Payload that the encoder does not
+// write: the history API adds them (internal/history/web).
+var notEncoded = map[string]bool{"crd.impact[].hidden": true}
+
 // TestCRDTypeMatchesDiff: the crd of payload.Payload has the keys, in
 // the same order, that crd/diff.Result writes, those its omitempty leaves
 // out of typeCoverage's payloads included.
 func TestCRDTypeMatchesDiff(t *testing.T) {
 	var want []string
 	for _, p := range payloadtest.Paths() {
-		if k, ok := strings.CutPrefix(p, "crd."); ok {
+		if k, ok := strings.CutPrefix(p, "crd."); ok && !notEncoded[p] {
 			want = append(want, k)
 		}
 	}

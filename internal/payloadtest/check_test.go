@@ -16,7 +16,7 @@ const full = `{"id":"u1/42/r","time":"2026-12-02T12:00:00.000001Z","rule":"r","t
 	`"crd":{"crd":"widgets.example.com","checks":[{"version":"v1","against":"v2","path":"/properties/spec","field":"spec",` +
 	`"check":"enum-values-removed","old":["green"],"new":[],"severity":"breaking","message":"m"}],"breaking":1,"unknown":0,"safe":0,"scanned":3,` +
 	`"impact":[{"check":"enum-values-removed","version":"v1","path":"/p","field":"spec.color","effect":"rejected","count":1,` +
-	`"objects":[{"namespace":"shop","name":"w2","field":"spec.color","error":"<bad> & \u2028"}],"message":"m","error":"e"}],"impactError":"limit"},` +
+	`"objects":[{"namespace":"shop","name":"w2","field":"spec.color","error":"<bad> & \u2028"}],"message":"m","error":"e","hidden":2}],"impactError":"limit"},` +
 	`"object":{"spec":{"size":3}},"oldObject":{"spec":{"size":1.50}}}`
 
 func TestCheck(t *testing.T) {
