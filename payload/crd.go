@@ -56,10 +56,11 @@ type CRDCheck struct {
 	// field-removed or enum-values-removed (docs/crd-checks.md lists
 	// them). Names are stable.
 	Check string `json:"check"`
-	// Old and New are the values before and after, as JSON (removed enum
-	// values, a limit, a default, a type name); absent (nil) when there is
-	// none.
+	// Old is the value before, as JSON (removed enum values, a limit, a
+	// default, a type name): Against's value for a check between versions;
+	// absent (nil) when there is none.
 	Old json.RawMessage `json:"old,omitempty"`
+	// New is the value after, as JSON; absent (nil) when there is none.
 	New json.RawMessage `json:"new,omitempty"`
 	// Severity is breaking, safe or unknown (counted as breaking).
 	Severity string `json:"severity"`
@@ -69,13 +70,15 @@ type CRDCheck struct {
 
 // CRDImpact is the set of custom resources one check hits.
 type CRDImpact struct {
-	// Check, Version, Path and Field identify the check; Check is
-	// "invalid" for objects that fail the new schema for reasons no check
-	// explains.
-	Check   string `json:"check"`
+	// Check is the CRDCheck's name, or "invalid" for objects that fail the
+	// new schema for reasons no check explains.
+	Check string `json:"check"`
+	// Version is the check's version; absent when "".
 	Version string `json:"version,omitempty"`
-	Path    string `json:"path,omitempty"`
-	Field   string `json:"field,omitempty"`
+	// Path is the check's path; absent when "".
+	Path string `json:"path,omitempty"`
+	// Field is the check's field; absent when "".
+	Field string `json:"field,omitempty"`
 	// Effect is what the apiserver does to these objects: rejected (they
 	// fail the new schema), pruned (they set a field the new schema drops)
 	// or unserved (they are read at a version no longer served).
