@@ -79,6 +79,10 @@ check: ## gofmt and go vet
 	cd charts && $(QUIETGO) $(GO) vet ./... && $(QUIETGO) $(GO) vet -tags e2e ./e2e/
 	cd hack/image && $(QUIETGO) $(GO) vet ./...
 
+.PHONY: hooks
+hooks: ## check each commit's message as it is made (.githooks/commit-msg: a subject of at most 72 characters, then a blank line)
+	git config core.hooksPath .githooks
+
 .PHONY: tidy
 tidy: ## check that go mod tidy would leave go.mod and go.sum as they are
 	@$(GO) mod tidy -diff || { echo "go.mod or go.sum is not tidy: run go mod tidy"; exit 1; }
