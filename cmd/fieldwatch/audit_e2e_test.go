@@ -27,7 +27,7 @@ import (
 
 // TestAuditAttribution runs `fieldwatch run --audit-webhook-addr ...` out
 // of process against a control plane that sends its audit events there (as
-// deploy/ and the README set it up: Metadata level, batches of a second,
+// deploy/ and docs/audit-setup.md set it up: Metadata level, batches of a second,
 // client certificate): payloads name who made each change; a rule with
 // excludeUsers drops a controller's writes and keeps a person's; the
 // receiver refuses posts without the apiserver's credentials.

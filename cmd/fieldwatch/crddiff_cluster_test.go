@@ -127,7 +127,7 @@ func TestCRDDiffCluster(t *testing.T) {
 		t.Errorf("with a limit: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
 	}
 
-	// The RBAC the README documents is enough: get on the CRDs, list on
+	// The RBAC docs/crd-diff.md documents is enough: get on the CRDs, list on
 	// the custom resources. Without list the impact says why it is
 	// missing, and the comparison still decides the exit code.
 	roles := `apiVersion: rbac.authorization.k8s.io/v1

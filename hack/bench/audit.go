@@ -18,7 +18,7 @@ import (
 )
 
 // auditPolicy audits writes to ConfigMaps at Metadata level, the level
-// the README advises, and nothing else.
+// docs/audit-setup.md advises, and nothing else.
 const auditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived, ResponseStarted]
@@ -33,7 +33,7 @@ rules:
 
 // auditSection measures attribution on against off, side by side on one
 // stream of updates of a control plane that audits ConfigMap writes and
-// sends them in batches of at most a second (as the README advises) to
+// sends them in batches of at most a second (as docs/audit-setup.md advises) to
 // the receiver of the fieldwatch with attribution: CPU per change with a
 // log action (the bare informer, fieldwatch without and with attribution,
 // three processes), then the latency from update to webhook receipt with

@@ -43,7 +43,7 @@ func daemonFor(p paths, name, self string) daemon {
 			"--profiling=false",
 			// The audit webhook of deploy/audit/, posting to the
 			// ClusterIP of Service fieldwatch-audit, in batches of at
-			// most a second (README, "Who changed it").
+			// most a second (docs/audit-setup.md).
 			"--audit-policy-file=" + p.conf("audit-policy.yaml"),
 			"--audit-webhook-config-file=" + p.conf("audit-webhook.kubeconfig"),
 			"--audit-webhook-batch-max-wait=1s",
