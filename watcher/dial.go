@@ -21,26 +21,24 @@ import (
 )
 
 // The informers' lists and watches share the stream client's HTTP/2
-// connections, each carrying as many streams as the apiserver allows
-// (about 100). When every connection is full, net/http dials a new one
-// for each request that finds them full, and HTTP/2 keeps one of those
-// that come up: at start, with 3,000 resources, fieldwatch dialled about
-// 1,500 connections to keep 32, each a TLS handshake for it and for the
-// apiserver, most of the start's CPU. Holding those dials back inside
-// net/http is no cure: each new connection is offered to every waiting
-// request, those it cannot take go back to wait with a new dial of their
-// own, and a start at 3,000 resources made some 40,000 goroutines and
-// wants that way (their descriptors stay: 50 MiB more heap and stacks
-// after the start, 130 MiB more at its peak).
+// connections, each carrying as many streams as the apiserver allows.
+// When every connection is full, net/http dials a new one for each
+// request that finds them full and keeps only one of those that come up,
+// so a start with thousands of resources would pay a TLS handshake per
+// request, for fieldwatch and for the apiserver. Holding those dials back
+// inside net/http does not help: each new connection is offered to every
+// waiting request, and those it cannot take wait again with a dial of
+// their own.
 //
 // So the stream client's transport lets a request into net/http only
 // when it needs no new connection: it first tries the HTTP/2 connections
 // there are (what net/http tries first too, without dialling); a request
 // they cannot take waits, and one waiting request at a time, the leader,
 // goes through net/http, which dials for it. When the leader has its
-// connection (or fails), the waiting requests try again: about a hundred
-// take the new connection's streams, and one of the others leads the
-// next dial.
+// connection (or fails), the waiting requests try again: as many as the
+// new connection has streams take them, and one of the others leads the
+// next dial. TestGatedTransportDials holds it to the fewest dials; `make
+// bench -sections crds` measures a start.
 
 // gatedTransport is the stream client's transport (see above).
 type gatedTransport struct {

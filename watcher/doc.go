@@ -32,8 +32,8 @@
 // reads its watch stream itself, decodes of each object what the
 // projection keeps and writes it to a compact cache, handing each change on
 // as it is applied. With the HTTP/2 stream's goroutine a watched resource
-// costs two goroutines whose stacks stay at 4 KiB each while the stream
-// is idle, and no read buffer until an event arrives, so that clusters
+// costs two goroutines whose stacks stay small while the stream is idle,
+// and no read buffer until an event arrives, so that clusters
 // with thousands of CRDs, most holding few objects, cost little each.
 //
 // watcher knows nothing of rules or actions: of fieldwatch it imports

@@ -46,8 +46,7 @@ import (
 // which is how an informer starts where the apiserver serves it; the
 // paginated lists of a replay from the watermark, or of an apiserver
 // without watch-lists, go unthrottled too, so that a start with thousands
-// of resources is not paced by --kube-qps (at 50 a second, 3,000 lists
-// and the replay's probes took two minutes): the apiserver's priority and
+// of resources is not paced by --kube-qps: the apiserver's priority and
 // fairness paces them (429, which the informer retries after a backoff).
 // --kube-qps bounds every other request. Its HTTP/2 connections are
 // shared by every watch (its transport is its own: uncompressed, and a
@@ -57,10 +56,10 @@ func newStreamClient(config *rest.Config) (rest.Interface, error) {
 	cfg := dynamic.ConfigFor(config)
 	cfg.QPS, cfg.Burst, cfg.RateLimiter = -1, 0, nil
 	// Uncompressed: the apiserver gzips a watch stream for a client that
-	// accepts it, and each open stream's reader then holds a 32 KiB
-	// window and its buffers, 44 KiB a watched resource as measured (75
-	// of 104 MiB of heap at 1,713 resources), to save bandwidth on events
-	// of a few KiB.
+	// accepts it, and each open stream's reader then holds its window and
+	// buffers for the stream's life, most of the heap a quiet watch
+	// costs, to save bandwidth on events of a few KiB (`make bench
+	// -sections crds` measures the heap a watched resource).
 	cfg.DisableCompression = true
 	gt, err := newGatedTransport(cfg)
 	if err != nil {
@@ -114,11 +113,10 @@ func (b *backoff) wait(ctx context.Context) bool {
 //
 // The goroutine spends its life parked in its watch stream's read, beneath
 // listAndWatch and consume: both keep their frames small (the work before
-// and after a read is in functions of their own), so that the parked
-// frames take under 1.2 KiB and the runtime shrinks the goroutine's stack
-// to 4 KiB. Parked under larger frames it kept 8 KiB, and the 8 KiB
-// stacks that the other goroutines of the start shrank from stayed half
-// used: at 3,000 CRDs, 6,000 such goroutines held 53 MiB of stacks.
+// and after a read is in functions of their own), so that the runtime can
+// shrink the parked goroutine's stack to its smallest size. With thousands
+// of resources, stacks are much of what quiet watches cost (`make bench
+// -sections crds` reports them).
 func (rw *resourceWatch) listAndWatch(ctx context.Context) {
 	lw := &lwState{relist: true, watchList: clientfeatures.FeatureGates().Enabled(clientfeatures.WatchListClient)}
 	for ctx.Err() == nil {
@@ -372,10 +370,9 @@ func (rw *resourceWatch) path() []string {
 // eventStream is an open watch: its body, read as the apiserver writes
 // it (JSON objects one after the other), framed with jsonscan. A watch
 // that waits for its next event holds idle, not a buffer the size of its
-// largest event (a json.Decoder keeps that: 2.9 KiB a watched resource at
-// 3,000 CRDs); an event larger than idle is read into a buffer of its
-// own, twice what it holds at most, dropped once its events are handed
-// on. (Not a pool's: at a start thousands of watches wait, each within
+// largest event (as a json.Decoder would keep); an event larger than idle
+// is read into a buffer of its own, twice what it holds at most, dropped
+// once its events are handed on. (Not a pool's: at a start thousands of watches wait, each within
 // its initial events, and a pool's buffers outlive the start.)
 type eventStream struct {
 	body  io.ReadCloser

@@ -15,8 +15,8 @@ import (
 // cache. Below packThreshold an object's JSON is kept as the differences
 // from one object of its resource (its template, see packDict):
 // objects of one resource share their keys, most of their metadata and
-// many values, so a ConfigMap's 229 bytes of projected JSON are kept in
-// about 50. Reading one back is a copy of those pieces; an object whose
+// many values, so a small object is kept in a fraction of its JSON
+// (BenchmarkCacheBytesPerObject). Reading one back is a copy of those pieces; an object whose
 // delta would save less than an eighth is kept whole (deltaMaxShare).
 const packThreshold = 8 << 10
 
@@ -148,8 +148,6 @@ func (o *Object) json() []byte {
 // object that is mostly values its resource's template does not have (a
 // large certificate, a long status message) would cost that copy on every
 // read for little memory, and its encoding stops as soon as it is clear.
-// (The bench's 1 KiB ConfigMaps of five 170-byte values keep 70-80% of
-// their JSON as deltas; its 3.7 KB drain objects would keep 95%.)
 const deltaMaxShare = 7
 
 // encode returns b as differences from the template: deltaMark, the

@@ -55,8 +55,8 @@ type resourceWatch struct {
 	foreign  *objectType // for other shards' objects
 	w        *Watcher
 	// events are the resource's series of events_total, each made at
-	// its first event (thousands of resources hold few objects: series
-	// cost about 1 KiB each) and kept for the hot path; only the
+	// its first event (thousands of resources hold few objects, and
+	// each series costs memory) and kept for the hot path; only the
 	// informer's goroutine, and the watcher's once it stopped, emit.
 	events map[change.Type]prometheus.Counter
 	store  *objectStore

@@ -118,9 +118,8 @@ type QueueLimits struct {
 }
 
 // The defaults of QueueLimits. A waiting change counts its objects as
-// cached plus about 300 bytes: one of a hot 1 KiB ConfigMap whose data the
-// rules read holds 1.4 KB of heap (BenchmarkQueueing), so a hot object at
-// its bound of 1,000 changes holds about 1.4 MB.
+// cached plus about 300 bytes; BenchmarkQueueing measures what a hot
+// object holds at its bound.
 const (
 	DefaultQueueChanges       = 10000
 	DefaultQueueBytes         = 64 << 20
@@ -400,8 +399,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 	// The start decoded every object and CRD once: most of what it
 	// allocated is garbage now, and the runtime would hand that memory
 	// back to the system only over minutes. Handing it back at once makes
-	// the pod's resident memory what the cache holds (3,000 CRDs: 393 MiB
-	// at the start's peak, 269 MiB held after it, 45 MiB of live heap).
+	// the pod's resident memory what the cache holds (`make bench
+	// -sections crds` reports the settled RSS).
 	endStartGC()
 	debug.FreeOSMemory()
 	startWorkers := func() {
@@ -720,10 +719,9 @@ func (w *Watcher) stopAll() {
 // startGCPercent is the collector's GOGC while watchers start: the start
 // decodes every object and CRD once, and what it keeps (the cache, the
 // informers) is spread over the memory that garbage took. Collected
-// sooner, the garbage is reused before the heap grows: at 3,000 CRDs the
-// peak RSS of a start went from 351 to 212 MiB, and the heap that its
-// survivors hold afterwards from 74 to 54 MiB (37 MiB live), for a start
-// as quick as before.
+// sooner, the garbage is reused before the heap grows, which lowers the
+// start's peak RSS and the heap its survivors hold afterwards at no cost
+// in start time (`make bench -sections crds`, peak and settled RSS).
 const startGCPercent = 25
 
 // startGCMax is how long a start keeps GOGC at startGCPercent at most.
