@@ -93,9 +93,9 @@ const (
 	// DefaultQueueBytes bounds the payload bytes of each action's queue:
 	// 1,024 firings that include 1.5 MB objects would otherwise hold 3 GB.
 	DefaultQueueBytes = 16 << 20
-	// DefaultWebhookWorkers is sized for a local receiver: it drains a
-	// backlog at about 30,000 POSTs/s on 2 cores, receiver included. A
-	// remote receiver with a high round-trip time needs more.
+	// DefaultWebhookWorkers is sized for a local receiver draining a
+	// backlog (BenchmarkWebhook). A remote receiver with a high
+	// round-trip time needs more.
 	DefaultWebhookWorkers = 32
 	// DefaultExecWorkers is the number of workers of each exec action.
 	DefaultExecWorkers = 4
