@@ -14,8 +14,7 @@ import (
 // with HTML escaping off (so "<redacted>" stays readable) and map keys
 // sorted. JSON-like values (the types objects are made of) are encoded
 // directly, which is several times faster than encoding/json's reflection
-// on the payload path (BenchmarkPayloadJSON: about 10x for a small update,
-// 3-4x with a 5 KiB object and includeObject); anything else goes through
+// on the payload path (BenchmarkPayloadJSON); anything else goes through
 // encoding/json. FuzzAppendJSON holds it to encoding/json's bytes.
 func appendJSON(b []byte, v any) ([]byte, error) {
 	switch x := v.(type) {

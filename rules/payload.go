@@ -44,8 +44,8 @@ func mustCompilePath(s string) *fieldPath {
 
 // payloadBufs holds the buffers payloads are built in: a payload is
 // copied out of one at its size, so that a large one costs one allocation
-// instead of a buffer grown (and its tail cleared) step by step: a 7.5 KB
-// payload allocated 2x its size (BenchmarkEvalLongValue).
+// instead of a buffer grown (and its tail cleared) step by step
+// (BenchmarkEvalLongValue).
 var payloadBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
 
 // maxPooledPayload bounds the buffers kept in payloadBufs: a rare huge
