@@ -17,10 +17,11 @@ import (
 // itself (leanLoop, lean.go): a minimal HTTP/1.1 server of
 // Content-Length bodies and keep-alive, one epoll loop on a thread of
 // its own, that reads a request and writes a fixed 200.
-// The drain runs against both: net/http's server spends 40-70 µs a POST
-// on this machine's two cores, as much as the sender, so that a drain
-// against it measures the two processes together; the lean one spends a
-// fraction of that, so that a drain against it measures fieldwatch.
+// The drain runs against both: net/http's server spends about as much
+// CPU a POST as the sender (each drain row reports both), so that a
+// drain against it measures the two processes together; the lean one
+// spends a fraction of that, so that a drain against it measures
+// fieldwatch.
 type receiver struct {
 	addr    string
 	srv     *http.Server
