@@ -137,6 +137,16 @@ func compareStoredVersions(r *Result, old, new *apiextensionsv1.CustomResourceDe
 		r.add(Check{Version: v, Path: "/status/storedVersions/" + strconv.Itoa(i), Check: "stored-version-removed", Old: v, Severity: Breaking,
 			Message: fmt.Sprintf("version %s is in status.storedVersions but no longer in spec.versions: the apiserver refuses this update until every object is migrated and %s is removed from status.storedVersions", v, v)})
 	}
+	if len(new.Status.StoredVersions) == 0 {
+		return // a CRD read from a manifest: no status to compare
+	}
+	for i, v := range old.Status.StoredVersions {
+		if _, nv := findVersion(new, v); nv == nil || slices.Contains(new.Status.StoredVersions, v) {
+			continue
+		}
+		r.add(Check{Version: v, Path: "/status/storedVersions/" + strconv.Itoa(i), Check: "stored-version-cleared", Old: v, Severity: Breaking,
+			Message: fmt.Sprintf("version %s was removed from status.storedVersions: the apiserver then lets %s leave spec.versions, so it is safe only once no object is stored at %s any more (fieldwatch crd-migrate)", v, v, v)})
+	}
 }
 
 func compareVersions(r *Result, old, new *apiextensionsv1.CustomResourceDefinition, p *Policy) {

@@ -322,9 +322,18 @@ status:
 		{name: "stored version removed after a storage migration", edit: func(o, n *apiextensionsv1.CustomResourceDefinition) {
 			o.Spec.Versions[0].Served, o.Spec.Versions[0].Storage, o.Spec.Versions[1].Storage = false, false, true
 			o.Status.StoredVersions = []string{"v2"}
+			n.Status.StoredVersions = []string{"v2"}
 			n.Spec.Versions = n.Spec.Versions[1:]
 			n.Spec.Versions[0].Storage = true
 		}, want: []string{"version-removed safe  /spec/versions/0"}},
+		{name: "stored version cleared from the status", edit: func(o, n *apiextensionsv1.CustomResourceDefinition) {
+			o.Status.StoredVersions = []string{"v1", "v2"}
+			n.Status.StoredVersions = []string{"v2"}
+		}, want: []string{"stored-version-cleared breaking  /status/storedVersions/0"}},
+		{name: "stored versions of a manifest without status", edit: func(o, n *apiextensionsv1.CustomResourceDefinition) {
+			o.Status.StoredVersions = []string{"v1", "v2"}
+			n.Status.StoredVersions = nil
+		}},
 		{name: "version added", edit: func(_, n *apiextensionsv1.CustomResourceDefinition) {
 			v := *n.Spec.Versions[1].DeepCopy()
 			v.Name = "v3"

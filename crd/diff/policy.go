@@ -103,7 +103,7 @@ func (p *Policy) Apply(r *Result) *Result {
 var CheckNames = []string{
 	"crd-removed", "crd-added", "scope-changed", "kind-changed", "names-changed",
 	"preserve-unknown-fields-removed", "preserve-unknown-fields-added",
-	"stored-version-removed", "storage-version-changed", "conversion-changed", "conversion-ca-bundle-changed",
+	"stored-version-removed", "stored-version-cleared", "storage-version-changed", "conversion-changed", "conversion-ca-bundle-changed",
 	"served-version-removed", "version-removed", "version-added", "version-served", "version-deprecated",
 	"status-subresource-removed", "status-subresource-added",
 	"scale-subresource-removed", "scale-subresource-added", "scale-subresource-changed",

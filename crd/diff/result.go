@@ -40,6 +40,10 @@ const (
 //	                                        old storage version when the status is empty)
 //	                                        is not in the new spec.versions: the apiserver
 //	                                        refuses the update
+//	stored-version-cleared        breaking  a version of the old status.storedVersions, still
+//	                                        in spec.versions, is not in the new one (compared
+//	                                        when the new CRD has a status): safe only once no
+//	                                        object is stored at it
 //	storage-version-changed       safe      the storage version switched; breaking or unknown
 //	                                        with conversion None when the schema of a version
 //	                                        objects are stored at has what the new storage
@@ -209,6 +213,12 @@ const (
 	Pruned Effect = "pruned"
 	// Unserved objects are at a version that is no longer served.
 	Unserved Effect = "unserved"
+	// Unmigrated objects are, or may be, stored in etcd at a version the
+	// change removes from spec.versions or status.storedVersions: they
+	// must be rewritten at the storage version first. Package crd/impact
+	// does not report it (it reads objects, not how they are stored);
+	// fieldwatch's storage-version ledger does.
+	Unmigrated Effect = "unmigrated"
 )
 
 // Impact is the set of objects one check hits.
