@@ -70,9 +70,11 @@ const Invalid = "invalid"
 // paths are not validated, as no CRD change affects them; with the status
 // subresource, a create drops status, so errors under status show on the
 // next status update that changes the field rather than on a re-create;
-// stored-version-removed has no object impact (the apiserver refuses the
-// CRD update itself); default changes are not counted (objects silently get
-// the new value on their next read).
+// stored-version-removed and stored-version-cleared have no object impact
+// here (the version an object is stored at is not in the object: the
+// storage-version ledger of internal/crdguard tells it); default changes
+// are not counted (objects silently get the new value on their next
+// read).
 type Scanner struct {
 	group, kind string
 	versions    map[string]*version
@@ -438,6 +440,42 @@ func (im *impact) add(h diff.Hit) {
 	}
 	copy(im.Objects[i+1:], im.Objects[i:])
 	im.Objects[i] = h
+}
+
+// Merge adds what o scanned to s, so that several Scanners, one per
+// goroutine, can share one scan: o must have been made by New with the
+// same CRD and Result as s, must have read other objects, and must not be
+// used afterwards. Finish on s then reports the objects of both.
+func (s *Scanner) Merge(o *Scanner) {
+	s.scanned += o.scanned
+	s.skipped += o.skipped
+	for i, im := range o.impacts {
+		if cur := s.impacts[i]; cur != nil {
+			cur.merge(im)
+		} else {
+			s.impacts[i] = im
+		}
+	}
+	for v, im := range o.invalid {
+		if cur := s.invalid[v]; cur != nil {
+			cur.merge(im)
+		} else {
+			s.invalid[v] = im
+		}
+	}
+}
+
+// merge adds o's objects to im: the counts summed, the samples the first
+// MaxSamples of both in namespace/name order.
+func (im *impact) merge(o *impact) {
+	count := im.Count + o.Count
+	for _, h := range o.Objects {
+		im.add(h)
+	}
+	im.Count = count
+	if im.Error == "" {
+		im.Error = o.Error
+	}
 }
 
 // AfterChange tells the Scanner that its objects were read from the

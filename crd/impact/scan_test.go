@@ -169,6 +169,46 @@ func TestScanVersionsKindsAndSamples(t *testing.T) {
 		}
 	}
 	s.Finish()
+	checkVersionsKindsAndSamples(t, s, res, objects)
+
+	// Finish again after more objects: counts go on.
+	if err := s.Add(context.Background(), widget("ns0", "a-first", `{color: red}`)); err != nil {
+		t.Fatal(err)
+	}
+	s.Finish()
+	if im := res.Impact[1]; im.Count != 27 || im.Objects[1].Name != "a-first" || len(im.Objects) != diff.MaxSamples {
+		t.Errorf("after one more: %+v", im)
+	}
+
+	// The same objects dealt round-robin to several Scanners, merged:
+	// the same impact.
+	for _, n := range []int{2, 3, 7} {
+		t.Run(fmt.Sprintf("merged-%d", n), func(t *testing.T) {
+			res := diff.Compare(old, new)
+			scanners := make([]*Scanner, n)
+			for i := range scanners {
+				if scanners[i], err = New(new, res); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i, o := range objects {
+				if err := scanners[i%n].Add(context.Background(), o); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, o := range scanners[1:] {
+				scanners[0].Merge(o)
+			}
+			scanners[0].Finish()
+			checkVersionsKindsAndSamples(t, scanners[0], res, objects)
+		})
+	}
+}
+
+// checkVersionsKindsAndSamples checks the impact of
+// TestScanVersionsKindsAndSamples' objects.
+func checkVersionsKindsAndSamples(t *testing.T, s *Scanner, res *diff.Result, objects []map[string]any) {
+	t.Helper()
 	want := []string{
 		"served-version-removed  unserved 1 [a/old-version]",
 		// The v0 object is also read at v1 (conversion None), where red
@@ -186,14 +226,6 @@ func TestScanVersionsKindsAndSamples(t *testing.T) {
 		if o["spec"].(map[string]any)["color"] != "red" {
 			t.Fatal("the scan modified an object")
 		}
-	}
-	// Finish again after more objects: counts go on.
-	if err := s.Add(context.Background(), widget("ns0", "a-first", `{color: red}`)); err != nil {
-		t.Fatal(err)
-	}
-	s.Finish()
-	if im := res.Impact[1]; im.Count != 27 || im.Objects[1].Name != "a-first" || len(im.Objects) != diff.MaxSamples {
-		t.Errorf("after one more: %+v", im)
 	}
 }
 
