@@ -30,7 +30,7 @@ func (g *Guard) reviewDelete(ctx context.Context, req *admissionv1.AdmissionRequ
 	ps := newPass(ctx, g.max, p)
 	ps.byNS = map[string]*tally{}
 	p.at("counting the objects")
-	origin, err := g.source.Objects(ctx, res, false, ps.add)
+	origin, err := g.source.Objects(ctx, res, 0, ps.add)
 	g.metrics.objects.WithLabelValues(origin).Add(float64(ps.read))
 	incomplete := ps.incomplete(err, maxObjectsFlag)
 	if err != nil {

@@ -29,13 +29,16 @@ type memSource struct {
 	block bool
 }
 
-func (s *memSource) Objects(ctx context.Context, _ schema.GroupVersionResource, whole bool, fn func(Item, int) error) (string, error) {
+func (s *memSource) Objects(ctx context.Context, _ schema.GroupVersionResource, need Need, fn func(Item, int) error) (string, error) {
 	for _, o := range s.objects {
 		meta := o["metadata"].(map[string]any)
 		ns, _ := meta["namespace"].(string)
 		it := Item{Namespace: ns, Name: meta["name"].(string), ResourceVersion: meta["resourceVersion"].(string)}
-		if whole {
+		if need&Whole != 0 {
 			it.Content = plainMap(o)
+		}
+		if need&Writers != 0 {
+			it.Writers = writersOf(o)
 		}
 		if err := fn(it, len(s.objects)); err != nil {
 			return "mem", err

@@ -403,8 +403,8 @@ func (l *Ledger) known(name string, uid types.UID) bool {
 	return st != nil && st.uid == uid
 }
 
-// migrationJSON encodes m for MigrationAnnotation.
-func migrationJSON(m Migration) (string, error) {
+// Annotation returns m as MigrationAnnotation's value.
+func (m Migration) Annotation() (string, error) {
 	b, err := json.Marshal(m)
 	if err != nil {
 		return "", fmt.Errorf("encode migration record: %w", err)

@@ -31,8 +31,16 @@ type pass struct {
 	// cl places objects for removed (nil when nothing is removed).
 	cl      *Classifier
 	removed map[string]*stranded
+	// written counts the objects some client writes in a way the change
+	// ends (nil when none is looked for).
+	written map[writes]*tally
+	group   string
 	scan    *scanPool // nil when no object is scanned
 }
+
+// writes is a way of writing objects a change can end: at a version (sub
+// ""), or a subresource of a version.
+type writes struct{ version, sub string }
 
 // stranded are the objects stored at a version the change removes.
 type stranded struct {
@@ -80,6 +88,9 @@ func (p *pass) add(it Item, total int) error {
 				}
 			}
 		}
+	}
+	if len(p.written) > 0 {
+		p.countWriters(it)
 	}
 	if p.scan != nil && it.Content != nil {
 		p.scan.add(it.Content)
@@ -229,4 +240,24 @@ func (s *scanPool) finish() error {
 		s.scanners[0].Finish()
 	}
 	return s.err
+}
+
+// countWriters counts it once for each way of writing that one of its
+// writers uses.
+func (p *pass) countWriters(it Item) {
+	for w, t := range p.written {
+		for _, wr := range it.Writers {
+			if wr.APIVersion == apiVersion(p.group, w.version) && (w.sub == "" || wr.Subresource == w.sub) {
+				t.add(it.Namespace, it.Name)
+				break
+			}
+		}
+	}
+}
+
+func apiVersion(group, version string) string {
+	if group == "" {
+		return version
+	}
+	return group + "/" + version
 }

@@ -11,12 +11,33 @@ import (
 	"k8s.io/client-go/metadata"
 )
 
+// Need says what a Source must hand over of each object besides its
+// namespace, name and resourceVersion.
+type Need int
+
+const (
+	// Whole asks for the whole object (Item.Content).
+	Whole Need = 1 << iota
+	// Writers asks for the writers of each object, from its
+	// managedFields (Item.Writers).
+	Writers
+)
+
 // Item is one object a Source hands over.
 type Item struct {
 	Namespace, Name, ResourceVersion string
-	// Content is the whole object when the Source was asked for whole
-	// objects, nil otherwise.
+	// Content is the whole object when the Source was asked for Whole,
+	// nil otherwise.
 	Content Content
+	// Writers are the object's managedFields entries when the Source
+	// was asked for Writers.
+	Writers []Writer
+}
+
+// Writer is one metadata.managedFields entry: a client that wrote the
+// object, at APIVersion, through Subresource ("" for the object itself).
+type Writer struct {
+	Manager, APIVersion, Subresource string
 }
 
 // Content is a whole object, decoded on demand: Map returns it as plain
@@ -37,14 +58,13 @@ func (m plainMap) Map() map[string]any { return m }
 type Source interface {
 	// Objects calls fn with each object of res (of its group and
 	// resource; res.Version is the version to list at, where the source
-	// lists), whole when whole is set, else with at least its namespace,
-	// name and resourceVersion. total is how many objects the source
+	// lists), with what need asks for. total is how many objects the source
 	// expects in all as it calls fn (-1 when it does not know). Objects
 	// stops at fn's first error and returns it, with origin: where the
 	// objects came from ("cache", "list"). It returns an error wrapping
 	// ErrUnavailable, before any call of fn, when it does not hold these
 	// objects.
-	Objects(ctx context.Context, res schema.GroupVersionResource, whole bool, fn func(it Item, total int) error) (origin string, err error)
+	Objects(ctx context.Context, res schema.GroupVersionResource, need Need, fn func(it Item, total int) error) (origin string, err error)
 }
 
 // ErrUnavailable says that a Source does not hold the objects asked for:
@@ -57,10 +77,10 @@ type Chain []Source
 var _ Source = Chain{}
 
 // Objects implements Source.
-func (c Chain) Objects(ctx context.Context, res schema.GroupVersionResource, whole bool, fn func(Item, int) error) (string, error) {
+func (c Chain) Objects(ctx context.Context, res schema.GroupVersionResource, need Need, fn func(Item, int) error) (string, error) {
 	var why []error
 	for _, s := range c {
-		origin, err := s.Objects(ctx, res, whole, fn)
+		origin, err := s.Objects(ctx, res, need, fn)
 		if !errors.Is(err, ErrUnavailable) {
 			return origin, err
 		}
@@ -71,7 +91,8 @@ func (c Chain) Objects(ctx context.Context, res schema.GroupVersionResource, who
 
 // CacheSource hands over the objects fieldwatch's watcher caches: a
 // resource it watches in every namespace, whole when the rules keep whole
-// objects (asked for whole ones).
+// objects (asked for Whole). It never has Writers: the cache keeps no
+// managedFields entry's apiVersion.
 type CacheSource struct {
 	// Cache returns the watcher, nil when there is none (yet).
 	Cache func() Cache
@@ -80,7 +101,11 @@ type CacheSource struct {
 var _ Source = CacheSource{}
 
 // Objects implements Source.
-func (s CacheSource) Objects(_ context.Context, res schema.GroupVersionResource, whole bool, fn func(Item, int) error) (string, error) {
+func (s CacheSource) Objects(_ context.Context, res schema.GroupVersionResource, need Need, fn func(Item, int) error) (string, error) {
+	if need&Writers != 0 {
+		return "cache", fmt.Errorf("%w: the cache keeps no writer's apiVersion", ErrUnavailable)
+	}
+	whole := need&Whole != 0
 	c := s.Cache()
 	if c == nil {
 		return "cache", fmt.Errorf("%w: no watcher", ErrUnavailable)
@@ -122,7 +147,8 @@ var _ Source = ListSource{}
 
 // Objects implements Source. A list that fails after some pages returns
 // its error with the objects handed over so far.
-func (s ListSource) Objects(ctx context.Context, res schema.GroupVersionResource, whole bool, fn func(Item, int) error) (string, error) {
+func (s ListSource) Objects(ctx context.Context, res schema.GroupVersionResource, need Need, fn func(Item, int) error) (string, error) {
+	whole, writers := need&Whole != 0, need&Writers != 0
 	size := s.PageSize
 	if size <= 0 {
 		size = DefaultPageSize
@@ -154,6 +180,9 @@ func (s ListSource) Objects(ctx context.Context, res schema.GroupVersionResource
 			for i := range list.Items {
 				o := &list.Items[i]
 				items[i] = Item{Namespace: o.GetNamespace(), Name: o.GetName(), ResourceVersion: o.GetResourceVersion(), Content: plainMap(o.Object)}
+				if writers {
+					items[i].Writers = writersOf(o.Object)
+				}
 			}
 		} else {
 			list, err := s.Metadata.Resource(res).List(ctx, opts)
@@ -165,6 +194,11 @@ func (s ListSource) Objects(ctx context.Context, res schema.GroupVersionResource
 			for i := range list.Items {
 				o := &list.Items[i]
 				items[i] = Item{Namespace: o.Namespace, Name: o.Name, ResourceVersion: o.ResourceVersion}
+				if writers {
+					for _, e := range o.ManagedFields {
+						items[i].Writers = append(items[i].Writers, Writer{Manager: e.Manager, APIVersion: e.APIVersion, Subresource: e.Subresource})
+					}
+				}
 			}
 		}
 		opts.Continue = next
@@ -179,4 +213,20 @@ func (s ListSource) Objects(ctx context.Context, res schema.GroupVersionResource
 			return "list", nil
 		}
 	}
+}
+
+// writersOf reads the managedFields entries of an object given as plain
+// JSON values.
+func writersOf(obj map[string]any) []Writer {
+	meta, _ := obj["metadata"].(map[string]any)
+	entries, _ := meta["managedFields"].([]any)
+	out := make([]Writer, 0, len(entries))
+	for _, e := range entries {
+		m, _ := e.(map[string]any)
+		manager, _ := m["manager"].(string)
+		apiVersion, _ := m["apiVersion"].(string)
+		sub, _ := m["subresource"].(string)
+		out = append(out, Writer{Manager: manager, APIVersion: apiVersion, Subresource: sub})
+	}
+	return out
 }

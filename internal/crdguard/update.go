@@ -24,12 +24,17 @@ import (
 // maxObjectsFlag names the bound on the objects read, as users set it.
 const maxObjectsFlag = "--crd-impact-max-objects"
 
-// everyObject are the breaking checks that concern every object of the
-// CRD, not the ones a schema rejects: each object's URL, identity,
-// version, status or scale writes.
-var everyObject = map[string]bool{
-	"scope-changed": true, "kind-changed": true, "served-version-removed": true,
-	"status-subresource-removed": true, "scale-subresource-removed": true, "selectable-field-removed": true,
+// everyObject are the breaking checks that strand every object of the
+// CRD: its identity or every manifest of it changes.
+var everyObject = map[string]bool{"scope-changed": true, "kind-changed": true}
+
+// writerChecks are the breaking checks that strand the objects some client
+// writes in a way the change ends, as their managedFields tell: at a
+// version no longer served, or through a subresource removed.
+var writerChecks = map[string]string{
+	"served-version-removed":     "",
+	"status-subresource-removed": "status",
+	"scale-subresource-removed":  "scale",
 }
 
 // reviewUpdate reviews an UPDATE of a CRD or of its status.
@@ -62,14 +67,24 @@ func (g *Guard) reviewUpdate(ctx context.Context, req *admissionv1.AdmissionRequ
 		return allow()
 	}
 
-	whole := res.Breaking > 0
 	ps := newPass(ctx, g.max, p)
-	ps.cl, ps.removed = cl, removed
-	if whole {
+	ps.cl, ps.removed, ps.group = cl, removed, new.Spec.Group
+	var need Need
+	if res.Breaking > 0 {
+		need |= Whole
 		ps.scan = newScanPool(ctx, new, res, g.workers)
 	}
+	for _, c := range res.Checks {
+		if sub, ok := writerChecks[c.Check]; ok && c.Severity != diff.Safe && c.Version != "" {
+			if ps.written == nil {
+				ps.written = map[writes]*tally{}
+			}
+			ps.written[writes{version: c.Version, sub: sub}] = &tally{}
+			need |= Writers
+		}
+	}
 	p.at("reading the objects")
-	origin, err := g.source.Objects(ctx, listResource(old, new), whole, ps.add)
+	origin, err := g.source.Objects(ctx, listResource(old, new), need, ps.add)
 	g.metrics.objects.WithLabelValues(origin).Add(float64(ps.read))
 	incomplete := ps.incomplete(err, maxObjectsFlag)
 	if err != nil {
@@ -315,6 +330,12 @@ func (g *Guard) updateVerdict(res *diff.Result, new *apiextensionsv1.CustomResou
 		if s := ps.removed[c.Version]; s != nil && strings.HasPrefix(c.Check, "stored-version-") {
 			f.stored = s
 		}
+		if sub, ok := writerChecks[c.Check]; ok {
+			if t := ps.written[writes{version: c.Version, sub: sub}]; t != nil {
+				f.n, f.effect, f.samples = t.n, writerEffect(c.Check, c.Version), t.names("")
+				hits = nil
+			}
+		}
 		if f.every {
 			f.n, f.effect = ps.read, "affected"
 			f.samples = ps.all.names("")
@@ -361,6 +382,18 @@ func (g *Guard) updateVerdict(res *diff.Result, new *apiextensionsv1.CustomResou
 	return v
 }
 
+// writerEffect says, in a warning, how the clients of the objects a
+// writer check counts write them.
+func writerEffect(check, version string) string {
+	switch check {
+	case "status-subresource-removed":
+		return "with status written at " + version
+	case "scale-subresource-removed":
+		return "scaled at " + version
+	}
+	return "with fields last written at " + version
+}
+
 // effectWord says what an impact does to its objects, in a warning.
 func effectWord(im diff.Impact) string {
 	if im.Effect == diff.Unmigrated {
@@ -373,7 +406,11 @@ func effectWord(im diff.Impact) string {
 func (f *finding) line() string {
 	c := f.check
 	head := prefix + c.Check
-	if where := cmpOr(c.Field, c.Path); where != "" {
+	where := cmpOr(c.Field, c.Path)
+	if c.Field == "" && c.Version != "" && strings.HasPrefix(c.Path, "/spec/versions") {
+		where = "" // the version says it
+	}
+	if where != "" {
 		head += " " + fit(where, 48)
 	}
 	switch {
