@@ -324,7 +324,11 @@ type verdict struct {
 func (g *Guard) conclude(req *admissionv1.AdmissionRequest, annotated *apiextensionsv1.CustomResourceDefinition, v verdict) *Decision {
 	warnings := capLines(v.lines, "breaking checks (fieldwatch crd-diff --cluster lists every one)")
 	if v.incomplete != "" {
-		warnings = append(warnings, fit(prefix+"check incomplete: "+v.incomplete+"; counts are lower bounds", maxLine))
+		head := prefix + "check incomplete: "
+		if len(v.lines) > 0 {
+			head = prefix + "check incomplete (counts are lower bounds): "
+		}
+		warnings = append(warnings, fit(head+v.incomplete, maxLine))
 	}
 	d := allow()
 	d.Response.Warnings = warnings

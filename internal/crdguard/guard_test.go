@@ -176,9 +176,9 @@ func TestReview(t *testing.T) {
 			message: []string{"pattern-changed spec.name (v1): unknown, counted as breaking; no object stranded"}},
 		{name: "limit, warn", mode: Warn, objects: objects, max: 2, op: admissionv1.Update, edit: narrowColor, allowed: true,
 			warnings: []string{"fieldwatch: enum-values-removed spec.color (v1): 2 objects rejected",
-				"fieldwatch: check incomplete: stopped at 2 of 3 objects read (--crd-impact-max-objects); counts are lower bounds"}},
+				"fieldwatch: check incomplete (counts are lower bounds): stopped at 2 of 3 objects (--crd-impact-max-objects)"}},
 		{name: "limit, deny: what is found is refused", mode: Deny, objects: objects, max: 1, op: admissionv1.Update, edit: narrowColor,
-			message: []string{"enum-values-removed spec.color (v1): 1 object rejected: b/w2", "check incomplete: stopped at 1 of 3 objects read"}},
+			message: []string{"enum-values-removed spec.color (v1): 1 object rejected: b/w2", "check incomplete (counts are lower bounds): stopped at 1 of 3 objects (--crd-impact-max-objects)"}},
 		{name: "scope, deny", mode: Deny, objects: objects, op: admissionv1.Update,
 			edit:    func(c *apiextensionsv1.CustomResourceDefinition) { c.Spec.Scope = apiextensionsv1.ClusterScoped },
 			message: []string{"scope-changed /spec/scope: every object (3): a/w1, a/w3, b/w2"}},
@@ -349,14 +349,14 @@ func TestReviewBadInput(t *testing.T) {
 			return r
 		}, warning: "cannot read the CRD being deleted: the request carries none"},
 		{name: "not structural", req: func() *admissionv1.AdmissionRequest { return request(t, admissionv1.Update, "", old, nonStructural) },
-			warning: "objects not checked against the new schema: the new CRD: version v1: schema is not"},
+			warning: "objects not checked: version v1: schema is not structural"},
 		{name: "CEL rule that does not compile", req: func() *admissionv1.AdmissionRequest { return request(t, admissionv1.Update, "", old, badCEL) },
 			warning: "fieldwatch: enum-values-removed spec.color (v1): 1 object rejected"},
 		{name: "a source that never finishes", req: func() *admissionv1.AdmissionRequest {
 			n := old.DeepCopy()
 			narrowColor(n)
 			return request(t, admissionv1.Update, "", old, n)
-		}, source: &memSource{objects: objects, block: true}, timeout: 200 * time.Millisecond, warning: "check incomplete: out of time after 1 object read"},
+		}, source: &memSource{objects: objects, block: true}, timeout: 200 * time.Millisecond, warning: "check incomplete (counts are lower bounds): out of time after 1 object read"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

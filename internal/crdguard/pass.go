@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -28,9 +29,9 @@ type pass struct {
 	all      tally
 	// byNS counts per namespace (deletions only).
 	byNS map[string]*tally
-	// cl places objects for removed (nil when nothing is removed).
-	cl      *Classifier
-	removed map[string]*stranded
+	// unmigrated counts the objects stored at the versions the change
+	// removes (nil when it removes none).
+	unmigrated *Unmigrated
 	// written counts the objects some client writes in a way the change
 	// ends (nil when none is looked for).
 	written map[writes]*tally
@@ -41,15 +42,6 @@ type pass struct {
 // writes is a way of writing objects a change can end: at a version (sub
 // ""), or a subresource of a version.
 type writes struct{ version, sub string }
-
-// stranded are the objects stored at a version the change removes.
-type stranded struct {
-	known tally // the ledger places them there
-	maybe tally // the ledger does not know where they are, and they may be there
-	// mayBe is set when the version is in status.storedVersions: the
-	// objects the ledger cannot place may be there.
-	mayBe bool
-}
 
 func newPass(ctx context.Context, max int, p *progress) *pass {
 	return &pass{ctx: ctx, max: max, progress: p, total: -1}
@@ -76,18 +68,8 @@ func (p *pass) add(it Item, total int) error {
 		}
 		t.add(it.Namespace, it.Name)
 	}
-	if len(p.removed) > 0 {
-		if v := p.cl.Version(it.ResourceVersion); v != "" {
-			if s := p.removed[v]; s != nil {
-				s.known.add(it.Namespace, it.Name)
-			}
-		} else {
-			for _, s := range p.removed {
-				if s.mayBe {
-					s.maybe.add(it.Namespace, it.Name)
-				}
-			}
-		}
+	if p.unmigrated != nil {
+		p.unmigrated.Add(it.Namespace, it.Name, it.ResourceVersion)
 	}
 	if len(p.written) > 0 {
 		p.countWriters(it)
@@ -105,7 +87,7 @@ func (p *pass) incomplete(err error, maxFlag string) string {
 	case err == nil:
 		return ""
 	case errors.Is(err, errLimit):
-		return fmt.Sprintf("stopped at %s (%s)", readOf(p.read, p.total), maxFlag)
+		return fmt.Sprintf("stopped at %s (%s)", strings.TrimSuffix(readOf(p.read, p.total), " read"), maxFlag)
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 		return fmt.Sprintf("out of time after %s", readOf(p.read, p.total))
 	}
@@ -197,7 +179,7 @@ func (s *scanPool) worker() {
 	}()
 	sc, err := impact.New(s.crd, s.res)
 	if err != nil {
-		s.fail(fmt.Errorf("the new CRD: %w", err))
+		s.fail(err)
 		for range s.work {
 		}
 		return

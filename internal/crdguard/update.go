@@ -61,14 +61,13 @@ func (g *Guard) reviewUpdate(ctx context.Context, req *admissionv1.AdmissionRequ
 	}
 	p.at("comparing the CRDs")
 	res := diff.CompareWith(old, new, g.policy)
-	cl := g.classifier(old)
-	removed := removedVersions(old, new, cl)
-	if res.Breaking == 0 && len(removed) == 0 {
+	unmigrated := NewUnmigrated(old, new, g.classifier(old))
+	if res.Breaking == 0 && unmigrated == nil {
 		return allow()
 	}
 
 	ps := newPass(ctx, g.max, p)
-	ps.cl, ps.removed, ps.group = cl, removed, new.Spec.Group
+	ps.unmigrated, ps.group = unmigrated, new.Spec.Group
 	var need Need
 	if res.Breaking > 0 {
 		need |= Whole
@@ -95,12 +94,12 @@ func (g *Guard) reviewUpdate(ctx context.Context, req *admissionv1.AdmissionRequ
 		scanErr := ps.scan.finish()
 		switch checked := int(ps.scan.scanned.Load()); {
 		case scanErr != nil:
-			incomplete = join(incomplete, fmt.Sprintf("objects not checked against the new schema: %v", scanErr))
+			incomplete = join(incomplete, fmt.Sprintf("objects not checked: %v", scanErr))
 		case checked < ps.read && err == nil:
 			incomplete = join(incomplete, fmt.Sprintf("out of time after checking %s of %s", number(checked), objectsOf(ps.read, "")))
 		}
 	}
-	g.addStranded(res, ps.removed)
+	unmigrated.Record(res, g.policy)
 	v := g.updateVerdict(res, new, ps)
 	v.incomplete = incomplete
 	if incomplete != "" {
@@ -170,30 +169,6 @@ func narrowed(old, new []string) bool {
 	return false
 }
 
-// removedVersions returns the versions the change takes out of
-// spec.versions or status.storedVersions at which objects may be stored.
-func removedVersions(old, new *apiextensionsv1.CustomResourceDefinition, cl *Classifier) map[string]*stranded {
-	out := map[string]*stranded{}
-	note := func(v string) {
-		if out[v] == nil && cl.CanPlace(v) {
-			out[v] = &stranded{mayBe: slices.Contains(cl.MayBe(), v)}
-		}
-	}
-	for _, ov := range old.Spec.Versions {
-		if !slices.ContainsFunc(new.Spec.Versions, func(nv apiextensionsv1.CustomResourceDefinitionVersion) bool { return nv.Name == ov.Name }) {
-			note(ov.Name)
-		}
-	}
-	if len(new.Status.StoredVersions) > 0 {
-		for _, v := range old.Status.StoredVersions {
-			if !slices.Contains(new.Status.StoredVersions, v) {
-				note(v)
-			}
-		}
-	}
-	return out
-}
-
 // listResource is the resource to list the objects at: the version the
 // new CRD prefers among those both serve, else the one the old CRD (the
 // one the apiserver serves now) prefers.
@@ -219,80 +194,6 @@ func listResource(old, new *apiextensionsv1.CustomResourceDefinition) schema.Gro
 		gvr.Version = storageVersion(old)
 	}
 	return gvr
-}
-
-// addStranded records in res the objects stored at the versions the
-// change removes: as the impact of the stored-version check of each such
-// version, and, for a version status.storedVersions no longer lists but
-// the ledger places objects at, as a stored-version-removed check of its
-// own.
-func (g *Guard) addStranded(res *diff.Result, removed map[string]*stranded) {
-	versions := make([]string, 0, len(removed))
-	for v := range removed {
-		versions = append(versions, v)
-	}
-	sort.Strings(versions)
-	for _, v := range versions {
-		s := removed[v]
-		n := s.known.n + s.maybe.n
-		if n == 0 {
-			continue
-		}
-		i := slices.IndexFunc(res.Checks, func(c diff.Check) bool {
-			return c.Version == v && (c.Check == "stored-version-removed" || c.Check == "stored-version-cleared")
-		})
-		if i < 0 {
-			c, ok := g.storedVersionRemoved(v)
-			if !ok || s.known.n == 0 {
-				continue
-			}
-			res.Checks = append(res.Checks, c)
-			i = len(res.Checks) - 1
-			switch c.Severity {
-			case diff.Unknown:
-				res.Breaking++
-				res.Unknown++
-			case diff.Breaking:
-				res.Breaking++
-			default:
-				res.Safe++
-			}
-		}
-		c := res.Checks[i]
-		im := diff.Impact{Check: c.Check, Version: v, Path: c.Path, Field: c.Field, Effect: diff.Unmigrated, Count: n, Objects: []diff.Hit{}}
-		for _, t := range []struct {
-			tally *tally
-			what  string
-		}{{&s.known, "stored at " + v}, {&s.maybe, "may be stored at " + v}} {
-			for _, o := range t.tally.first {
-				if len(im.Objects) < diff.MaxSamples {
-					im.Objects = append(im.Objects, diff.Hit{Namespace: o.ns, Name: o.name, Error: t.what})
-				}
-			}
-		}
-		im.Message = fmt.Sprintf("%d object(s) are stored at %s and %d may be (last written before fieldwatch could tell): "+
-			"rewrite them at the storage version first (fieldwatch crd-migrate)", s.known.n, v, s.maybe.n)
-		res.Impact = append(res.Impact, im)
-	}
-}
-
-// storedVersionRemoved is the check of a version that leaves spec.versions
-// while the ledger places objects at it though status.storedVersions no
-// longer lists it, under the guard's policy; false when the policy
-// ignores it.
-func (g *Guard) storedVersionRemoved(v string) (diff.Check, bool) {
-	c := diff.Check{Version: v, Path: "/spec/versions", Check: "stored-version-removed", Old: v, Severity: diff.Breaking,
-		Message: fmt.Sprintf("version %s leaves spec.versions while objects are still stored at it (fieldwatch's storage-version ledger), "+
-			"though status.storedVersions no longer lists it", v)}
-	if p := g.policy; p != nil {
-		if p.Ignore[c.Check] {
-			return c, false
-		}
-		if s, ok := p.Severity[c.Check]; ok {
-			c.Severity = s
-		}
-	}
-	return c, true
 }
 
 // finding is one breaking or unknown check with the objects it strands.
@@ -327,7 +228,7 @@ func (g *Guard) updateVerdict(res *diff.Result, new *apiextensionsv1.CustomResou
 			f.effect = effectWord(im)
 			hits = append(hits, im.Objects...)
 		}
-		if s := ps.removed[c.Version]; s != nil && strings.HasPrefix(c.Check, "stored-version-") {
+		if s := ps.unmigrated.at(c.Version); s != nil && strings.HasPrefix(c.Check, "stored-version-") {
 			f.stored = s
 		}
 		if sub, ok := writerChecks[c.Check]; ok {

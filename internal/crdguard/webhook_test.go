@@ -238,6 +238,14 @@ func createWidgets(t testing.TB, env *testenv.Env, group, version string, n int)
 // ends, and returns it once it holds n of them.
 func watchWidgets(t testing.TB, env *testenv.Env, group string, n int) *watcher.Watcher {
 	t.Helper()
+	w := widgetWatcher(t, env, group)
+	testenv.RunUntilCleanup(t, time.Minute, w.Run)
+	waitCached(t, w, group, n)
+	return w
+}
+
+func widgetWatcher(tb testing.TB, env *testenv.Env, group string) *watcher.Watcher {
+	tb.Helper()
 	w, err := watcher.New(env.Config(), watcher.Config{
 		Selectors:  []change.Selector{{Group: group, Resource: "widgets"}},
 		Projection: func(change.Resource) change.Projection { return change.Projection{Full: true} },
@@ -245,14 +253,18 @@ func watchWidgets(t testing.TB, env *testenv.Env, group string, n int) *watcher.
 		Logger:     slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	testenv.RunUntilCleanup(t, time.Minute, w.Run)
-	testenv.Eventually(t, 5*time.Minute, fmt.Sprintf("the watcher to cache %d widgets", n), func() bool {
+	return w
+}
+
+// waitCached waits until w caches n Widgets of group.
+func waitCached(tb testing.TB, w *watcher.Watcher, group string, n int) {
+	tb.Helper()
+	testenv.Eventually(tb, 10*time.Minute, fmt.Sprintf("the watcher to cache %d widgets", n), func() bool {
 		snap, err := w.Cached(schema.GroupResource{Group: group, Resource: "widgets"})
 		return err == nil && len(snap.Objects) == n
 	})
-	return w
 }
 
 // sources returns the guard's Source: the watcher's cache (none when w is
