@@ -9,6 +9,7 @@ import (
 	"github.com/fieldwatch/fieldwatch/crd/diff"
 	"github.com/fieldwatch/fieldwatch/crd/impact"
 	"github.com/fieldwatch/fieldwatch/crd/validate"
+	"github.com/fieldwatch/fieldwatch/internal/crdguard"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -85,7 +86,13 @@ func scanLive(ctx context.Context, dyn dynamic.Interface, live *apiextensionsv1.
 	if err != nil {
 		return fmt.Errorf("%s:%d: %s: %w", d.File, d.Line, res.CRD, err)
 	}
-	defer s.Finish()
+	// The objects still stored at a version NEW removes, as a ledger that
+	// has just seen the live CRD places them.
+	stored := crdguard.NewUnmigrated(live, d.CRD, crdguard.NewClassifier(live, time.Now(), crdguard.DefaultSettle))
+	defer func() {
+		s.Finish()
+		stored.Record(res, opts.policy)
+	}()
 	v := preferredVersion(live)
 	if v == "" {
 		res.ImpactError = "the cluster's CRD serves no version to list its objects at"
@@ -106,9 +113,11 @@ func scanLive(ctx context.Context, dyn dynamic.Interface, live *apiextensionsv1.
 				if s.Scanned() >= opts.maxObjects {
 					return errObjectLimit
 				}
-				if err := s.Add(ctx, page.Items[i].Object); err != nil {
+				o := &page.Items[i]
+				if err := s.Add(ctx, o.Object); err != nil {
 					return err
 				}
+				stored.Add(o.GetNamespace(), o.GetName(), o.GetResourceVersion())
 			}
 			if time.Since(reported) >= progressEvery {
 				reported = time.Now()

@@ -41,6 +41,7 @@ func commands() []command {
 		{"api-resources", "[flags]", "list what discovery sees, CRD-backed resources marked", apiResourcesCmd},
 		{"rbac", "--rules FILE [flags]", "print the least-privilege RBAC for these rules", rbacCmd},
 		{"crd-diff", "OLD NEW [--objects DIR] | --cluster NEW", "compare two versions of CRDs, or NEW with the cluster; breaking changes and the objects they hit", crdDiffCmd},
+		{"crd-migrate", "CRD [flags]", "rewrite a CRD's objects stored at old versions, then cut status.storedVersions", crdMigrateCmd},
 		{"history", "[--server URL | --state-dir DIR] [filters]", "print what fired, newest first, from a running fieldwatch or a state dir", historyCmd},
 		{"version", "", "print the version", versionCmd},
 	}
