@@ -26,6 +26,7 @@ import (
 	"github.com/fieldwatch/fieldwatch/action"
 	"github.com/fieldwatch/fieldwatch/internal/audit"
 	"github.com/fieldwatch/fieldwatch/internal/connlimit"
+	"github.com/fieldwatch/fieldwatch/internal/crdguard"
 	"github.com/fieldwatch/fieldwatch/rules"
 	"github.com/fieldwatch/fieldwatch/watcher"
 )
@@ -115,6 +116,9 @@ type Config struct {
 	// right to list them (a namespaced install) it is how soon a new
 	// CRD's resources are watched.
 	DiscoveryInterval time.Duration
+	// CRDGuard turns on the CRD guard and its storage-version ledger;
+	// its zero value leaves them off.
+	CRDGuard CRDGuardConfig
 	// Namespaces, when set, confine fieldwatch to these namespaces (a
 	// namespaced install, whose RBAC is Roles in them): it watches
 	// namespaced resources in these only, a rule without
@@ -176,6 +180,9 @@ type app struct {
 
 	// history is nil without one (Config.History).
 	history *historyState
+
+	// guard is the CRD guard, nil when it is off (Config.CRDGuard).
+	guard atomic.Pointer[crdguard.Guard]
 }
 
 // Run runs fieldwatch until ctx ends (SIGTERM): it stops watching, lets the
@@ -287,6 +294,9 @@ func (a *app) run(ctx context.Context) error {
 	auditCtx, stopAudit := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopAudit()
 	if err := a.startAuditWebhook(auditCtx, &bg); err != nil {
+		return err
+	}
+	if err := a.startCRDGuard(ctx, &bg); err != nil {
 		return err
 	}
 
