@@ -103,6 +103,8 @@ func TestCLI(t *testing.T) {
 			code: 2, stderr: `invalid value "kube-apiserver," for flag -audit-webhook-client-name: an empty name`},
 		{name: "run with a bad --audit-webhook-max-body", args: []string{"run", "--rules", users, "--audit-webhook-max-body", "lots"},
 			code: 2, stderr: `invalid value "lots" for flag -audit-webhook-max-body`},
+		{name: "run with a bad --crd-guard", args: []string{"run", "--rules", users, "--crd-guard", "block"},
+			code: 2, stderr: `--crd-guard: crd guard mode "block": want off, warn or deny`},
 		{name: "rbac offline", args: []string{"rbac", "--offline", "--rules", audit, "--crds", repo(t, "examples/crds")}, code: 0,
 			stdout: `(?s)kind: ClusterRole.*- example\.com\n  resources:\n  - gadgets\n  - widgets.*kind: ClusterRoleBinding`},
 		{name: "rbac offline refuses every custom resource without CRDs", args: []string{"rbac", "--offline", "--rules", audit}, code: 1,

@@ -16,6 +16,7 @@ import (
 	"github.com/fieldwatch/fieldwatch/internal/app"
 	"github.com/fieldwatch/fieldwatch/internal/audit"
 	"github.com/fieldwatch/fieldwatch/internal/connlimit"
+	"github.com/fieldwatch/fieldwatch/internal/crdguard"
 	"github.com/fieldwatch/fieldwatch/watcher"
 )
 
@@ -81,6 +82,10 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"most custom resources one CRD change's impact scan reads (rules with crd: {impact: true}); beyond, the payload says the counts are lower bounds")
 	fs.DurationVar(&cfg.CRDImpactTimeout, "crd-impact-timeout", app.DefaultCRDImpactTimeout,
 		"longest one CRD change's impact scan runs, list included; beyond, the payload says the counts are lower bounds")
+	guardMode := fs.String("crd-guard", "off", "CRD guard on the admission endpoint: off, warn (allowed, with a warning per breaking check and the objects it strands) or deny (refused unless the CRD carries fieldwatch.io/allow-breaking); on also runs the storage-version ledger (docs/crd-checks.md)")
+	fs.StringVar(&cfg.CRDGuard.PolicyFile, "crd-guard-policy", "", "the CRD guard's per-check policy (crd-diff --policy's file: fieldwatch's checks: or crdify's configuration)")
+	fs.BoolVar(&cfg.CRDGuard.DenyIncomplete, "crd-guard-deny-incomplete", false, "deny mode: refuse a CRD change whose check could not finish (by default it is allowed with a warning)")
+	fs.DurationVar(&cfg.CRDGuard.Timeout, "crd-guard-timeout", crdguard.DefaultTimeout, "longest one CRD review runs; keep it below the webhook's timeoutSeconds for CRDs")
 	keepHistory := fs.Bool("history", true, "keep the history of what fired (in <state-dir>/history.db, or --history-dsn), served on --http-addr at /api/v1/history and /history")
 	fs.StringVar(&cfg.History.DSN, "history-dsn", "", "keep the history in this PostgreSQL database (a postgres:// URL or key=value settings; replicas may share it) instead of the state dir; give the password in $PGPASSWORD or a passfile, not here")
 	historyBytes := byteSize(app.DefaultHistoryMaxBytes)
@@ -107,11 +112,16 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Var(&indexBytes, "audit-index-max-bytes", "attribution: bytes the audit events held for matching take at most (a quantity such as 64Mi)")
 	fs.DurationVar(&au.IndexMaxAge, "audit-index-max-age", audit.DefaultMaxAge, "attribution: how long an audit event is held for matching")
 	fs.IntVar(&au.MaxWaiting, "audit-max-waiting", audit.DefaultMaxWaiting, "attribution: changes waiting for their audit event or actions at most; beyond it the watcher slows down")
-	if err := fs.Parse(args); err != nil {
+	err := fs.Parse(args)
+	if err != nil {
 		return 2
 	}
 	if !*pprof {
 		cfg.PprofAddr = ""
+	}
+	if cfg.CRDGuard.Mode, err = crdguard.ParseMode(*guardMode); err != nil {
+		_, _ = fmt.Fprintf(stderr, "fieldwatch run: --crd-guard: %v\n", err)
+		return 2
 	}
 	cfg.Queue.Bytes, cfg.Queue.ObjectBytes = int64(queueBytes), int64(objectBytes)
 	cfg.History.Disabled = !*keepHistory
