@@ -52,6 +52,15 @@ func MigrationOf(crd *apiextensionsv1.CustomResourceDefinition) (*Migration, err
 	return &m, nil
 }
 
+// Annotation returns m as MigrationAnnotation's value.
+func (m Migration) Annotation() (string, error) {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return "", fmt.Errorf("encode migration record: %w", err)
+	}
+	return string(b), nil
+}
+
 // epoch is a span of revisions in which a CRD's objects were written at
 // one storage version: from (exclusive) up to the next epoch's from.
 // version "" is a span in which the version is not known (a switch not

@@ -260,6 +260,66 @@ func checkDecision(t *testing.T, d *Decision) {
 	}
 }
 
+// TestReviewWriters checks the checks whose stranded objects are the ones
+// their writers show: a version no longer served, a subresource removed.
+func TestReviewWriters(t *testing.T) {
+	written := func(name, apiVersion, sub string) map[string]any {
+		o := widgetObj("a", name, "blue", "60")
+		entry := map[string]any{"manager": "kubectl", "operation": "Update", "apiVersion": apiVersion}
+		if sub != "" {
+			entry["subresource"] = sub
+		}
+		o["metadata"].(map[string]any)["managedFields"] = []any{entry}
+		return o
+	}
+	objects := []map[string]any{
+		written("old-client", "example.com/v1beta1", ""), written("status-writer", "example.com/v1", "status"), written("new-client", "example.com/v1", ""),
+	}
+	twoVersions := func() *apiextensionsv1.CustomResourceDefinition {
+		c := mustCRD(t, testCRD)
+		c.Spec.Versions[0].Subresources = &apiextensionsv1.CustomResourceSubresources{Status: &apiextensionsv1.CustomResourceSubresourceStatus{}}
+		beta := *c.Spec.Versions[0].DeepCopy()
+		beta.Name, beta.Storage = "v1beta1", false
+		c.Spec.Versions = append(c.Spec.Versions, beta)
+		return c
+	}
+	tests := []struct {
+		name string
+		edit func(*apiextensionsv1.CustomResourceDefinition)
+		want string
+	}{
+		{name: "version no longer served", edit: func(c *apiextensionsv1.CustomResourceDefinition) { c.Spec.Versions[1].Served = false },
+			want: "served-version-removed (v1beta1): 1 object with fields last written at v1beta1: a/old-client"},
+		{name: "status subresource removed", edit: func(c *apiextensionsv1.CustomResourceDefinition) { c.Spec.Versions[0].Subresources = nil },
+			want: "status-subresource-removed (v1): 1 object with status written at v1: a/status-writer"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			old := twoVersions()
+			new := old.DeepCopy()
+			tt.edit(new)
+			g := newGuard(t, Options{Mode: Deny, Source: &memSource{objects: objects}})
+			d := g.Review(context.Background(), request(t, admissionv1.Update, "", old, new))
+			checkDecision(t, d)
+			if d.Response.Allowed || !strings.Contains(d.Response.Result.Message, tt.want) {
+				t.Errorf("answer %+v, want refused with %q", d.Response, tt.want)
+			}
+		})
+	}
+
+	// A status update that leaves status.storedVersions as it is (the
+	// apiextensions controllers' conditions) is allowed at once.
+	old := twoVersions()
+	old.Status.StoredVersions = []string{"v1"}
+	new := old.DeepCopy()
+	new.Status.Conditions = []apiextensionsv1.CustomResourceDefinitionCondition{{Type: apiextensionsv1.Established, Status: apiextensionsv1.ConditionTrue}}
+	src := &memSource{objects: objects}
+	d := newGuard(t, Options{Mode: Deny, Source: src}).Review(context.Background(), request(t, admissionv1.Update, "status", old, new))
+	if checkDecision(t, d); !d.Response.Allowed || len(d.Response.Warnings) > 0 {
+		t.Errorf("a conditions update: %+v", d.Response)
+	}
+}
+
 // TestReviewStoredVersions checks the versions a change takes out of
 // status.storedVersions against the ledger's placing of the objects.
 func TestReviewStoredVersions(t *testing.T) {

@@ -2,7 +2,6 @@ package crdguard
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -401,13 +400,4 @@ func (l *Ledger) known(name string, uid types.UID) bool {
 	defer l.mu.Unlock()
 	st := l.crds[name]
 	return st != nil && st.uid == uid
-}
-
-// Annotation returns m as MigrationAnnotation's value.
-func (m Migration) Annotation() (string, error) {
-	b, err := json.Marshal(m)
-	if err != nil {
-		return "", fmt.Errorf("encode migration record: %w", err)
-	}
-	return string(b), nil
 }
