@@ -19,6 +19,7 @@ import (
 	"github.com/fieldwatch/fieldwatch/action"
 	"github.com/fieldwatch/fieldwatch/internal/audit"
 	"github.com/fieldwatch/fieldwatch/internal/connlimit"
+	"github.com/fieldwatch/fieldwatch/internal/crdguard"
 	"github.com/fieldwatch/fieldwatch/internal/history"
 	"github.com/fieldwatch/fieldwatch/internal/history/web"
 	"github.com/fieldwatch/fieldwatch/watcher"
@@ -67,6 +68,12 @@ var metricSections = []metricSection{
 		func(t *testing.T, reg prometheus.Registerer) { history.NewMetrics(reg) }},
 	{"internal/history/web", "The history's API and pages.",
 		func(t *testing.T, reg prometheus.Registerer) { web.New(web.Options{Registerer: reg}) }},
+	{"internal/crdguard", "The CRD guard at admission (`--crd-guard warn|deny`). Its storage-version ledger adds the gauge `fieldwatch_crd_stored_objects{crd,version}`: the objects of each CRD fieldwatch caches, by the version they were last written at (`unknown` where it cannot tell).",
+		func(t *testing.T, reg prometheus.Registerer) {
+			if _, err := crdguard.New(crdguard.Options{Mode: crdguard.Warn, Source: crdguard.CacheSource{Cache: func() crdguard.Cache { return nil }}, Registerer: reg}); err != nil {
+				t.Fatal(err)
+			}
+		}},
 	{"internal/connlimit", "Every HTTP server's connections (`--http-addr`, `--pprof-addr`, the audit receiver) and their cap.",
 		func(t *testing.T, reg prometheus.Registerer) { connlimit.NewMetrics(reg) }},
 }
