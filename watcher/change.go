@@ -38,6 +38,12 @@ type Change struct {
 	// (change.ObservedRelist, ObservedRestart, ObservedTakeover).
 	Observed change.Observed
 
+	// contentHash is jsonscan.ObjectHash of the new object's JSON as the
+	// watch event carried it (Config.ContentHash); prevRV is, for a
+	// deletion a watch event delivered, the resourceVersion the object had
+	// before it.
+	contentHash, prevRV string
+
 	// deferred is set by Defer.
 	deferred func()
 	// mark is the change's entry in its informer's tracker (nil without
@@ -64,6 +70,17 @@ func (c *Change) PreviousResourceVersion() string {
 	}
 	return c.Old.resourceVersion
 }
+
+// ContentHash returns the digest (jsonscan.ObjectHash) of the new object's
+// whole JSON as the watch event delivered it, before the projection: set
+// with Config.ContentHash on created and updated changes that one watch
+// event delivered, "" otherwise.
+func (c *Change) ContentHash() string { return c.contentHash }
+
+// DeletedResourceVersion returns, for a deletion that a watch event
+// delivered, the resourceVersion the object had just before it (the
+// cache's; the event's object carries the deletion's own); "" otherwise.
+func (c *Change) DeletedResourceVersion() string { return c.prevRV }
 
 // finish marks the change done in its tracker.
 func (c *Change) finish() {

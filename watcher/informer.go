@@ -9,6 +9,8 @@ import (
 	"unique"
 
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/fieldwatch/fieldwatch/internal/jsonscan"
 )
 
 // objectStore is the cache of one resourceWatch: its informer
@@ -84,6 +86,7 @@ func (s *objectStore) event(obj any) error {
 	if !s.admit(o) {
 		return nil // stopping
 	}
+	hash := s.rw.contentHash(obj)
 	k := keyOf(o)
 	s.mu.Lock()
 	old, exists := s.items[k]
@@ -91,9 +94,9 @@ func (s *objectStore) event(obj any) error {
 	s.rv = o.resourceVersion
 	s.mu.Unlock()
 	if exists {
-		s.rw.OnUpdate(old, o)
+		s.rw.updated(old, o, hash)
 	} else {
-		s.rw.OnAdd(o, false)
+		s.rw.added(o, hash)
 	}
 	return nil
 }
@@ -107,11 +110,15 @@ func (s *objectStore) Delete(obj any) error {
 	if !s.admit(o) {
 		return nil
 	}
+	var prevRV string
 	s.mu.Lock()
+	if old := s.items[keyOf(o)]; old != nil {
+		prevRV = old.resourceVersion
+	}
 	delete(s.items, keyOf(o))
 	s.rv = o.resourceVersion
 	s.mu.Unlock()
-	s.rw.OnDelete(o)
+	s.rw.deleted(o, prevRV)
 	return nil
 }
 
@@ -253,6 +260,21 @@ func (s *objectStore) admit(o *Object) bool {
 			return false
 		}
 	}
+}
+
+// contentHash returns the content hash of a watch event's object as the
+// stream carried it (jsonscan.ObjectHash), when Config.ContentHash asks
+// for it; "" otherwise, or when the object is not raw JSON.
+func (rw *resourceWatch) contentHash(obj any) string {
+	raw, ok := obj.(rawObject)
+	if !ok || !rw.w.cfg.ContentHash {
+		return ""
+	}
+	h, err := jsonscan.ObjectHash(raw)
+	if err != nil {
+		return "" // it decoded: a syntax only the hash checks
+	}
+	return h
 }
 
 // errUnexpected is an object of a type the informer does not cache.

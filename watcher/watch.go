@@ -327,11 +327,11 @@ func (rw *resourceWatch) OnAdd(obj any, isInInitialList bool) {
 		rw.w.unexpected(rw.res, obj)
 		return
 	}
-	defer rw.observed(o.resourceVersion, isInInitialList)
 	if !isInInitialList {
-		rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Listed: o.typ.listed, Observed: rw.observedAs(o), Time: time.Now()}, boundObject)
+		rw.added(o, "")
 		return
 	}
+	defer rw.observed(o.resourceVersion, isInInitialList)
 	rw.initialMu.Lock()
 	mode := rw.mode
 	rw.initialMu.Unlock()
@@ -367,6 +367,13 @@ func (rw *resourceWatch) OnAdd(obj any, isInInitialList bool) {
 	}
 }
 
+// added hands on the creation of o outside the initial list; hash is the
+// content hash of the watch event's object, if taken.
+func (rw *resourceWatch) added(o *Object, hash string) {
+	defer rw.observed(o.resourceVersion, false)
+	rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Listed: o.typ.listed, Observed: rw.observedAs(o), Time: time.Now(), contentHash: hash}, boundObject)
+}
+
 // notNews takes an object of the initial list that has no baseline as it
 // is. A leader records it as handled. A standby cannot tell whether the
 // leader handled its last change: it waits as an uncertain Created change
@@ -389,6 +396,12 @@ func (rw *resourceWatch) OnUpdate(oldObj, newObj any) {
 		rw.w.unexpected(rw.res, newObj)
 		return
 	}
+	rw.updated(old, o, "")
+}
+
+// updated hands on the change of an object from old to o; hash is the
+// content hash of the watch event's object, if taken.
+func (rw *resourceWatch) updated(old, o *Object, hash string) {
 	defer rw.observed(o.resourceVersion, false)
 	if old.resourceVersion == o.resourceVersion {
 		return // a relist that found the object unchanged
@@ -400,11 +413,16 @@ func (rw *resourceWatch) OnUpdate(oldObj, newObj any) {
 		rw.emit(&Change{Type: change.Created, Resource: rw.res, New: o, Listed: true, Observed: rw.relisted(), Time: time.Now()}, boundObject)
 		return
 	}
-	rw.emit(&Change{Type: change.Updated, Resource: rw.res, Old: old, New: o, Listed: o.typ.listed, Observed: rw.observedAs(o), Time: time.Now()}, boundObject)
+	rw.emit(&Change{Type: change.Updated, Resource: rw.res, Old: old, New: o, Listed: o.typ.listed, Observed: rw.observedAs(o), Time: time.Now(), contentHash: hash}, boundObject)
 }
 
 // OnDelete implements cache.ResourceEventHandler.
-func (rw *resourceWatch) OnDelete(obj any) {
+func (rw *resourceWatch) OnDelete(obj any) { rw.deleted(obj, "") }
+
+// deleted hands on the deletion of obj (an Object, or a tombstone);
+// prevRV is the resourceVersion the cache had for it before a watch
+// event deleted it.
+func (rw *resourceWatch) deleted(obj any, prevRV string) {
 	bound := boundObject // a watch event: the deletion's resourceVersion
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		// The watch missed the deletion; the tombstone carries the last
@@ -428,7 +446,7 @@ func (rw *resourceWatch) OnDelete(obj any) {
 	if bound == boundCache {
 		observed = rw.relisted()
 	}
-	rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: o, Listed: bound == boundCache, Observed: observed, Time: time.Now()}, bound)
+	rw.emit(&Change{Type: change.Deleted, Resource: rw.res, Old: o, Listed: bound == boundCache, Observed: observed, Time: time.Now(), prevRV: prevRV}, bound)
 }
 
 // observedAs says how a change to o, outside the initial list, was

@@ -88,6 +88,12 @@ type Config struct {
 	// audit event out of its index, as the leader's match did. It must
 	// not block, nor modify the change's objects (the cache's).
 	Confirmed func(c *Change)
+	// ContentHash makes every change a watch event delivers carry the
+	// digest of its new object's whole JSON, taken before the projection
+	// (Change.ContentHash): what admission attribution compares with the
+	// object a validating webhook saw. It costs a pass over each event's
+	// bytes; off, nothing.
+	ContentHash bool
 	// Logger receives the watcher's logs (default slog.Default()).
 	Logger *slog.Logger
 	// Registerer receives the watcher's metrics (nil: not registered).
