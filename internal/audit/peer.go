@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -48,7 +47,7 @@ type peers struct {
 	instance string   // this process, in peerInstanceHeader
 	timeout  time.Duration
 	client   *http.Client
-	w        *Webhook
+	e        *endpoint
 
 	mu       sync.Mutex
 	addrs    []string // resolved, less self
@@ -56,20 +55,20 @@ type peers struct {
 	self     map[string]bool
 }
 
-func newPeers(w *Webhook, names []string, timeout time.Duration) (*peers, error) {
+func newPeers(e *endpoint, names []string, timeout time.Duration) (*peers, error) {
 	for _, n := range names {
 		if _, _, err := net.SplitHostPort(n); err != nil {
-			return nil, fmt.Errorf("audit webhook: peer %q: want host:port: %w", n, err)
+			return nil, fmt.Errorf("%s: peer %q: want host:port: %w", e.what, n, err)
 		}
 	}
 	id := make([]byte, 16)
 	if _, err := rand.Read(id); err != nil {
-		return nil, fmt.Errorf("audit webhook: instance id: %w", err)
+		return nil, fmt.Errorf("%s: instance id: %w", e.what, err)
 	}
 	if timeout <= 0 {
 		timeout = DefaultPeerTimeout
 	}
-	p := &peers{names: names, instance: hex.EncodeToString(id), timeout: timeout, w: w, self: map[string]bool{}}
+	p := &peers{names: names, instance: hex.EncodeToString(id), timeout: timeout, e: e, self: map[string]bool{}}
 	p.client = &http.Client{
 		Timeout: timeout,
 		Transport: &http.Transport{
@@ -80,7 +79,7 @@ func newPeers(w *Webhook, names []string, timeout time.Duration) (*peers, error)
 				// whatever address it was reached at.
 				InsecureSkipVerify:   true,
 				VerifyConnection:     p.verify,
-				GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return w.cert.get() },
+				GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return e.cert.get() },
 			},
 			MaxIdleConnsPerHost: 2,
 			IdleConnTimeout:     90 * time.Second,
@@ -93,7 +92,7 @@ func newPeers(w *Webhook, names []string, timeout time.Duration) (*peers, error)
 
 // verify accepts a peer that serves this receiver's certificate.
 func (p *peers) verify(cs tls.ConnectionState) error {
-	if !p.w.isOwnCertificate(cs.PeerCertificates) {
+	if !p.e.isOwnCertificate(cs.PeerCertificates) {
 		return errNotPeer
 	}
 	return nil
@@ -112,7 +111,7 @@ func (p *peers) targets(ctx context.Context) []string {
 		host, port, _ := net.SplitHostPort(n)
 		ips, err := net.DefaultResolver.LookupHost(ctx, host)
 		if err != nil {
-			p.w.log.Warn("audit webhook: cannot resolve a peer; not forwarding to it now", "peer", n, "error", err)
+			p.e.log.Warn(p.e.what+": cannot resolve a peer; not forwarding to it now", "peer", n, "error", err)
 			continue
 		}
 		for _, ip := range ips {
@@ -161,9 +160,9 @@ func (p *peers) post(ctx context.Context, addr string, body []byte) {
 		p.mu.Lock()
 		p.addrs = slices.DeleteFunc(slices.Clone(p.addrs), func(a string) bool { return a == addr })
 		p.mu.Unlock()
-		p.w.m.peerFailed.Inc()
-		if suppressed, ok := p.w.refusals.allow("peer-forward", time.Now()); ok {
-			p.w.log.Warn("audit webhook: cannot forward audit events to a peer; it misses them", "peer", addr, "error", err, "suppressed", suppressed)
+		p.e.peerFailed.Inc()
+		if suppressed, ok := p.e.refusals.allow("peer-forward", time.Now()); ok {
+			p.e.log.Warn(p.e.what+": cannot forward records to a peer; it misses them", "peer", addr, "error", err, "suppressed", suppressed)
 		}
 		return
 	}
@@ -177,11 +176,11 @@ func (p *peers) post(ctx context.Context, addr string, body []byte) {
 		p.resolved = time.Time{}
 		p.mu.Unlock()
 	case resp.StatusCode == http.StatusOK:
-		p.w.m.peerOK.Inc()
+		p.e.peerOK.Inc()
 	default:
-		p.w.m.peerFailed.Inc()
-		if suppressed, ok := p.w.refusals.allow("peer-forward", time.Now()); ok {
-			p.w.log.Warn("audit webhook: a peer refused forwarded audit events; it misses them", "peer", addr, "code", resp.StatusCode, "suppressed", suppressed)
+		p.e.peerFailed.Inc()
+		if suppressed, ok := p.e.refusals.allow("peer-forward", time.Now()); ok {
+			p.e.log.Warn(p.e.what+": a peer refused forwarded records; it misses them", "peer", addr, "code", resp.StatusCode, "suppressed", suppressed)
 		}
 	}
 }
@@ -224,14 +223,4 @@ func (w *Webhook) servePeer(rw http.ResponseWriter, r *http.Request) {
 	w.sink.Add(SourcePeer, recs, 0)
 	w.m.webhookCode(http.StatusOK)
 	rw.WriteHeader(http.StatusOK)
-}
-
-// isOwnCertificate reports whether chain's leaf is this receiver's
-// serving certificate.
-func (w *Webhook) isOwnCertificate(chain []*x509.Certificate) bool {
-	own, err := w.cert.get()
-	if err != nil || own == nil || len(own.Certificate) == 0 || len(chain) == 0 {
-		return false
-	}
-	return bytes.Equal(chain[0].Raw, own.Certificate[0])
 }

@@ -1,18 +1,12 @@
 package audit
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/fieldwatch/fieldwatch/internal/connlimit"
@@ -137,32 +131,19 @@ const (
 // dropping the bodies of large events, which then match by window instead
 // of exactly.
 type Webhook struct {
-	opts     WebhookOptions
-	sink     Sink
-	m        *Metrics
-	log      *slog.Logger
-	refusals *refusalLog
-	slots    chan struct{} // one per request being read
-	cert     *reloadable[*tls.Certificate]
-	ca       *reloadable[*x509.CertPool]
-	names    map[string]bool
-	token    *reloadable[[32]byte]
-	peers    *peers // nil without Peers
+	*endpoint
+	opts  WebhookOptions
+	sink  Sink
+	m     *Metrics
+	slots chan struct{} // one per request being read
 }
 
 var _ http.Handler = &Webhook{}
 
 // NewWebhook checks and loads the files of opts.
 func NewWebhook(opts WebhookOptions, sink Sink) (*Webhook, error) {
-	if opts.CertFile == "" || opts.KeyFile == "" {
-		return nil, errors.New("audit webhook: a certificate and a key file are required (it serves HTTPS only)")
-	}
-	if opts.ClientCAFile == "" && opts.TokenFile == "" {
+	if opts.ClientCAFile == "" && opts.TokenFile == "" && opts.CertFile != "" && opts.KeyFile != "" {
 		return nil, errors.New("audit webhook: a client CA file or a token file is required, so that only the apiserver can post")
-	}
-	names, err := clientNames(opts.ClientCAFile, opts.ClientNames)
-	if err != nil {
-		return nil, err
 	}
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
@@ -179,92 +160,21 @@ func NewWebhook(opts WebhookOptions, sink Sink) (*Webhook, error) {
 	if opts.IdleTimeout <= 0 {
 		opts.IdleTimeout = connlimit.DefaultIdleTimeout
 	}
-	w := &Webhook{opts: opts, sink: sink, m: opts.Metrics, log: opts.Logger, refusals: newRefusalLog(RefusalLogInterval), names: names,
-		slots: make(chan struct{}, opts.MaxConcurrentRequests)}
-	if w.cert, err = newReloadable(loadKeyPair, opts.CertFile, opts.KeyFile); err != nil {
-		return nil, fmt.Errorf("audit webhook: certificate %s, key %s: %w", opts.CertFile, opts.KeyFile, err)
+	m := opts.Metrics
+	e := &endpoint{what: "audit webhook", realm: "fieldwatch-audit", log: opts.Logger, refusals: newRefusalLog(RefusalLogInterval),
+		code: m.webhookCode, refusedBy: m.refusedBy, peerOK: m.peerOK, peerFailed: m.peerFailed}
+	if err := e.load(endpointFiles{certFile: opts.CertFile, keyFile: opts.KeyFile, clientCAFile: opts.ClientCAFile,
+		tokenFile: opts.TokenFile, clientNames: opts.ClientNames}); err != nil {
+		return nil, err
 	}
-	if opts.ClientCAFile != "" {
-		if w.ca, err = newReloadable(loadCAs, opts.ClientCAFile); err != nil {
-			return nil, fmt.Errorf("audit webhook: client CA file %s: %w", opts.ClientCAFile, err)
-		}
-	}
-	if opts.TokenFile != "" {
-		if w.token, err = newReloadable(loadToken, opts.TokenFile); err != nil {
-			return nil, fmt.Errorf("audit webhook: token file %s: %w", opts.TokenFile, err)
-		}
-	}
+	w := &Webhook{endpoint: e, opts: opts, sink: sink, m: m, slots: make(chan struct{}, opts.MaxConcurrentRequests)}
 	if len(opts.Peers) > 0 {
-		if w.peers, err = newPeers(w, opts.Peers, opts.PeerTimeout); err != nil {
+		var err error
+		if e.peers, err = newPeers(e, opts.Peers, opts.PeerTimeout); err != nil {
 			return nil, err
 		}
 	}
 	return w, nil
-}
-
-// clientNames checks the names a client certificate may carry: required
-// with a client CA, and only with one.
-func clientNames(caFile string, list []string) (map[string]bool, error) {
-	if caFile == "" {
-		if len(list) > 0 {
-			return nil, errors.New("audit webhook: client names without a client CA file: they name the certificates of that CA to accept")
-		}
-		return nil, nil
-	}
-	if len(list) == 0 {
-		return nil, fmt.Errorf("audit webhook: the client CA file %s needs the names of the apiserver's client certificate to accept (its CN, or a DNS or URI SAN): "+
-			"a CA signs other clients too, and any of them could post audit events naming anyone", caFile)
-	}
-	names := make(map[string]bool, len(list))
-	for _, n := range list {
-		if n == "" || strings.TrimSpace(n) != n {
-			return nil, fmt.Errorf("audit webhook: client name %q: empty or with surrounding white space", n)
-		}
-		names[n] = true
-	}
-	return names, nil
-}
-
-func loadKeyPair(data [][]byte) (*tls.Certificate, error) {
-	c, err := tls.X509KeyPair(data[0], data[1])
-	return &c, err
-}
-
-func loadCAs(data [][]byte) (*x509.CertPool, error) {
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(data[0]) {
-		return nil, errors.New("no PEM certificate in it")
-	}
-	return pool, nil
-}
-
-func loadToken(data [][]byte) ([32]byte, error) {
-	tok := bytes.TrimSpace(data[0])
-	if len(tok) == 0 {
-		return [32]byte{}, errors.New("empty token")
-	}
-	return sha256.Sum256(tok), nil
-}
-
-// TLSConfig returns the server's TLS configuration: the current serving
-// certificate, and client certificates requested (verified by the
-// handler, so that a wrong one gets a counted 403 rather than a failed
-// handshake): the apiserver's, or a peer's.
-func (w *Webhook) TLSConfig() *tls.Config {
-	cfg := &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-			c, err := w.cert.get()
-			if err != nil {
-				w.log.Error("audit webhook: reload serving certificate; serving the previous one", "error", err)
-			}
-			return c, nil
-		},
-	}
-	if w.ca != nil || w.peers != nil {
-		cfg.ClientAuth = tls.RequestClientCert
-	}
-	return cfg
 }
 
 // Serve serves HTTPS on ln until ctx ends, then shuts down gracefully. It
@@ -326,15 +236,7 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if code, reason, client := w.authenticate(r); code != 0 {
-		if code == http.StatusUnauthorized {
-			rw.Header().Set("WWW-Authenticate", `Bearer realm="fieldwatch-audit"`)
-		}
-		w.m.refusedBy[reason].Inc()
-		why := "wrong credentials"
-		if code == http.StatusUnauthorized {
-			why = "no credentials"
-		}
-		w.refuseClient(rw, r, code, why, reason, client)
+		w.refuseUnauthenticated(rw, r, code, reason, client)
 		return
 	}
 	if !w.accepting(rw) {
@@ -428,115 +330,6 @@ func (q *requestEvents) add(rec Record) error {
 	*last = append(*last, rec)
 	q.n++
 	return nil
-}
-
-// authenticate returns 0 for a request with valid credentials, 401 for
-// one with none, 403 for one with wrong ones; reason says which (a
-// RefusedReason) and client is the name of a refused certificate.
-func (w *Webhook) authenticate(r *http.Request) (code int, reason, client string) {
-	reason = RefusedNoCredentials
-	if auth := r.Header.Get("Authorization"); auth != "" {
-		reason = RefusedToken
-		tok, ok := bearerToken(auth)
-		if ok && w.token != nil {
-			want, err := w.token.get()
-			if err != nil {
-				w.log.Error("audit webhook: reload token file; using the previous token", "error", err)
-			}
-			got := sha256.Sum256([]byte(tok))
-			if subtle.ConstantTimeCompare(got[:], want[:]) == 1 {
-				return 0, "", ""
-			}
-		}
-	}
-	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
-		leaf := r.TLS.PeerCertificates[0]
-		switch {
-		case w.ca == nil || !w.verifyClient(r.TLS.PeerCertificates):
-			reason = RefusedCertificate
-		case !w.nameAllowed(leaf):
-			reason = RefusedCertificateName
-		default:
-			return 0, "", ""
-		}
-		client = leaf.Subject.CommonName
-	}
-	if reason == RefusedNoCredentials {
-		return http.StatusUnauthorized, reason, ""
-	}
-	return http.StatusForbidden, reason, client
-}
-
-// nameAllowed reports whether c names one of ClientNames: as its common
-// name or a DNS or URI subject alternative name.
-func (w *Webhook) nameAllowed(c *x509.Certificate) bool {
-	if w.names[c.Subject.CommonName] {
-		return true
-	}
-	for _, n := range c.DNSNames {
-		if w.names[n] {
-			return true
-		}
-	}
-	for _, u := range c.URIs {
-		if w.names[u.String()] {
-			return true
-		}
-	}
-	return false
-}
-
-// bearerToken returns the credentials of an Authorization header of the
-// Bearer scheme, whose name is case-insensitive (RFC 7235: "bearer" is
-// Bearer too).
-func bearerToken(auth string) (string, bool) {
-	scheme, tok, ok := strings.Cut(auth, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
-	}
-	return strings.TrimSpace(tok), true
-}
-
-func (w *Webhook) verifyClient(chain []*x509.Certificate) bool {
-	pool, err := w.ca.get()
-	if err != nil {
-		w.log.Error("audit webhook: reload client CA file; using the previous CAs", "error", err)
-	}
-	inter := x509.NewCertPool()
-	for _, c := range chain[1:] {
-		inter.AddCert(c)
-	}
-	_, err = chain[0].Verify(x509.VerifyOptions{
-		Roots:         pool,
-		Intermediates: inter,
-		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	})
-	return err == nil
-}
-
-func (w *Webhook) refuse(rw http.ResponseWriter, r *http.Request, code int, why string) {
-	w.refuseClient(rw, r, code, why, "", "")
-}
-
-// refuseClient answers code, counts it and logs it, unless a refusal of
-// the same code and reason was logged less than RefusalLogInterval ago
-// (the next line says how many were not).
-func (w *Webhook) refuseClient(rw http.ResponseWriter, r *http.Request, code int, why, reason, client string) {
-	w.m.webhookCode(code)
-	if suppressed, ok := w.refusals.allow(fmt.Sprint(code, reason), time.Now()); ok {
-		attrs := []any{"code", code, "reason", truncate(why, 512), "remote", r.RemoteAddr}
-		if reason != "" {
-			attrs = append(attrs, "refused", reason)
-		}
-		if client != "" {
-			attrs = append(attrs, "client", truncate(client, 256))
-		}
-		if suppressed > 0 {
-			attrs = append(attrs, "suppressed", suppressed)
-		}
-		w.log.Warn("audit webhook: refused a request", attrs...)
-	}
-	http.Error(rw, why, code)
 }
 
 // takeSlot takes one of the slots that bound how many event lists are
