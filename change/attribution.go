@@ -1,14 +1,17 @@
 package change
 
 // Match says how a change was attributed to the user who made it, from the
-// Kubernetes audit stream: the payload's actor.match.
+// Kubernetes audit stream or fieldwatch's admission webhook: the payload's
+// actor.match.
 type Match string
 
 // The match kinds.
 const (
 	// MatchExact: the audit event's responseObject has the object's uid and
 	// the change's resourceVersion (or, for a deletion, the delete's
-	// response names the object's uid).
+	// response names the object's uid); or an admission request names the
+	// object's uid, the resourceVersion the change applied to and the
+	// content it made.
 	MatchExact Match = "exact"
 	// MatchWindow: one identity made every write that fits the change in
 	// the match window.
@@ -23,20 +26,39 @@ const (
 // Attributed reports whether m names a user (exact or window).
 func (m Match) Attributed() bool { return m == MatchExact || m == MatchWindow }
 
+// The sources of an Attribution.
+const (
+	// SourceAudit: the apiserver's audit stream (its webhook backend or its
+	// log).
+	SourceAudit = "audit"
+	// SourceAdmission: fieldwatch's validating admission webhook.
+	SourceAdmission = "admission"
+	// SourceBoth: both, for a change each had an answer for (an ambiguous
+	// one when they differ), and for an unmatched change when both are on.
+	SourceBoth = "admission+audit"
+)
+
 // UserInfo is an authenticated identity as the apiserver records it in its
-// audit events. Its extra attributes are never kept.
+// audit events or sends it to admission webhooks. Of its extra attributes
+// only those that name a credential or the pod or node it was bound to,
+// never secrets, are kept (from admission only).
 type UserInfo struct {
 	Username string   `json:"username"`
 	UID      string   `json:"uid,omitempty"`
 	Groups   []string `json:"groups,omitempty"`
+	// Extra holds the allowed extra attributes
+	// (authentication.kubernetes.io/credential-id, .../pod-name, ...).
+	Extra map[string][]string `json:"extra,omitempty"`
 }
 
-// Attribution is who made a change, as the audit stream tells: the
-// payload's actor beside the field manager, its fields in the order of the
-// actor's keys. Its slices and pointers may be shared with whoever produced
-// it: readers must not modify them.
+// Attribution is who made a change, as the audit stream or admission
+// tells: the payload's actor beside the field manager, its fields in the
+// order of the actor's keys. Its slices and pointers may be shared with
+// whoever produced it: readers must not modify them.
 type Attribution struct {
-	// User is the authenticated user (exact and window matches only).
+	// User is the authenticated user (exact and window matches only). From
+	// admission it is the identity the request acted as: admission is told
+	// the impersonated user, never who impersonated it.
 	User *UserInfo `json:"user,omitempty"`
 	// ImpersonatedUser is the user the request acted as, when User
 	// impersonated one.
@@ -50,6 +72,9 @@ type Attribution struct {
 	// that had several candidate requests of the same identity (the user is
 	// certain, the request is not).
 	AuditID string `json:"auditID,omitempty"`
+	// Source says where the answer came from: SourceAudit, SourceAdmission
+	// or SourceBoth; for MatchNone, the sources that were asked.
+	Source string `json:"source,omitempty"`
 	// Match says how the change was attributed; "" only where there is no
 	// attribution (a payload without an audit source).
 	Match Match `json:"match,omitempty"`

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -202,6 +203,10 @@ func appendActor(b []byte, mf managerActor, hasMF bool, a *change.Attribution) (
 			key("auditID")
 			b = appendJSONString(b, a.AuditID)
 		}
+		if a.Source != "" {
+			key("source")
+			b = appendJSONString(b, a.Source)
+		}
 		key("match")
 		m := a.Match
 		if m == "" {
@@ -228,6 +233,18 @@ func appendUser(b []byte, u *change.UserInfo) []byte {
 	if len(u.Groups) > 0 {
 		b = append(b, `,"groups":`...)
 		b = appendStrings(b, u.Groups)
+	}
+	if len(u.Extra) > 0 {
+		b = append(b, `,"extra":{`...)
+		for i, k := range slices.Sorted(maps.Keys(u.Extra)) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, k)
+			b = append(b, ':')
+			b = appendStrings(b, u.Extra[k])
+		}
+		b = append(b, '}')
 	}
 	return append(b, '}')
 }
@@ -266,6 +283,7 @@ func actorValue(c *Change) map[string]any {
 		"userAgent":        a.UserAgent,
 		"sourceIPs":        stringsValue(a.SourceIPs),
 		"auditID":          a.AuditID,
+		"source":           a.Source,
 		"match":            m,
 		"candidates":       stringsValue(a.Candidates),
 	}
@@ -275,7 +293,11 @@ func userValue(u *change.UserInfo) map[string]any {
 	if u == nil {
 		u = &change.UserInfo{}
 	}
-	return map[string]any{"username": u.Username, "uid": u.UID, "groups": stringsValue(u.Groups)}
+	extra := make(map[string]any, len(u.Extra))
+	for k, vs := range u.Extra {
+		extra[k] = stringsValue(vs)
+	}
+	return map[string]any{"username": u.Username, "uid": u.UID, "groups": stringsValue(u.Groups), "extra": extra}
 }
 
 func stringsValue(ss []string) []any {

@@ -214,6 +214,11 @@ func TestActorPayload(t *testing.T) {
 		{"zero match is none", false, &change.Attribution{}, `{"match":"none"}`, false},
 		{"full", true, full, `{"manager":"m","operation":"Update","user":{"username":"admin","uid":"1","groups":["g"]},"impersonatedUser":{"username":"al\"ice"},"verb":"update","userAgent":"ua","sourceIPs":["::1","10.0.0.1"],"auditID":"x","match":"exact"}`, false},
 		{"ambiguous", false, &change.Attribution{Match: change.MatchAmbiguous, Verb: "delete", Candidates: []string{"a", "b"}}, `{"verb":"delete","match":"ambiguous","candidates":["a","b"]}`, false},
+		{"admission", false, &change.Attribution{Match: change.MatchExact, Source: change.SourceAdmission, Verb: "patch",
+			User: &change.UserInfo{Username: "system:serviceaccount:ci:deployer", Groups: []string{"system:serviceaccounts"},
+				Extra: map[string][]string{"authentication.kubernetes.io/pod-name": {"runner-1"}, "authentication.kubernetes.io/credential-id": {"JTI=1"}}}},
+			`{"user":{"username":"system:serviceaccount:ci:deployer","groups":["system:serviceaccounts"],"extra":{"authentication.kubernetes.io/credential-id":["JTI=1"],"authentication.kubernetes.io/pod-name":["runner-1"]}},"verb":"patch","source":"admission","match":"exact"}`, false},
+		{"none from both sources", false, &change.Attribution{Match: change.MatchNone, Source: change.SourceBoth}, `{"source":"admission+audit","match":"none"}`, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
