@@ -32,6 +32,9 @@ type AttributorOptions struct {
 	Clock Clock
 	// Metrics receive the match counts (default unregistered ones).
 	Metrics *Metrics
+	// Sources names the sources an unmatched change was looked for in, as
+	// its Attribution's Source (default change.SourceAudit).
+	Sources string
 }
 
 func (o *AttributorOptions) defaults() {
@@ -46,6 +49,9 @@ func (o *AttributorOptions) defaults() {
 	}
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil)
+	}
+	if o.Sources == "" {
+		o.Sources = change.SourceAudit
 	}
 }
 
@@ -262,7 +268,7 @@ func (a *Attributor) Submit(ctx context.Context, c Change, cb func(change.Attrib
 func (a *Attributor) matchNow(c *Change) (change.Attribution, bool) {
 	res, ok := a.ix.match(c, c.Listed)
 	if !ok && c.Listed {
-		return change.Attribution{Match: change.MatchNone}, true
+		return change.Attribution{Match: change.MatchNone, Source: a.opts.Sources}, true
 	}
 	return res, ok
 }
@@ -300,7 +306,7 @@ func (a *Attributor) resolveLocked(q *objectQueue, expired bool) {
 			if !due {
 				return
 			}
-			res = change.Attribution{Match: change.MatchNone}
+			res = change.Attribution{Match: change.MatchNone, Source: a.opts.Sources}
 		}
 		q.waiting[0] = nil
 		q.waiting = q.waiting[1:]

@@ -21,6 +21,14 @@ type Change struct {
 	// may have skipped versions). An update request that names another
 	// version in its body cannot have made the change.
 	OldResourceVersion string
+	// ContentHash is jsonscan.ObjectHash of the new object as the watch
+	// event delivered it (watcher.Change.ContentHash): what an admission
+	// request's object is compared with. "" when not known.
+	ContentHash string
+	// DeletedResourceVersion is, for a deletion a watch event delivered,
+	// the resourceVersion the object had before it (the one a delete's
+	// oldObject has); "" when not known.
+	DeletedResourceVersion string
 	// Type is created, updated or deleted.
 	Type change.Type
 	// DeletionStarted marks an update that set metadata.deletionTimestamp:

@@ -1,14 +1,16 @@
 // Package audit attributes watched changes to the authenticated users who
-// made them, from the Kubernetes audit stream: a watch event says what
-// changed, never who changed it, and the apiserver writes the user into its
-// audit events (audit.k8s.io/v1 Event).
+// made them: a watch event says what changed, never who changed it. Two
+// kinds of sources say who: the Kubernetes audit stream, into which the
+// apiserver writes the user of each request (audit.k8s.io/v1 Event), and
+// fieldwatch's own validating admission webhook, to which the apiserver
+// sends each write with its user before it is stored (AdmissionReview).
 //
-// `fieldwatch run` (internal/app) feeds an Index from one of two sources,
-// an HTTPS receiver for the apiserver's webhook backend (Webhook) or a
-// follower of its JSON audit log (Follower), and submits every watched
-// change to an Attributor, which calls back with the change's Attribution
-// once a fitting audit event is in the Index, or when a bounded wait is
-// over:
+// `fieldwatch run` (internal/app) feeds an Index from its sources, an
+// HTTPS receiver for the apiserver's audit webhook backend (Webhook), a
+// follower of its JSON audit log (Follower), the admission endpoint
+// (Admission), and submits every watched change to an Attributor, which
+// calls back with the change's Attribution once a fitting audit event or
+// admission record is in the Index, or when a bounded wait is over:
 //
 //	ix := audit.NewIndex(audit.IndexOptions{})
 //	wh, err := audit.NewWebhook(audit.WebhookOptions{CertFile: crt, KeyFile: key, ClientCAFile: ca, ClientNames: names}, ix)
@@ -17,11 +19,15 @@
 //	err = at.Submit(ctx, audit.Change{...}, func(a change.Attribution) { /* evaluate the rules */ })
 //
 // An attribution is exact (the audit event names the change's
-// resourceVersion), by window (one identity made every write that fits),
-// ambiguous (writes by different identities fit: no user is named,
-// fieldwatch never guesses) or none; Attributor says how each is decided,
-// Record what each audit level tells, Webhook what the apiserver must be
-// told. docs/attribution.md documents it for users.
+// resourceVersion; or an admission record names the object's uid, the
+// resourceVersion the change applied to and the content it stored),
+// by window (one identity made every write that fits), ambiguous (writes
+// by different identities fit: no user is named, fieldwatch never
+// guesses) or none; Attributor says how each is decided, Record what each
+// audit level tells, Webhook and Admission what the apiserver must be
+// told, admissionFits how an admission record is matched and why it can
+// be exact. docs/attribution.md documents it for users, with the threat
+// model of the admission endpoint.
 //
 // audit must not import fieldwatch's rules, watcher or app packages, nor
 // client-go (TestDependencies keeps it so): it works on plain values

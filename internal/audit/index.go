@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -46,6 +47,26 @@ type IndexOptions struct {
 	Clock Clock
 	// Metrics receive the index's metrics (default unregistered ones).
 	Metrics *Metrics
+
+	// AdmissionTTL is how long after it arrived an admission record may
+	// stand for a watched change (by the change's Time; default
+	// DefaultAdmissionTTL). Records are held MaxAge, so that a change
+	// the watcher queued for a while still finds its own.
+	AdmissionTTL time.Duration
+	// AdmissionMaxPending and AdmissionMaxBytes bound the admission
+	// records held (defaults DefaultAdmissionMaxPending and
+	// DefaultAdmissionMaxBytes, counted as entryBytes); past either the
+	// oldest are evicted.
+	AdmissionMaxPending int
+	AdmissionMaxBytes   int64
+	// AdmissionMetrics receive the admission records' metrics (default
+	// unregistered ones).
+	AdmissionMetrics *AdmissionMetrics
+	// Echoes, with both an audit source and admission, makes the audit
+	// event of a change that admission attributed before it came count as
+	// that change's when it comes, instead of a candidate for the
+	// object's next change.
+	Echoes bool
 }
 
 func (o *IndexOptions) defaults() {
@@ -71,6 +92,18 @@ func (o *IndexOptions) defaults() {
 	}
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil)
+	}
+	if o.AdmissionTTL <= 0 {
+		o.AdmissionTTL = DefaultAdmissionTTL
+	}
+	if o.AdmissionMaxPending <= 0 {
+		o.AdmissionMaxPending = DefaultAdmissionMaxPending
+	}
+	if o.AdmissionMaxBytes <= 0 {
+		o.AdmissionMaxBytes = DefaultAdmissionMaxBytes
+	}
+	if o.AdmissionMetrics == nil {
+		o.AdmissionMetrics = NewAdmissionMetrics(nil)
 	}
 }
 
@@ -153,6 +186,12 @@ type Index struct {
 	// interned is the bytes strs, lists and users hold (of strings that
 	// held events may no longer share).
 	interned int
+
+	// adm holds the admission records; echoes the changes admission
+	// attributed whose audit event has not come (IndexOptions.Echoes).
+	adm     admissionRecords
+	echoes  map[objectKey][]echo
+	nechoes int
 }
 
 var _ interner = &Index{}
@@ -220,6 +259,12 @@ func (ix *Index) list(ss []string) []string {
 // caller holds ix.mu.
 func (ix *Index) user(u *change.UserInfo) *change.UserInfo {
 	ix.key = appendJoined(appendJoined(ix.key[:0], u.Username, u.UID), u.Groups...)
+	if len(u.Extra) > 0 {
+		keys := slices.Sorted(maps.Keys(u.Extra))
+		for _, k := range keys {
+			ix.key = append(appendJoined(append(appendJoined(ix.key, k), 1), u.Extra[k]...), 1)
+		}
+	}
 	if v, ok := ix.users[string(ix.key)]; ok {
 		return v
 	}
@@ -228,6 +273,12 @@ func (ix *Index) user(u *change.UserInfo) *change.UserInfo {
 	}
 	k := string(ix.key)
 	v := &change.UserInfo{Username: ix.str(u.Username), UID: ix.str(u.UID), Groups: ix.list(u.Groups)}
+	if len(u.Extra) > 0 {
+		v.Extra = make(map[string][]string, len(u.Extra))
+		for ek, vs := range u.Extra {
+			v.Extra[ix.str(ek)] = ix.list(vs)
+		}
+	}
 	ix.users[k] = v
 	ix.intern(len(k) + userBytes)
 	return v
@@ -246,13 +297,15 @@ func appendJoined(b []byte, ss ...string) []byte {
 func NewIndex(opts IndexOptions) *Index {
 	opts.defaults()
 	return &Index{
-		opts:  opts,
-		m:     opts.Metrics,
-		byKey: map[objectKey][]*entry{},
-		byID:  map[string]*entry{},
-		strs:  map[string]string{},
-		lists: map[string][]string{},
-		users: map[string]*change.UserInfo{},
+		opts:   opts,
+		m:      opts.Metrics,
+		byKey:  map[objectKey][]*entry{},
+		byID:   map[string]*entry{},
+		strs:   map[string]string{},
+		lists:  map[string][]string{},
+		users:  map[string]*change.UserInfo{},
+		adm:    admissionRecords{byUID: map[string][]*entry{}, byReq: map[string]*entry{}},
+		echoes: map[objectKey][]echo{},
 	}
 }
 
@@ -274,6 +327,10 @@ func (ix *Index) Add(source string, recs []Record, ignored int) {
 	if len(recs) == 0 {
 		return
 	}
+	if source == SourceAdmission || source == SourceAdmissionPeer {
+		ix.addAdmission(source, recs)
+		return
+	}
 	var keys []objectKey
 	ix.mu.Lock()
 	now := ix.opts.Clock.Now()
@@ -293,6 +350,12 @@ func (ix *Index) Add(source string, recs []Record, ignored int) {
 			continue
 		case rec.AuditID != "" && ix.byID[rec.AuditID] != nil:
 			dup++
+			continue
+		case rec.Admission:
+			failed++ // an admission record never comes from an audit source
+			continue
+		case ix.echoLocked(rec):
+			indexed++ // the audit event of a change admission attributed
 			continue
 		}
 		rec.compact(ix)
@@ -342,6 +405,20 @@ func (ix *Index) Add(source string, recs []Record, ignored int) {
 	}
 }
 
+// addAdmission holds recs, admission records of source, and tells the
+// Attributor which objects got some.
+func (ix *Index) addAdmission(source string, recs []Record) {
+	ix.mu.Lock()
+	now := ix.opts.Clock.Now()
+	ix.expireLocked(now)
+	keys := ix.addAdmissionLocked(source, recs, now, nil)
+	notify := ix.notify
+	ix.mu.Unlock()
+	if notify != nil && len(keys) > 0 {
+		notify(keys)
+	}
+}
+
 // expire evicts the events older than MaxAge now (Add and every match do
 // it too).
 func (ix *Index) expire() {
@@ -365,6 +442,7 @@ func (ix *Index) setGaugesLocked() {
 }
 
 func (ix *Index) expireLocked(now time.Time) {
+	ix.expireAdmissionLocked(now)
 	cutoff := now.Add(-ix.opts.MaxAge)
 	for ix.head < len(ix.fifo) && ix.fifo[ix.head].arrived.Before(cutoff) {
 		e := ix.popLocked()

@@ -42,13 +42,20 @@ func (ix *Index) match(c *Change, final bool) (a change.Attribution, ok bool) {
 
 func (ix *Index) matchLocked(c *Change, final bool) (change.Attribution, bool) {
 	ix.expireLocked(ix.opts.Clock.Now())
-	var strong, weak []*entry
+	adm := ix.admissionFits(c)
+	var strong, weak, exact []*entry
 	key := c.key()
 	for range 2 {
 		for _, e := range ix.byKey[key] {
 			if ix.exact(e, c) {
-				ix.consumeLocked(e)
-				return attribution(change.MatchExact, e, []*entry{e}), true
+				if len(adm) == 0 {
+					ix.consumeLocked(e)
+					a := attribution(change.MatchExact, e, []*entry{e})
+					a.Source = change.SourceAudit
+					return a, true
+				}
+				exact = append(exact, e)
+				continue
 			}
 			switch ix.fits(e, c) {
 			case strongFit:
@@ -63,6 +70,16 @@ func (ix *Index) matchLocked(c *Change, final bool) (change.Attribution, bool) {
 			break
 		}
 		key.name = ""
+	}
+	if len(adm) > 0 {
+		// Admission names the change exactly: it decides at once, with the
+		// audit events that fit it now (an exact one, else the strong
+		// fits).
+		audit := exact
+		if len(audit) == 0 {
+			audit = strong
+		}
+		return ix.matchAdmissionLocked(c, adm, audit), true
 	}
 	cands := strong
 	if len(cands) == 0 {
@@ -81,7 +98,9 @@ func (ix *Index) matchLocked(c *Change, final bool) (change.Attribution, bool) {
 		if !e.multi() {
 			ix.consumeLocked(e)
 		}
-		return attribution(change.MatchWindow, e, cands), true
+		a := attribution(change.MatchWindow, e, cands)
+		a.Source = change.SourceAudit
+		return a, true
 	}
 	id := cands[0].rec.identity()
 	for _, e := range cands[1:] {
@@ -99,6 +118,7 @@ func (ix *Index) matchLocked(c *Change, final bool) (change.Attribution, bool) {
 		}
 	}
 	a := attribution(change.MatchWindow, cands[max(first, 0)], cands)
+	a.Source = change.SourceAudit
 	for i, e := range cands {
 		if i == first {
 			ix.consumeLocked(e)
@@ -279,7 +299,7 @@ func ambiguous(cands []*entry) change.Attribution {
 		names = append(names, e.rec.Username())
 	}
 	slices.Sort(names)
-	return change.Attribution{Match: change.MatchAmbiguous, Candidates: slices.Compact(names)}
+	return change.Attribution{Match: change.MatchAmbiguous, Source: change.SourceAudit, Candidates: slices.Compact(names)}
 }
 
 // Consume takes out of the index the audit event that most plausibly made
@@ -298,6 +318,7 @@ func (ix *Index) Consume(c *Change) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	ix.expireLocked(ix.opts.Clock.Now())
+	ix.consumeAdmissionLocked(c)
 	var best *entry
 	key := c.key()
 	for range 2 {

@@ -63,6 +63,28 @@ type Record struct {
 	// GenerateName is the requestObject's metadata.generateName of a create,
 	// present at Request level and above.
 	GenerateName string
+
+	// Admission marks the record of an admission review (Admission): a
+	// write request validating admission let through, before it was
+	// stored. Such a record matches only by the fields below, never by
+	// time (match.go); its User is the identity the request acted as
+	// (admission is told the impersonated user, not who impersonated), its
+	// Verb create, update, patch or delete, its Received and Completed the
+	// time the review arrived, its Code 200.
+	Admission bool `json:",omitempty"`
+	// RequestUID is the admission request's uid: a review forwarded twice
+	// is held once.
+	RequestUID string `json:",omitempty"`
+	// ObjectUID is the object's metadata.uid (a create's is generated
+	// before validating admission), OldResourceVersion oldObject's
+	// metadata.resourceVersion: the version an update or a deletion
+	// applied to.
+	ObjectUID          string `json:",omitempty"`
+	OldResourceVersion string `json:",omitempty"`
+	// ContentHash is jsonscan.ObjectHash of the object a create or an
+	// update stores; "" when the request's object is not the resource's
+	// own (a Scale of a scale subresource).
+	ContentHash string `json:",omitempty"`
 }
 
 // Username returns the identity the request acted as: the impersonated
@@ -98,14 +120,25 @@ func (r *Record) keptBytes() int {
 	n := len(r.AuditID) + len(r.Level) + len(r.Verb) + len(r.Group) + len(r.Version) + len(r.Resource) +
 		len(r.Subresource) + len(r.Namespace) + len(r.Name) + userInfoBytes(&r.User) + len(r.UserAgent) +
 		listBytes(r.SourceIPs) + len(r.RefUID) + len(r.RefResourceVersion) + len(r.ResponseUID) +
-		len(r.ResponseResourceVersion) + len(r.GenerateName)
+		len(r.ResponseResourceVersion) + len(r.GenerateName) + len(r.RequestUID) + len(r.ObjectUID) +
+		len(r.OldResourceVersion) + len(r.ContentHash)
 	if r.ImpersonatedUser != nil {
 		n += userBytes + userInfoBytes(r.ImpersonatedUser)
 	}
 	return n
 }
 
-func userInfoBytes(u *change.UserInfo) int { return len(u.Username) + len(u.UID) + listBytes(u.Groups) }
+func userInfoBytes(u *change.UserInfo) int {
+	n := len(u.Username) + len(u.UID) + listBytes(u.Groups)
+	for k, vs := range u.Extra {
+		n += extraEntryBytes + len(k) + listBytes(vs)
+	}
+	return n
+}
+
+// extraEntryBytes is what an entry of a UserInfo's Extra takes besides
+// its strings: its key's header, its list's and the map's own share.
+const extraEntryBytes = 64
 
 func listBytes(ss []string) int {
 	n := stringBytes * len(ss)
@@ -148,11 +181,16 @@ func (r *Record) compact(in interner) {
 	r.Subresource = in.str(r.Subresource)
 	r.Namespace = in.str(r.Namespace)
 	r.Name = in.str(r.Name) // an object is written many times
-	r.User = change.UserInfo{Username: in.str(r.User.Username), UID: in.str(r.User.UID), Groups: in.list(r.User.Groups)}
+	if r.User.Extra != nil {
+		r.User = *in.user(&r.User)
+	} else {
+		r.User = change.UserInfo{Username: in.str(r.User.Username), UID: in.str(r.User.UID), Groups: in.list(r.User.Groups)}
+	}
 	if r.ImpersonatedUser != nil {
 		r.ImpersonatedUser = in.user(r.ImpersonatedUser)
 	}
 	r.UserAgent = in.str(r.UserAgent)
 	r.SourceIPs = in.list(r.SourceIPs)
 	r.GenerateName = in.str(r.GenerateName)
+	r.OldResourceVersion = in.str(r.OldResourceVersion)
 }

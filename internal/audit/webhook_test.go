@@ -29,6 +29,7 @@ import (
 type recordingSink struct {
 	mu      sync.Mutex
 	recs    []Record
+	sourced []sourcedRecord
 	ignored int
 }
 
@@ -36,6 +37,9 @@ func (s *recordingSink) Add(source string, recs []Record, ignored int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.recs = append(s.recs, recs...)
+	for _, r := range recs {
+		s.sourced = append(s.sourced, sourcedRecord{Record: r, source: source})
+	}
 	s.ignored += ignored
 }
 
