@@ -46,7 +46,6 @@ type review struct {
 	group, version, resource, subResource string
 	name, namespace, operation            string
 	dryRun                                bool
-	optionsKind                           string
 	user                                  change.UserInfo
 	object, oldObject                     []byte // raw JSON; nil or null when absent
 }
@@ -108,14 +107,6 @@ func decodeReview(body []byte) (review, error) {
 			rv.oldObject = value
 		case "dryRun":
 			rv.dryRun = string(value) == "true"
-		case "options":
-			if !isNull(value) {
-				err = eachString(value, func(k, v string) {
-					if k == "kind" {
-						rv.optionsKind = v
-					}
-				})
-			}
 		}
 		return err
 	})
@@ -218,10 +209,9 @@ func recordOf(rv *review, keep func(group, resource string) bool, now time.Time)
 		}
 		verb = "create"
 	case "UPDATE":
+		// A patch too: the apiserver sends a patch's options to admission
+		// as UpdateOptions, so admission cannot tell it from an update.
 		verb = "update"
-		if rv.optionsKind == "PatchOptions" {
-			verb = "patch"
-		}
 	case "DELETE":
 		verb = "delete"
 	default:

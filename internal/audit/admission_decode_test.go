@@ -80,7 +80,7 @@ func TestDecodeReview(t *testing.T) {
 	obj, old := cmJSON("cm", "u1", "6", "b"), cmJSON("cm", "u1", "5", "a")
 	update := request(admissionv1.Update, "alice", obj, old)
 	patch := request(admissionv1.Update, "alice", obj, old)
-	patch.Options = runtime.RawExtension{Raw: []byte(`{"kind":"PatchOptions","apiVersion":"meta.k8s.io/v1","fieldManager":"kubectl"}`)}
+	patch.Options = runtime.RawExtension{Raw: []byte(`{"kind":"UpdateOptions","apiVersion":"meta.k8s.io/v1","fieldManager":"kubectl"}`)}
 	create := request(admissionv1.Create, "bob", cmJSON("cm-x7k2p", "u2", "", "a"), nil)
 	create.Name = "" // generateName: the request names none, its object does
 	del := request(admissionv1.Delete, "carol", nil, old)
@@ -105,7 +105,7 @@ func TestDecodeReview(t *testing.T) {
 		want   Record // compared on the fields set
 	}{
 		{"update", update, reviewKept, Record{Verb: "update", ObjectUID: "u1", OldResourceVersion: "5", ContentHash: hashOf(t, obj), Name: "cm"}},
-		{"patch", patch, reviewKept, Record{Verb: "patch", ObjectUID: "u1", OldResourceVersion: "5", ContentHash: hashOf(t, obj), Name: "cm"}},
+		{"patch (as the apiserver sends it)", patch, reviewKept, Record{Verb: "update", ObjectUID: "u1", OldResourceVersion: "5", ContentHash: hashOf(t, obj), Name: "cm"}},
 		{"create with generateName", create, reviewKept, Record{Verb: "create", ObjectUID: "u2", Name: "cm-x7k2p", ContentHash: hashOf(t, cmJSON("cm-x7k2p", "u2", "", "a"))}},
 		{"delete", del, reviewKept, Record{Verb: "delete", ObjectUID: "u1", OldResourceVersion: "5", Name: "cm"}},
 		{"status", status, reviewKept, Record{Verb: "update", Subresource: "status", ObjectUID: "u1", OldResourceVersion: "5", ContentHash: hashOf(t, obj), Name: "cm"}},

@@ -74,39 +74,40 @@ func TestAdmissionMatching(t *testing.T) {
 	}{
 		{"create by uid", at0(admRec("alice", "create", "", "H0")), admChange(change.Created, "", "5", "H0", t0), 0, change.MatchExact, "alice", "create", nil},
 		{"update by version and content", at0(admRec("alice", "update", "5", "H1")), admChange(change.Updated, "5", "6", "H1", t0), 0, change.MatchExact, "alice", "update", nil},
-		{"patch", at0(admRec("alice", "patch", "5", "H1")), admChange(change.Updated, "5", "6", "H1", t0), 0, change.MatchExact, "alice", "patch", nil},
-		{"racing writers told apart by content", at0(admRec("alice", "patch", "5", "H1"), admRec("bob", "patch", "5", "H2")),
-			admChange(change.Updated, "5", "6", "H2", t0), 0, change.MatchExact, "bob", "patch", nil},
-		{"racing writers of the same content", at0(admRec("alice", "patch", "5", "H1"), admRec("bob", "update", "5", "H1")),
+		{"racing writers told apart by content", at0(admRec("alice", "update", "5", "H1"), admRec("bob", "update", "5", "H2")),
+			admChange(change.Updated, "5", "6", "H2", t0), 0, change.MatchExact, "bob", "update", nil},
+		{"racing writers of the same content", at0(admRec("alice", "update", "5", "H1"), admRec("bob", "update", "5", "H1")),
 			admChange(change.Updated, "5", "6", "H1", t0), 0, change.MatchAmbiguous, "", "", []string{"alice", "bob"}},
-		{"one user's retried request", at0(admRec("alice", "patch", "5", "H1"), admRec("alice", "update", "5", "H1")),
-			admChange(change.Updated, "5", "6", "H1", t0), 0, change.MatchExact, "alice", "", nil},
+		{"one user's retried request", at0(admRec("alice", "update", "5", "H1"), func() Record { r := admRec("alice", "update", "5", "H1"); r.RequestUID += "-again"; return r }()),
+			admChange(change.Updated, "5", "6", "H1", t0), 0, change.MatchExact, "alice", "update", nil},
+		{"a user's update and delete of one version", at0(admRec("alice", "update", "5", "H1"), admRec("alice", "delete", "5", "")),
+			admChange(change.Updated, "5", "6", "H1", t0), 0, change.MatchExact, "alice", "update", nil},
 		{"another version", at0(admRec("alice", "update", "4", "H1")), admChange(change.Updated, "5", "6", "H1", t0), 0, "", "", "", nil},
 		{"another content (denied, lost a race, no-op)", at0(admRec("alice", "update", "5", "H9")), admChange(change.Updated, "5", "6", "H1", t0), 0, "", "", "", nil},
 		{"a denied request, then the same change by another within the TTL",
-			[]timed{{admRec("alice", "patch", "5", "H1"), 0}, {admRec("bob", "patch", "5", "H1"), 3 * time.Second}},
+			[]timed{{admRec("alice", "update", "5", "H1"), 0}, {admRec("bob", "update", "5", "H1"), 3 * time.Second}},
 			admChange(change.Updated, "5", "6", "H1", t0), 3 * time.Second, change.MatchAmbiguous, "", "", []string{"alice", "bob"}},
 		{"a denied request, then the same change by another past the TTL",
-			[]timed{{admRec("alice", "patch", "5", "H1"), 0}, {admRec("bob", "patch", "5", "H1"), 6 * time.Second}},
-			admChange(change.Updated, "5", "6", "H1", t0), 6 * time.Second, change.MatchExact, "bob", "patch", nil},
+			[]timed{{admRec("alice", "update", "5", "H1"), 0}, {admRec("bob", "update", "5", "H1"), 6 * time.Second}},
+			admChange(change.Updated, "5", "6", "H1", t0), 6 * time.Second, change.MatchExact, "bob", "update", nil},
 		{"a record past the TTL", at0(admRec("alice", "update", "5", "H1")), admChange(change.Updated, "5", "6", "H1", t0), 6 * time.Second, "", "", "", nil},
-		{"a forged review beside the real one", at0(admRec("mallory", "patch", "5", "H1"), admRec("alice", "patch", "5", "H1")),
+		{"a forged review beside the real one", at0(admRec("mallory", "update", "5", "H1"), admRec("alice", "update", "5", "H1")),
 			admChange(change.Updated, "5", "6", "H1", t0), 0, change.MatchAmbiguous, "", "", []string{"alice", "mallory"}},
-		{"a forged review of other content", at0(admRec("mallory", "patch", "5", "H7"), admRec("alice", "patch", "5", "H1")),
-			admChange(change.Updated, "5", "6", "H1", t0), 0, change.MatchExact, "alice", "patch", nil},
-		{"a forged review of another uid", at0(func() Record { r := admRec("mallory", "patch", "5", "H1"); r.ObjectUID = "u2"; return r }(), admRec("alice", "patch", "5", "H1")),
-			admChange(change.Updated, "5", "6", "H1", t0), 0, change.MatchExact, "alice", "patch", nil},
-		{"a scale write (no content) beside a write of that content", at0(admRec("dave", "update", "5", ""), admRec("erin", "patch", "5", "H2")),
+		{"a forged review of other content", at0(admRec("mallory", "update", "5", "H7"), admRec("alice", "update", "5", "H1")),
+			admChange(change.Updated, "5", "6", "H1", t0), 0, change.MatchExact, "alice", "update", nil},
+		{"a forged review of another uid", at0(func() Record { r := admRec("mallory", "update", "5", "H1"); r.ObjectUID = "u2"; return r }(), admRec("alice", "update", "5", "H1")),
+			admChange(change.Updated, "5", "6", "H1", t0), 0, change.MatchExact, "alice", "update", nil},
+		{"a scale write (no content) beside a write of that content", at0(admRec("dave", "update", "5", ""), admRec("erin", "update", "5", "H2")),
 			admChange(change.Updated, "5", "6", "H2", t0), 0, change.MatchAmbiguous, "", "", []string{"dave", "erin"}},
 		{"a scale write alone", at0(admRec("dave", "update", "5", "")), admChange(change.Updated, "5", "6", "H2", t0), 0, change.MatchExact, "dave", "update", nil},
-		{"a status write", at0(statusRec, admRec("erin", "patch", "5", "H1")), statusWrite, 0, change.MatchExact, "kubelet", "update", nil},
+		{"a status write", at0(statusRec, admRec("erin", "update", "5", "H1")), statusWrite, 0, change.MatchExact, "kubelet", "update", nil},
 		{"a watch without content hash", at0(admRec("alice", "update", "5", "H1")), admChange(change.Updated, "5", "6", "", t0), 0, change.MatchExact, "alice", "update", nil},
 		{"delete by the version deleted", at0(admRec("carol", "delete", "7", "")), admChange(change.Deleted, "7", "8", "", t0), 0, change.MatchExact, "carol", "delete", nil},
 		{"delete of another version", at0(admRec("carol", "delete", "6", "")), admChange(change.Deleted, "7", "8", "", t0), 0, "", "", "", nil},
 		{"delete seen as a tombstone", at0(admRec("carol", "delete", "6", "")), admChange(change.Deleted, "", "8", "", t0), 0, change.MatchExact, "carol", "delete", nil},
 		{"graceful delete", at0(admRec("carol", "delete", "7", "")), deletionStarted, 0, change.MatchExact, "carol", "delete", nil},
 		{"an update does not start a deletion", at0(admRec("carol", "update", "7", "H1")), deletionStarted, 0, "", "", "", nil},
-		{"the last finalizer removed", at0(admRec("controller", "patch", "9", "H3")), terminatingGone, 0, change.MatchExact, "controller", "patch", nil},
+		{"the last finalizer removed", at0(admRec("controller", "update", "9", "H3")), terminatingGone, 0, change.MatchExact, "controller", "update", nil},
 		{"a delete is no update", at0(admRec("carol", "delete", "5", "")), admChange(change.Updated, "5", "6", "H1", t0), 0, "", "", "", nil},
 	}
 	for _, tt := range tests {
@@ -161,7 +162,7 @@ func TestAdmissionWithAudit(t *testing.T) {
 	t.Run("agree", func(t *testing.T) {
 		clock := newFakeClock()
 		ix := NewIndex(IndexOptions{Clock: clock, Echoes: true})
-		ix.Add(SourceAdmission, []Record{admRec("alice", "patch", "5", "H1")}, 0)
+		ix.Add(SourceAdmission, []Record{admRec("alice", "update", "5", "H1")}, 0)
 		ix.Add(SourceWebhook, []Record{auditRec("alice", "a1", t0)}, 0)
 		c := admChange(change.Updated, "5", "6", "H1", t0)
 		a, ok := ix.match(&c, false)
@@ -175,7 +176,7 @@ func TestAdmissionWithAudit(t *testing.T) {
 	t.Run("conflict", func(t *testing.T) {
 		clock := newFakeClock()
 		ix := NewIndex(IndexOptions{Clock: clock, Echoes: true})
-		ix.Add(SourceAdmission, []Record{admRec("alice", "patch", "5", "H1")}, 0)
+		ix.Add(SourceAdmission, []Record{admRec("alice", "update", "5", "H1")}, 0)
 		ix.Add(SourceWebhook, []Record{auditRec("bob", "b1", t0)}, 0)
 		c := admChange(change.Updated, "5", "6", "H1", t0)
 		a, ok := ix.match(&c, false)
@@ -187,7 +188,7 @@ func TestAdmissionWithAudit(t *testing.T) {
 		clock := newFakeClock()
 		m := NewAdmissionMetrics(nil)
 		ix := NewIndex(IndexOptions{Clock: clock, Echoes: true, AdmissionMetrics: m})
-		ix.Add(SourceAdmission, []Record{admRec("alice", "patch", "5", "H1")}, 0)
+		ix.Add(SourceAdmission, []Record{admRec("alice", "update", "5", "H1")}, 0)
 		c1 := admChange(change.Updated, "5", "6", "H1", t0)
 		if a, ok := ix.match(&c1, false); !ok || a.Username() != "alice" {
 			t.Fatalf("first change: %+v", a)
@@ -200,7 +201,7 @@ func TestAdmissionWithAudit(t *testing.T) {
 		if ix.Len() != 0 || testutil.ToFloat64(m.echoConfirmed) != 1 {
 			t.Fatalf("alice's audit event: %d held, %v confirmed; want it taken as her change's", ix.Len(), testutil.ToFloat64(m.echoConfirmed))
 		}
-		ix.Add(SourceAdmission, []Record{admRec("bob", "patch", "6", "H2")}, 0)
+		ix.Add(SourceAdmission, []Record{admRec("bob", "update", "6", "H2")}, 0)
 		c2 := admChange(change.Updated, "6", "7", "H2", t0.Add(500*time.Millisecond))
 		if a, ok := ix.match(&c2, false); !ok || a.Match != change.MatchExact || a.Username() != "bob" {
 			t.Fatalf("second change: %+v, want bob's", a)
@@ -230,7 +231,7 @@ func TestAdmissionBounds(t *testing.T) {
 	if n, _ := ix.Pending(); n != 100 || testutil.ToFloat64(m.evictedCount) != 900 {
 		t.Errorf("%d pending, %v evicted by count; want 100, 900", n, testutil.ToFloat64(m.evictedCount))
 	}
-	r := admRec("alice", "patch", "5", "H")
+	r := admRec("alice", "update", "5", "H")
 	ix.Add(SourceAdmissionPeer, []Record{r, r}, 0)
 	if testutil.ToFloat64(m.reviewBy[reviewDuplicate]) != 1 {
 		t.Errorf("a record forwarded twice: %v duplicates, want 1", testutil.ToFloat64(m.reviewBy[reviewDuplicate]))
@@ -241,7 +242,7 @@ func TestAdmissionBounds(t *testing.T) {
 	}
 	ix = NewIndex(IndexOptions{Clock: clock, AdmissionMaxBytes: 64 << 10, AdmissionMetrics: m})
 	for i := range 1000 {
-		r := admRec("u", "patch", fmt.Sprint(i), "H")
+		r := admRec("u", "update", fmt.Sprint(i), "H")
 		r.ObjectUID = fmt.Sprintf("obj-%d", i)
 		ix.Add(SourceAdmission, []Record{r}, 0)
 	}

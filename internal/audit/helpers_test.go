@@ -2,6 +2,7 @@ package audit
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/internal/jsonscan"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
@@ -149,7 +151,8 @@ func ptr[T any](v T) *T { return &v }
 // watched is a change the in-test watch saw and what it was attributed.
 type watched struct {
 	Change
-	seq       int // per object, from 0
+	object    *unstructured.Unstructured // as the watch delivered it
+	seq       int                        // per object, from 0
 	submitted time.Time
 	resolved  time.Time
 	done      bool
@@ -168,6 +171,11 @@ type observer struct {
 	// watch that lags behind the audit stream (with gate: its events are
 	// held before it is watched).
 	lagging bool
+	// hashed: changes carry the content hash of the watched object and a
+	// deletion the resourceVersion before it, as the watcher's with
+	// ContentHash; now, when set, stamps them instead of time.Now.
+	hashed bool
+	now    func() time.Time
 
 	mu          sync.Mutex
 	changes     []*watched
@@ -241,10 +249,26 @@ func (o *observer) change(ev watch.Event) *watched {
 	if !ok {
 		return nil
 	}
+	clock := time.Now
+	if o.now != nil {
+		clock = o.now
+	}
 	c := Change{Group: o.gvr.Group, Resource: o.gvr.Resource, Namespace: u.GetNamespace(), Name: u.GetName(),
-		UID: string(u.GetUID()), ResourceVersion: u.GetResourceVersion(), Time: time.Now()}
+		UID: string(u.GetUID()), ResourceVersion: u.GetResourceVersion(), Time: clock()}
+	if o.hashed && ev.Type != watch.Deleted {
+		raw, err := json.Marshal(u.Object)
+		if err == nil {
+			c.ContentHash, err = jsonscan.ObjectHash(raw)
+		}
+		if err != nil {
+			o.t.Errorf("hash %s: %v", c.Name, err)
+		}
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.hashed && ev.Type == watch.Deleted {
+		c.DeletedResourceVersion = o.lastRV[c.Name]
+	}
 	was := o.terminating[c.Name]
 	now := u.GetDeletionTimestamp() != nil
 	switch ev.Type {
@@ -259,7 +283,7 @@ func (o *observer) change(ev watch.Event) *watched {
 	}
 	o.terminating[c.Name] = now
 	o.lastRV[c.Name] = c.ResourceVersion
-	wc := &watched{Change: c, seq: len(o.byObject[c.Name])}
+	wc := &watched{Change: c, object: u, seq: len(o.byObject[c.Name])}
 	o.byObject[c.Name] = append(o.byObject[c.Name], wc)
 	o.changes = append(o.changes, wc)
 	return wc

@@ -69,7 +69,8 @@ type Record struct {
 	// stored. Such a record matches only by the fields below, never by
 	// time (match.go); its User is the identity the request acted as
 	// (admission is told the impersonated user, not who impersonated), its
-	// Verb create, update, patch or delete, its Received and Completed the
+	// Verb create, update (a patch too: admission is sent a patch's options
+	// as UpdateOptions) or delete, its Received and Completed the
 	// time the review arrived, its Code 200.
 	Admission bool `json:",omitempty"`
 	// RequestUID is the admission request's uid: a review forwarded twice
