@@ -53,7 +53,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	kube.register(fs)
 	fs.Var(&ruleFiles, "rules", "rules file (repeat for several; they are merged). Required")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", ":8080", "address for /metrics, /healthz and /readyz (\"\" to disable; port 0 picks a free port, logged as \"http server listening\")")
-	fs.DurationVar(&cfg.HTTPIdleTimeout, "http-idle-timeout", connlimit.DefaultIdleTimeout, "close a keep-alive connection of the HTTP servers (--http-addr, --pprof-addr, --audit-webhook-addr) after this long without a request")
+	fs.DurationVar(&cfg.HTTPIdleTimeout, "http-idle-timeout", connlimit.DefaultIdleTimeout, "close a keep-alive connection of the HTTP servers (--http-addr, --pprof-addr, --audit-webhook-addr, --admission-addr) after this long without a request")
 	fs.StringVar(&cfg.StateDir, "state-dir", "", "directory for the restart baseline (baseline.db), the dead-letter file (dead-letter.jsonl) and the history (history.db); on a volume that outlives the pod, nothing is lost across restarts and rollouts")
 	fs.IntVar(&cfg.Workers, "workers", app.DefaultWorkers, "changes evaluated in parallel")
 	queueBytes, objectBytes := byteSize(watcher.DefaultQueueBytes), byteSize(watcher.DefaultQueueObjectBytes)
@@ -112,6 +112,20 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Var(&indexBytes, "audit-index-max-bytes", "attribution: bytes the audit events held for matching take at most (a quantity such as 64Mi)")
 	fs.DurationVar(&au.IndexMaxAge, "audit-index-max-age", audit.DefaultMaxAge, "attribution: how long an audit event is held for matching")
 	fs.IntVar(&au.MaxWaiting, "audit-max-waiting", audit.DefaultMaxWaiting, "attribution: changes waiting for their audit event or actions at most; beyond it the watcher slows down")
+	ad := &cfg.Admission
+	admissionBody, admissionBytes := byteSize(audit.DefaultAdmissionMaxBody), byteSize(audit.DefaultAdmissionMaxBytes)
+	fs.StringVar(&ad.Addr, "admission-addr", "", "attribution: address of fieldwatch's validating admission webhook (HTTPS, path /validate), such as :9443 (empty: none); `fieldwatch admission-webhook` prints its configuration")
+	fs.StringVar(&ad.CertFile, "admission-cert-file", "", "attribution: the admission webhook's serving certificate (PEM; reloaded when it changes; its CA is the configuration's caBundle)")
+	fs.StringVar(&ad.KeyFile, "admission-key-file", "", "attribution: the admission webhook's serving key (PEM)")
+	fs.StringVar(&ad.ClientCAFile, "admission-client-ca-file", "", "attribution: accept reviews only with a client certificate signed by these CAs that names one of --admission-client-name (where the apiserver presents one: --admission-control-config-file)")
+	fs.Var((*nameList)(&ad.ClientNames), "admission-client-name", "attribution: the apiserver's client certificate for webhooks: its CN, or a DNS or URI SAN, matched exactly (repeat, or a comma list). Required with --admission-client-ca-file")
+	fs.StringVar(&ad.TokenFile, "admission-token-file", "", "attribution: accept reviews only with this bearer token")
+	fs.Var((*nameList)(&ad.Peers), "admission-peers", "attribution: the other replicas' admission webhooks, host:port (repeat, or a comma list; a name resolves to every address, such as a headless Service's): each review's record is forwarded to them, so that the leader holds every record whichever replica the apiserver called")
+	fs.Var(&admissionBody, "admission-max-body", "attribution: largest AdmissionReview read (a quantity such as 16Mi); a larger one gets 413 and the write goes on unattributed")
+	fs.IntVar(&ad.MaxPending, "admission-max-pending", audit.DefaultAdmissionMaxPending, "attribution: admission records held for matching at most; beyond it the oldest are dropped")
+	fs.Var(&admissionBytes, "admission-max-pending-bytes", "attribution: bytes the admission records held take at most (a quantity such as 16Mi)")
+	fs.DurationVar(&ad.CandidateTTL, "admission-candidate-ttl", audit.DefaultAdmissionTTL, "attribution: how long after it arrived an admission request may stand for a watched change; an older one is no candidate")
+	fs.DurationVar(&ad.Wait, "admission-wait", app.DefaultAdmissionWait, "attribution, with admission as the only source: how long a change waits at most for its admission record (one forwarded by a peer)")
 	err := fs.Parse(args)
 	if err != nil {
 		return 2
@@ -128,6 +142,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg.History.MaxBytes = int64(historyBytes)
 	au.WebhookMaxBodyBytes = int64(maxBody)
 	au.IndexMaxBytes = int64(indexBytes)
+	ad.MaxBodyBytes, ad.MaxPendingBytes = int64(admissionBody), int64(admissionBytes)
 	if len(ruleFiles) == 0 || fs.NArg() > 0 {
 		_, _ = fmt.Fprintln(stderr, "fieldwatch run: --rules FILE is required and no arguments are taken")
 		fs.Usage()

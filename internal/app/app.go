@@ -108,6 +108,9 @@ type Config struct {
 	// Audit turns on attribution from the Kubernetes audit stream; its
 	// zero value leaves it off.
 	Audit AuditConfig
+	// Admission turns on attribution from fieldwatch's own admission
+	// webhook; its zero value leaves it off.
+	Admission AdmissionConfig
 	// History keeps what fired, served on HTTPAddr (/api/v1/history,
 	// /history); its zero value keeps it in StateDir.
 	History HistoryConfig
@@ -145,7 +148,7 @@ func checkLoopback(addr string) error {
 // need attribution without an audit source, and in a namespaced install
 // rules that reach outside it.
 func (a *app) checkRules(ctx context.Context, set *rules.Set) error {
-	if !a.cfg.Audit.enabled() {
+	if !a.cfg.attributing() {
 		if names := set.UsesAttribution(); len(names) > 0 {
 			return errNeedsAudit(names)
 		}
@@ -168,10 +171,12 @@ type app struct {
 	reload  sync.Mutex
 	digest  string // of the loaded rules files' content
 
-	// auditMetrics, auditSink and auditScope serve attribution (Config.Audit).
-	auditMetrics *audit.Metrics
-	auditSink    auditSwitch
-	auditScope   atomic.Pointer[auditScope]
+	// auditMetrics, admissionMetrics, auditSink and auditScope serve
+	// attribution (Config.Audit, Config.Admission).
+	auditMetrics     *audit.Metrics
+	admissionMetrics *audit.AdmissionMetrics
+	auditSink        auditSwitch
+	auditScope       atomic.Pointer[auditScope]
 
 	// conns count the HTTP servers' connections; connCaps are the caps of
 	// their listeners, by server name (connectionCaps).
@@ -213,6 +218,9 @@ func newApp(ctx context.Context, cfg Config) (*app, error) {
 	if err := cfg.Audit.check(cfg.TotalShards); err != nil {
 		return nil, err
 	}
+	if err := cfg.Admission.check(cfg.TotalShards); err != nil {
+		return nil, err
+	}
 	if err := cfg.History.check(); err != nil {
 		return nil, err
 	}
@@ -223,8 +231,11 @@ func newApp(ctx context.Context, cfg Config) (*app, error) {
 	if err := a.checkRules(ctx, set); err != nil {
 		return nil, err
 	}
-	if cfg.Audit.enabled() {
+	if cfg.attributing() {
 		a.auditMetrics = audit.NewMetrics(a.reg)
+	}
+	if cfg.Admission.enabled() {
+		a.admissionMetrics = audit.NewAdmissionMetrics(a.reg)
 	}
 	a.auditScope.Store(newAuditScope(set.Selectors()))
 	a.set.Store(set)
@@ -297,6 +308,9 @@ func (a *app) run(ctx context.Context) error {
 		return err
 	}
 	if err := a.startCRDGuard(ctx, &bg); err != nil {
+		return err
+	}
+	if err := a.startAdmission(auditCtx, &bg); err != nil {
 		return err
 	}
 
@@ -373,6 +387,7 @@ func (a *app) newReplica(ctx context.Context, standby bool) (*replica, error) {
 		Store:               store,
 		Standby:             standby,
 		Confirmed:           confirmed,
+		ContentHash:         a.cfg.Admission.enabled(),
 		Logger:              a.log,
 		Registerer:          a.reg,
 	})
@@ -477,6 +492,9 @@ func (a *app) connectionCaps() map[string]int {
 	}
 	if a.cfg.Audit.WebhookAddr != "" {
 		wants = append(wants, connlimit.Want{Name: audit.ServerName})
+	}
+	if a.cfg.Admission.Addr != "" {
+		wants = append(wants, connlimit.Want{Name: audit.AdmissionServerName})
 	}
 	limit, err := connlimit.FileLimit()
 	if err != nil {

@@ -86,7 +86,7 @@ func (c *AuditConfig) check(totalShards int) error {
 // audit source.
 func errNeedsAudit(names []string) error {
 	return fmt.Errorf("rules %s use match.users, match.excludeUsers or the audit fields of the CEL actor (actor.user, actor.match, ...): "+
-		"they need to know who made each change, from the Kubernetes audit stream; set --audit-webhook-addr or --audit-log",
+		"they need to know who made each change, from the Kubernetes audit stream or fieldwatch's admission webhook; set --audit-webhook-addr or --audit-log, or --admission-addr",
 		strings.Join(names, ", "))
 }
 
@@ -210,10 +210,10 @@ type attribution struct {
 }
 
 // startAttribution starts attribution for a replica, or returns nil when no
-// audit source is configured.
+// source of attribution (an audit source, admission) is configured.
 func (a *app) startAttribution(ctx context.Context) (*attribution, error) {
-	c := &a.cfg.Audit
-	if !c.enabled() {
+	c, ac := &a.cfg.Audit, &a.cfg.Admission
+	if !a.cfg.attributing() {
 		return nil, nil
 	}
 	ix := audit.NewIndex(audit.IndexOptions{
@@ -221,12 +221,17 @@ func (a *app) startAttribution(ctx context.Context) (*attribution, error) {
 		Window: c.MatchWindow, ClockSkew: c.ClockSkew,
 		Keep:    func(group, resource string) bool { return a.auditScope.Load().keeps(group, resource) },
 		Metrics: a.auditMetrics,
+
+		AdmissionTTL: ac.CandidateTTL, AdmissionMaxPending: ac.MaxPending, AdmissionMaxBytes: ac.MaxPendingBytes,
+		AdmissionMetrics: a.admissionMetrics,
+		Echoes:           c.enabled() && ac.enabled(),
 	})
 	maxWaiting := c.MaxWaiting
 	if maxWaiting <= 0 {
 		maxWaiting = audit.DefaultMaxWaiting
 	}
-	at := audit.NewAttributor(ix, audit.AttributorOptions{Wait: c.Wait, MaxWaiting: maxWaiting, Metrics: a.auditMetrics})
+	at := audit.NewAttributor(ix, audit.AttributorOptions{Wait: a.cfg.attributionWait(), MaxWaiting: maxWaiting, Metrics: a.auditMetrics,
+		Sources: a.cfg.attributionSources()})
 	att := &attribution{ix: ix, at: at, inflight: make(chan struct{}, maxWaiting)}
 	att.deliverCtx, att.stopDeliver = context.WithCancel(context.Background())
 	if c.LogPath != "" {
@@ -252,11 +257,7 @@ func (a *app) startAttribution(ctx context.Context) (*attribution, error) {
 // events and their actions' queues on shutdown: their bound and a second,
 // within half the grace period.
 func (a *app) attributionDrain() time.Duration {
-	wait := a.cfg.Audit.Wait
-	if wait <= 0 {
-		wait = audit.DefaultWait
-	}
-	return min(wait+time.Second, a.cfg.GracePeriod/2)
+	return min(a.cfg.attributionWait()+time.Second, a.cfg.GracePeriod/2)
 }
 
 // consume takes the audit event of c, a change the leader confirmed, out

@@ -18,7 +18,7 @@ import (
 // an action's queue is full, which is how a slow receiver slows the watcher
 // instead of losing firings.
 //
-// With attribution (an audit source), who made the change must be known
+// With attribution (an audit source, admission), who made the change must be known
 // before the rules are evaluated (match.users, the CEL actor): Handle
 // submits the change to the Attributor and returns; evaluation and
 // delivery happen in its callback, once the change's audit event is in or
@@ -161,10 +161,12 @@ func auditChange(c *watcher.Change, rc *rules.Change) audit.Change {
 		Group: c.Resource.Group, Resource: c.Resource.Resource,
 		Namespace: o.GetNamespace(), Name: o.GetName(),
 		UID: string(o.GetUID()), ResourceVersion: o.GetResourceVersion(),
-		OldResourceVersion: c.PreviousResourceVersion(),
-		Type:               c.Type,
-		Time:               c.Time,
-		Listed:             c.Listed,
+		OldResourceVersion:     c.PreviousResourceVersion(),
+		ContentHash:            c.ContentHash(),
+		DeletedResourceVersion: c.DeletedResourceVersion(),
+		Type:                   c.Type,
+		Time:                   c.Time,
+		Listed:                 c.Listed,
 	}
 	switch c.Type {
 	case change.Updated:

@@ -1,0 +1,146 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/internal/audit"
+)
+
+// DefaultAdmissionWait is how long a change waits for its admission
+// record when admission is the only source: a record comes before its
+// change, or a few milliseconds after it from a peer.
+const DefaultAdmissionWait = time.Second
+
+// AdmissionConfig turns on attribution from fieldwatch's own validating
+// admission webhook (audit.Admission): who made each write, told by the
+// apiserver before it is stored, on every cluster that can register a
+// webhook. Its zero value turns it off, and then it costs nothing.
+type AdmissionConfig struct {
+	// Addr is where the admission endpoint listens (":9443"); "" runs
+	// none. It needs CertFile and KeyFile; ClientCAFile with ClientNames,
+	// or TokenFile, are optional (a managed cluster's apiserver presents
+	// no credentials to webhooks).
+	Addr              string
+	CertFile, KeyFile string
+	ClientCAFile      string
+	ClientNames       []string
+	TokenFile         string
+	// Peers are the other replicas' endpoints (host:port, a name resolving
+	// to every address such as a headless Service's): each record this
+	// replica keeps is forwarded to them (audit.AdmissionOptions.Peers).
+	Peers []string
+	// MaxBodyBytes bounds a review (audit.AdmissionOptions).
+	MaxBodyBytes int64
+	// CandidateTTL is how long after it arrived a record may stand for a
+	// change (default audit.DefaultAdmissionTTL); MaxPending and
+	// MaxPendingBytes bound the records held (audit.IndexOptions).
+	CandidateTTL    time.Duration
+	MaxPending      int
+	MaxPendingBytes int64
+	// Wait bounds how long a change waits for its record when no audit
+	// source is configured (default DefaultAdmissionWait); with one, the
+	// audit source's wait applies.
+	Wait time.Duration
+	// Ready, if set, is called with the endpoint's address once it listens
+	// (tests use it with Addr "127.0.0.1:0").
+	Ready func(addr string)
+}
+
+// enabled reports whether the admission endpoint runs.
+func (c *AdmissionConfig) enabled() bool { return c.Addr != "" }
+
+// check rejects configurations that cannot work.
+func (c *AdmissionConfig) check(totalShards int) error {
+	if c.Addr == "" && (c.CertFile != "" || c.KeyFile != "" || c.ClientCAFile != "" || c.TokenFile != "" || len(c.ClientNames) > 0 || len(c.Peers) > 0) {
+		return errors.New("the --admission-* files are given but --admission-addr is not")
+	}
+	if c.Addr != "" && (c.CertFile == "" || c.KeyFile == "") {
+		return errors.New("--admission-addr needs --admission-cert-file and --admission-key-file: the apiserver calls webhooks over HTTPS only")
+	}
+	if c.Addr != "" && totalShards > 1 && len(c.Peers) == 0 {
+		return errors.New("--admission-addr with --total-shards > 1 needs --admission-peers: the apiserver sends each review to one replica, so the other shards would see none")
+	}
+	if c.ClientCAFile != "" && len(c.ClientNames) == 0 {
+		return errors.New("--admission-client-ca-file needs --admission-client-name: the name of the apiserver's client certificate (its CN, or a DNS or URI SAN); " +
+			"without it every client certificate of that CA could post reviews")
+	}
+	if c.ClientCAFile == "" && len(c.ClientNames) > 0 {
+		return errors.New("--admission-client-name without --admission-client-ca-file: the names are those of the client certificates of that CA to accept")
+	}
+	return nil
+}
+
+// attributing reports whether any source of attribution is configured.
+func (c *Config) attributing() bool { return c.Audit.enabled() || c.Admission.enabled() }
+
+// attributionSources names the configured sources, as an unmatched
+// change's attribution says them.
+func (c *Config) attributionSources() string {
+	switch {
+	case c.Audit.enabled() && c.Admission.enabled():
+		return change.SourceBoth
+	case c.Admission.enabled():
+		return change.SourceAdmission
+	}
+	return change.SourceAudit
+}
+
+// attributionWait is how long a change waits for its audit event or
+// admission record.
+func (c *Config) attributionWait() time.Duration {
+	if c.Audit.enabled() {
+		if c.Audit.Wait > 0 {
+			return c.Audit.Wait
+		}
+		return audit.DefaultWait
+	}
+	if c.Admission.Wait > 0 {
+		return c.Admission.Wait
+	}
+	return DefaultAdmissionWait
+}
+
+// startAdmission starts the admission endpoint, when configured, for the
+// life of the process: it answers every review, and feeds the index of
+// the running replica (a standby's too) through the audit switch.
+func (a *app) startAdmission(ctx context.Context, bg interface{ Go(func()) }) error {
+	c := &a.cfg.Admission
+	if !c.enabled() {
+		return nil
+	}
+	adm, err := audit.NewAdmission(audit.AdmissionOptions{
+		CertFile: c.CertFile, KeyFile: c.KeyFile,
+		ClientCAFile: c.ClientCAFile, ClientNames: c.ClientNames, TokenFile: c.TokenFile,
+		MaxBodyBytes: c.MaxBodyBytes,
+		Keep:         func(group, resource string) bool { return a.auditScope.Load().keeps(group, resource) },
+		Peers:        c.Peers,
+		Logger:       a.log,
+		Metrics:      a.admissionMetrics,
+
+		MaxConnections: a.connCaps[audit.AdmissionServerName],
+		IdleTimeout:    a.cfg.HTTPIdleTimeout,
+		ConnMetrics:    a.conns,
+	}, &a.auditSink)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", c.Addr)
+	if err != nil {
+		return fmt.Errorf("admission webhook: %w", err)
+	}
+	a.log.Info("admission webhook listening", "addr", ln.Addr().String(), "path", audit.AdmissionPath, "max_connections", a.connCaps[audit.AdmissionServerName])
+	if c.Ready != nil {
+		c.Ready(ln.Addr().String())
+	}
+	bg.Go(func() {
+		if err := adm.Serve(ctx, ln); err != nil {
+			a.log.Error("admission webhook", "error", err)
+		}
+	})
+	return nil
+}
