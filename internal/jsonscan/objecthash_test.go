@@ -193,3 +193,30 @@ func benchObject() []byte {
 	b, _ := json.Marshal(obj)
 	return b
 }
+
+// FuzzSkipString holds skipString to a scan byte by byte.
+func FuzzSkipString(f *testing.F) {
+	for _, s := range []string{`"a"`, `"a\"b"`, `"\\"`, `"\\\"x"`, `"unterminated`, `"ends\`, `""`, `"a\\\\"b"`, `"\u00e9"rest`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		if len(in) == 0 || in[0] != '"' {
+			return
+		}
+		want, wantErr := 0, error(ErrSyntax)
+		for j := 1; j < len(in); j++ {
+			if in[j] == '\\' {
+				j++
+				continue
+			}
+			if in[j] == '"' {
+				want, wantErr = j+1, nil
+				break
+			}
+		}
+		got, err := skipString(in, 0)
+		if got != want || (err == nil) != (wantErr == nil) {
+			t.Fatalf("skipString(%q) = %d, %v; byte by byte %d, %v", in, got, err, want, wantErr)
+		}
+	})
+}
