@@ -71,7 +71,7 @@ type admissionFixture struct {
 
 // startAdmission serves an endpoint feeding next, registers it for the
 // namespaces labelled label, and waits until the apiserver calls it.
-func startAdmission(t *testing.T, env *testenv.Env, next Sink, label string, opts AdmissionOptions) *admissionFixture {
+func startAdmission(t testing.TB, env *testenv.Env, next Sink, label string, opts AdmissionOptions) *admissionFixture {
 	t.Helper()
 	ca, err := testenv.NewCA("fieldwatch-admission-test-" + label)
 	if err != nil {
@@ -118,7 +118,7 @@ func startAdmission(t *testing.T, env *testenv.Env, next Sink, label string, opt
 // registerWebhook registers url (served with a certificate of caPEM) for
 // the writes to configmaps and widgets in the namespaces labelled label,
 // until the test ends.
-func registerWebhook(t *testing.T, env *testenv.Env, name, url string, caPEM []byte, label string, policy admissionregistrationv1.FailurePolicyType) {
+func registerWebhook(t testing.TB, env *testenv.Env, name, url string, caPEM []byte, label string, policy admissionregistrationv1.FailurePolicyType) {
 	t.Helper()
 	scope := admissionregistrationv1.NamespacedScope
 	none := admissionregistrationv1.SideEffectClassNone
@@ -149,7 +149,7 @@ func registerWebhook(t *testing.T, env *testenv.Env, name, url string, caPEM []b
 }
 
 // labelledNamespace creates the namespace ns labelled for the test label.
-func labelledNamespace(t *testing.T, env *testenv.Env, ns, label string) {
+func labelledNamespace(t testing.TB, env *testenv.Env, ns, label string) {
 	t.Helper()
 	_, err := env.Clientset(t).CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{
 		ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{admissionLabel: label}},
@@ -161,7 +161,7 @@ func labelledNamespace(t *testing.T, env *testenv.Env, ns, label string) {
 
 // observeHashed watches gvr in ns as the watcher does with ContentHash,
 // submitting to a, its changes stamped by now (time.Now when nil).
-func observeHashed(t *testing.T, ctx context.Context, env *testenv.Env, a *Attributor, gvr schema.GroupVersionResource, ns string, now func() time.Time, gate chan struct{}) *observer {
+func observeHashed(t testing.TB, ctx context.Context, env *testenv.Env, a *Attributor, gvr schema.GroupVersionResource, ns string, now func() time.Time, gate chan struct{}) *observer {
 	t.Helper()
 	o := &observer{t: t, a: a, gvr: gvr, ns: ns, gate: gate, hashed: true, now: now, byObject: map[string][]*watched{},
 		terminating: map[string]bool{}, lastRV: map[string]string{}}

@@ -56,7 +56,7 @@ func (h *hookFixture) Add(source string, recs []Record, ignored int) {
 }
 
 // use sends the events to s until the test ends.
-func (h *hookFixture) use(t *testing.T, s Sink) {
+func (h *hookFixture) use(t testing.TB, s Sink) {
 	h.mu.Lock()
 	h.sink = s
 	h.mu.Unlock()
@@ -162,7 +162,7 @@ type watched struct {
 // observer watches one resource in one namespace, as the pipeline's
 // watcher would, and submits every change to an Attributor.
 type observer struct {
-	t    *testing.T
+	t    testing.TB
 	a    *Attributor
 	gvr  schema.GroupVersionResource
 	ns   string
@@ -324,7 +324,7 @@ func (o *observer) snapshot() []watched {
 
 // waitResolved waits until n changes were watched and all of them
 // attributed, and returns them.
-func (o *observer) waitResolved(t *testing.T, n int, timeout time.Duration) []watched {
+func (o *observer) waitResolved(t testing.TB, n int, timeout time.Duration) []watched {
 	t.Helper()
 	testenv.Eventually(t, timeout, fmt.Sprintf("%d %s changes attributed", n, o.gvr.Resource), func() bool {
 		cs := o.snapshot()
