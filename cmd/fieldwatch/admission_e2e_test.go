@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
 
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
@@ -447,4 +448,27 @@ func waitLatest(t *testing.T, log *writeLog, ns string, ps ...*proc) {
 		}
 		return true
 	})
+}
+
+// TestAdmissionWebhookAccepted: the ValidatingWebhookConfiguration that
+// `fieldwatch rbac -o admission-webhook` prints is one the apiserver
+// takes (its matchConditions compile), for the rules of the crd-audit
+// example and their CRDs.
+func TestAdmissionWebhookAccepted(t *testing.T) {
+	env := testenv.Shared(t)
+	code, out, stderr := runCLI(t, "rbac", "--offline", "--rules", repo(t, "examples/crd-audit/rules.yaml"), "--crds", repo(t, "examples/crds"),
+		"--name", "fieldwatch-accepted", "-o", "admission-webhook")
+	if code != 0 {
+		t.Fatalf("fieldwatch rbac -o admission-webhook: %d %s", code, stderr)
+	}
+	_, doc, _ := strings.Cut(out, "\n---\n")
+	var cfg admissionregistrationv1.ValidatingWebhookConfiguration
+	if err := yaml.Unmarshal([]byte(doc), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	vwc := env.Clientset(t).AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	if _, err := vwc.Create(context.Background(), &cfg, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the apiserver refuses the configuration: %v", err)
+	}
+	_ = vwc.Delete(context.Background(), cfg.Name, metav1.DeleteOptions{})
 }

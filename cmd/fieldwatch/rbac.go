@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 
 	"github.com/fieldwatch/fieldwatch/fileerr"
@@ -36,7 +37,13 @@ func rbacCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Var((*nameList)(&opts.Namespaces), "namespaces", "the RBAC of a namespaced install (fieldwatch run --namespaces with these namespaces): Roles in them only, no ClusterRole; "+
 		"rules that name another namespace or select cluster-scoped resources are refused")
 	fs.BoolVar(&opts.ReadCRDs, "read-crds", false, "with --namespaces: add a ClusterRole that reads CustomResourceDefinitions, so that new CRDs are followed at once rather than by the periodic discovery")
-	output := fs.String("o", "yaml", "output: yaml (RBAC manifests to apply) or helm-values (the rbac values, and watchNamespaces, of the Helm chart charts/fieldwatch, which makes the leader election Role itself)")
+	output := fs.String("o", "yaml", "output: yaml (RBAC manifests to apply), helm-values (the rbac and admission.rules values, and watchNamespaces, of the Helm chart charts/fieldwatch, which makes the leader election Role itself) "+
+		"or admission-webhook (the ValidatingWebhookConfiguration of fieldwatch's admission webhook, fieldwatch run --admission-addr, for the writes the rules may be asked about)")
+	var webhook rbac.WebhookOptions
+	fs.StringVar(&webhook.Service, "admission-service", "", "with -o admission-webhook: the admission endpoint's Service in --namespace (default <name>-admission)")
+	port := fs.Int("admission-port", 443, "with -o admission-webhook: the Service's port")
+	caBundle := fs.String("admission-ca-bundle", "", "with -o admission-webhook: a PEM file of the CA of the endpoint's certificate, for caBundle (default none: fieldwatch's certificate rotation, --admission-cert-secret, or cert-manager fills it in)")
+	certManager := fs.String("admission-cert-manager-certificate", "", "with -o admission-webhook: NAMESPACE/NAME of the cert-manager Certificate whose CA cert-manager's CA injector keeps in caBundle")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -44,9 +51,21 @@ func rbacCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		_, _ = fmt.Fprintln(stderr, "fieldwatch rbac: --rules FILE is required and no arguments are taken")
 		return 2
 	}
-	if *output != "yaml" && *output != "helm-values" {
-		_, _ = fmt.Fprintf(stderr, "fieldwatch rbac: -o %q: want yaml or helm-values\n", *output)
+	if *output != "yaml" && *output != "helm-values" && *output != "admission-webhook" {
+		_, _ = fmt.Fprintf(stderr, "fieldwatch rbac: -o %q: want yaml, helm-values or admission-webhook\n", *output)
 		return 2
+	}
+	webhook.Port = int32(*port)
+	if *certManager != "" {
+		webhook.Annotations = map[string]string{"cert-manager.io/inject-ca-from": *certManager}
+	}
+	if *caBundle != "" {
+		b, err := os.ReadFile(*caBundle)
+		if err != nil {
+			_, _ = fmt.Fprintf(stderr, "fieldwatch rbac: --admission-ca-bundle: %v\n", err)
+			return 1
+		}
+		webhook.CABundle = b
 	}
 	if opts.ReadCRDs && len(opts.Namespaces) == 0 {
 		_, _ = fmt.Fprintln(stderr, "fieldwatch rbac: --read-crds goes with --namespaces (a cluster-wide install reads CRDs anyway)")
@@ -88,9 +107,17 @@ func rbacCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	var out []byte
-	if *output == "helm-values" {
+	switch *output {
+	case "helm-values":
 		out, err = perms.HelmValues(opts)
-	} else {
+		if err == nil {
+			var adm []byte
+			adm, err = rbac.AdmissionHelmValues(set, opts)
+			out = append(out, adm...)
+		}
+	case "admission-webhook":
+		out, err = rbac.AdmissionWebhook(set, opts, webhook)
+	default:
 		out, err = perms.Manifests(opts)
 	}
 	if err != nil {

@@ -114,7 +114,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&au.MaxWaiting, "audit-max-waiting", audit.DefaultMaxWaiting, "attribution: changes waiting for their audit event or actions at most; beyond it the watcher slows down")
 	ad := &cfg.Admission
 	admissionBody, admissionBytes := byteSize(audit.DefaultAdmissionMaxBody), byteSize(audit.DefaultAdmissionMaxBytes)
-	fs.StringVar(&ad.Addr, "admission-addr", "", "attribution: address of fieldwatch's validating admission webhook (HTTPS, path /validate), such as :9443 (empty: none); `fieldwatch admission-webhook` prints its configuration")
+	fs.StringVar(&ad.Addr, "admission-addr", "", "attribution: address of fieldwatch's validating admission webhook (HTTPS, path /validate), such as :9443 (empty: none); `fieldwatch rbac -o admission-webhook` prints its ValidatingWebhookConfiguration")
 	fs.StringVar(&ad.CertFile, "admission-cert-file", "", "attribution: the admission webhook's serving certificate (PEM; reloaded when it changes; its CA is the configuration's caBundle)")
 	fs.StringVar(&ad.KeyFile, "admission-key-file", "", "attribution: the admission webhook's serving key (PEM)")
 	fs.StringVar(&ad.ClientCAFile, "admission-client-ca-file", "", "attribution: accept reviews only with a client certificate signed by these CAs that names one of --admission-client-name (where the apiserver presents one: --admission-control-config-file)")
