@@ -125,6 +125,10 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&ad.MaxPending, "admission-max-pending", audit.DefaultAdmissionMaxPending, "attribution: admission records held for matching at most; beyond it the oldest are dropped")
 	fs.Var(&admissionBytes, "admission-max-pending-bytes", "attribution: bytes the admission records held take at most (a quantity such as 16Mi)")
 	fs.DurationVar(&ad.CandidateTTL, "admission-candidate-ttl", audit.DefaultAdmissionTTL, "attribution: how long after it arrived an admission request may stand for a watched change; an older one is no candidate")
+	fs.StringVar(&ad.CertSecret, "admission-cert-secret", "", "attribution: keep the admission webhook's serving certificate in this Secret (NAMESPACE/NAME, existing, empty at first) without cert-manager: made, renewed before it expires, written to --admission-cert-dir and served, with the caBundle of --admission-webhook-config kept in step")
+	fs.StringVar(&ad.WebhookConfig, "admission-webhook-config", "", "attribution, with --admission-cert-secret: the ValidatingWebhookConfiguration whose caBundle is kept in step")
+	fs.Var((*nameList)(&ad.CertDNSNames), "admission-cert-dns-names", "attribution, with --admission-cert-secret: the DNS names of the serving certificate, the Service's first (<service>.<namespace>.svc)")
+	fs.StringVar(&ad.CertDir, "admission-cert-dir", "", "attribution, with --admission-cert-secret: where the serving certificate is written (default a directory in $TMPDIR)")
 	fs.DurationVar(&ad.Wait, "admission-wait", app.DefaultAdmissionWait, "attribution, with admission as the only source: how long a change waits at most for its admission record (one forwarded by a peer)")
 	err := fs.Parse(args)
 	if err != nil {

@@ -46,6 +46,15 @@ type AdmissionConfig struct {
 	// source is configured (default DefaultAdmissionWait); with one, the
 	// audit source's wait applies.
 	Wait time.Duration
+	// CertSecret (NAMESPACE/NAME), WebhookConfig and CertDNSNames make
+	// fieldwatch keep its serving certificate itself (certRotation): in
+	// that Secret, written to CertDir (default a directory of the
+	// temporary one) as the CertFile and KeyFile it serves, with the
+	// caBundle of the ValidatingWebhookConfiguration WebhookConfig in
+	// step. The first DNS name is the Service's, <service>.<namespace>.svc.
+	CertSecret, WebhookConfig string
+	CertDNSNames              []string
+	CertDir                   string
 	// Ready, if set, is called with the endpoint's address once it listens
 	// (tests use it with Addr "127.0.0.1:0").
 	Ready func(addr string)
@@ -59,8 +68,14 @@ func (c *AdmissionConfig) check(totalShards int) error {
 	if c.Addr == "" && (c.CertFile != "" || c.KeyFile != "" || c.ClientCAFile != "" || c.TokenFile != "" || len(c.ClientNames) > 0 || len(c.Peers) > 0) {
 		return errors.New("the --admission-* files are given but --admission-addr is not")
 	}
-	if c.Addr != "" && (c.CertFile == "" || c.KeyFile == "") {
-		return errors.New("--admission-addr needs --admission-cert-file and --admission-key-file: the apiserver calls webhooks over HTTPS only")
+	if c.Addr != "" && c.CertSecret == "" && (c.CertFile == "" || c.KeyFile == "") {
+		return errors.New("--admission-addr needs --admission-cert-file and --admission-key-file, or --admission-cert-secret: the apiserver calls webhooks over HTTPS only")
+	}
+	if c.Addr == "" && (c.CertSecret != "" || c.WebhookConfig != "" || len(c.CertDNSNames) > 0) {
+		return errors.New("--admission-cert-secret and its flags are given but --admission-addr is not")
+	}
+	if _, err := c.certRotation(); err != nil {
+		return err
 	}
 	if c.Addr != "" && totalShards > 1 && len(c.Peers) == 0 {
 		return errors.New("--admission-addr with --total-shards > 1 needs --admission-peers: the apiserver sends each review to one replica, so the other shards would see none")
@@ -107,14 +122,48 @@ func (c *Config) attributionWait() time.Duration {
 
 // startAdmission starts the admission endpoint, when configured, for the
 // life of the process: it answers every review, and feeds the index of
-// the running replica (a standby's too) through the audit switch.
+// the running replica (a standby's too) through the audit switch. With
+// certificate rotation it listens once the rotation has written the
+// serving certificate.
 func (a *app) startAdmission(ctx context.Context, bg interface{ Go(func()) }) error {
 	c := &a.cfg.Admission
 	if !c.enabled() {
 		return nil
 	}
+	rot, err := c.certRotation()
+	if err != nil {
+		return err
+	}
+	certFile, keyFile := c.CertFile, c.KeyFile
+	if rot == nil {
+		return a.serveAdmission(ctx, bg, certFile, keyFile)
+	}
+	if certFile == "" {
+		certFile, keyFile = rot.files()
+	}
+	ready, err := rot.start(ctx, a, bg)
+	if err != nil {
+		return err
+	}
+	bg.Go(func() {
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return
+		}
+		if err := a.serveAdmission(ctx, bg, certFile, keyFile); err != nil {
+			a.log.Error("admission webhook: cannot serve; writes go on unattributed", "error", err)
+		}
+	})
+	return nil
+}
+
+// serveAdmission listens on the endpoint's address and serves it with
+// the certificate files given.
+func (a *app) serveAdmission(ctx context.Context, bg interface{ Go(func()) }, certFile, keyFile string) error {
+	c := &a.cfg.Admission
 	adm, err := audit.NewAdmission(audit.AdmissionOptions{
-		CertFile: c.CertFile, KeyFile: c.KeyFile,
+		CertFile: certFile, KeyFile: keyFile,
 		ClientCAFile: c.ClientCAFile, ClientNames: c.ClientNames, TokenFile: c.TokenFile,
 		MaxBodyBytes: c.MaxBodyBytes,
 		Keep:         func(group, resource string) bool { return a.auditScope.Load().keeps(group, resource) },

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -61,11 +62,18 @@ func withAdmission(tls admissionTLS, addr chan<- string, audit bool) func(*Confi
 
 // registerAdmission registers the endpoint at addr for the writes to
 // ConfigMaps and Widgets in the namespaces labelled label until the test
-// ends, and waits until the apiserver calls it (fw counts a kept review of
-// a probe write).
+// ends, and waits until the apiserver calls it.
 func registerAdmission(t *testing.T, env *testenv.Env, fw *fieldwatchRun, addr string, caPEM []byte, label string) {
 	t.Helper()
-	url := "https://" + addr + "/validate"
+	registerAdmissionURL(t, env, "https://"+addr+"/validate", caPEM, label)
+	waitCalled(t, env, fw, label)
+}
+
+// registerAdmissionURL registers the webhook at url (served with a
+// certificate of caPEM; nil: injected later) for the writes to ConfigMaps
+// and Widgets in the namespaces labelled label until the test ends.
+func registerAdmissionURL(t *testing.T, env *testenv.Env, url string, caPEM []byte, label string) {
+	t.Helper()
 	scope := admissionregistrationv1.NamespacedScope
 	none := admissionregistrationv1.SideEffectClassNone
 	ignore := admissionregistrationv1.Ignore
@@ -91,6 +99,13 @@ func registerAdmission(t *testing.T, env *testenv.Env, fw *fieldwatchRun, addr s
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = vwc.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+}
+
+// waitCalled waits until fw keeps the review of a probe write in a
+// namespace labelled label: the apiserver has the configuration and
+// reaches the endpoint.
+func waitCalled(t *testing.T, env *testenv.Env, fw *fieldwatchRun, label string) {
+	t.Helper()
 	probe := label + "-probe"
 	labelledNamespace(t, env, probe, label)
 	cms := env.Dynamic(t).Resource(cmGVR).Namespace(probe)
@@ -290,4 +305,73 @@ func TestAdmissionWithAudit(t *testing.T) {
 	if !slices.Equal([]int{sources["admission"]}, []int{writes + 1}) {
 		t.Errorf("sources %v, want every payload's admission", sources)
 	}
+}
+
+// TestAdmissionCertRotation: with --admission-cert-secret fieldwatch makes
+// its serving certificate itself (no cert-manager): it fills the empty
+// Secret with a CA and a certificate for the DNS names given, serves it,
+// and keeps the configuration's caBundle in step, so that the apiserver,
+// trusting nothing else, calls the endpoint and its payloads name the
+// writer.
+func TestAdmissionCertRotation(t *testing.T) {
+	plane := sharedAuditPlane(t)
+	env := plane.env
+	const ns, label = "adm-certs", "certs"
+	labelledNamespace(t, env, ns, label)
+	ctx := context.Background()
+	cs := env.Clientset(t)
+	if _, err := cs.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "fieldwatch-admission-tls"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The port is picked first: the configuration names it, and
+	// fieldwatch listens only once its certificate is written.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	_, port, _ := net.SplitHostPort(addr)
+	registerAdmissionURL(t, env, "https://localhost:"+port+"/validate", nil, label)
+	listening := make(chan string, 1)
+	fw := runFieldwatch(t, plane, allChanges, func(cfg *Config) {
+		cfg.Audit = AuditConfig{}
+		cfg.Admission = AdmissionConfig{Addr: addr, CertSecret: ns + "/fieldwatch-admission-tls", WebhookConfig: "fieldwatch-app-test-" + label,
+			CertDNSNames: []string{"localhost"}, CertDir: t.TempDir(), Ready: func(a string) { listening <- a }}
+	})
+	select {
+	case <-listening:
+	case <-time.After(time.Minute):
+		t.Fatal("the admission webhook did not listen within a minute of the rotation's start")
+	}
+	sec, err := cs.CoreV1().Secrets(ns).Get(ctx, "fieldwatch-admission-tls", metav1.GetOptions{})
+	if err != nil || len(sec.Data["ca.crt"]) == 0 || len(sec.Data["tls.crt"]) == 0 || len(sec.Data["tls.key"]) == 0 {
+		t.Fatalf("Secret %v: %v", keysOf(sec), err)
+	}
+	testenv.Eventually(t, time.Minute, "the caBundle kept in step", func() bool {
+		vwc, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "fieldwatch-app-test-"+label, metav1.GetOptions{})
+		return err == nil && string(vwc.Webhooks[0].ClientConfig.CABundle) == string(sec.Data["ca.crt"])
+	})
+	waitCalled(t, env, fw, label)
+	alice := env.Impersonating(t, "alice")
+	if _, err := alice.Dynamic.Resource(cmGVR).Namespace(ns).Create(ctx, testConfigMap("rotated", map[string]any{"k": "1"}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := fw.out.waitFor(t, 30*time.Second, 1, inNamespace(ns, ""))[0].p
+	if a := actorOf(p); a["source"] != "admission" || a["match"] != "exact" || effectiveUser(p) != "alice" {
+		t.Errorf("actor %v", a)
+	}
+}
+
+// keysOf lists the keys of a Secret's data, for messages.
+func keysOf(s *corev1.Secret) []string {
+	if s == nil {
+		return nil
+	}
+	var out []string
+	for k := range s.Data {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
 }
