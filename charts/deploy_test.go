@@ -169,13 +169,19 @@ func compareWithDeploy(t *testing.T, deployed, charted []*unstructured.Unstructu
 }
 
 // TestDefaultsMatchDeploy: with its defaults (release fieldwatch in
-// namespace fieldwatch) the chart renders what `kubectl apply -k deploy/`
-// applies, but for the differences README.md lists: no Namespace, Helm's
-// labels (and a component label on the Services), labels on the claims.
-// With audit.enabled it renders what deploy/audit/ applies, alike.
+// namespace fieldwatch) the chart renders what `kubectl apply -k
+// deploy/admission/` applies (admission is on by default), but for the
+// differences README.md lists: no Namespace, Helm's labels (and a
+// component label on the Services), labels on the claims. With
+// admission.enabled false it renders what deploy/ applies, and with
+// audit.enabled what deploy/audit/ applies, alike.
 func TestDefaultsMatchDeploy(t *testing.T) {
+	t.Run("deploy/admission", func(t *testing.T) {
+		compareWithDeploy(t, kustomize(t, "../deploy/admission"), objects(t, mustRender(t, nil).manifest))
+	})
 	t.Run("deploy", func(t *testing.T) {
-		compareWithDeploy(t, kustomize(t, "../deploy"), objects(t, mustRender(t, nil).manifest))
+		vals := map[string]any{"admission": map[string]any{"enabled": false}}
+		compareWithDeploy(t, kustomize(t, "../deploy"), objects(t, mustRender(t, vals).manifest))
 	})
 	t.Run("deploy/audit", func(t *testing.T) {
 		// deploy/audit/ pins the ClusterIP its webhook-kubeconfig.yaml

@@ -84,6 +84,9 @@ var gvrOf = map[string]schema.GroupVersionResource{
 	"Role":                {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"},
 	"RoleBinding":         {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"},
 	"ServiceMonitor":      {Group: "monitoring.coreos.com", Version: "v1", Resource: "servicemonitors"},
+	"Secret":              {Version: "v1", Resource: "secrets"},
+
+	"ValidatingWebhookConfiguration": {Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingwebhookconfigurations"},
 }
 
 // exists reports whether the cluster holds obj (by kind, namespace and

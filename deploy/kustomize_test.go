@@ -36,7 +36,7 @@ func render(t *testing.T, dir string) ([]byte, []string) {
 	return out, names
 }
 
-// TestKustomize renders deploy/ and deploy/audit/ with kustomize (an
+// TestKustomize renders deploy/, deploy/audit/ and deploy/admission/ with kustomize (an
 // overlay inside the directory of its base is refused, which is why the
 // manifests are in base/): deploy/ gives the manifests of base/, and
 // deploy/audit/ those plus its Service and NetworkPolicy with the
@@ -67,7 +67,19 @@ func TestKustomize(t *testing.T) {
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	for dir, data := range map[string][]byte{"deploy/": deployYAML, "deploy/audit/": auditYAML} {
+	admissionYAML, admissionObjs := render(t, "admission")
+	want = slices.Sorted(slices.Values(append(slices.Clone(deployObjs), "ValidatingWebhookConfiguration fieldwatch", "Service fieldwatch-admission",
+		"Service fieldwatch-admission-peers", "NetworkPolicy fieldwatch-admission", "Secret fieldwatch-admission-tls",
+		"Role fieldwatch-admission-certs", "RoleBinding fieldwatch-admission-certs")))
+	if !slices.Equal(admissionObjs, want) {
+		t.Errorf("deploy/admission/ renders %q, want %q", admissionObjs, want)
+	}
+	for _, flag := range []string{"--admission-addr=:9443", "--admission-cert-secret=fieldwatch/fieldwatch-admission-tls", "--admission-peers=fieldwatch-admission-peers:9443"} {
+		if !strings.Contains(string(admissionYAML), flag) {
+			t.Errorf("deploy/admission/'s StatefulSet lacks %s", flag)
+		}
+	}
+	for dir, data := range map[string][]byte{"deploy/": deployYAML, "deploy/audit/": auditYAML, "deploy/admission/": admissionYAML} {
 		if _, err := env.Apply(ctx, testenv.ApplyOptions{DryRun: true}, data); err != nil {
 			t.Errorf("%s: the apiserver refuses the rendering: %v", dir, err)
 		}

@@ -36,6 +36,7 @@ func rbacCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&opts.AllowWildcardPatch, "allow-wildcard-patch", false, "grant patch to rules whose selector is a wildcard (every resource they match, Secrets excepted)")
 	fs.Var((*nameList)(&opts.Namespaces), "namespaces", "the RBAC of a namespaced install (fieldwatch run --namespaces with these namespaces): Roles in them only, no ClusterRole; "+
 		"rules that name another namespace or select cluster-scoped resources are refused")
+	fs.BoolVar(&opts.AdmissionCerts, "admission-certs", false, "add what fieldwatch needs to keep its admission webhook's certificate itself (fieldwatch run --admission-cert-secret): update Secret <name>-admission-tls in --namespace and the caBundle of ValidatingWebhookConfiguration <name>")
 	fs.BoolVar(&opts.ReadCRDs, "read-crds", false, "with --namespaces: add a ClusterRole that reads CustomResourceDefinitions, so that new CRDs are followed at once rather than by the periodic discovery")
 	output := fs.String("o", "yaml", "output: yaml (RBAC manifests to apply), helm-values (the rbac and admission.rules values, and watchNamespaces, of the Helm chart charts/fieldwatch, which makes the leader election Role itself) "+
 		"or admission-webhook (the ValidatingWebhookConfiguration of fieldwatch's admission webhook, fieldwatch run --admission-addr, for the writes the rules may be asked about)")

@@ -55,6 +55,13 @@ type Options struct {
 	// or select cluster-scoped resources are refused
 	// (rules.Set.CheckNamespaced).
 	Namespaces []string
+	// AdmissionCerts adds what fieldwatch needs to keep its admission
+	// webhook's serving certificate itself (fieldwatch run
+	// --admission-cert-secret): read the Secrets of Namespace and update
+	// <Name>-admission-tls, read ValidatingWebhookConfigurations and update
+	// <Name>'s caBundle. The chart adds the same when it runs admission
+	// with admission.certificate.source fieldwatch.
+	AdmissionCerts bool
 	// ReadCRDs adds to a namespaced install's RBAC a ClusterRole that
 	// reads CustomResourceDefinitions, its only cluster-wide right: the
 	// watcher then follows CRDs as they come and go at once (instead of
@@ -265,12 +272,16 @@ func (p *Permissions) Manifests(opts Options) ([]byte, error) {
 	labels := map[string]string{"app.kubernetes.io/name": "fieldwatch"}
 	subject := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: opts.ServiceAccount, Namespace: opts.Namespace}
 	var docs []any
-	if len(p.Cluster) > 0 {
+	cluster := p.Cluster
+	if opts.AdmissionCerts {
+		cluster = append(slices.Clone(cluster), AdmissionCertClusterRules(opts.Name)...)
+	}
+	if len(cluster) > 0 {
 		docs = append(docs,
 			&rbacv1.ClusterRole{
 				TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
 				ObjectMeta: metav1.ObjectMeta{Name: opts.Name, Labels: labels},
-				Rules:      p.Cluster,
+				Rules:      cluster,
 			},
 			&rbacv1.ClusterRoleBinding{
 				TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"},
@@ -307,6 +318,20 @@ func (p *Permissions) Manifests(opts Options) ([]byte, error) {
 				Subjects:   []rbacv1.Subject{subject},
 			})
 	}
+	if opts.AdmissionCerts {
+		docs = append(docs,
+			&rbacv1.Role{
+				TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
+				ObjectMeta: metav1.ObjectMeta{Name: opts.Name + "-admission-certs", Namespace: opts.Namespace, Labels: labels},
+				Rules:      AdmissionCertRules(opts.Name),
+			},
+			&rbacv1.RoleBinding{
+				TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
+				ObjectMeta: metav1.ObjectMeta{Name: opts.Name + "-admission-certs", Namespace: opts.Namespace, Labels: labels},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: opts.Name + "-admission-certs"},
+				Subjects:   []rbacv1.Subject{subject},
+			})
+	}
 	if opts.HistoryAPI {
 		docs = append(docs, &rbacv1.ClusterRoleBinding{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"},
@@ -338,6 +363,27 @@ func LeaderElectionRules() []rbacv1.PolicyRule {
 		APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
 		Verbs: []string{"get", "create", "update"},
 	}}
+}
+
+// AdmissionCertClusterRules are the cluster rules with which fieldwatch
+// keeps the caBundle of its ValidatingWebhookConfiguration name:
+// cert-controller watches the configurations and updates that one.
+func AdmissionCertClusterRules(name string) []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations"}, ResourceNames: []string{name}, Verbs: []string{"update"}},
+	}
+}
+
+// AdmissionCertRules are the rules of the Role in fieldwatch's namespace
+// with which it keeps its serving certificate in Secret
+// <name>-admission-tls: cert-controller watches the namespace's Secrets
+// and updates that one.
+func AdmissionCertRules(name string) []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{name + "-admission-tls"}, Verbs: []string{"update"}},
+	}
 }
 
 // helmValues are the values of charts/fieldwatch that HelmValues writes.

@@ -64,6 +64,19 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- default (printf "%s-audit-tls" (include "fieldwatch.fullname" .)) .Values.audit.tlsSecret }}
 {{- end }}
 
+{{/* "true" when the admission webhook runs: admission.enabled, unless
+audit.enabled without admission.alongsideAudit, or a namespaced install
+(watchNamespaces: no cluster-wide rights) that would keep its certificate
+itself. */}}
+{{- define "fieldwatch.admission" -}}
+{{- if and .Values.admission.enabled (or (not .Values.audit.enabled) .Values.admission.alongsideAudit) (or (not .Values.watchNamespaces) (ne .Values.admission.certificate.source "fieldwatch")) }}true{{ end }}
+{{- end }}
+
+{{/* The admission endpoint's TLS Secret. */}}
+{{- define "fieldwatch.admissionTLSSecret" -}}
+{{- if eq .Values.admission.certificate.source "secret" }}{{ .Values.admission.certificate.secretName }}{{ else }}{{ include "fieldwatch.fullname" . }}-admission-tls{{ end }}
+{{- end }}
+
 {{/*
 A memory quantity (512Mi, 1G, 1.5Gi, or a number of bytes) in bytes, as
 a float.
@@ -101,6 +114,9 @@ what to do.
 {{- end }}
 {{- if and (not .Values.rules.existingConfigMap) (not .Values.rules.inline) }}
 {{- fail "rules.inline is empty and rules.existingConfigMap names no ConfigMap: fieldwatch needs a rules file" }}
+{{- end }}
+{{- if and (include "fieldwatch.admission" .) (eq .Values.admission.certificate.source "secret") (or (not .Values.admission.certificate.secretName) (not .Values.admission.certificate.caBundle)) }}
+{{- fail "admission.certificate.source secret needs admission.certificate.secretName (tls.crt, tls.key) and admission.certificate.caBundle (its CA, PEM)" }}
 {{- end }}
 {{- if .Values.audit.enabled }}
 {{- if eq .Values.audit.auth "clientCertificate" }}
