@@ -250,3 +250,21 @@ func TestAdmissionBounds(t *testing.T) {
 		t.Errorf("%d bytes held, %v evicted by bytes; want at most 64 KiB", b, testutil.ToFloat64(m.evictedBytes))
 	}
 }
+
+// TestAdmissionClockSkew: a record forwarded by a peer whose clock is an
+// hour off still stands for its change: the candidate TTL runs from when
+// the record reached this replica, by this replica's clock, never from
+// the times the record carries.
+func TestAdmissionClockSkew(t *testing.T) {
+	for _, skew := range []time.Duration{time.Hour, -time.Hour} {
+		clock := newFakeClock()
+		ix := newAdmissionIndex(clock)
+		r := admRec("alice", "update", "5", "H1")
+		r.Received, r.Completed = t0.Add(skew), t0.Add(skew)
+		ix.Add(SourceAdmissionPeer, []Record{r}, 0)
+		c := admChange(change.Updated, "5", "6", "H1", t0)
+		if a, ok := ix.match(&c, false); !ok || a.Match != change.MatchExact || a.Username() != "alice" {
+			t.Errorf("a peer's clock %v off: attributed %v %+v, want alice's", skew, ok, a)
+		}
+	}
+}
