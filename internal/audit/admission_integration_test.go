@@ -600,3 +600,55 @@ func TestAdmissionConcurrentWriters(t *testing.T) {
 		}
 	}
 }
+
+// TestAdmissionDeleteCollection: a deletecollection is admitted as one
+// DELETE per object, each with the object as oldObject: every deletion is
+// attributed exactly to its writer; and a graceful deletion of an object
+// with a finalizer (an update that sets deletionTimestamp) to the deleter,
+// the removal of its last finalizer to whoever removed it.
+func TestAdmissionDeleteCollection(t *testing.T) {
+	env := testenv.Shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const ns, label = "adm-collection", "collection"
+	labelledNamespace(t, env, ns, label)
+	ix := NewIndex(IndexOptions{})
+	at := NewAttributor(ix, AttributorOptions{Wait: 20 * time.Second, Sources: change.SourceAdmission})
+	t.Cleanup(at.Close)
+	startAdmission(t, env, ix, label, AdmissionOptions{})
+	alice, bob := env.Impersonating(t, "alice"), env.Impersonating(t, "bob")
+	cms := func(w testenv.Writer) dynamic.ResourceInterface { return w.Dynamic.Resource(configmaps).Namespace(ns) }
+	o := observeHashed(t, ctx, env, at, configmaps, ns, nil, nil)
+	for i := range 3 {
+		cm := configMap(fmt.Sprintf("batch-%d", i), map[string]any{"k": "v"})
+		cm.SetLabels(map[string]string{"batch": "yes"})
+		if _, err := cms(alice).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := configMap("held", map[string]any{"k": "v"})
+	held.SetFinalizers([]string{"example.com/hold"})
+	if _, err := cms(alice).Create(ctx, held, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	o.waitResolved(t, 4, 30*time.Second)
+	if err := cms(bob).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "batch=yes"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cms(bob).Delete(ctx, "held", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cms(alice).Patch(ctx, "held", types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cs := o.waitResolved(t, 9, 30*time.Second)
+	for _, c := range cs[4:] {
+		want := "bob"
+		if c.Name == "held" && c.Type == change.Deleted {
+			want = "alice" // she removed the last finalizer
+		}
+		if c.result.Match != change.MatchExact || c.result.Username() != want {
+			t.Errorf("%s %s (deletion started %v): attributed %+v, want %s", c.Type, c.Name, c.DeletionStarted, c.result, want)
+		}
+	}
+}
