@@ -14,7 +14,10 @@
 // audit source (Config.Audit) it says who made each change: it runs the
 // audit webhook receiver or log follower of package internal/audit, and
 // each change waits, bounded, for its audit event before the rules see it
-// (pipeline.go, audit.go; docs/attribution.md). With a state directory or
+// (pipeline.go, audit.go; docs/attribution.md). With Config.Admission it
+// also, or instead, serves fieldwatch's own validating admission webhook,
+// which every cluster can call, keeping its certificate itself if asked
+// (admission.go, admissioncert.go). With a state directory or
 // a PostgreSQL DSN (Config.History) it keeps the history of what fired,
 // recorded once each firing's actions are done (a standby records what the
 // leader's watermarks confirm), and serves it on the HTTP server

@@ -10,7 +10,10 @@
 // grant is for), in the namespaces a rule is restricted to where it is, and
 // never grants "*" where that would include Secrets. Kinds become resource
 // names as discovery (Options.Resources) gives them, or offline by the
-// usual plural rules. CRDResources reads CRD manifests with package
+// usual plural rules. AdmissionWebhook turns the same Set into the
+// ValidatingWebhookConfiguration of fieldwatch's admission webhook (the
+// writes of what the rules select), and AdmissionHelmValues into the
+// chart's admission.rules. CRDResources reads CRD manifests with package
 // crd/diff's file walker, the one `fieldwatch crd-diff` reads its files
 // with.
 package rbac
