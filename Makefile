@@ -241,10 +241,10 @@ bench: controlplane build ## fieldwatch vs a bare informer on a local control pl
 	$(GO) run ./hack/bench $(BENCH_FLAGS)
 
 .PHONY: bench-go
-bench-go: controlplane ## the go test benchmarks of watcher, internal/app, rules, action, internal/audit, internal/history, crd/... and crd-diff
+bench-go: controlplane ## the go test benchmarks of watcher, internal/app, rules, action, internal/audit (admission too), internal/jsonscan, internal/history, crd/... and crd-diff
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./watcher
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./internal/app
-	$(GO) test -run '^$$' -bench . ./rules ./action ./internal/audit ./crd/...
+	$(GO) test -run '^$$' -bench . ./rules ./action ./internal/audit ./internal/jsonscan ./crd/...
 	$(GO) test -run '^$$' -bench CRDDiff -benchtime 1x ./cmd/fieldwatch
 	$(GO) test -run '^$$' -bench Record -benchtime 100000x ./internal/history
 	$(GO) test -run '^$$' -bench Query1M -benchtime 200x -timeout 30m ./internal/history
