@@ -16,7 +16,7 @@ var docTables = map[string]string{
 	"Fields, in this order":           "",
 	"Resource":                        "resource.",
 	"Changes":                         "changes[].",
-	"The user, from the audit stream": "actor.",
+	"The user, from the audit stream or admission": "actor.",
 	"crd":                             "crd.",
 }
 

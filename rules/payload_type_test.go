@@ -132,9 +132,9 @@ func typeCoverage(t *testing.T) map[string]rules.Firing {
 			"spec":     map[string]any{"enum": enum}}
 	}
 	everyone := &change.Attribution{Match: change.MatchAmbiguous,
-		User:             &change.UserInfo{Username: "admin", UID: "1", Groups: []string{"system:masters"}},
-		ImpersonatedUser: &change.UserInfo{Username: "alice", UID: "2", Groups: []string{"sre"}},
-		Verb:             "update", UserAgent: "kubectl/v1.37.0", SourceIPs: []string{"10.0.0.7"}, AuditID: "4f6e",
+		User:             &change.UserInfo{Username: "admin", UID: "1", Groups: []string{"system:masters"}, Extra: map[string][]string{"authentication.kubernetes.io/credential-id": {"JTI=1"}}},
+		ImpersonatedUser: &change.UserInfo{Username: "alice", UID: "2", Groups: []string{"sre"}, Extra: map[string][]string{"authentication.kubernetes.io/pod-name": {"p"}}},
+		Verb:             "update", UserAgent: "kubectl/v1.37.0", SourceIPs: []string{"10.0.0.7"}, AuditID: "4f6e", Source: change.SourceBoth,
 		Candidates: []string{"alice", "bob"}}
 	comparison := &diff.Result{CRD: "widgets.example.com",
 		Checks: []diff.Check{{Version: "v1", Against: "v2", Path: "/properties/spec/properties/color/enum", Field: "spec.color",
