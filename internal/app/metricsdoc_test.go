@@ -54,6 +54,8 @@ var metricSections = []metricSection{
 		}},
 	{"internal/audit", "Attribution, with an audit source (`--audit-webhook-addr` or `--audit-log`); [attribution.md](attribution.md#metrics) says how to read them.",
 		func(t *testing.T, reg prometheus.Registerer) { audit.NewMetrics(reg) }},
+	{"internal/audit (admission)", "Attribution from fieldwatch's admission webhook (`--admission-addr`); [attribution.md](attribution.md) says how to read them.",
+		func(t *testing.T, reg prometheus.Registerer) { audit.NewAdmissionMetrics(reg) }},
 	{"action", "Delivery, per rule and action (`index` is the action's position in the rule).",
 		func(t *testing.T, reg prometheus.Registerer) {
 			d, err := action.New(action.Options{Registerer: reg})
