@@ -128,6 +128,9 @@ func ParsePayload(payload []byte, source Source) (Entry, error) {
 	if err != nil {
 		return Entry{}, fmt.Errorf("payload: time: %w", err)
 	}
+	if t.Before(MinTime) || !t.Before(MaxTime) {
+		return Entry{}, fmt.Errorf("payload: time %s: outside the history's range (%s to %s)", h.Time, MinTime.Format(time.RFC3339), MaxTime.Format(time.RFC3339))
+	}
 	typ := change.Type(h.Type)
 	switch typ {
 	case change.Created, change.Updated, change.Deleted:

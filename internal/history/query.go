@@ -24,6 +24,29 @@ const (
 	maxValue = 1024
 )
 
+// The history's time range: entry times and the times a query takes lie
+// within [MinTime, MaxTime). The embedded store keys an entry by its time
+// in microseconds times 1024, which an int64 holds from about 1685 to
+// 2255; the range is narrower, so that both stores answer alike.
+var (
+	MinTime = time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC)
+	MaxTime = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
+// clampTime returns t within [MinTime, MaxTime]; the zero time (no bound)
+// stays zero.
+func clampTime(t time.Time) time.Time {
+	switch {
+	case t.IsZero():
+		return t
+	case t.Before(MinTime):
+		return MinTime
+	case t.After(MaxTime):
+		return MaxTime
+	}
+	return t
+}
+
 // Query selects entries, newest first. Its zero value selects every
 // entry, DefaultLimit at a time.
 type Query struct {
@@ -98,8 +121,8 @@ var QueryParams = []struct{ Name, Takes string }{
 	{"user", "a user's name, authenticated or impersonated (from the audit stream)"},
 	{"rule", "a rule's name"},
 	{"type", "created, updated or deleted"},
-	{"since", "a time (RFC 3339, 2026-12-01T00:00:00Z) or a duration before now (24h, 90m)"},
-	{"until", "a time (RFC 3339) or a duration before now"},
+	{"since", "a time (RFC 3339, 2026-12-01T00:00:00Z) or a duration before now (24h, 90m); times before 1970 or after 2200 are taken as those"},
+	{"until", "a time (RFC 3339) or a duration before now; times before 1970 or after 2200 are taken as those"},
 	{"cursor", "the \"next\" of the previous page"},
 	{"limit", fmt.Sprintf("entries per page, 1 to %d (default %d; more is lowered to %d)", MaxLimit, DefaultLimit, MaxLimit)},
 }
@@ -109,8 +132,12 @@ var QueryParams = []struct{ Name, Takes string }{
 // control characters, an unknown type, a time that does not parse, a
 // range that ends before it starts, a cursor this API did not write, a
 // limit that is not a positive number: each is an error that says what
-// the parameter takes. A limit above MaxLimit is lowered to it. now is
-// what a duration is before.
+// the parameter takes. A limit above MaxLimit is lowered to it; since and
+// until outside [MinTime, MaxTime] are clamped to it (after the range
+// check), as every store keeps its entries within it. now is what a
+// duration is before. v is what url.ParseQuery returns: a caller that
+// parses a raw query must refuse it when url.ParseQuery fails (a ";", a
+// bad "%" escape), since the pair it dropped may be a filter.
 func ParseQuery(v url.Values, now time.Time) (Query, error) {
 	var q Query
 	for name, values := range v {
@@ -149,6 +176,7 @@ func ParseQuery(v url.Values, now time.Time) (Query, error) {
 	if !q.Since.IsZero() && !q.Until.IsZero() && !q.Until.After(q.Since) {
 		return Query{}, fmt.Errorf("parameter \"until\" (%s) is not after \"since\" (%s)", q.Until.Format(time.RFC3339), q.Since.Format(time.RFC3339))
 	}
+	q.Since, q.Until = clampTime(q.Since), clampTime(q.Until)
 	if c := v.Get("cursor"); c != "" {
 		cur, err := ParseCursor(c)
 		if err != nil {

@@ -100,7 +100,8 @@ func TestParsePayload(t *testing.T) {
 	for _, bad := range []string{``, `[]`, `{"id":"x"`, `{"id":"x","time":"2026-12-01T00:00:00Z","rule":"r","type":"updated","uid":"u","actor":{"user":"bob"}}`,
 		`{"id":"x","time":"2026-12-01T00:00:00Z","rule":"r","type":"updated","uid":"u","actor":{"manager":1}}`, `{"id":"x","time":"2026-12-01T00:00:00Z","rule":"r","type":"updated","uid":"u"} x`,
 		`{"id":"x","time":"yesterday","rule":"r","type":"updated","uid":"u"}`, `{"id":"x","time":"2026-12-01T00:00:00Z","rule":"r","type":"moved","uid":"u"}`,
-		`{"id":1}`, `{"time":"2026-12-01T00:00:00Z","rule":"r","type":"updated","uid":"u"}`} {
+		`{"id":1}`, `{"time":"2026-12-01T00:00:00Z","rule":"r","type":"updated","uid":"u"}`,
+		`{"id":"x","time":"2300-01-01T00:00:00Z","rule":"r","type":"updated","uid":"u"}`, `{"id":"x","time":"1600-01-01T00:00:00Z","rule":"r","type":"updated","uid":"u"}`} {
 		if _, err := ParsePayload([]byte(bad), Delivered); err == nil {
 			t.Errorf("ParsePayload(%q): no error", bad)
 		}

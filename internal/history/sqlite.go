@@ -54,8 +54,10 @@ DROP INDEX IF EXISTS entries_namespace;
 // seqSpan is how many entries of one microsecond the key tells apart.
 const seqSpan = 1024
 
-// seqOf is the first key of time t.
-func seqOf(t time.Time) int64 { return t.UnixMicro() * seqSpan }
+// seqOf is the first key of time t, for t within [MinTime, MaxTime];
+// times outside it take the key of the nearest end, so that no key
+// overflows.
+func seqOf(t time.Time) int64 { return clampTime(t).UnixMicro() * seqSpan }
 
 const sqliteInsert = `INSERT INTO entries(seq, id, recorded, rule, type, grp, resource, namespace, name, uid, usr, imp, source, payload)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`

@@ -62,10 +62,10 @@ func build(q *Query, keyed bool) built {
 		}
 	default:
 		if !q.Since.IsZero() {
-			b.key("time >= ?", q.Since.UnixMicro())
+			b.key("time >= ?", clampTime(q.Since).UnixMicro())
 		}
 		if !q.Until.IsZero() {
-			b.key("time < ?", q.Until.UnixMicro())
+			b.key("time < ?", clampTime(q.Until).UnixMicro())
 		}
 		if q.After != nil {
 			b.key("(time, seq) < (?, ?)", q.After.Time, q.After.Seq)
