@@ -52,6 +52,10 @@ type Entry struct {
 	Source Source
 	// Payload is the JSON payload (docs/payload.md).
 	Payload []byte
+	// Omitted, when positive, is the size of a payload left out of a
+	// page (Query.MaxBytes): Payload is nil, and so are the fields read
+	// only from it (Version, Kind, ResourceVersion, Manager).
+	Omitted int64
 }
 
 // payloadHead is what ParsePayload decodes of a payload; everything else

@@ -30,9 +30,38 @@ type memIndex struct {
 
 	ready   chan struct{} // closed when the load is done
 	loadErr error         // why it failed
+
+	// resources are those of the entries indexed since the file was
+	// opened, removed ones included (Store.Resources).
+	resources map[GroupResource]struct{}
 }
 
-func newMemIndex() *memIndex { return &memIndex{ready: make(chan struct{})} }
+func newMemIndex() *memIndex {
+	return &memIndex{ready: make(chan struct{}), resources: map[GroupResource]struct{}{}}
+}
+
+// addResource notes a resource that entries are of.
+func (x *memIndex) addResource(gr GroupResource) {
+	x.mu.RLock()
+	_, ok := x.resources[gr]
+	x.mu.RUnlock()
+	if !ok {
+		x.mu.Lock()
+		x.resources[gr] = struct{}{}
+		x.mu.Unlock()
+	}
+}
+
+// resourceList returns the resources noted, in no order.
+func (x *memIndex) resourceList() []GroupResource {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	out := make([]GroupResource, 0, len(x.resources))
+	for gr := range x.resources {
+		out = append(out, gr)
+	}
+	return out
+}
 
 // columns are entries' keys and hashes, in key order.
 type columns struct {

@@ -43,7 +43,21 @@ CREATE TABLE IF NOT EXISTS ` + pgTable + ` (
 CREATE INDEX IF NOT EXISTS ` + pgTable + `_time ON ` + pgTable + ` (time, seq);
 CREATE INDEX IF NOT EXISTS ` + pgTable + `_uid ON ` + pgTable + ` (uid, time, seq);
 CREATE INDEX IF NOT EXISTS ` + pgTable + `_namespace ON ` + pgTable + ` (namespace, time, seq);
+CREATE TABLE IF NOT EXISTS ` + pgResources + ` (
+  grp TEXT NOT NULL,
+  resource TEXT NOT NULL,
+  PRIMARY KEY (grp, resource)
+);
 `
+
+// pgResources is the table of the resources the history's entries are of
+// (Store.Resources): a row per resource, added by the write that brings
+// its first entry, never removed.
+const pgResources = pgTable + "_resources"
+
+// pgAddResources adds resources, from arrays of groups and resources.
+const pgAddResources = `INSERT INTO ` + pgResources + ` (grp, resource)
+SELECT DISTINCT * FROM unnest($1::text[], $2::text[]) ON CONFLICT DO NOTHING`
 
 // pgInsert writes a batch from arrays, one per column. A Delivered entry
 // replaces a Confirmed one of the same id (a standby's copy, evaluated
@@ -79,6 +93,9 @@ type Postgres struct {
 	synced time.Time
 	count  atomic.Int64
 	bytes  atomic.Int64
+
+	// known are the resources this replica knows to be in pgResources.
+	known sync.Map // GroupResource: struct{}
 }
 
 var _ Store = &Postgres{}
@@ -119,7 +136,18 @@ func (p *Postgres) createTable(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(7016996765293437281)"); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, pgSchema)
+		var had bool
+		if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", pgResources).Scan(&had); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, pgSchema); err != nil {
+			return err
+		}
+		if had {
+			return nil
+		}
+		// A table of entries written before the table of resources.
+		_, err := tx.Exec(ctx, "INSERT INTO "+pgResources+" SELECT DISTINCT grp, resource FROM "+pgTable+" ON CONFLICT DO NOTHING")
 		return err
 	})
 	if err != nil {
@@ -168,6 +196,9 @@ func (p *Postgres) Write(ctx context.Context, entries []Entry) (int, error) {
 		size[i], payload[i] = int32(b), e.Payload
 		total += int64(b)
 	}
+	if err := p.addResources(ctx, rows); err != nil {
+		return 0, p.fail(err)
+	}
 	tag, err := p.pool.Exec(ctx, pgInsert, id, tm, rec, rule, typ, grp, res, ns, name, uid, usr, imp, src, size, payload)
 	if err != nil {
 		return 0, p.fail(err)
@@ -176,6 +207,45 @@ func (p *Postgres) Write(ctx context.Context, entries []Entry) (int, error) {
 	p.count.Add(written)
 	p.bytes.Add(total * written / max(int64(n), 1))
 	return int(written), nil
+}
+
+// addResources adds to pgResources the resources of rows that this
+// replica does not know to be there; before the entries, so that a
+// resource with entries is always listed.
+func (p *Postgres) addResources(ctx context.Context, rows []*Entry) error {
+	var grp, res []string
+	for _, e := range rows {
+		if _, ok := p.known.Load(GroupResource{e.Group, e.Resource}); !ok {
+			grp, res = append(grp, e.Group), append(res, e.Resource)
+		}
+	}
+	if len(grp) == 0 {
+		return nil
+	}
+	if _, err := p.pool.Exec(ctx, pgAddResources, grp, res); err != nil {
+		return err
+	}
+	for i := range grp {
+		p.known.Store(GroupResource{grp[i], res[i]}, struct{}{})
+	}
+	return nil
+}
+
+// Resources implements Store.
+func (p *Postgres) Resources(ctx context.Context) ([]GroupResource, error) {
+	var out []GroupResource
+	err := pgQuerier{p.pool}.query(ctx, "SELECT grp, resource FROM "+pgResources, nil, func(scan func(dest ...any) error) error {
+		var gr GroupResource
+		if err := scan(&gr.Group, &gr.Resource); err != nil {
+			return err
+		}
+		out = append(out, gr)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("history database: %w", err)
+	}
+	return out, nil
 }
 
 // fail classifies an error: a full disk is ErrFull.
@@ -190,8 +260,18 @@ func (p *Postgres) fail(err error) error {
 
 // Query implements Store.
 func (p *Postgres) Query(ctx context.Context, q Query) (Page, error) {
-	return runQuery(ctx, pgQuerier{p.pool}, &q, false, func(*built) string { return pgTable }, dollars)
+	if q.Access.empty() {
+		return Page{}, nil
+	}
+	b := build(&q, false)
+	src := &sqlSource{db: pgQuerier{p.pool}, b: &b, from: pgTable, columns: pgHeads, placeholders: dollars}
+	return assemble(ctx, &q, src, func(ctx context.Context, seqs []int64) (map[int64]Entry, error) {
+		return loadSQL(ctx, pgQuerier{p.pool}, pgTable, dollars, seqs)
+	})
 }
+
+// pgHeads are the columns of a head in PostgreSQL.
+var pgHeads = headColumns("time", "octet_length(payload)::bigint")
 
 // Trim implements Store: the entries older than before, then, over nine
 // tenths of maxBytes, the oldest until eight tenths.

@@ -1,6 +1,8 @@
 package history
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"slices"
@@ -71,7 +73,54 @@ type Query struct {
 	// Limit is the most entries a page holds (DefaultLimit when 0;
 	// MaxLimit at most).
 	Limit int
+	// Access, when set, keeps only the entries it allows; nil keeps
+	// every entry.
+	Access *Access
+	// MaxBytes, when positive, bounds the payload bytes of a page: it
+	// ends (with Next) before the entry that would take it over. An
+	// entry whose payload alone is larger comes without it (Omitted),
+	// so that paging goes on.
+	MaxBytes int64
+	// Reserve, when set, is called with the payload bytes of a page
+	// before any of them is read; when it returns false, Query reads
+	// none and fails with ErrBusy. The caller releases what it reserved.
+	Reserve func(bytes int64) bool
 }
+
+// GroupResource names a resource: its API group ("" for the core group)
+// and its plural name.
+type GroupResource struct{ Group, Resource string }
+
+// Ref is what Access.Check is told of an entry: its resource and object.
+type Ref struct {
+	GroupResource
+	Namespace, Name string
+}
+
+// Access restricts a query to the entries of some resources, decided
+// before an entry's payload is read. The entries it leaves out count
+// toward the scan window like those the other filters leave out.
+type Access struct {
+	// Resources are read in full (within the query's filters).
+	Resources []GroupResource
+	// Checked are read entry by entry: Check decides each of their
+	// entries. When it returns ErrStop (wrapped or not) the page ends
+	// before that entry, its Next at the entry; any other error fails
+	// the query.
+	Checked []GroupResource
+	Check   func(ctx context.Context, r Ref) (bool, error)
+}
+
+// empty reports whether a leaves nothing to read.
+func (a *Access) empty() bool { return a != nil && len(a.Resources) == 0 && len(a.Checked) == 0 }
+
+// ErrStop is what Access.Check returns to end a page before the entry it
+// was asked about.
+var ErrStop = errors.New("history: the page ends here")
+
+// ErrBusy is returned (wrapped) by Query when Query.Reserve refused the
+// bytes of the page.
+var ErrBusy = errors.New("history: too many bytes being read")
 
 // Cursor is a place in the history's order: newest first by time, then
 // by sequence number.
@@ -106,9 +155,15 @@ type Page struct {
 	// Entries are newest first.
 	Entries []Entry
 	// Next, when set, is where the next page starts: entries older than
-	// the last one here (or than the part of the history this page went
-	// through, when it holds fewer than the limit).
+	// the last one here, or than the part of the history this page went
+	// through when it ended at the scan window (then it may hold fewer
+	// entries than the limit, even none) or where Access stopped it.
 	Next *Cursor
+	// Scanned is at most how many entries the page went through,
+	// matching or not: no more than the scan window when the query
+	// filters on what its index does not order (or has Access), else
+	// those it returned and the one after.
+	Scanned int
 }
 
 // QueryParams are the URL parameters ParseQuery reads, with what each

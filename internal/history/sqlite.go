@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -264,16 +265,24 @@ func (s *SQLite) loadIndex(ctx context.Context, tx *sql.Tx, idx *memIndex, done 
 	defer close(done)
 	defer func() { _ = tx.Rollback() }()
 	start := time.Now()
-	rows, err := tx.QueryContext(ctx, "SELECT seq, uid, namespace FROM entries ORDER BY seq")
+	rows, err := tx.QueryContext(ctx, "SELECT seq, uid, namespace, grp, resource FROM entries ORDER BY seq")
+	// The resources, by group and resource joined with a 0 byte: looked up
+	// without allocating, stored once each.
+	resources := map[string]GroupResource{}
+	var key []byte
 	n := idx.load(func(seq *int64, uid, namespace *[]byte) bool {
 		if err != nil || !rows.Next() {
 			return false
 		}
-		var u, ns sql.RawBytes
-		if err = rows.Scan(seq, &u, &ns); err != nil {
+		var u, ns, g, r sql.RawBytes
+		if err = rows.Scan(seq, &u, &ns, &g, &r); err != nil {
 			return false
 		}
 		*uid, *namespace = u, ns
+		key = append(append(append(key[:0], g...), 0), r...)
+		if _, ok := resources[string(key)]; !ok {
+			resources[string(key)] = GroupResource{Group: string(g), Resource: string(r)}
+		}
 		return true
 	}, func() error {
 		if err == nil {
@@ -284,6 +293,9 @@ func (s *SQLite) loadIndex(ctx context.Context, tx *sql.Tx, idx *memIndex, done 
 		}
 		return err
 	}, func(n int) {
+		for _, gr := range resources {
+			idx.addResource(gr)
+		}
 		s.mu.RLock()
 		if s.index == idx { // not reset meanwhile
 			s.count.Add(int64(n))
@@ -464,6 +476,7 @@ func (s *SQLite) insert(ctx context.Context, entries []Entry) (int, error) {
 		r := &rows[i]
 		s.recent.add(r.id, r.seq)
 		s.index.add(r.seq, r.e.UID, r.e.Namespace)
+		s.index.addResource(GroupResource{Group: r.e.Group, Resource: r.e.Resource})
 	}
 	return len(rows), nil
 }
@@ -615,81 +628,132 @@ func (r *recent) add(h, seq int64) {
 
 // Query implements Store.
 func (s *SQLite) Query(ctx context.Context, q Query) (Page, error) {
+	if q.Access.empty() {
+		return Page{}, nil
+	}
 	var p Page
 	err := s.use(func() (err error) {
-		if b := build(&q, true); b.index != byTime {
-			p, err = s.queryIndexed(ctx, &q, &b)
-			return err
+		b := build(&q, true)
+		var src headSource
+		if b.index != byTime {
+			if err := s.index.wait(ctx); err != nil {
+				return err
+			}
+			src = s.indexSource(&q, &b)
+		} else {
+			src = &sqlSource{db: sqlDB{s.read}, b: &b, from: "entries", columns: sqliteHeads, placeholders: keepPlaceholders}
 		}
-		p, err = runQuery(ctx, sqlDB{s.read}, &q, true, func(*built) string { return "entries" }, func(s string) string { return s })
+		p, err = assemble(ctx, &q, src, func(ctx context.Context, seqs []int64) (map[int64]Entry, error) {
+			return loadSQL(ctx, sqlDB{s.read}, "entries", keepPlaceholders, seqs)
+		})
 		return err
 	})
 	return p, err
 }
 
+// sqliteHeads are the columns of a head in the embedded store.
+var sqliteHeads = headColumns("seq / "+strconv.Itoa(seqSpan), "length(payload)")
+
+// keepPlaceholders leaves SQLite's ? placeholders as they are.
+func keepPlaceholders(s string) string { return s }
+
 // indexedChunk is how many keys a query by uid or namespace reads rows
 // of at a time when it filters on more.
 const indexedChunk = 256
 
-// queryIndexed runs a query by uid or namespace: it walks the index
-// newest first and reads the rows of the keys it finds, where every
-// condition is checked, until the page is full or (with conditions the
-// index does not order) it went through scanWindow keys.
-func (s *SQLite) queryIndexed(ctx context.Context, q *Query, b *built) (Page, error) {
-	f, h := fieldUID, keyHash(q.UID)
+// indexSource reads the heads of a query by uid or namespace: it walks
+// the index newest first and reads the rows of the keys it finds, where
+// every condition is checked, until (with conditions the index does not
+// order) it went through scanWindow keys.
+type indexSource struct {
+	s      *SQLite
+	f      field
+	h      uint32
+	lo, hi int64
+	b      *built
+	conds  string
+	args   []any
+
+	seqs   []int64
+	walked int
+	end    *Cursor // where the window ended
+	done   bool
+}
+
+func (s *SQLite) indexSource(q *Query, b *built) *indexSource {
+	src := &indexSource{s: s, f: fieldUID, h: keyHash(q.UID), lo: math.MinInt64, hi: math.MaxInt64, b: b,
+		conds: strings.Join(append(append([]string(nil), b.keyConds...), b.residual...), " AND "),
+		args:  append(append([]any(nil), b.keyArgs...), b.resArgs...)}
 	if b.index == byNamespace {
-		f, h = fieldNamespace, keyHash(q.Namespace)
+		src.f, src.h = fieldNamespace, keyHash(q.Namespace)
 	}
-	if err := s.index.wait(ctx); err != nil {
-		return Page{}, err
-	}
-	lo, hi := int64(math.MinInt64), int64(math.MaxInt64)
 	if !q.Since.IsZero() {
-		lo = seqOf(q.Since)
+		src.lo = seqOf(q.Since)
 	}
 	if !q.Until.IsZero() {
-		hi = seqOf(q.Until)
+		src.hi = seqOf(q.Until)
 	}
 	if q.After != nil {
-		hi = min(hi, q.After.Seq)
+		src.hi = min(src.hi, q.After.Seq)
 	}
-	limit := q.limit()
-	conds := append(append([]string(nil), b.keyConds...), b.residual...)
-	args := append(append([]any(nil), b.keyArgs...), b.resArgs...)
-	var p Page
-	var seqs []int64
-	walked := 0
-	for len(p.Entries) <= limit {
-		n := limit + 1 - len(p.Entries)
-		if len(b.residual) > 0 {
-			n = min(indexedChunk, scanWindow-walked)
+	return src
+}
+
+func (x *indexSource) next(ctx context.Context, n int) ([]head, bool, error) {
+	var heads []head
+	for len(heads) < n && !x.done {
+		k := n - len(heads)
+		if len(x.b.residual) > 0 {
+			k = min(indexedChunk, scanWindow-x.walked)
 		}
-		if seqs = s.index.walk(seqs[:0], f, h, lo, hi, n); len(seqs) == 0 {
+		x.seqs = x.s.index.walk(x.seqs[:0], x.f, x.h, x.lo, x.hi, k)
+		if len(x.seqs) == 0 {
+			x.done = true
 			break
 		}
-		walked += len(seqs)
-		hi = seqs[len(seqs)-1]
-		in := strings.TrimSuffix(strings.Repeat("?, ", len(seqs)), ", ")
-		qargs := make([]any, 0, len(seqs)+len(args))
-		for _, seq := range seqs {
-			qargs = append(qargs, seq)
+		x.walked += len(x.seqs)
+		x.hi = x.seqs[len(x.seqs)-1]
+		args := make([]any, 0, len(x.seqs)+len(x.args))
+		for _, seq := range x.seqs {
+			args = append(args, seq)
 		}
-		qargs = append(qargs, args...)
-		sqlText := "SELECT seq, recorded, source, payload FROM entries WHERE seq IN (" + in + ") AND " + strings.Join(conds, " AND ") + " ORDER BY seq DESC"
-		if err := queryEntries(ctx, sqlDB{s.read}, sqlText, qargs, &p.Entries); err != nil {
-			return Page{}, err
+		args = append(args, x.args...)
+		sqlText := "SELECT " + sqliteHeads + " FROM entries WHERE seq IN (" + strings.TrimSuffix(strings.Repeat("?, ", len(x.seqs)), ", ") +
+			") AND " + x.conds + " ORDER BY seq DESC"
+		err := sqlDB{x.s.read}.query(ctx, sqlText, args, func(scan func(dest ...any) error) error {
+			h, err := headOf(scan)
+			if err == nil {
+				heads = append(heads, h)
+			}
+			return err
+		})
+		if err != nil {
+			return nil, false, err
 		}
-		if len(b.residual) > 0 && walked >= scanWindow && len(p.Entries) <= limit {
-			p.Next = &Cursor{Time: hi / seqSpan, Seq: hi} // the window ends here: the next page goes on
-			return p, nil
+		switch {
+		case len(x.b.residual) > 0 && x.walked >= scanWindow:
+			x.end, x.done = &Cursor{Time: x.hi / seqSpan, Seq: x.hi}, true // the window ends here: the next page goes on
+		case len(x.seqs) < k:
+			x.done = true
 		}
 	}
-	if len(p.Entries) > limit {
-		p.Entries = p.Entries[:limit]
-		c := CursorOf(&p.Entries[limit-1])
-		p.Next = &c
+	return heads, !x.done, nil
+}
+
+func (x *indexSource) scanned() int { return x.walked }
+
+func (x *indexSource) windowEnd() *Cursor { return x.end }
+
+// Resources implements Store: those of the entries written since the
+// file was opened and of those it held then (once the index is loaded).
+func (s *SQLite) Resources(ctx context.Context) ([]GroupResource, error) {
+	s.mu.RLock()
+	idx := s.index
+	s.mu.RUnlock()
+	if err := idx.wait(ctx); err != nil {
+		return nil, err
 	}
-	return p, nil
+	return idx.resourceList(), nil
 }
 
 // Trim implements Store: the entries older than before, then, when the
@@ -955,18 +1019,6 @@ func (d sqlDB) query(ctx context.Context, q string, args []any, each func(scan f
 	return rows.Err()
 }
 
-// queryEntries appends to entries those the query selects (the columns
-// seq, recorded, source and payload).
-func queryEntries(ctx context.Context, db querier, sqlText string, args []any, entries *[]Entry) error {
-	return db.query(ctx, sqlText, args, func(scan func(dest ...any) error) error {
-		e, err := scanEntry(scan)
-		if err == nil {
-			*entries = append(*entries, e)
-		}
-		return err
-	})
-}
-
 // scanEntry reads an entry from the columns seq, recorded, source and
 // payload.
 func scanEntry(scan func(dest ...any) error) (Entry, error) {
@@ -988,38 +1040,4 @@ func scanEntry(scan func(dest ...any) error) (Entry, error) {
 type querier interface {
 	queryRow(ctx context.Context, q string, args []any, dest ...any) (bool, error)
 	query(ctx context.Context, q string, args []any, each func(scan func(dest ...any) error) error) error
-}
-
-// runQuery runs q: the window bound first when q filters on what its
-// index does not order, then the page. from names the table (and
-// index); placeholders rewrites the ? placeholders.
-func runQuery(ctx context.Context, db querier, q *Query, keyed bool, from func(*built) string, placeholders func(string) string) (Page, error) {
-	b := build(q, keyed)
-	limit := q.limit()
-	var bound *Cursor
-	if len(b.residual) > 0 {
-		sqlText, args := b.boundary(from(&b))
-		var c Cursor
-		ok, err := db.queryRow(ctx, placeholders(sqlText), args, &c.Time, &c.Seq)
-		if err != nil {
-			return Page{}, err
-		}
-		if ok {
-			bound = &c
-		}
-	}
-	sqlText, args := b.page(from(&b), "seq, recorded, source, payload", limit+1, bound)
-	var p Page
-	if err := queryEntries(ctx, db, placeholders(sqlText), args, &p.Entries); err != nil {
-		return Page{}, err
-	}
-	switch {
-	case len(p.Entries) > limit:
-		p.Entries = p.Entries[:limit]
-		c := CursorOf(&p.Entries[limit-1])
-		p.Next = &c
-	case bound != nil:
-		p.Next = bound // the window ends here: the next page goes on
-	}
-	return p, nil
 }

@@ -1,6 +1,7 @@
 package history
 
 import (
+	"context"
 	"strconv"
 	"strings"
 )
@@ -89,6 +90,14 @@ func build(q *Query, keyed bool) built {
 	if q.Type != "" {
 		b.filter("type = ?", string(q.Type))
 	}
+	if a := q.Access; a != nil && !a.empty() {
+		grs := append(append([]GroupResource(nil), a.Resources...), a.Checked...)
+		args := make([]any, 0, 2*len(grs))
+		for _, gr := range grs {
+			args = append(args, gr.Group, gr.Resource)
+		}
+		b.filter("(grp, resource) IN (VALUES "+strings.TrimSuffix(strings.Repeat("(?, ?), ", len(grs)), ", ")+")", args...)
+	}
 	return b
 }
 
@@ -126,15 +135,29 @@ func (b *built) timeColumn() string {
 	return "time"
 }
 
-// boundary returns the query of the last index entry of the scan window,
-// for a query with residual conditions: its time and seq.
-func (b *built) boundary(from string) (string, []any) {
-	return "SELECT " + b.timeColumn() + ", seq FROM " + from + where(b.keyConds) + b.order() + " LIMIT 1 OFFSET " + strconv.Itoa(scanWindow-1), b.keyArgs
+// headColumns are the columns headOf reads, of a table whose time
+// column is timeColumn and whose payload's length is length(payload).
+func headColumns(timeColumn, length string) string {
+	return "seq, " + timeColumn + ", id, recorded, rule, type, grp, resource, namespace, name, uid, usr, imp, source, " + length
 }
 
-// page returns the query of a page of at most limit entries, within the
-// window that ends at bound (when not nil).
-func (b *built) page(from, columns string, limit int, bound *Cursor) (string, []any) {
+// window returns the query of the scan window's last index entry and of
+// how many entries the window holds, for a query with residual
+// conditions: its time, seq and the count (no row when the range is
+// empty).
+func (b *built) window(from string) (string, []any) {
+	order := " ORDER BY seq"
+	if !b.keyed {
+		order = " ORDER BY t, seq"
+	}
+	return "WITH w AS (SELECT " + b.timeColumn() + " AS t, seq FROM " + from + where(b.keyConds) + b.order() + " LIMIT " + strconv.Itoa(scanWindow) +
+		") SELECT t, seq, (SELECT count(*) FROM w) FROM w" + order + " LIMIT 1", b.keyArgs
+}
+
+// heads returns the query of at most limit heads (columns), within the
+// window that ends at bound (when not nil) and older than after (when
+// not nil).
+func (b *built) heads(from, columns string, limit int, bound, after *Cursor) (string, []any) {
 	conds := append(append([]string(nil), b.keyConds...), b.residual...)
 	args := append(append([]any(nil), b.keyArgs...), b.resArgs...)
 	switch {
@@ -145,7 +168,96 @@ func (b *built) page(from, columns string, limit int, bound *Cursor) (string, []
 		conds = append(conds, "(time, seq) >= (?, ?)")
 		args = append(args, bound.Time, bound.Seq)
 	}
+	switch {
+	case after != nil && b.keyed:
+		conds = append(conds, "seq < ?")
+		args = append(args, after.Seq)
+	case after != nil:
+		conds = append(conds, "(time, seq) < (?, ?)")
+		args = append(args, after.Time, after.Seq)
+	}
 	return "SELECT " + columns + " FROM " + from + where(conds) + b.order() + " LIMIT " + strconv.Itoa(limit), args
+}
+
+// sqlSource reads heads with SQL: the embedded store's queries by time and
+// every query of PostgreSQL. A query with residual conditions goes
+// through its scan window, whose end it finds first.
+type sqlSource struct {
+	db           querier
+	b            *built
+	from         string
+	columns      string
+	placeholders func(string) string
+
+	started bool
+	bound   *Cursor // the window's last entry; nil when the range ends within it
+	count   int     // the window's entries, or the heads read without one
+	last    *Cursor // the last head read
+	done    bool
+}
+
+func (s *sqlSource) windowed() bool { return len(s.b.residual) > 0 }
+
+func (s *sqlSource) next(ctx context.Context, n int) ([]head, bool, error) {
+	if s.done {
+		return nil, false, nil
+	}
+	if !s.started && s.windowed() {
+		sqlText, args := s.b.window(s.from)
+		var c Cursor
+		ok, err := s.db.queryRow(ctx, s.placeholders(sqlText), args, &c.Time, &c.Seq, &s.count)
+		if err != nil {
+			return nil, false, err
+		}
+		if ok && s.count >= scanWindow {
+			s.bound = &c
+		}
+	}
+	s.started = true
+	sqlText, args := s.b.heads(s.from, s.columns, n, s.bound, s.last)
+	var heads []head
+	err := s.db.query(ctx, s.placeholders(sqlText), args, func(scan func(dest ...any) error) error {
+		h, err := headOf(scan)
+		if err == nil {
+			heads = append(heads, h)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	if !s.windowed() {
+		s.count += len(heads)
+	}
+	if len(heads) > 0 {
+		c := heads[len(heads)-1].cursor()
+		s.last = &c
+	}
+	s.done = len(heads) < n
+	return heads, !s.done, nil
+}
+
+func (s *sqlSource) scanned() int { return s.count }
+
+func (s *sqlSource) windowEnd() *Cursor { return s.bound }
+
+// loadSQL reads the entries of seqs from table from.
+func loadSQL(ctx context.Context, db querier, from string, placeholders func(string) string, seqs []int64) (map[int64]Entry, error) {
+	in := strings.TrimSuffix(strings.Repeat("?, ", len(seqs)), ", ")
+	args := make([]any, len(seqs))
+	for i, seq := range seqs {
+		args[i] = seq
+	}
+	out := make(map[int64]Entry, len(seqs))
+	err := db.query(ctx, placeholders("SELECT seq, recorded, source, payload FROM "+from+" WHERE seq IN ("+in+")"), args,
+		func(scan func(dest ...any) error) error {
+			e, err := scanEntry(scan)
+			if err == nil {
+				out[e.Seq] = e
+			}
+			return err
+		})
+	return out, err
 }
 
 // dollars rewrites ? placeholders as $1, $2, ... (PostgreSQL); the

@@ -16,6 +16,10 @@ type Store interface {
 	Write(ctx context.Context, entries []Entry) (int, error)
 	// Query returns a page of entries, newest first.
 	Query(ctx context.Context, q Query) (Page, error)
+	// Resources returns the resources the history's entries are of, in
+	// no order: every one that has entries, and maybe some whose entries
+	// were removed.
+	Resources(ctx context.Context) ([]GroupResource, error)
 	// Trim removes the oldest entries until the store holds none older
 	// than before (when not zero) and at most maxBytes (when positive);
 	// see Stats for what the bytes are.

@@ -2,9 +2,11 @@ package history
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -178,6 +180,195 @@ func storeSuite(t *testing.T, open func(t *testing.T) Store) {
 		}
 		if got := queryAll(t, s, Query{Rule: "rare", Limit: 10}); !slices.Equal(got, []string{"u27/1/rare", "u2/1/rare"}) {
 			t.Errorf("all pages: %v", got)
+		}
+	})
+
+	t.Run("Access", func(t *testing.T) {
+		// Access is decided on an entry's resource, namespace and name
+		// before its payload is read: the entries it refuses are never
+		// loaded, and a page holds only those it allows.
+		s := open(t)
+		var all []Entry
+		for i := range 30 {
+			f := fixture{uid: fmt.Sprintf("u%d", i), rv: "1", namespace: []string{"shop", "lab", "dev"}[i%3], name: fmt.Sprintf("w%d", i%5),
+				time: t0.Add(time.Duration(i) * time.Second)}
+			if i%2 == 0 {
+				f.group, f.resource = "", "configmaps"
+			}
+			all = append(all, f.entry(t, Delivered))
+		}
+		write(t, s, all...)
+		widgets, configmaps := GroupResource{"example.com", "widgets"}, GroupResource{"", "configmaps"}
+		var checked []Ref
+		inShop := func(_ context.Context, r Ref) (bool, error) {
+			checked = append(checked, r)
+			return r.Namespace == "shop", nil
+		}
+		for _, tc := range []struct {
+			name   string
+			q      Query
+			keep   func(e Entry) bool
+			checks bool // Check is asked
+		}{
+			{"one resource in full", Query{Access: &Access{Resources: []GroupResource{configmaps}}}, func(e Entry) bool { return e.Resource == "configmaps" }, false},
+			{"one resource entry by entry", Query{Access: &Access{Checked: []GroupResource{widgets}, Check: inShop}},
+				func(e Entry) bool { return e.Resource == "widgets" && e.Namespace == "shop" }, true},
+			{"both", Query{Access: &Access{Resources: []GroupResource{configmaps}, Checked: []GroupResource{widgets}, Check: inShop}},
+				func(e Entry) bool { return e.Resource == "configmaps" || e.Namespace == "shop" }, true},
+			{"with a namespace", Query{Namespace: "lab", Access: &Access{Checked: []GroupResource{widgets, configmaps}, Check: inShop}}, func(Entry) bool { return false }, true},
+			{"with a uid", Query{UID: "u4", Access: &Access{Resources: []GroupResource{configmaps}}}, func(e Entry) bool { return e.UID == "u4" }, false},
+			{"a resource with no entries", Query{Access: &Access{Resources: []GroupResource{{"apps", "deployments"}}}}, func(Entry) bool { return false }, false},
+			{"nothing", Query{Access: &Access{}}, func(Entry) bool { return false }, false},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				var want []string
+				for i := len(all) - 1; i >= 0; i-- {
+					if tc.keep(all[i]) {
+						want = append(want, all[i].ID)
+					}
+				}
+				for _, limit := range []int{0, 1, 4} {
+					checked = nil
+					q := tc.q
+					q.Limit = limit
+					if got := queryAll(t, s, q); !slices.Equal(got, want) {
+						t.Errorf("limit %d: %v, want %v", limit, got, want)
+					}
+					for _, r := range checked {
+						if r.GroupResource != widgets && !slices.Contains(tc.q.Access.Checked, r.GroupResource) || r.Name == "" {
+							t.Errorf("Check asked about %+v", r)
+						}
+					}
+					if (len(checked) > 0) != tc.checks {
+						t.Errorf("limit %d: Check asked %d times", limit, len(checked))
+					}
+				}
+			})
+		}
+		// ErrStop ends a page before the entry Check was asked about: the
+		// next page starts at it, and the walk loses nothing.
+		calls := 0
+		stopEvery3 := func(_ context.Context, r Ref) (bool, error) {
+			calls++
+			if calls%3 == 0 {
+				return false, fmt.Errorf("enough: %w", ErrStop)
+			}
+			return true, nil
+		}
+		var want []string
+		for i := len(all) - 1; i >= 0; i-- {
+			want = append(want, all[i].ID)
+		}
+		if got := queryAll(t, s, Query{Access: &Access{Checked: []GroupResource{widgets, configmaps}, Check: stopEvery3}}); !slices.Equal(got, want) {
+			t.Errorf("stopped every third check: %v, want %v", got, want)
+		}
+		boom := errors.New("boom")
+		if _, err := s.Query(context.Background(), Query{Access: &Access{Checked: []GroupResource{widgets}, Check: func(context.Context, Ref) (bool, error) { return false, boom }}}); !errors.Is(err, boom) {
+			t.Errorf("Check's error: %v", err)
+		}
+		got, err := s.Resources(context.Background())
+		slices.SortFunc(got, func(a, b GroupResource) int { return strings.Compare(a.Group+"/"+a.Resource, b.Group+"/"+b.Resource) })
+		if err != nil || !slices.Equal(got, []GroupResource{configmaps, widgets}) {
+			t.Errorf("Resources = %v, %v", got, err)
+		}
+	})
+
+	t.Run("MaxBytes", func(t *testing.T) {
+		// A page's payloads stay within MaxBytes; an entry larger on its
+		// own comes without its payload, and paging goes on. Reserve is
+		// asked for the page's bytes before any payload is read.
+		s := open(t)
+		var all []Entry
+		for i := range 12 {
+			size := 100 + 300*(i%4)
+			if i == 7 {
+				size = 5000
+			}
+			changes := `[{"op":"replace","path":"/spec/text","value":"` + strings.Repeat("x", size) + `","oldValue":"y"}]`
+			all = append(all, fixture{uid: fmt.Sprintf("u%d", i), rv: "1", namespace: "ns", name: "n", changes: changes, time: t0.Add(time.Duration(i) * time.Second)}.entry(t, Delivered))
+		}
+		write(t, s, all...)
+		const bound = 2500
+		var reserved []int64
+		q := Query{MaxBytes: bound, Reserve: func(n int64) bool { reserved = append(reserved, n); return true }}
+		var got []string
+		for pages := 0; ; pages++ {
+			if pages > 20 {
+				t.Fatal("paging does not end")
+			}
+			p, err := s.Query(context.Background(), q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var bytes int64
+			for _, e := range p.Entries {
+				got = append(got, e.ID)
+				bytes += int64(len(e.Payload))
+				switch {
+				case e.ID == "u7/1/audit" && (e.Omitted != int64(len(all[7].Payload)) || e.Payload != nil || e.UID != "u7" || e.Namespace != "ns"):
+					t.Errorf("the oversized entry: omitted %d, payload %d bytes, %+v", e.Omitted, len(e.Payload), e)
+				case e.ID != "u7/1/audit" && (e.Omitted != 0 || len(e.Payload) == 0):
+					t.Errorf("%s: omitted %d, payload %d bytes", e.ID, e.Omitted, len(e.Payload))
+				}
+			}
+			if bytes > bound || len(p.Entries) == 0 && p.Next != nil {
+				t.Errorf("a page of %d entries, %d bytes (bound %d), next %v", len(p.Entries), bytes, bound, p.Next)
+			}
+			if bytes > 0 && (len(reserved) == 0 || reserved[len(reserved)-1] != bytes) {
+				t.Errorf("reserved %v, the page holds %d bytes", reserved, bytes)
+			}
+			if p.Next == nil {
+				break
+			}
+			q.After = p.Next
+		}
+		var want []string
+		for i := len(all) - 1; i >= 0; i-- {
+			want = append(want, all[i].ID)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("paged %v, want %v", got, want)
+		}
+		// A refused reservation reads nothing.
+		_, err := s.Query(context.Background(), Query{Reserve: func(int64) bool { return false }})
+		if !errors.Is(err, ErrBusy) {
+			t.Errorf("a refused reservation: %v, want ErrBusy", err)
+		}
+	})
+
+	t.Run("ScanWindowIgnoresTheFilter", func(t *testing.T) {
+		// The window counts every entry it goes through, matching or
+		// not: where a page stops depends on the history, not on which
+		// entries match (nor on Access), so a cursor tells nothing of
+		// entries a caller may not read.
+		s := open(t)
+		defer func(w int) { scanWindow = w }(scanWindow)
+		scanWindow = 10
+		var all []Entry
+		for i := range 25 {
+			f := fixture{uid: fmt.Sprintf("u%d", i), rv: "1", namespace: "ns", name: "w", user: "bob", time: t0.Add(time.Duration(i) * time.Second)}
+			if i < 15 {
+				f.user = "carol"
+			}
+			all = append(all, f.entry(t, Delivered))
+		}
+		write(t, s, all...)
+		var first *Cursor
+		for _, q := range []Query{{User: "carol"}, {User: "nobody"}, {Name: "nonexistent"}, {Access: &Access{Resources: []GroupResource{{"apps", "x"}}}},
+			{Namespace: "ns", User: "nobody"}} {
+			p, err := s.Query(context.Background(), q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Next == nil || p.Scanned != 10 || len(p.Entries) != 0 {
+				t.Errorf("%+v: %d entries, next %v, scanned %d; want none, a cursor and 10", q, len(p.Entries), p.Next, p.Scanned)
+				continue
+			}
+			if first == nil {
+				first = p.Next
+			} else if *p.Next != *first {
+				t.Errorf("%+v: next %v, want %v as for the other filters", q, *p.Next, *first)
+			}
 		}
 	})
 
