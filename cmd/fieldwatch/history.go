@@ -29,8 +29,8 @@ Prints what fieldwatch fired, newest first: from a running fieldwatch's
 kubectl -n fieldwatch port-forward pod/fieldwatch-0 8080), or offline
 from a state directory copied out of a pod (--state-dir; read only) or
 the PostgreSQL database of --history-dsn (--dsn). A server answers with
-what the token's user may read (--token-file; without one only a
-loopback request is served). Filters are those of the API; --since and
+what the token's user may read (--token-file; without one, only a server
+run with --history-insecure-loopback answers, to a loopback request). Filters are those of the API; --since and
 --until take RFC 3339 times or durations before now (24h). The table
 ends with the cursor of the next page, if any; --all follows it.
 
@@ -86,9 +86,12 @@ func historyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		_, _ = fmt.Fprintln(stderr, "fieldwatch history: give one of --server, --state-dir and --dsn")
 		return 2
 	}
+	// The cursor is the source's own (a server's is sealed): it is
+	// handed back as it came.
+	cursor := *filters["cursor"]
 	v := url.Values{}
 	for name, p := range filters {
-		if *p != "" {
+		if *p != "" && name != "cursor" {
 			v.Set(name, *p)
 		}
 	}
@@ -109,7 +112,7 @@ func historyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	var entries []history.Entry
 	var next string
 	for {
-		page, err := src.query(ctx, q)
+		page, err := src.query(ctx, q, cursor)
 		if err != nil {
 			_, _ = fmt.Fprintf(stderr, "fieldwatch history: %v\n", err)
 			if errors.Is(err, errBadInput) {
@@ -122,12 +125,7 @@ func historyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		if !o.all || next == "" {
 			break
 		}
-		cur, err := history.ParseCursor(next)
-		if err != nil {
-			_, _ = fmt.Fprintf(stderr, "fieldwatch history: %v\n", err)
-			return 1
-		}
-		q.After = &cur
+		cursor = next
 	}
 	if err := printHistory(stdout, o.output, entries, next); err != nil {
 		_, _ = fmt.Fprintf(stderr, "fieldwatch history: %v\n", err)
@@ -147,7 +145,9 @@ type historyPage struct {
 
 // historySource is where the command reads the history.
 type historySource interface {
-	query(ctx context.Context, q history.Query) (historyPage, error)
+	// query returns the page of q that starts at cursor, the next of a
+	// page it returned ("": the first).
+	query(ctx context.Context, q history.Query, cursor string) (historyPage, error)
 	close()
 }
 
@@ -188,7 +188,14 @@ func (o *historyOptions) source(ctx context.Context) (historySource, error) {
 // storeSource reads a store offline.
 type storeSource struct{ s history.Store }
 
-func (s storeSource) query(ctx context.Context, q history.Query) (historyPage, error) {
+func (s storeSource) query(ctx context.Context, q history.Query, cursor string) (historyPage, error) {
+	if cursor != "" {
+		c, err := history.ParseCursor(cursor)
+		if err != nil {
+			return historyPage{}, fmt.Errorf("%w: --cursor: %v", errBadInput, err)
+		}
+		q.After = &c
+	}
 	p, err := s.s.Query(ctx, q)
 	if err != nil {
 		return historyPage{}, err
@@ -209,10 +216,14 @@ type serverSource struct {
 	client *http.Client
 }
 
-func (s *serverSource) query(ctx context.Context, q history.Query) (historyPage, error) {
+func (s *serverSource) query(ctx context.Context, q history.Query, cursor string) (historyPage, error) {
 	u := *s.base
 	u.Path = strings.TrimSuffix(u.Path, "/") + "/api/v1/history"
-	u.RawQuery = q.Values().Encode()
+	v := q.Values()
+	if cursor != "" {
+		v.Set("cursor", cursor)
+	}
+	u.RawQuery = v.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return historyPage{}, err
@@ -250,7 +261,7 @@ func (s *serverSource) query(ctx context.Context, q history.Query) (historyPage,
 		if err != nil {
 			return historyPage{}, fmt.Errorf("%s: entry %d: %w", u.Host, a.Seq, err)
 		}
-		e.Seq = a.Seq
+		e.Seq, e.Omitted = a.Seq, a.Omitted
 		e.Recorded, _ = time.Parse(time.RFC3339Nano, a.Recorded)
 		out.entries = append(out.entries, e)
 	}
@@ -262,15 +273,7 @@ func (s *serverSource) close() { s.client.CloseIdleConnections() }
 // printHistory writes the entries as a table or as the API's JSON page.
 func printHistory(w io.Writer, output string, entries []history.Entry, next string) error {
 	if output == "json" {
-		var cur *history.Cursor
-		if next != "" {
-			c, err := history.ParseCursor(next)
-			if err != nil {
-				return err
-			}
-			cur = &c
-		}
-		b, err := web.MarshalPage(web.PageOf(entries, cur))
+		b, err := web.MarshalPage(web.PageOf(entries, next))
 		if err != nil {
 			return err
 		}
@@ -293,8 +296,12 @@ func printHistory(w io.Writer, output string, entries []history.Entry, next stri
 		if who == "" {
 			who = "-"
 		}
+		changes := changesSummary(e.Payload)
+		if e.Omitted > 0 {
+			changes = fmt.Sprintf("(a payload of %d bytes, over the server's --history-max-response-bytes)", e.Omitted)
+		}
 		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.UTC().Format("2006-01-02T15:04:05Z"), e.Type, resource, object,
-			who, e.Rule, changesSummary(e.Payload))
+			who, e.Rule, changes)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

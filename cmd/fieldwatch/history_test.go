@@ -132,8 +132,9 @@ func TestFailoverHistory(t *testing.T) {
 }
 
 // TestHistoryCLI: fieldwatch history against a running fieldwatch (a
-// table, filters, a cursor, JSON) and offline on its state directory, and
-// its bad input.
+// table, filters, the server's sealed cursor, JSON; without a token, which
+// --history-insecure-loopback allows from loopback) and offline on its
+// state directory, and its bad input.
 func TestHistoryCLI(t *testing.T) {
 	t.Parallel()
 	env := testenv.Shared(t)
@@ -141,7 +142,7 @@ func TestHistoryCLI(t *testing.T) {
 	kc := env.WriteKubeconfig(t)
 	h := newHooks(t)
 	dir := t.TempDir()
-	p := startFieldwatch(t, kc, "--rules", h.rules(t, ns, "solo"), "--state-dir", dir, "--http-addr", "127.0.0.1:0")
+	p := startFieldwatch(t, kc, "--rules", h.rules(t, ns, "solo"), "--state-dir", dir, "--http-addr", "127.0.0.1:0", "--history-insecure-loopback")
 	w := startWriters(t, env, ns, 20*time.Millisecond, 0)
 	time.Sleep(2 * time.Second)
 	w.finish()
@@ -220,7 +221,8 @@ func TestHistoryCLI(t *testing.T) {
 		{[]string{"-o", "yaml"}, 2, `-o "yaml": want table or json`},
 		{[]string{"--state-dir", filepath.Join(dir, "nothing")}, 1, "no such file or directory"},
 		{[]string{"--server", server, "extra"}, 2, "no arguments are taken"},
-		{[]string{"--server", server, "--cursor", "12"}, 2, `parameter "cursor"`},
+		{[]string{"--server", server, "--cursor", "12"}, 2, `parameter "cursor": cursor: not a cursor this server returned`},
+		{[]string{"--state-dir", dir, "--cursor", "12"}, 2, `--cursor: cursor "12": not a cursor this API returned`},
 		{[]string{"--server", server, "--token-file", filepath.Join(dir, "missing")}, 2, "--token-file"},
 	} {
 		if code, _, stderr := cli(tc.args...); code != tc.code || !strings.Contains(stderr, tc.want) {

@@ -17,6 +17,7 @@ import (
 	"github.com/fieldwatch/fieldwatch/internal/audit"
 	"github.com/fieldwatch/fieldwatch/internal/connlimit"
 	"github.com/fieldwatch/fieldwatch/internal/crdguard"
+	"github.com/fieldwatch/fieldwatch/internal/history/web"
 	"github.com/fieldwatch/fieldwatch/watcher"
 )
 
@@ -52,7 +53,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	)
 	kube.register(fs)
 	fs.Var(&ruleFiles, "rules", "rules file (repeat for several; they are merged). Required")
-	fs.StringVar(&cfg.HTTPAddr, "http-addr", ":8080", "address for /metrics, /healthz and /readyz (\"\" to disable; port 0 picks a free port, logged as \"http server listening\")")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", ":8080", "address for /metrics, /healthz and /readyz, and the history's API and page (\"\" to disable; port 0 picks a free port, logged as \"http server listening\")")
 	fs.DurationVar(&cfg.HTTPIdleTimeout, "http-idle-timeout", connlimit.DefaultIdleTimeout, "close a keep-alive connection of the HTTP servers (--http-addr, --pprof-addr, --audit-webhook-addr, --admission-addr) after this long without a request")
 	fs.StringVar(&cfg.StateDir, "state-dir", "", "directory for the restart baseline (baseline.db), the dead-letter file (dead-letter.jsonl) and the history (history.db); on a volume that outlives the pod, nothing is lost across restarts and rollouts")
 	fs.IntVar(&cfg.Workers, "workers", app.DefaultWorkers, "changes evaluated in parallel")
@@ -88,6 +89,19 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.CRDGuard.Timeout, "crd-guard-timeout", crdguard.DefaultTimeout, "longest one CRD review runs; keep it below the webhook's timeoutSeconds for CRDs")
 	keepHistory := fs.Bool("history", true, "keep the history of what fired (in <state-dir>/history.db, or --history-dsn), served on --http-addr at /api/v1/history and /history")
 	fs.StringVar(&cfg.History.DSN, "history-dsn", "", "keep the history in this PostgreSQL database (a postgres:// URL or key=value settings; replicas may share it) instead of the state dir; give the password in $PGPASSWORD or a passfile, not here")
+	hi := &cfg.History
+	fs.BoolVar(&hi.InsecureLoopback, "history-insecure-loopback", false, "serve history requests without a token, from a loopback address to Host localhost, 127.0.0.1 or [::1], as everything: only for an authenticating proxy beside fieldwatch in its pod (docs/history.md)")
+	authQPS := fs.Float64("history-auth-qps", web.DefaultReviewQPS, "TokenReviews and SubjectAccessReviews a second for the history's callers, on a client of their own; a request that needs more is refused (429), never queued")
+	fs.IntVar(&hi.Auth.Burst, "history-auth-burst", web.DefaultReviewBurst, "burst of --history-auth-qps")
+	fs.IntVar(&hi.Auth.MaxInFlight, "history-auth-max-in-flight", web.DefaultReviewsInFlight, "TokenReviews and SubjectAccessReviews under way at once for the history's callers; a request that needs more is refused (429)")
+	fs.Float64Var(&hi.Auth.FailuresQPS, "history-auth-failures-qps", web.DefaultFailuresQPS, "history requests a second without valid credentials from one source address (an IPv6 /64); beyond, the source's requests are refused (429) before any review")
+	fs.IntVar(&hi.Auth.FailuresBurst, "history-auth-failures-burst", web.DefaultFailuresBurst, "burst of --history-auth-failures-qps")
+	fs.DurationVar(&hi.Auth.TokenCacheTTL, "authentication-token-webhook-cache-ttl", web.DefaultCacheTTL, "the history: how long a TokenReview's answer is reused")
+	fs.DurationVar(&hi.Auth.AllowCacheTTL, "authorization-webhook-cache-authorized-ttl", web.DefaultCacheTTL, "the history: how long an allowing SubjectAccessReview's answer is reused")
+	fs.DurationVar(&hi.Auth.DenyCacheTTL, "authorization-webhook-cache-unauthorized-ttl", web.DefaultCacheTTL, "the history: how long a denying SubjectAccessReview's answer is reused")
+	responseBytes, inFlightBytes := byteSize(web.DefaultMaxResponseBytes), byteSize(web.DefaultMaxBytesInFlight)
+	fs.Var(&responseBytes, "history-max-response-bytes", "payload bytes one history response holds at most (a quantity such as 8Mi); a page ends before, and a larger entry comes without its payload")
+	fs.Var(&inFlightBytes, "history-max-bytes-in-flight", "payload bytes the history's responses being built hold at once (a quantity such as 64Mi); a request beyond is refused (429)")
 	historyBytes := byteSize(app.DefaultHistoryMaxBytes)
 	fs.Var(&historyBytes, "history-max-bytes", "most bytes the history takes (a quantity such as 512Mi, at least 16Mi); the oldest entries are removed first")
 	fs.DurationVar(&cfg.History.MaxAge, "history-max-age", app.DefaultHistoryMaxAge, "how long entries are kept in the history; older ones are removed")
@@ -144,6 +158,8 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg.Queue.Bytes, cfg.Queue.ObjectBytes = int64(queueBytes), int64(objectBytes)
 	cfg.History.Disabled = !*keepHistory
 	cfg.History.MaxBytes = int64(historyBytes)
+	hi.Auth.QPS = float32(*authQPS)
+	hi.MaxResponseBytes, hi.MaxBytesInFlight = int64(responseBytes), int64(inFlightBytes)
 	au.WebhookMaxBodyBytes = int64(maxBody)
 	au.IndexMaxBytes = int64(indexBytes)
 	ad.MaxBodyBytes, ad.MaxPendingBytes = int64(admissionBody), int64(admissionBytes)

@@ -28,6 +28,17 @@ type HistoryConfig struct {
 	// DefaultHistoryMaxAge): the oldest entries are removed first.
 	MaxBytes int64
 	MaxAge   time.Duration
+	// InsecureLoopback serves token-less requests from loopback to a
+	// loopback Host as everything (web.Options.InsecureLoopback): for
+	// an authenticating proxy beside fieldwatch in its pod.
+	InsecureLoopback bool
+	// Auth bounds the reviews of the API's callers (zero fields take
+	// web's defaults).
+	Auth web.AuthOptions
+	// MaxResponseBytes and MaxBytesInFlight bound the payload bytes of a
+	// response and of the responses being built at once (zero: web's
+	// defaults).
+	MaxResponseBytes, MaxBytesInFlight int64
 }
 
 // History defaults.
@@ -51,6 +62,13 @@ const (
 func (h *HistoryConfig) check() error {
 	if h.MaxBytes > 0 && h.MaxBytes < MinHistoryMaxBytes {
 		return fmt.Errorf("--history-max-bytes %d: at least %d (16Mi)", h.MaxBytes, MinHistoryMaxBytes)
+	}
+	response := h.MaxResponseBytes
+	if response <= 0 {
+		response = web.DefaultMaxResponseBytes
+	}
+	if h.MaxBytesInFlight > 0 && h.MaxBytesInFlight < response {
+		return fmt.Errorf("--history-max-bytes-in-flight %d: at least --history-max-response-bytes (%d)", h.MaxBytesInFlight, response)
 	}
 	return nil
 }
@@ -92,17 +110,26 @@ func (a *app) openHistory(ctx context.Context) (*historyState, error) {
 		a.log.Error("the history cannot be opened: running without it (deliveries are not affected)", "error", err)
 		return nil, nil
 	}
+	server, err := web.New(web.Options{
+		Store: store, Rest: a.cfg.Rest, Auth: h.Auth, InsecureLoopback: h.InsecureLoopback,
+		MaxResponseBytes: h.MaxResponseBytes, MaxBytesInFlight: h.MaxBytesInFlight, Logger: a.log, Registerer: a.reg,
+	})
+	if err != nil {
+		_ = store.Close()
+		return nil, err
+	}
 	hs := &historyState{
 		store: store,
 		rec: history.NewRecorder(history.RecorderOptions{
 			Store: store, MaxAge: h.MaxAge, MaxBytes: h.MaxBytes, Logger: a.log, Metrics: m,
 		}),
-		web:       web.New(web.Options{Store: store, Kube: a.kube, Logger: a.log, Registerer: a.reg}),
+		web:       server,
 		confirmed: make(chan *watcher.Change, confirmedQueue),
 		done:      make(chan struct{}),
 	}
 	go a.evaluateConfirmed(hs)
-	a.log.Info("keeping the history of firings", "store", storeName(h, a.cfg.StateDir), "maxBytes", h.MaxBytes, "maxAge", h.MaxAge.String())
+	a.log.Info("keeping the history of firings", "store", storeName(h, a.cfg.StateDir), "maxBytes", h.MaxBytes, "maxAge", h.MaxAge.String(),
+		"insecureLoopback", h.InsecureLoopback)
 	return hs, nil
 }
 

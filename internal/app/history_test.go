@@ -102,9 +102,10 @@ func TestHistory(t *testing.T) {
 	httpAddr := make(chan string, 1)
 	fw := runFieldwatch(t, plane, allChanges, func(c *Config) {
 		c.StateDir = t.TempDir()
+		c.History.InsecureLoopback = true
 		c.Ready = func(addr string) { httpAddr <- addr }
 	})
-	admin := historyClient{base: "http://" + <-httpAddr} // loopback, no token: everything
+	admin := historyClient{base: "http://" + <-httpAddr} // loopback, no token, --history-insecure-loopback: everything
 	fw.warmUp(t, plane)
 	ctx := context.Background()
 	a := alice.Dynamic.Resource(cmGVR)

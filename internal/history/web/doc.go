@@ -5,12 +5,30 @@
 // loaded from elsewhere: it works in an air-gapped cluster).
 //
 // The history says who changed what about everything fieldwatch
-// watches, so every request is authorized as kube-rbac-proxy and the
-// kubelet authorize theirs: the caller's bearer token is authenticated
-// with a TokenReview, and each entry is shown only when a
-// SubjectAccessReview allows the caller to get that resource in that
-// namespace (the custom resources a CRD change hits are filtered the
-// same way). Decisions are cached briefly. A request without a token is
-// served only when it comes from a loopback address (kubectl
-// port-forward, a sidecar), and then sees everything.
+// watches, so every request is authenticated and authorized as the
+// apiserver would its own: the caller's bearer token (or, from a
+// browser, the password of HTTP Basic credentials) by a TokenReview, and
+// what it may read by SubjectAccessReviews, through k8s.io/apiserver's
+// webhook authenticator and authorizer and their caches. `list` on a
+// resource (in a namespace, or everywhere) shows its entries; `get`
+// alone those of an object the query names; the actor details take `get`
+// on ActorsPath. Access is decided before the store reads an entry,
+// within the query (history.Access).
+//
+// The reviews go through a client of their own that never queues: past
+// its rate or its requests in flight a request is refused at once (429),
+// and so are the requests of a source address that failed too often, so
+// that forged tokens cannot slow the process's other requests to the
+// apiserver (its Lease renewals). A response holds at most
+// Options.MaxResponseBytes of payloads, reserved from
+// Options.MaxBytesInFlight before they are read; the store goes through
+// at most its scan window of entries a request; cursors are sealed.
+//
+// A request without credentials is served only with
+// Options.InsecureLoopback, from a loopback address to a loopback Host,
+// and then sees everything.
+//
+// The package imports client-go and k8s.io/apiserver's authentication
+// and authorization; it must not import the watcher, the rules, the
+// actions or the app.
 package web

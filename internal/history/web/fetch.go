@@ -1,19 +1,16 @@
 package web
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"strings"
+	"net/url"
+	"sync/atomic"
+	"time"
 
 	"github.com/fieldwatch/fieldwatch/internal/history"
-	"github.com/fieldwatch/fieldwatch/internal/jsonscan"
 )
-
-// maxScan bounds the entries one request goes through for a caller who
-// may read only part of them: past it, the answer holds what it found
-// and a cursor to go on from.
-const maxScan = 10 * history.MaxLimit
 
 // result is a page of what the caller may read.
 type result struct {
@@ -21,155 +18,167 @@ type result struct {
 	next    *history.Cursor
 }
 
-// fetch returns the entries of q that c may read, newest first: each
-// entry's resource and namespace are authorized (cached), and a CRD
-// change's objects hit are kept only where c may read them.
-func (s *Server) fetch(ctx context.Context, c *caller, q history.Query) (result, error) {
-	want := q.Limit
-	if want <= 0 || want > history.MaxLimit {
-		want = history.DefaultLimit
+// fetch returns a page of q that c may read, newest first: what c may
+// read is decided before the store reads an entry (decider.access), the
+// page's payloads are bounded by Options.MaxResponseBytes and reserved in
+// budget before they are read, and the store goes through at most its
+// scan window of entries, matching or not, ending the page with a cursor
+// there. A CRD change's objects hit and the actor details are then
+// filtered for c.
+func (s *Server) fetch(ctx context.Context, c *caller, q history.Query, budget *reservation) (result, error) {
+	d := s.decider(c, &q)
+	access, err := d.access(ctx, s.store)
+	if err != nil {
+		return result{}, err
 	}
-	if !c.all {
-		q.Limit = history.MaxLimit // fewer round trips when much is hidden
+	if access != nil && len(access.Resources) == 0 && len(access.Checked) == 0 {
+		return result{}, nil // nothing the caller may read: the store is not asked
 	}
-	var res result
-	for scanned := 0; ; {
-		page, err := s.store.Query(ctx, q)
-		if err != nil {
+	q.Access, q.MaxBytes, q.Reserve = access, s.maxResponseBytes, budget.take
+	page, err := s.store.Query(ctx, q)
+	s.scanned.Add(float64(page.Scanned))
+	switch {
+	case errors.Is(err, history.ErrBusy):
+		return result{}, &throttledError{"memory", fmt.Sprintf("the history's responses being built hold %d bytes, their bound (--history-max-bytes-in-flight): try again in a second",
+			s.budget.max)}
+	case err != nil:
+		return result{}, err
+	case d.throttled && len(page.Entries) == 0:
+		return result{}, s.auth.reviews.refused()
+	}
+	for i := range page.Entries {
+		e := &page.Entries[i]
+		if e.Omitted > 0 {
+			e.Payload = headPayload(e)
+		}
+		if err := d.filter(ctx, e); err != nil {
 			return result{}, err
 		}
-		for i := range page.Entries {
-			e := &page.Entries[i]
-			ok, err := s.auth.allowed(ctx, c, e.Group, e.Resource, e.Namespace)
-			if err != nil {
-				return result{}, err
-			}
-			if !ok {
-				continue
-			}
-			if !c.all && isCRD(e) {
-				if e.Payload, err = s.filterImpact(ctx, c, e.Payload); err != nil {
-					return result{}, err
-				}
-			}
-			res.entries = append(res.entries, *e)
-			if len(res.entries) == want {
-				if i < len(page.Entries)-1 || page.Next != nil {
-					cur := history.CursorOf(e)
-					res.next = &cur
-				}
-				return res, nil
-			}
-		}
-		scanned += len(page.Entries)
-		if page.Next == nil {
-			return res, nil
-		}
-		if scanned >= maxScan {
-			res.next = page.Next
-			return res, nil
-		}
-		q.After = page.Next
 	}
+	return result{entries: page.Entries, next: page.Next}, nil
 }
 
-// isCRD reports whether e is about a CustomResourceDefinition.
-func isCRD(e *history.Entry) bool {
-	return e.Group == "apiextensions.k8s.io" && e.Resource == "customresourcedefinitions"
+// headPayload is what stands for the payload of an entry left out of a
+// page (history.Entry.Omitted): the keys of the payload that the store
+// keeps beside it, in the payload's order (docs/payload.md).
+func headPayload(e *history.Entry) []byte {
+	p := struct {
+		ID       string `json:"id"`
+		Time     string `json:"time"`
+		Rule     string `json:"rule"`
+		Type     string `json:"type"`
+		Resource struct {
+			Group    string `json:"group"`
+			Resource string `json:"resource"`
+		} `json:"resource"`
+		Namespace string `json:"namespace"`
+		Name      string `json:"name"`
+		UID       string `json:"uid"`
+		Actor     *struct {
+			User             *apiUser `json:"user,omitempty"`
+			ImpersonatedUser *apiUser `json:"impersonatedUser,omitempty"`
+		} `json:"actor,omitempty"`
+	}{ID: e.ID, Time: e.Time.UTC().Format(time.RFC3339Nano), Rule: e.Rule, Type: string(e.Type), Namespace: e.Namespace, Name: e.Name, UID: e.UID}
+	p.Resource.Group, p.Resource.Resource = e.Group, e.Resource
+	if e.User != "" || e.Impersonated != "" {
+		p.Actor = &struct {
+			User             *apiUser `json:"user,omitempty"`
+			ImpersonatedUser *apiUser `json:"impersonatedUser,omitempty"`
+		}{}
+		if e.User != "" {
+			p.Actor.User = &apiUser{e.User}
+		}
+		if e.Impersonated != "" {
+			p.Actor.ImpersonatedUser = &apiUser{e.Impersonated}
+		}
+	}
+	b, _ := marshalNoEscape(p) // strings always marshal
+	return bytes.TrimSuffix(b, []byte("\n"))
 }
 
-// filterImpact returns the payload of a CRD change with the objects its
-// impact names (crd.impact[].objects) kept only where c may get that
-// custom resource in that namespace; each impact that lost some says how
-// many in a last key, "hidden". Keys keep their order; other payloads
-// come back as they are.
-func (s *Server) filterImpact(ctx context.Context, c *caller, payload []byte) ([]byte, error) {
-	var crdName string
-	var impact []byte
-	_ = jsonscan.EachKey(payload, func(key string, value []byte) error {
-		if key == "crd" {
-			return jsonscan.EachKey(value, func(key string, value []byte) error {
-				switch key {
-				case "crd":
-					_ = json.Unmarshal(value, &crdName)
-				case "impact":
-					impact = value
-				}
-				return nil
-			})
-		}
-		return nil
-	})
-	if len(impact) == 0 || crdName == "" {
-		return payload, nil
-	}
-	resource, group, _ := strings.Cut(crdName, ".")
-	var impacts []json.RawMessage
-	if err := json.Unmarshal(impact, &impacts); err != nil {
-		return payload, nil //nolint:nilerr // not an impact list: nothing to filter
-	}
-	changed := false
-	for i, im := range impacts {
-		var objectsValue []byte
-		_ = jsonscan.EachKey(im, func(key string, value []byte) error {
-			if key == "objects" {
-				objectsValue = value
-			}
-			return nil
-		})
-		var objects []json.RawMessage
-		if json.Unmarshal(objectsValue, &objects) != nil {
-			continue
-		}
-		kept := objects[:0:0]
-		for _, o := range objects {
-			var ref struct {
-				Namespace string `json:"namespace"`
-			}
-			_ = json.Unmarshal(o, &ref)
-			ok, err := s.auth.allowed(ctx, c, group, resource, ref.Namespace)
-			if err != nil {
-				return nil, err
-			}
-			if ok {
-				kept = append(kept, o)
-			}
-		}
-		if len(kept) == len(objects) {
-			continue
-		}
-		changed = true
-		list := []byte{'['}
-		for k, o := range kept {
-			if k > 0 {
-				list = append(list, ',')
-			}
-			list = append(list, o...)
-		}
-		list = append(list, ']')
-		im = replaceValue(im, objectsValue, list)
-		impacts[i] = append(im[:len(im)-1:len(im)-1], fmt.Sprintf(`,"hidden":%d}`, len(objects)-len(kept))...)
-	}
-	if !changed {
-		return payload, nil
-	}
-	list := []byte{'['}
-	for k, im := range impacts {
-		if k > 0 {
-			list = append(list, ',')
-		}
-		list = append(list, im...)
-	}
-	list = append(list, ']')
-	return replaceValue(payload, impact, list), nil
+type apiUser struct {
+	Username string `json:"username"`
 }
 
-// replaceValue returns a copy of doc with the bytes of old (a subslice of
-// it) replaced by repl.
-func replaceValue(doc, old, repl []byte) []byte {
-	start := cap(doc) - cap(old)
-	out := make([]byte, 0, len(doc)-len(old)+len(repl))
-	out = append(out, doc[:start]...)
-	out = append(out, repl...)
-	return append(out, doc[start+len(old):]...)
+// parseQuery reads the query of raw (a URL's raw query): refused when it
+// does not parse (a ";", a bad "%" escape: url.Values would drop that
+// pair, and a filter with it), then validated by history.ParseQuery; the
+// cursor is one this server sealed.
+func (s *Server) parseQuery(raw string) (history.Query, error) {
+	v, err := rawValues(raw)
+	if err != nil {
+		return history.Query{}, err
+	}
+	return s.parseValues(v)
+}
+
+// rawValues returns the parameters of raw, a URL's raw query, or an
+// error when it does not parse.
+func rawValues(raw string) (url.Values, error) {
+	v, err := url.ParseQuery(raw)
+	if err != nil {
+		return nil, badRequest{fmt.Errorf("the query string does not parse (%w): separate parameters with & and escape %%, & and ; in values as %%25, %%26 and %%3B", err)}
+	}
+	return v, nil
+}
+
+// parseValues reads a query from v: see parseQuery.
+func (s *Server) parseValues(v url.Values) (history.Query, error) {
+	cursor, hasCursor := v["cursor"]
+	if hasCursor {
+		v = cloneValues(v)
+		delete(v, "cursor")
+	}
+	q, err := history.ParseQuery(v, s.now())
+	if err != nil {
+		return history.Query{}, badRequest{err}
+	}
+	if hasCursor {
+		if len(cursor) != 1 {
+			return history.Query{}, badRequest{fmt.Errorf("parameter \"cursor\" given %d times: give it once", len(cursor))}
+		}
+		c, err := s.cursors.open(cursor[0])
+		if err != nil {
+			return history.Query{}, badRequest{fmt.Errorf("parameter \"cursor\": %w", err)}
+		}
+		q.After = &c
+	}
+	return q, nil
+}
+
+func cloneValues(v url.Values) url.Values {
+	out := make(url.Values, len(v))
+	for k, vs := range v {
+		out[k] = vs
+	}
+	return out
+}
+
+// budget bounds the payload bytes of the responses being built.
+type budget struct {
+	max  int64
+	used atomic.Int64
+}
+
+// reservation is what one request holds of the budget.
+type reservation struct {
+	b    *budget
+	held int64
+}
+
+// take reserves n more bytes, or reports false when the budget has not
+// that many left.
+func (r *reservation) take(n int64) bool {
+	if r.b.used.Add(n) > r.b.max {
+		r.b.used.Add(-n)
+		return false
+	}
+	r.held += n
+	return true
+}
+
+// release gives back what r holds, once its response is written.
+func (r *reservation) release() {
+	r.b.used.Add(-r.held)
+	r.held = 0
 }

@@ -57,28 +57,34 @@ func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
 	if !s.methodOK(w, r, handler) {
 		return
 	}
-	// The form sends every field: an empty one is no filter.
-	form := url.Values{}
-	for k, vs := range r.URL.Query() {
-		if len(vs) != 1 || vs[0] != "" {
-			form[k] = vs
-		}
-	}
-	data := pageData{Title: "History", Form: form, Types: []string{"created", "updated", "deleted"}}
+	data := pageData{Title: "History", Form: url.Values{}, Types: []string{"created", "updated", "deleted"}}
 	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
 	defer cancel()
-	c, err := s.auth.authenticate(ctx, r)
+	c, err := s.auth.authenticate(r)
 	if err != nil {
 		s.page(w, handler, "timeline", data, err)
 		return
 	}
 	data.Caller = c.name()
-	q, err := history.ParseQuery(form, s.now())
+	raw, err := rawValues(r.URL.RawQuery)
 	if err != nil {
-		s.page(w, handler, "timeline", data, badRequest{err})
+		s.page(w, handler, "timeline", data, err)
 		return
 	}
-	res, err := s.fetch(ctx, c, q)
+	// The form sends every field: an empty one is no filter.
+	for k, vs := range raw {
+		if len(vs) != 1 || vs[0] != "" {
+			data.Form[k] = vs
+		}
+	}
+	q, err := s.parseValues(data.Form)
+	if err != nil {
+		s.page(w, handler, "timeline", data, err)
+		return
+	}
+	held := &reservation{b: s.budget}
+	defer held.release()
+	res, err := s.fetch(ctx, c, q, held)
 	if err != nil {
 		s.page(w, handler, "timeline", data, err)
 		return
@@ -87,7 +93,7 @@ func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
 	for i := range res.entries {
 		data.Entries = append(data.Entries, viewOf(&res.entries[i], true))
 	}
-	data.Newest, data.Older = pager("/history", form, res.next)
+	data.Newest, data.Older = s.pager("/history", data.Form, res.next)
 	s.page(w, handler, "timeline", data, nil)
 }
 
@@ -101,13 +107,17 @@ func (s *Server) object(w http.ResponseWriter, r *http.Request) {
 	data := pageData{Title: "Object history", Form: url.Values{}}
 	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
 	defer cancel()
-	c, err := s.auth.authenticate(ctx, r)
+	c, err := s.auth.authenticate(r)
 	if err != nil {
 		s.page(w, handler, "object", data, err)
 		return
 	}
 	data.Caller = c.name()
-	v := r.URL.Query()
+	v, err := rawValues(r.URL.RawQuery)
+	if err != nil {
+		s.page(w, handler, "object", data, err)
+		return
+	}
 	for k := range v {
 		if k != "uid" && k != "cursor" {
 			s.page(w, handler, "object", data, badRequest{errors.New("parameter " + strconv.Quote(k) + ": this page takes uid and cursor only")})
@@ -119,12 +129,14 @@ func (s *Server) object(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v.Set("limit", strconv.Itoa(objectLimit))
-	q, err := history.ParseQuery(v, s.now())
+	q, err := s.parseValues(v)
 	if err != nil {
-		s.page(w, handler, "object", data, badRequest{err})
+		s.page(w, handler, "object", data, err)
 		return
 	}
-	res, err := s.fetch(ctx, c, q)
+	held := &reservation{b: s.budget}
+	defer held.release()
+	res, err := s.fetch(ctx, c, q, held)
 	if err != nil {
 		s.page(w, handler, "object", data, err)
 		return
@@ -137,13 +149,13 @@ func (s *Server) object(w http.ResponseWriter, r *http.Request) {
 		data.Object = &head
 		data.Title = head.Kind + " " + head.Object
 	}
-	data.Newest, data.Older = pager("/history/object", url.Values{"uid": {q.UID}}, res.next)
+	data.Newest, data.Older = s.pager("/history/object", url.Values{"uid": {q.UID}}, res.next)
 	s.page(w, handler, "object", data, nil)
 }
 
 // pager returns the links to the first page of form's filters and to the
 // page after next ("" when there is none).
-func pager(path string, form url.Values, next *history.Cursor) (newest, older string) {
+func (s *Server) pager(path string, form url.Values, next *history.Cursor) (newest, older string) {
 	base := url.Values{}
 	for k, vs := range form {
 		if k != "cursor" {
@@ -155,7 +167,7 @@ func pager(path string, form url.Values, next *history.Cursor) (newest, older st
 		newest += "?" + base.Encode()
 	}
 	if next != nil {
-		base.Set("cursor", next.String())
+		base.Set("cursor", s.cursors.seal(*next))
 		older = path + "?" + base.Encode()
 	}
 	return newest, older
@@ -176,9 +188,8 @@ func (s *Server) page(w http.ResponseWriter, handler, name string, data pageData
 		return
 	}
 	s.headers(w, "text/html; charset=utf-8")
-	if code == http.StatusUnauthorized {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="fieldwatch history"`)
-	}
+	// A browser asks for Basic credentials: the password is the token.
+	s.challenge(w, code, `Basic realm="fieldwatch history: any user name, a token as the password", charset="UTF-8"`)
 	w.WriteHeader(code)
 	_, _ = w.Write(b.Bytes())
 	s.requests.WithLabelValues(handler, strconv.Itoa(code)).Inc()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fieldwatch/fieldwatch/internal/history"
 )
@@ -34,6 +35,8 @@ type entryView struct {
 	Changes                                             []changeView
 	More                                                int // changes left out on the timeline
 	CRD                                                 *crdView
+	// Omitted is the size of a payload left out (history.Entry.Omitted).
+	Omitted int64
 }
 
 // changeView is one change: its path, old and new values as JSON.
@@ -139,7 +142,7 @@ func viewOf(e *history.Entry, brief bool) entryView {
 		Kind: p.Resource.Kind, Resource: resourceName(e.Group, e.Resource), Version: p.Resource.Version,
 		Object: e.Name, Namespace: e.Namespace, Name: e.Name, UID: e.UID, ID: e.ID, Source: string(e.Source), Who: e.Who(),
 		Manager: p.Actor.Manager, User: p.Actor.User.Username, Impersonated: p.Actor.ImpersonatedUser.Username,
-		Verb: p.Actor.Verb, Match: p.Actor.Match, UserAgent: p.Actor.UserAgent,
+		Verb: p.Actor.Verb, Match: p.Actor.Match, UserAgent: p.Actor.UserAgent, Omitted: e.Omitted,
 	}
 	if v.Kind == "" {
 		v.Kind = e.Resource
@@ -184,25 +187,38 @@ const (
 )
 
 // shorten returns the JSON value v compacted, cut at n bytes (on a rune
-// boundary).
+// boundary). It reads no more of v than the n bytes it keeps need: a
+// value may be megabytes.
 func shorten(v json.RawMessage, n int) (string, bool) {
 	if len(v) == 0 {
 		return "", false
 	}
-	var b bytes.Buffer
-	if json.Compact(&b, v) != nil {
-		b.Reset()
-		b.Write(v)
+	out := make([]byte, 0, min(len(v), n+utf8.UTFMax))
+	inString, escaped := false, false
+	i := 0
+	for ; i < len(v) && len(out) <= n; i++ {
+		c := v[i]
+		switch {
+		case inString && escaped:
+			escaped = false
+		case inString && c == '\\':
+			escaped = true
+		case c == '"':
+			inString = !inString
+		case !inString && (c == ' ' || c == '\t' || c == '\n' || c == '\r'):
+			continue
+		}
+		out = append(out, c)
 	}
-	s := b.String()
-	if len(s) <= n {
-		return s, false
+	rest := bytes.TrimSpace(v[i:])
+	if len(out) <= n && len(rest) == 0 {
+		return string(out), false
 	}
-	cut := n
-	for cut > 0 && !isRuneStart(s[cut]) {
+	cut := min(n, len(out))
+	for cut > 0 && !isRuneStart(out[cut]) {
 		cut--
 	}
-	return s[:cut] + "…", true
+	return string(out[:cut]) + "…", true
 }
 
 func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }

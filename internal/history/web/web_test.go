@@ -9,23 +9,26 @@ import (
 	"strings"
 	"testing"
 
-	"k8s.io/client-go/kubernetes"
-
 	"github.com/fieldwatch/fieldwatch/internal/history"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{}) }
+func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{}, closeBulk) }
 
-// serve runs a Server over store on 127.0.0.1 for the test.
-func serve(t *testing.T, store history.Store) (*Server, string) {
+// serve runs a Server over store on 127.0.0.1 for the test, serving
+// token-less loopback requests (Options.InsecureLoopback); edit, when
+// not nil, changes its options.
+func serve(t *testing.T, store history.Store, edit ...func(*Options)) (*Server, string) {
 	t.Helper()
 	env := testenv.Shared(t)
-	kube, err := kubernetes.NewForConfig(env.Config())
+	opts := Options{Store: store, Rest: env.Config(), InsecureLoopback: true}
+	for _, e := range edit {
+		e(&opts)
+	}
+	s, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := New(Options{Store: store, Kube: kube})
 	mux := http.NewServeMux()
 	s.Register(mux)
 	srv := httptest.NewServer(mux)

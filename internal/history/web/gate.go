@@ -1,0 +1,153 @@
+package web
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	"k8s.io/client-go/util/flowcontrol"
+)
+
+// reviewGate is the review client's rate limiter and the bound on its
+// requests in flight. Neither waits: a request beyond them fails at once
+// with errThrottled, where client-go's limiter would queue it (and, on a
+// shared client, the Lease renewals queued behind it).
+type reviewGate struct {
+	tokens   *rate.Limiter
+	inFlight chan struct{}
+}
+
+var _ flowcontrol.RateLimiter = &reviewGate{}
+
+func newReviewGate(qps float32, burst, inFlight int) *reviewGate {
+	return &reviewGate{tokens: rate.NewLimiter(rate.Limit(qps), burst), inFlight: make(chan struct{}, inFlight)}
+}
+
+// room reports whether a review would be let through now.
+func (g *reviewGate) room() bool {
+	return g.tokens.Tokens() >= 1 && len(g.inFlight) < cap(g.inFlight)
+}
+
+// refused is the error of a review the gate does not let through.
+func (g *reviewGate) refused() error {
+	return &throttledError{"reviews", fmt.Sprintf("the apiserver reviews of this fieldwatch are at their bound (%d at once, %v a second): try again in a second",
+		cap(g.inFlight), g.tokens.Limit())}
+}
+
+// TryAccept implements flowcontrol.RateLimiter.
+func (g *reviewGate) TryAccept() bool { return g.tokens.Allow() }
+
+// Accept implements flowcontrol.RateLimiter. client-go calls Wait; Accept
+// takes a token without waiting too.
+func (g *reviewGate) Accept() { g.tokens.Allow() }
+
+// Wait implements flowcontrol.RateLimiter: it takes a token or fails at
+// once.
+func (g *reviewGate) Wait(context.Context) error {
+	if !g.tokens.Allow() {
+		return g.refused()
+	}
+	return nil
+}
+
+// Stop implements flowcontrol.RateLimiter.
+func (g *reviewGate) Stop() {}
+
+// QPS implements flowcontrol.RateLimiter.
+func (g *reviewGate) QPS() float32 { return float32(g.tokens.Limit()) }
+
+// wrap bounds the requests in flight of the transport rt.
+func (g *reviewGate) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		select {
+		case g.inFlight <- struct{}{}:
+		default:
+			return nil, g.refused()
+		}
+		defer func() { <-g.inFlight }()
+		return rt.RoundTrip(r)
+	})
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// sourceLimiter rates, per source address, the requests without valid
+// credentials. It remembers at most maxSources sources; past that it
+// forgets those whose bucket is full again (idle), then half of them.
+type sourceLimiter struct {
+	limit rate.Limit
+	burst int
+
+	mu      sync.Mutex
+	sources map[string]*rate.Limiter
+}
+
+// maxSources bounds the sources a sourceLimiter remembers.
+const maxSources = 10000
+
+func newSourceLimiter(limit rate.Limit, burst int) *sourceLimiter {
+	return &sourceLimiter{limit: limit, burst: burst, sources: map[string]*rate.Limiter{}}
+}
+
+// reserve takes a failure's token of the source of addr: ok is false
+// when it has none left. The caller cancels the reservation when the
+// request turns out not to be a failure.
+func (l *sourceLimiter) reserve(addr string) (*rate.Reservation, bool) {
+	now := time.Now()
+	src := sourceOf(addr)
+	l.mu.Lock()
+	lim, ok := l.sources[src]
+	if !ok {
+		if len(l.sources) >= maxSources {
+			l.forget(now)
+		}
+		lim = rate.NewLimiter(l.limit, l.burst)
+		l.sources[src] = lim
+	}
+	l.mu.Unlock()
+	r := lim.ReserveN(now, 1)
+	if !r.OK() || r.DelayFrom(now) > 0 {
+		r.CancelAt(now)
+		return nil, false
+	}
+	return r, true
+}
+
+// forget drops the idle sources, then half of the others if that was not
+// enough. l.mu is held.
+func (l *sourceLimiter) forget(now time.Time) {
+	for src, lim := range l.sources {
+		if lim.TokensAt(now) >= float64(l.burst) {
+			delete(l.sources, src)
+		}
+	}
+	for src := range l.sources {
+		if len(l.sources) < maxSources/2 {
+			break
+		}
+		delete(l.sources, src)
+	}
+}
+
+// sourceOf is the source of a remote address: its IP, or the /64 of an
+// IPv6 address (one host's usual share).
+func sourceOf(addr string) string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	ip := net.ParseIP(host)
+	switch {
+	case ip == nil:
+		return host
+	case ip.To4() != nil:
+		return ip.String()
+	}
+	return (&net.IPNet{IP: ip.Mask(net.CIDRMask(64, 128)), Mask: net.CIDRMask(64, 128)}).String()
+}
