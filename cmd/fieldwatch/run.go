@@ -53,7 +53,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	)
 	kube.register(fs)
 	fs.Var(&ruleFiles, "rules", "rules file (repeat for several; they are merged). Required")
-	fs.StringVar(&cfg.HTTPAddr, "http-addr", ":8080", "address for /metrics, /healthz and /readyz, and the history's API and page (\"\" to disable; port 0 picks a free port, logged as \"http server listening\")")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", ":8080", "address for /metrics, /healthz and /readyz, and the history's API and page unless --history-addr is set (\"\" to disable; port 0 picks a free port, logged as \"http server listening\")")
 	fs.DurationVar(&cfg.HTTPIdleTimeout, "http-idle-timeout", connlimit.DefaultIdleTimeout, "close a keep-alive connection of the HTTP servers (--http-addr, --pprof-addr, --audit-webhook-addr, --admission-addr) after this long without a request")
 	fs.StringVar(&cfg.StateDir, "state-dir", "", "directory for the restart baseline (baseline.db), the dead-letter file (dead-letter.jsonl) and the history (history.db); on a volume that outlives the pod, nothing is lost across restarts and rollouts")
 	fs.IntVar(&cfg.Workers, "workers", app.DefaultWorkers, "changes evaluated in parallel")
@@ -87,9 +87,11 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.CRDGuard.PolicyFile, "crd-guard-policy", "", "the CRD guard's per-check policy (crd-diff --policy's file: fieldwatch's checks: or crdify's configuration)")
 	fs.BoolVar(&cfg.CRDGuard.DenyIncomplete, "crd-guard-deny-incomplete", false, "deny mode: refuse a CRD change whose check could not finish (by default it is allowed with a warning)")
 	fs.DurationVar(&cfg.CRDGuard.Timeout, "crd-guard-timeout", crdguard.DefaultTimeout, "longest one CRD review runs; keep it below the webhook's timeoutSeconds for CRDs")
-	keepHistory := fs.Bool("history", true, "keep the history of what fired (in <state-dir>/history.db, or --history-dsn), served on --http-addr at /api/v1/history and /history")
+	keepHistory := fs.Bool("history", true, "keep the history of what fired (in <state-dir>/history.db, or --history-dsn), served on --http-addr (or --history-addr) at /api/v1/history and /history")
 	fs.StringVar(&cfg.History.DSN, "history-dsn", "", "keep the history in this PostgreSQL database (a postgres:// URL or key=value settings; replicas may share it) instead of the state dir; give the password in $PGPASSWORD or a passfile, not here")
+	dsnFile := fs.String("history-dsn-file", "", "read --history-dsn from this file (a mounted Secret's key), password included")
 	hi := &cfg.History
+	fs.StringVar(&hi.Addr, "history-addr", "", "serve the history's API and page on this address of their own instead of --http-addr (port 0 picks a free port, logged as \"history server listening\")")
 	fs.BoolVar(&hi.InsecureLoopback, "history-insecure-loopback", false, "serve history requests without a token, from a loopback address to Host localhost, 127.0.0.1 or [::1], as everything: only for an authenticating proxy beside fieldwatch in its pod (docs/history.md)")
 	authQPS := fs.Float64("history-auth-qps", web.DefaultReviewQPS, "TokenReviews and SubjectAccessReviews a second for the history's callers, on a client of their own; a request that needs more is refused (429), never queued")
 	fs.IntVar(&hi.Auth.Burst, "history-auth-burst", web.DefaultReviewBurst, "burst of --history-auth-qps")
@@ -172,6 +174,21 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		_, _ = fmt.Fprintf(stderr, "fieldwatch run: %v\n", err)
 		return 2
+	}
+	if *dsnFile != "" {
+		if cfg.History.DSN != "" {
+			_, _ = fmt.Fprintln(stderr, "fieldwatch run: give --history-dsn or --history-dsn-file, not both")
+			return 2
+		}
+		b, err := os.ReadFile(*dsnFile)
+		if err != nil {
+			_, _ = fmt.Fprintf(stderr, "fieldwatch run: --history-dsn-file: %v\n", err)
+			return 2
+		}
+		if cfg.History.DSN = strings.TrimSpace(string(b)); cfg.History.DSN == "" {
+			_, _ = fmt.Fprintf(stderr, "fieldwatch run: --history-dsn-file %s is empty\n", *dsnFile)
+			return 2
+		}
 	}
 	rest, err := kube.config()
 	if err != nil {

@@ -37,7 +37,9 @@ type Config struct {
 	RulesFiles []string
 	// Rest is the client configuration (in-cluster or kubeconfig).
 	Rest *rest.Config
-	// HTTPAddr serves /metrics, /healthz and /readyz; "" serves nothing.
+	// HTTPAddr serves /metrics, /healthz and /readyz, and the history's
+	// API and pages unless History.Addr names a listener of their own;
+	// "" serves nothing.
 	HTTPAddr string
 	// HTTPIdleTimeout closes a keep-alive connection of any of the HTTP
 	// servers (HTTPAddr, PprofAddr, the audit webhook receiver) after this
@@ -111,8 +113,8 @@ type Config struct {
 	// Admission turns on attribution from fieldwatch's own admission
 	// webhook; its zero value leaves it off.
 	Admission AdmissionConfig
-	// History keeps what fired, served on HTTPAddr (/api/v1/history,
-	// /history); its zero value keeps it in StateDir.
+	// History keeps what fired, served on HTTPAddr or History.Addr
+	// (/api/v1/history, /history); its zero value keeps it in StateDir.
 	History HistoryConfig
 	// DiscoveryInterval is how often discovery runs besides when CRDs or
 	// APIServices change (default DefaultDiscoveryInterval): without the
@@ -285,6 +287,14 @@ func (a *app) run(ctx context.Context) error {
 	}
 	if a.cfg.HTTPAddr != "" {
 		srv, ln, err := a.serveHTTP()
+		if err != nil {
+			return err
+		}
+		serve(srv, ln)
+		defer shutdown(srv)
+	}
+	if a.cfg.History.Addr != "" {
+		srv, ln, err := a.serveHistoryHTTP()
 		if err != nil {
 			return err
 		}
@@ -469,8 +479,9 @@ func (a *app) openStore() (*watcher.Store, error) {
 
 // The HTTP servers' names, in metrics and logs.
 const (
-	serverHTTP  = "http"
-	serverPprof = "pprof"
+	serverHTTP    = "http"
+	serverHistory = "history"
+	serverPprof   = "pprof"
 )
 
 // pprofMaxConns caps the pprof listener: a person with kubectl
@@ -486,6 +497,9 @@ func (a *app) connectionCaps() map[string]int {
 	var wants []connlimit.Want
 	if a.cfg.HTTPAddr != "" {
 		wants = append(wants, connlimit.Want{Name: serverHTTP})
+	}
+	if a.cfg.History.Addr != "" {
+		wants = append(wants, connlimit.Want{Name: serverHistory})
 	}
 	if a.cfg.PprofAddr != "" {
 		wants = append(wants, connlimit.Want{Name: serverPprof, Max: pprofMaxConns})
@@ -536,7 +550,8 @@ func (a *app) httpServer(ln *connlimit.Listener, handler http.Handler, write tim
 	return srv
 }
 
-// serveHTTP listens on HTTPAddr for /metrics, /healthz and /readyz.
+// serveHTTP listens on HTTPAddr for /metrics, /healthz and /readyz, and
+// the history unless it has a listener of its own.
 func (a *app) serveHTTP() (*http.Server, net.Listener, error) {
 	ln, err := a.listen(serverHTTP, a.cfg.HTTPAddr)
 	if err != nil {
@@ -554,7 +569,9 @@ func (a *app) serveHTTP() (*http.Server, net.Listener, error) {
 		}
 		_, _ = io.WriteString(w, why+"\n")
 	})
-	a.serveHistory(mux)
+	if a.cfg.History.Addr == "" {
+		a.serveHistory(mux)
+	}
 	// The bound address: with port 0 the log is where to learn it.
 	a.log.Info("http server listening", "addr", ln.Addr().String(), "max_connections", ln.Max())
 	if a.cfg.Ready != nil {

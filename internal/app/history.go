@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -28,6 +29,10 @@ type HistoryConfig struct {
 	// DefaultHistoryMaxAge): the oldest entries are removed first.
 	MaxBytes int64
 	MaxAge   time.Duration
+	// Addr, when set, serves the history's API and pages on a listener
+	// of their own, instead of Config.HTTPAddr: a NetworkPolicy can then
+	// open /metrics and the probes to some, and the history to others.
+	Addr string
 	// InsecureLoopback serves token-less requests from loopback to a
 	// loopback Host as everything (web.Options.InsecureLoopback): for
 	// an authenticating proxy beside fieldwatch in its pod.
@@ -217,4 +222,17 @@ func (a *app) serveHistory(mux *http.ServeMux) {
 	}
 	mux.HandleFunc("/api/v1/history", none)
 	mux.HandleFunc("/history", none)
+}
+
+// serveHistoryHTTP listens on History.Addr for the history's API and
+// pages alone.
+func (a *app) serveHistoryHTTP() (*http.Server, net.Listener, error) {
+	ln, err := a.listen(serverHistory, a.cfg.History.Addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	mux := http.NewServeMux()
+	a.serveHistory(mux)
+	a.log.Info("history server listening", "addr", ln.Addr().String(), "max_connections", ln.Max())
+	return a.httpServer(ln, mux, 30*time.Second), ln, nil
 }

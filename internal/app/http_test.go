@@ -110,3 +110,54 @@ func loggedAddr(logs, msg string) string {
 	}
 	return ""
 }
+
+// TestHistoryAddr: with History.Addr the history's API and pages are
+// served on a listener of their own and not on HTTPAddr, so that a
+// NetworkPolicy can open the two to different clients; /metrics and the
+// probes stay on HTTPAddr. Without a token the history answers 401 (no
+// History.InsecureLoopback).
+func TestHistoryAddr(t *testing.T) {
+	env := testenv.Shared(t)
+	rulesFile := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := writeTestFile(rulesFile, "rules:\n  - name: cm\n    match: {resources: [{group: '', kind: ConfigMap}]}\n    actions: [{log: {}}]\n"); err != nil {
+		t.Fatal(err)
+	}
+	var logs testenv.SyncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Config{
+			RulesFiles: []string{rulesFile}, Rest: env.Config(), HTTPAddr: "127.0.0.1:0", StateDir: t.TempDir(),
+			History: HistoryConfig{Addr: "127.0.0.1:0"},
+			Stdout:  io.Discard, Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+			Ready: func(a string) { addr <- a },
+		})
+	}()
+	base := "http://" + <-addr
+	var history string
+	testenv.Eventually(t, time.Minute, "the history's address in the log", func() bool {
+		history = loggedAddr(logs.String(), "history server listening")
+		return history != ""
+	})
+	for _, tc := range []struct {
+		url  string
+		code int
+	}{
+		{base + "/metrics", http.StatusOK},
+		{base + "/healthz", http.StatusOK},
+		{base + "/api/v1/history", http.StatusNotFound},
+		{base + "/history", http.StatusNotFound},
+		{"http://" + history + "/api/v1/history", http.StatusUnauthorized},
+		{"http://" + history + "/history", http.StatusUnauthorized},
+		{"http://" + history + "/metrics", http.StatusNotFound},
+	} {
+		if code := get(tc.url); code != tc.code {
+			t.Errorf("%s = %d, want %d", tc.url, code, tc.code)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
