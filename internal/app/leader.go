@@ -75,6 +75,7 @@ func (a *app) elect(ctx context.Context) error {
 			}
 		},
 		held:    r.w.Held,
+		writes:  a.metrics.leaseWrites,
 		claimed: make(chan struct{}),
 	}
 	// The election runs until this replica has handed over (or stops

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
@@ -70,6 +71,8 @@ type watermarkLease struct {
 	// held, when set, returns how many writes of the leader's gaps this
 	// standby holds: it claims the Lease when there are some.
 	held func() int
+	// writes, when set, observes how long each successful write took.
+	writes prometheus.Observer
 
 	lease     *coordinationv1.Lease // as last read or written (the election's goroutine only)
 	mu        sync.Mutex
@@ -327,6 +330,9 @@ func (l *watermarkLease) annotate(lease *coordinationv1.Lease, ler resourcelock.
 
 // wrote notes a successful write of ler, sent at sent.
 func (l *watermarkLease) wrote(ler resourcelock.LeaderElectionRecord, sent time.Time) {
+	if l.writes != nil {
+		l.writes.Observe(time.Since(sent).Seconds())
+	}
 	if ler.HolderIdentity == l.identity {
 		l.renewed.Store(sent.UnixNano())
 	}

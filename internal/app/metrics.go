@@ -16,6 +16,7 @@ type metrics struct {
 	reloads     prometheus.Counter
 	reloadFails prometheus.Counter
 	leader      prometheus.Gauge
+	leaseWrites prometheus.Histogram
 	serverShard prometheus.Gauge
 
 	impactScans    *prometheus.CounterVec
@@ -50,6 +51,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "fieldwatch", Name: "leader",
 			Help: "1 when this replica watches and acts (the leader, or no leader election).",
 		}),
+		leaseWrites: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "fieldwatch", Name: "leader_lease_write_seconds",
+			Help:    "Time a successful write of the leader election Lease took (a renewal, a takeover), client-side rate limiting included.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
+		}),
 		serverShard: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "fieldwatch", Name: "shard_server_side",
 			Help: "1 when the apiserver filters this shard's objects (ShardedListAndWatch), 0 when the client does.",
@@ -72,7 +78,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "CRD impact scans that stopped early or failed, by reason (limit, timeout, error); their payloads carry an impactError.",
 		}, []string{"reason"}),
 	}
-	reg.MustRegister(m.changes, m.evalErrors, m.rules, m.reloads, m.reloadFails, m.leader, m.serverShard,
+	reg.MustRegister(m.changes, m.evalErrors, m.rules, m.reloads, m.reloadFails, m.leader, m.leaseWrites, m.serverShard,
 		m.impactScans, m.impactObjects, m.impactSeconds, m.impactFailures)
 	m.byType = map[string]prometheus.Counter{}
 	for _, t := range []string{"created", "updated", "deleted"} {
