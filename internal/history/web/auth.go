@@ -155,8 +155,8 @@ func newAuth(cfg *rest.Config, o AuthOptions, insecureLoopback bool) (*auth, err
 	}
 	// authenticatorfactory.DelegatingAuthenticatorConfig builds this
 	// chain, but with nowhere to refuse a review before the webhook
-	// authenticator logs it as an error: a flood of forged tokens would
-	// be a flood of log lines.
+	// authenticator logs its failure as an error: a flood of forged
+	// tokens would be a flood of log lines.
 	authn := group.NewAuthenticatedGroupAdder(bearertoken.New(cache.New(gatedTokens{webhook, gate}, false, o.TokenCacheTTL, o.TokenCacheTTL)))
 	authz, err := authorizerfactory.DelegatingAuthorizerConfig{
 		SubjectAccessReviewClient: client.AuthorizationV1(),
@@ -279,16 +279,19 @@ func loopbackHost(host string) bool {
 	return false
 }
 
-// gatedTokens refuses a token's review, before the webhook authenticator
-// is asked, when the review client has no room for it.
+// gatedTokens admits a token's review through the review gate before the
+// webhook authenticator is asked, and refuses it when the gate has no
+// room: refused there, it is not logged.
 type gatedTokens struct {
 	webhook authenticator.Token
 	gate    *reviewGate
 }
 
 func (g gatedTokens) AuthenticateToken(ctx context.Context, token string) (*authenticator.Response, bool, error) {
-	if !g.gate.room() {
+	ctx, release, ok := g.gate.admit(ctx)
+	if !ok {
 		return nil, false, g.gate.refused()
 	}
+	defer release()
 	return g.webhook.AuthenticateToken(ctx, token)
 }

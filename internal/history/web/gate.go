@@ -27,10 +27,28 @@ func newReviewGate(qps float32, burst, inFlight int) *reviewGate {
 	return &reviewGate{tokens: rate.NewLimiter(rate.Limit(qps), burst), inFlight: make(chan struct{}, inFlight)}
 }
 
-// room reports whether a review would be let through now.
-func (g *reviewGate) room() bool {
-	return g.tokens.Tokens() >= 1 && len(g.inFlight) < cap(g.inFlight)
+// admit takes a token and a place in flight for a review, or reports
+// false; the returned context carries them to the client's rate limiter
+// and transport, which let its request through, and release gives the
+// place back once the review is done.
+func (g *reviewGate) admit(ctx context.Context) (context.Context, func(), bool) {
+	select {
+	case g.inFlight <- struct{}{}:
+	default:
+		return ctx, nil, false
+	}
+	if !g.tokens.Allow() {
+		<-g.inFlight
+		return ctx, nil, false
+	}
+	return context.WithValue(ctx, admittedKey{}, g), func() { <-g.inFlight }, true
 }
+
+// admittedKey marks a context whose review the gate admitted already.
+type admittedKey struct{}
+
+// admitted reports whether ctx carries a review g admitted.
+func (g *reviewGate) admitted(ctx context.Context) bool { return ctx.Value(admittedKey{}) == g }
 
 // refused is the error of a review the gate does not let through.
 func (g *reviewGate) refused() error {
@@ -46,9 +64,9 @@ func (g *reviewGate) TryAccept() bool { return g.tokens.Allow() }
 func (g *reviewGate) Accept() { g.tokens.Allow() }
 
 // Wait implements flowcontrol.RateLimiter: it takes a token or fails at
-// once.
-func (g *reviewGate) Wait(context.Context) error {
-	if !g.tokens.Allow() {
+// once; a review admitted already has its token.
+func (g *reviewGate) Wait(ctx context.Context) error {
+	if !g.admitted(ctx) && !g.tokens.Allow() {
 		return g.refused()
 	}
 	return nil
@@ -63,6 +81,9 @@ func (g *reviewGate) QPS() float32 { return float32(g.tokens.Limit()) }
 // wrap bounds the requests in flight of the transport rt.
 func (g *reviewGate) wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if g.admitted(r.Context()) {
+			return rt.RoundTrip(r) // its place is held by admit's caller
+		}
 		select {
 		case g.inFlight <- struct{}{}:
 		default:

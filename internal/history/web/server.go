@@ -251,6 +251,8 @@ func (s *Server) status(handler string, err error) (int, string) {
 		return http.StatusTooManyRequests, throttled.Error()
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable, "the query took too long: narrow it (a namespace, a uid, a time range)"
+	case errors.Is(err, context.Canceled):
+		return http.StatusServiceUnavailable, "the request was canceled" // the client went away: nothing to log
 	}
 	s.errLog.Do(func() { s.log.Error("history request failed", "handler", handler, "error", err) })
 	return http.StatusInternalServerError, "the history could not be read (see fieldwatch's log)"
