@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
@@ -11,11 +14,16 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/fieldwatch/fieldwatch/internal/app"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
@@ -213,5 +221,120 @@ func TestAuditLogNotARegularFile(t *testing.T) {
 			}
 			t.Logf("exited %s after SIGTERM", time.Since(signalled).Round(time.Millisecond))
 		})
+	}
+}
+
+// floodSource returns the i-th of the flood's source addresses: loopback
+// addresses of 127.0.0.0/8 other than 127.0.0.1, one per client, so that
+// no per-source limit holds the flood back and the review client's
+// bounds must.
+func floodSource(i int) *net.TCPAddr {
+	return &net.TCPAddr{IP: net.IPv4(127, 0, byte(1+i/250), byte(1+i%250))}
+}
+
+// TestHistoryForgedTokenFlood: 300 clients, each from an address of its
+// own, send the history API random bearer tokens for 40 s while a
+// leader-elected fieldwatch (the default --kube-qps 50 and --kube-burst
+// 100) runs: it keeps its Lease throughout (never logs that it lost it,
+// the Lease names it at the end and was renewed during the flood) and
+// delivers a ConfigMap change made during it; the flood is answered 401
+// or 429 at once. Before, each forged token's TokenReview went through
+// the client that renews the Lease: renewals waited behind them past the
+// renew deadline and the leader exited about 11 s into the flood ("lost
+// leadership").
+func TestHistoryForgedTokenFlood(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 40 s flood")
+	}
+	env := testenv.Shared(t)
+	ns := namespace(t, env, "history-flood")
+	kc := env.WriteKubeconfig(t)
+	p := startFieldwatch(t, kc, "--rules", cmRules(t, ns), "--state-dir", t.TempDir(), "--leader-elect", "--leader-elect-namespace", ns,
+		"--leader-elect-name", "fw", "--leader-elect-identity", "flooded")
+	leaderOf(t, 30*time.Second, p)
+	leases := env.Clientset(t).CoordinationV1().Leases(ns)
+	before, err := leases.Get(context.Background(), "fw", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writes, writeSeconds := p.metric("fieldwatch_leader_lease_write_seconds_count"), p.metric("fieldwatch_leader_lease_write_seconds_sum")
+	addr := p.httpAddr()
+
+	const clients, flood = 300, 40 * time.Second
+	ctx, stop := context.WithTimeout(context.Background(), flood)
+	defer stop()
+	var answered, refused, unauthorized, other atomic.Int64
+	var wg sync.WaitGroup
+	for i := range clients {
+		wg.Go(func() {
+			dialer := &net.Dialer{LocalAddr: floodSource(i), Timeout: 5 * time.Second}
+			client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: dialer.DialContext, MaxIdleConnsPerHost: 1}}
+			defer client.CloseIdleConnections()
+			token := make([]byte, 24)
+			for ctx.Err() == nil {
+				_, _ = rand.Read(token)
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/api/v1/history", nil)
+				req.Header.Set("Authorization", "Bearer "+hex.EncodeToString(token))
+				resp, err := client.Do(req)
+				if err != nil {
+					continue // the flood's end cancels requests under way
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+				answered.Add(1)
+				switch resp.StatusCode {
+				case http.StatusTooManyRequests:
+					refused.Add(1)
+				case http.StatusUnauthorized:
+					unauthorized.Add(1)
+				default:
+					other.Add(1)
+				}
+			}
+		})
+	}
+	// A change made during the flood is delivered.
+	testenv.Eventually(t, flood/2, "the flood under way", func() bool { return answered.Load() >= 1000 })
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "during-the-flood"}, Data: map[string]string{"k": "v"}}
+	if _, err := env.Clientset(t).CoreV1().ConfigMaps(ns).Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p.waitPayloadsIn(ns, 1, flood)
+	wg.Wait()
+	t.Logf("%d clients for %s: %d answers (%d 401, %d 429, %d other)", clients, flood, answered.Load(), unauthorized.Load(), refused.Load(), other.Load())
+	if other.Load() > 0 || refused.Load() == 0 {
+		t.Errorf("%d answers other than 401 and 429, %d 429: the flood must be refused, at once", other.Load(), refused.Load())
+	}
+	if p.cmd.ProcessState != nil {
+		t.Fatalf("fieldwatch exited during the flood")
+	}
+	for _, lost := range []string{"lost the Lease", "lost leadership", "failed to renew lease", "would exceed context deadline"} {
+		if strings.Contains(p.logs(), lost) {
+			t.Errorf("fieldwatch logged %q during the flood", lost)
+		}
+	}
+	after, err := leases.Get(context.Background(), "fw", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Spec.HolderIdentity == nil || *after.Spec.HolderIdentity != *before.Spec.HolderIdentity || after.Spec.LeaseTransitions == nil ||
+		*after.Spec.LeaseTransitions != *before.Spec.LeaseTransitions || !after.Spec.RenewTime.After(before.Spec.RenewTime.Time) {
+		t.Errorf("the Lease before the flood: holder %v, transitions %v, renewed %v; after: %v, %v, %v", *before.Spec.HolderIdentity,
+			before.Spec.LeaseTransitions, before.Spec.RenewTime, after.Spec.HolderIdentity, after.Spec.LeaseTransitions, after.Spec.RenewTime)
+	}
+	// Renewed throughout: a renewal comes every retry period (2 s) plus
+	// its own time, and a leader that goes a renew deadline (10 s)
+	// without one stops.
+	renewed := p.metric("fieldwatch_leader_lease_write_seconds_count") - writes
+	t.Logf("%v Lease writes during the flood, %.3f s on average", renewed,
+		(p.metric("fieldwatch_leader_lease_write_seconds_sum")-writeSeconds)/max(renewed, 1))
+	if renewed < float64(flood/app.DefaultRenewDeadline) {
+		t.Errorf("%v Lease writes during the %s flood, want at least one every renew deadline (%s)", renewed, flood, app.DefaultRenewDeadline)
+	}
+	if strings.Contains(p.logs(), "webhook authenticator request") {
+		t.Errorf("the refused reviews were logged one by one")
+	}
+	if p.metric("fieldwatch_leader ") != 1 {
+		t.Errorf("fieldwatch does not lead after the flood")
 	}
 }
