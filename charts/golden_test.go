@@ -155,6 +155,12 @@ func TestRefusedValues(t *testing.T) {
 			"at '/goMemLimitRatio': maximum: got 2, want 1"},
 		{"a service account that is not made nor named", "serviceAccount: {create: false}",
 			"serviceAccount.name is required when serviceAccount.create is false"},
+		{"the history on the http port twice", "history: {port: 8080}",
+			"history.port is httpPort: set it to another port, or to 0"},
+		{"the history on the audit port", "history: {port: 8443}\naudit: {enabled: true, clientNames: [x]}",
+			"history.port is audit.port"},
+		{"a DSN Secret without a key (values.schema.json)", "history: {dsnSecret: {name: x, key: \"\"}}",
+			"at '/history/dsnSecret/key'"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -118,7 +118,7 @@ func TestNamespacedChart(t *testing.T) {
 		t.Fatal(err)
 	}
 	args := podArgs(t, sts.Spec.Template.Spec.Containers[0].Args, map[string]string{
-		"--rules": rulesFile, "--state-dir": filepath.Join(dir, "state"), "--http-addr": "127.0.0.1:0",
+		"--rules": rulesFile, "--state-dir": filepath.Join(dir, "state"), "--http-addr": "127.0.0.1:0", "--history-addr": "127.0.0.1:0",
 	})
 	if !strings.Contains(strings.Join(args, " "), "--namespaces="+a+","+b) {
 		t.Errorf("the StatefulSet's arguments %v lack --namespaces=%s,%s", args, a, b)

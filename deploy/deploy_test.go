@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -266,7 +267,8 @@ func TestDockerfile(t *testing.T) {
 
 // TestNetworkPolicy: the NetworkPolicy selects the pod's labels and lets
 // in nothing but the http port (the Service's target), from selected
-// peers only.
+// peers only; the container's other port, the history's, is reached by
+// kubectl port-forward only.
 func TestNetworkPolicy(t *testing.T) {
 	var np networkingv1.NetworkPolicy
 	decodeFile(t, "base/networkpolicy.yaml", &np)
@@ -284,8 +286,11 @@ func TestNetworkPolicy(t *testing.T) {
 		t.Fatalf("ingress %+v, want one rule: the http port from selected peers", np.Spec.Ingress)
 	}
 	ports := sts.Spec.Template.Spec.Containers[0].Ports
-	if len(ports) != 1 || ports[0].Name != "http" {
-		t.Errorf("the container's ports %v are not the one named http the policy lets in", ports)
+	if len(ports) != 2 || ports[0].Name != "http" || ports[1].Name != "history" {
+		t.Errorf("the container's ports %v are not http, which the policy lets in, and history, which it does not", ports)
+	}
+	if args := strings.Join(sts.Spec.Template.Spec.Containers[0].Args, " "); !strings.Contains(args, fmt.Sprintf("--history-addr=:%d", ports[1].ContainerPort)) {
+		t.Errorf("the arguments %s do not serve the history on port history", args)
 	}
 }
 

@@ -112,6 +112,12 @@ what to do.
 {{- fail (printf "rbac.namespaceRules names namespace %s, which watchNamespaces does not: a namespaced install reads nothing outside them" $ns) }}
 {{- end }}
 {{- end }}
+{{- if and .Values.history.port (eq (int .Values.history.port) (int .Values.httpPort)) }}
+{{- fail "history.port is httpPort: set it to another port, or to 0 to serve the history on httpPort" }}
+{{- end }}
+{{- if and .Values.history.port .Values.audit.enabled (eq (int .Values.history.port) (int .Values.audit.port)) }}
+{{- fail "history.port is audit.port: set it to another port" }}
+{{- end }}
 {{- if and (not .Values.rules.existingConfigMap) (not .Values.rules.inline) }}
 {{- fail "rules.inline is empty and rules.existingConfigMap names no ConfigMap: fieldwatch needs a rules file" }}
 {{- end }}
