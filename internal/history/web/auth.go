@@ -183,10 +183,19 @@ func (a *auth) authenticate(r *http.Request) (*caller, error) {
 	if creds == "" && a.loopback && loopback(r.RemoteAddr) && loopbackHost(r.Host) {
 		return &caller{all: true}, nil
 	}
-	failure, ok := a.sources.reserve(r.RemoteAddr)
-	if !ok {
+	if !a.sources.allows(r.RemoteAddr) {
 		return nil, &throttledError{"source", "too many requests without valid credentials from " + sourceOf(r.RemoteAddr) + ": try again in a second"}
 	}
+	c, err := a.authenticateCredentials(r, creds)
+	if errors.Is(err, errUnauthenticated) {
+		a.sources.failed(r.RemoteAddr)
+	}
+	return c, err
+}
+
+// authenticateCredentials returns who made r, whose Authorization header
+// is creds: errUnauthenticated when it carries no valid credentials.
+func (a *auth) authenticateCredentials(r *http.Request, creds string) (*caller, error) {
 	if creds == "" {
 		why := "a bearer token is required (Authorization: Bearer TOKEN, such as `kubectl create token NAME`)"
 		if a.loopback && loopback(r.RemoteAddr) {
@@ -206,15 +215,12 @@ func (a *auth) authenticate(r *http.Request) (*caller, error) {
 	resp, ok, err := a.authn.AuthenticateRequest(r)
 	switch {
 	case errors.Is(err, errThrottled):
-		failure.Cancel() // the token was not judged
-		return nil, err
+		return nil, err // the token was not judged
 	case reviewFailed(err):
-		failure.Cancel()
 		return nil, fmt.Errorf("token review: %w", err)
 	case err != nil || !ok:
 		return nil, fmt.Errorf("%w: the token is not valid", errUnauthenticated)
 	}
-	failure.Cancel()
 	return &caller{user: resp.User}, nil
 }
 

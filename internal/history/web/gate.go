@@ -116,28 +116,33 @@ func newSourceLimiter(limit rate.Limit, burst int) *sourceLimiter {
 	return &sourceLimiter{limit: limit, burst: burst, sources: map[string]*rate.Limiter{}}
 }
 
-// reserve takes a failure's token of the source of addr: ok is false
-// when it has none left. The caller cancels the reservation when the
-// request turns out not to be a failure.
-func (l *sourceLimiter) reserve(addr string) (*rate.Reservation, bool) {
-	now := time.Now()
-	src := sourceOf(addr)
+// allows reports whether the source of addr has a failure left: its
+// requests are refused before any review when it has none.
+func (l *sourceLimiter) allows(addr string) bool {
+	return l.limiter(sourceOf(addr)).Tokens() >= 1
+}
+
+// failed counts a request of the source of addr that came without valid
+// credentials. Only failures are counted, when they happen: a token
+// taken up front and given back (rate.Reservation.Cancel) is given back
+// only in part when other requests of the source took tokens meanwhile.
+func (l *sourceLimiter) failed(addr string) {
+	l.limiter(sourceOf(addr)).Allow()
+}
+
+// limiter returns the limiter of src, made when new.
+func (l *sourceLimiter) limiter(src string) *rate.Limiter {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	lim, ok := l.sources[src]
 	if !ok {
 		if len(l.sources) >= maxSources {
-			l.forget(now)
+			l.forget(time.Now())
 		}
 		lim = rate.NewLimiter(l.limit, l.burst)
 		l.sources[src] = lim
 	}
-	l.mu.Unlock()
-	r := lim.ReserveN(now, 1)
-	if !r.OK() || r.DelayFrom(now) > 0 {
-		r.CancelAt(now)
-		return nil, false
-	}
-	return r, true
+	return lim
 }
 
 // forget drops the idle sources, then half of the others if that was not

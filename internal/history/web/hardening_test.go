@@ -564,4 +564,24 @@ func TestForgedTokensFailFast(t *testing.T) {
 	if made := counter.n.Load() - reviews; made > 3+1 || refused < 16 {
 		t.Errorf("one source, 20 forged tokens: %d TokenReviews, %d refused as the source's; want at most 4 and at least 16", made, refused)
 	}
+
+	// Valid credentials count for nothing against their source, however
+	// many come at once.
+	var notOK atomic.Int64
+	for range 40 {
+		wg.Go(func() {
+			req := httptest.NewRequest(http.MethodGet, "/api/v1/history", nil)
+			req.RemoteAddr = "10.7.7.7:50000"
+			req.Header.Set("Authorization", "Bearer "+r.lab)
+			rec := httptest.NewRecorder()
+			mux.ServeHTTP(rec, req)
+			if rec.Code != http.StatusOK {
+				notOK.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if n := notOK.Load(); n > 0 {
+		t.Errorf("%d of 40 requests with a valid token from one source at once were refused", n)
+	}
 }
