@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/fieldwatch/fieldwatch/change"
@@ -13,7 +14,9 @@ import (
 // the payload, and the payload's size) until the page is full, its byte
 // bound reached or its scan window gone through; then the payloads of
 // the entries kept. Access is decided, and bytes counted, before a
-// payload is read.
+// payload is read; once Access.Check refused a resource in a namespace,
+// the heads of that resource and namespace are left out by the query
+// itself.
 
 // head is an entry as the first step reads it: its fields from the
 // table's columns, without the payload.
@@ -35,8 +38,10 @@ func (h *head) before() Cursor { return Cursor{Time: h.time, Seq: h.e.Seq + 1} }
 type headSource interface {
 	// next returns heads of entries that match every condition of the
 	// query the store can check, about n of them (fewer near the end of
-	// the window or of the range); more is false once the source is done.
-	next(ctx context.Context, n int) (heads []head, more bool, err error)
+	// the window or of the range), leaving out those of the resources
+	// and namespaces of refused (Access.Check refused them already); more
+	// is false once the source is done.
+	next(ctx context.Context, n int, refused []Ref) (heads []head, more bool, err error)
 	// scanned returns how many entries the source went through, matching
 	// or not: at most the scan window.
 	scanned() int
@@ -69,20 +74,25 @@ func assemble(ctx context.Context, q *Query, src headSource, load loadFunc) (Pag
 		bytes int64
 		next  *Cursor
 		done  bool
+		// refused are the resources and namespaces Check refused: the
+		// source leaves their entries out from then on, instead of
+		// reading each to be refused again.
+		refused []Ref
 	)
 	for !done {
 		n := limit + 1 - len(kept)
 		if checked != nil {
 			n = max(n, checkedChunk)
 		}
-		heads, more, err := src.next(ctx, n)
+		heads, more, err := src.next(ctx, n, refused)
 		if err != nil {
 			return Page{}, err
 		}
 		for i := range heads {
 			h := &heads[i]
 			if checked[GroupResource{h.e.Group, h.e.Resource}] {
-				ok, err := q.Access.Check(ctx, Ref{GroupResource: GroupResource{h.e.Group, h.e.Resource}, Namespace: h.e.Namespace, Name: h.e.Name})
+				ref := Ref{GroupResource: GroupResource{h.e.Group, h.e.Resource}, Namespace: h.e.Namespace, Name: h.e.Name}
+				ok, err := q.Access.Check(ctx, ref)
 				if errors.Is(err, ErrStop) {
 					c := h.before()
 					next, done = &c, true
@@ -92,6 +102,13 @@ func assemble(ctx context.Context, q *Query, src headSource, load loadFunc) (Pag
 					return Page{}, err
 				}
 				if !ok {
+					// The decision is by namespace, unless the query names
+					// the object (then by name too, which the query
+					// filters on already).
+					ref.Name = ""
+					if !slices.Contains(refused, ref) {
+						refused = append(refused, ref)
+					}
 					continue
 				}
 			}

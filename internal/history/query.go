@@ -104,9 +104,12 @@ type Access struct {
 	// Resources are read in full (within the query's filters).
 	Resources []GroupResource
 	// Checked are read entry by entry: Check decides each of their
-	// entries. When it returns ErrStop (wrapped or not) the page ends
-	// before that entry, its Next at the entry; any other error fails
-	// the query.
+	// entries, by its resource and namespace (Ref.Name is for a decision
+	// that also hangs on the query's own name filter): once it refused a
+	// resource in a namespace, the page leaves out that resource's other
+	// entries there unasked. When it returns ErrStop (wrapped or not)
+	// the page ends before that entry, its Next at the entry; any other
+	// error fails the query.
 	Checked []GroupResource
 	Check   func(ctx context.Context, r Ref) (bool, error)
 }

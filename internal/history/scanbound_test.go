@@ -126,7 +126,7 @@ func TestScanBoundOverAMillion(t *testing.T) {
 					if err := pg.pool.QueryRow(ctx, dollars(w), wargs...).Scan(&c.Time, &c.Seq, &count); err != nil {
 						t.Fatal(err)
 					}
-					h, hargs := b.heads(pgTable, pgHeads, q.limit()+1, &c, nil)
+					h, hargs := b.heads(pgTable, pgHeads, q.limit()+1, &c, nil, nil)
 					return read(w, wargs) + read(h, hargs), read("SELECT count(*) FROM "+pgTable+" WHERE name = 'nonexistent'", nil)
 				}
 			}

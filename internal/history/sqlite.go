@@ -699,7 +699,7 @@ func (s *SQLite) indexSource(q *Query, b *built) *indexSource {
 	return src
 }
 
-func (x *indexSource) next(ctx context.Context, n int) ([]head, bool, error) {
+func (x *indexSource) next(ctx context.Context, n int, refused []Ref) ([]head, bool, error) {
 	var heads []head
 	for len(heads) < n && !x.done {
 		k := n - len(heads)
@@ -718,8 +718,12 @@ func (x *indexSource) next(ctx context.Context, n int) ([]head, bool, error) {
 			args = append(args, seq)
 		}
 		args = append(args, x.args...)
+		conds := x.conds
+		if cond, cargs := notRefused(refused); cond != "" {
+			conds, args = conds+" AND "+cond, append(args, cargs...)
+		}
 		sqlText := "SELECT " + sqliteHeads + " FROM entries WHERE seq IN (" + strings.TrimSuffix(strings.Repeat("?, ", len(x.seqs)), ", ") +
-			") AND " + x.conds + " ORDER BY seq DESC"
+			") AND " + conds + " ORDER BY seq DESC"
 		err := sqlDB{x.s.read}.query(ctx, sqlText, args, func(scan func(dest ...any) error) error {
 			h, err := headOf(scan)
 			if err == nil {

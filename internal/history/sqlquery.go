@@ -155,11 +155,14 @@ func (b *built) window(from string) (string, []any) {
 }
 
 // heads returns the query of at most limit heads (columns), within the
-// window that ends at bound (when not nil) and older than after (when
-// not nil).
-func (b *built) heads(from, columns string, limit int, bound, after *Cursor) (string, []any) {
+// window that ends at bound (when not nil), older than after (when not
+// nil), of none of the resources and namespaces of refused.
+func (b *built) heads(from, columns string, limit int, bound, after *Cursor, refused []Ref) (string, []any) {
 	conds := append(append([]string(nil), b.keyConds...), b.residual...)
 	args := append(append([]any(nil), b.keyArgs...), b.resArgs...)
+	if cond, cargs := notRefused(refused); cond != "" {
+		conds, args = append(conds, cond), append(args, cargs...)
+	}
 	switch {
 	case bound != nil && b.keyed:
 		conds = append(conds, "seq >= ?")
@@ -177,6 +180,19 @@ func (b *built) heads(from, columns string, limit int, bound, after *Cursor) (st
 		args = append(args, after.Time, after.Seq)
 	}
 	return "SELECT " + columns + " FROM " + from + where(conds) + b.order() + " LIMIT " + strconv.Itoa(limit), args
+}
+
+// notRefused returns the condition that leaves out the entries of the
+// resources and namespaces of refused ("" when there are none).
+func notRefused(refused []Ref) (string, []any) {
+	if len(refused) == 0 {
+		return "", nil
+	}
+	args := make([]any, 0, 3*len(refused))
+	for _, r := range refused {
+		args = append(args, r.Group, r.Resource, r.Namespace)
+	}
+	return "(grp, resource, namespace) NOT IN (VALUES " + strings.TrimSuffix(strings.Repeat("(?, ?, ?), ", len(refused)), ", ") + ")", args
 }
 
 // sqlSource reads heads with SQL: the embedded store's queries by time and
@@ -198,7 +214,7 @@ type sqlSource struct {
 
 func (s *sqlSource) windowed() bool { return len(s.b.residual) > 0 }
 
-func (s *sqlSource) next(ctx context.Context, n int) ([]head, bool, error) {
+func (s *sqlSource) next(ctx context.Context, n int, refused []Ref) ([]head, bool, error) {
 	if s.done {
 		return nil, false, nil
 	}
@@ -214,7 +230,7 @@ func (s *sqlSource) next(ctx context.Context, n int) ([]head, bool, error) {
 		}
 	}
 	s.started = true
-	sqlText, args := s.b.heads(s.from, s.columns, n, s.bound, s.last)
+	sqlText, args := s.b.heads(s.from, s.columns, n, s.bound, s.last, refused)
 	var heads []head
 	err := s.db.query(ctx, s.placeholders(sqlText), args, func(scan func(dest ...any) error) error {
 		h, err := headOf(scan)
