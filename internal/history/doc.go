@@ -12,7 +12,11 @@
 // static); a corrupt file is set aside and a new one started. PostgreSQL
 // (OpenPostgres) lets replicas share one history. Queries (Query, parsed
 // from URL parameters with ParseQuery, every parameter validated) page
-// newest first with a cursor.
+// newest first with a cursor, going through at most a scan window of
+// entries, matching or not. A page is read in two steps, the entries'
+// columns then their payloads, so that what a caller may read
+// (Query.Access) and how many bytes a page may hold (Query.MaxBytes,
+// Query.Reserve) are decided before any payload is read.
 //
 // The HTTP API, the page and their authorization live in package
 // history/web; the package history itself imports neither client-go nor
