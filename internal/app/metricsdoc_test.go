@@ -69,7 +69,11 @@ var metricSections = []metricSection{
 	{"internal/history", "The history, when there is one (`--state-dir` or `--history-dsn`, unless `--history=false`); [history.md](history.md#metrics) says how to read them.",
 		func(t *testing.T, reg prometheus.Registerer) { history.NewMetrics(reg) }},
 	{"internal/history/web", "The history's API and pages.",
-		func(t *testing.T, reg prometheus.Registerer) { web.New(web.Options{Registerer: reg}) }},
+		func(t *testing.T, reg prometheus.Registerer) {
+			if _, err := web.New(web.Options{Rest: &rest.Config{Host: "https://127.0.0.1:1"}, Registerer: reg}); err != nil {
+				t.Fatal(err)
+			}
+		}},
 	{"internal/crdguard", "The CRD guard at admission (`--crd-guard warn|deny`). Its storage-version ledger adds the gauge `fieldwatch_crd_stored_objects{crd,version}`: the objects of each CRD fieldwatch caches, by the version they were last written at (`unknown` where it cannot tell).",
 		func(t *testing.T, reg prometheus.Registerer) {
 			if _, err := crdguard.New(crdguard.Options{Mode: crdguard.Warn, Source: crdguard.CacheSource{Cache: func() crdguard.Cache { return nil }}, Registerer: reg}); err != nil {

@@ -133,6 +133,9 @@ type auth struct {
 // newAuth builds the authenticator and the authorizer on a copy of cfg
 // whose requests go through the review gate.
 func newAuth(cfg *rest.Config, o AuthOptions, insecureLoopback bool) (*auth, error) {
+	if cfg == nil {
+		return nil, errors.New("no Kubernetes client configuration to review callers with")
+	}
 	o.withDefaults()
 	gate := newReviewGate(o.QPS, o.Burst, o.MaxInFlight)
 	cfg = rest.CopyConfig(cfg)
