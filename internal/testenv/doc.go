@@ -16,7 +16,9 @@
 // Tests that stop or reconfigure the apiserver (an audit policy, feature
 // gates) start their own with Start. When the binaries are missing the
 // start fails with a message that says to run `make controlplane`: tests
-// that need Kubernetes are never skipped. Beside the control plane it has
+// that need Kubernetes are never skipped, except under `go test -short`
+// (`make unit`, the unit tier), where Shared, Start and StartPostgres skip
+// them and SkipShort skips the other slow ones. Beside the control plane it has
 // what several test packages need: Eventually to poll a condition, a TCP
 // Proxy to cut a client off, writers acting as other users (Impersonating,
 // ServiceAccountWriter), and the certificates and apiserver flags of an

@@ -44,9 +44,11 @@ func Main(m *testing.M, opts Options, after ...func()) {
 }
 
 // Shared returns the package's control plane, starting it on first use.
-// When it cannot start, the test fails with the reason (never a skip).
+// When it cannot start, the test fails with the reason (never a skip);
+// under `go test -short` (the unit tier) the test is skipped instead.
 func Shared(t testing.TB) *Env {
 	t.Helper()
+	SkipShort(t, NeedsControlPlane)
 	sharedOnce.Do(func() { shared, sharedErr = New(sharedOpts) })
 	if sharedErr != nil {
 		t.Fatalf("start control plane: %v", sharedErr)

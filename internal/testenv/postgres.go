@@ -57,9 +57,10 @@ func PostgresBinDir() (string, error) {
 
 // StartPostgres starts a server for t, stopped when t ends. It fails t
 // when the server cannot start: the tests that need it are never
-// skipped.
+// skipped, except under `go test -short` (the unit tier).
 func StartPostgres(t testing.TB) *Postgres {
 	t.Helper()
+	SkipShort(t, NeedsPostgres)
 	p, err := NewPostgres()
 	if err != nil {
 		t.Fatalf("start PostgreSQL: %v", err)
@@ -74,8 +75,11 @@ func StartPostgres(t testing.TB) *Postgres {
 
 // NewPostgres starts a server; the caller must Stop it. As root it runs
 // as the postgres user Debian's package creates (PostgreSQL refuses to
-// run as root).
+// run as root). Under `go test -short` it refuses, as New does.
 func NewPostgres() (*Postgres, error) {
+	if err := refuseShort(NeedsPostgres); err != nil {
+		return nil, err
+	}
 	bin, err := PostgresBinDir()
 	if err != nil {
 		return nil, err

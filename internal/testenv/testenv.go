@@ -54,9 +54,11 @@ func init() {
 }
 
 // Start starts a control plane for one test and stops it when the test ends.
-// It fails the test when the control plane cannot start.
+// It fails the test when the control plane cannot start, and skips it
+// under `go test -short` (the unit tier).
 func Start(t testing.TB, opts Options) *Env {
 	t.Helper()
+	SkipShort(t, NeedsControlPlane)
 	e, err := New(opts)
 	if err != nil {
 		t.Fatalf("start control plane: %v", err)
@@ -69,8 +71,14 @@ func Start(t testing.TB, opts Options) *Env {
 	return e
 }
 
-// New starts a control plane; the caller must Stop it.
+// New starts a control plane; the caller must Stop it. Under `go test
+// -short` it refuses with an error: a test that needs a control plane
+// skips itself first (SkipShort, or Shared and Start which call it), so
+// the unit tier never starts one by mistake.
 func New(opts Options) (*Env, error) {
+	if err := refuseShort(NeedsControlPlane); err != nil {
+		return nil, err
+	}
 	assets, err := AssetsDir()
 	if err != nil {
 		return nil, err
