@@ -3,14 +3,21 @@ package testenv
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
-// Eventually polls cond every 20 ms until it holds, and fails the test when
-// timeout passes first, saying what it waited for. Tests use it instead of
-// sleeping.
+// PollInterval is how often Eventually, EventuallyWhy and Poll check
+// their condition.
+const PollInterval = 20 * time.Millisecond
+
+// Eventually polls cond every PollInterval until it holds, and fails the
+// test when timeout passes first, saying what it waited for. Tests use it
+// instead of sleeping.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	if !Poll(timeout, cond) {
@@ -18,18 +25,48 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 	}
 }
 
-// Poll polls cond every 20 ms until it holds, and reports whether it did
-// before timeout passed: for a test that says more than Eventually when
-// it does not.
-func Poll(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
+// EventuallyWhy is Eventually with a condition that says why it does not
+// hold yet: the failure reports the last reason.
+func EventuallyWhy(t testing.TB, timeout time.Duration, what string, cond func() (ok bool, why string)) {
+	t.Helper()
+	var why string
+	if !Poll(timeout, func() bool {
+		var ok bool
+		ok, why = cond()
+		return ok
+	}) {
+		t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, why)
 	}
-	return true
+}
+
+// Poll polls cond every PollInterval until it holds, and reports whether
+// it did before timeout passed: for a test that says more than Eventually
+// when it does not.
+func Poll(timeout time.Duration, cond func() bool) bool {
+	return PollEvery(PollInterval, timeout, cond)
+}
+
+// PollEvery is Poll with another interval: a condition that reads a real
+// cluster over its API is polled less often than one that reads memory.
+func PollEvery(interval, timeout time.Duration, cond func() bool) bool {
+	return Wait(context.Background(), interval, timeout, "", cond) == nil
+}
+
+// Wait polls cond every interval, first at once, until it holds (nil),
+// ctx ends or timeout passes (an error that says what it waited for). It
+// is the one polling loop of the tests and hack/ programs.
+func Wait(ctx context.Context, interval, timeout time.Duration, what string, cond func() bool) error {
+	err := wait.PollUntilContextTimeout(ctx, interval, timeout, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return fmt.Errorf("%s: %w", what, ctx.Err())
+	default:
+		return fmt.Errorf("%s: not after %s", what, timeout)
+	}
 }
 
 // SyncBuffer is a bytes.Buffer that one goroutine may write while others
