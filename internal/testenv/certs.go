@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -18,7 +19,9 @@ import (
 
 // CA is a certificate authority for tests: it issues server certificates
 // for 127.0.0.1 and client certificates, for the TLS endpoints that tests
-// stand up (an audit webhook receiver, for example).
+// stand up (an audit webhook receiver, a webhook action's receiver) and
+// the users of a test cluster. It is the one certificate minter of the
+// tests: they do not call x509.CreateCertificate themselves.
 type CA struct {
 	// CertPEM is the CA certificate, to trust.
 	CertPEM []byte
@@ -50,6 +53,52 @@ func NewCA(name string) (*CA, error) {
 		return nil, err
 	}
 	return &CA{CertPEM: pemBlock("CERTIFICATE", der), cert: cert, key: key}, nil
+}
+
+// LoadCA reads a CA from its PEM certificate and ECDSA key (SEC 1 "EC
+// PRIVATE KEY" or PKCS #8): a cluster's own CA, to issue its users'
+// client certificates.
+func LoadCA(certPEM, keyPEM []byte) (*CA, error) {
+	block, _ := pem.Decode(certPEM)
+	if block == nil || block.Type != "CERTIFICATE" {
+		return nil, errors.New("CA certificate: no PEM CERTIFICATE block")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("CA certificate: %w", err)
+	}
+	block, _ = pem.Decode(keyPEM)
+	if block == nil {
+		return nil, errors.New("CA key: no PEM block")
+	}
+	var key *ecdsa.PrivateKey
+	switch block.Type {
+	case "EC PRIVATE KEY":
+		key, err = x509.ParseECPrivateKey(block.Bytes)
+	case "PRIVATE KEY":
+		var k any
+		k, err = x509.ParsePKCS8PrivateKey(block.Bytes)
+		if err == nil {
+			var ok bool
+			if key, ok = k.(*ecdsa.PrivateKey); !ok {
+				err = fmt.Errorf("a %T, want an ECDSA key", k)
+			}
+		}
+	default:
+		err = fmt.Errorf("PEM block %q, want an EC PRIVATE KEY or a PRIVATE KEY", block.Type)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("CA key: %w", err)
+	}
+	return &CA{CertPEM: pemBlock("CERTIFICATE", cert.Raw), cert: cert, key: key}, nil
+}
+
+// Pool returns a certificate pool that holds the CA only: for a server
+// that checks client certificates, or a client that checks a server's.
+func (ca *CA) Pool() *x509.CertPool {
+	p := x509.NewCertPool()
+	p.AddCert(ca.cert)
+	return p
 }
 
 // ServerCert issues a serving certificate for 127.0.0.1 and localhost.
