@@ -53,6 +53,7 @@ var (
 // sharedAuditPlane starts the audited control plane on first use.
 func sharedAuditPlane(t *testing.T) *auditPlane {
 	t.Helper()
+	testenv.SkipShort(t, testenv.NeedsControlPlane)
 	auditOnce.Do(func() { auditShared, auditErr = newAuditPlane() })
 	if auditErr != nil {
 		t.Fatalf("start the audited control plane: %v", auditErr)
