@@ -1,16 +1,9 @@
 package action
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -24,70 +17,30 @@ import (
 	"github.com/fieldwatch/fieldwatch/rules"
 )
 
-// testCA is a certificate authority made for one test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
+// newTestCA makes a CA for one test.
+func newTestCA(t *testing.T, name string) *testenv.CA {
+	t.Helper()
+	ca, err := testenv.NewCA(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
 }
 
-var serial int64
-
-func newTestCA(t *testing.T, name string) *testCA {
+// issue signs a leaf certificate of ca: a serving one for 127.0.0.1 or a
+// client one, as PEM certificate and key.
+func issue(t *testing.T, ca *testenv.CA, name string, usage x509.ExtKeyUsage) (certPEM, keyPEM []byte) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	var err error
+	if usage == x509.ExtKeyUsageServerAuth {
+		certPEM, keyPEM, err = ca.ServerCert(name)
+	} else {
+		certPEM, keyPEM, err = ca.ClientCert(name)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	serial++
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(serial),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// issue signs a leaf certificate for 127.0.0.1 with the given usage and
-// returns it as PEM certificate and key.
-func (ca *testCA) issue(t *testing.T, name string, usage x509.ExtKeyUsage) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial++
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial),
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+	return certPEM, keyPEM
 }
 
 // TestWebhookTLS: a receiver with a certificate from a private CA that
@@ -95,9 +48,9 @@ func (ca *testCA) issue(t *testing.T, name string, usage x509.ExtKeyUsage) (cert
 func TestWebhookTLS(t *testing.T) {
 	dir := t.TempDir()
 	serverCA, clientCA := newTestCA(t, "server-ca"), newTestCA(t, "client-ca")
-	serverCert, serverKey := serverCA.issue(t, "receiver", x509.ExtKeyUsageServerAuth)
-	clientCert, clientKey := clientCA.issue(t, "fieldwatch", x509.ExtKeyUsageClientAuth)
-	files := map[string][]byte{"ca.pem": serverCA.pem, "client.pem": clientCert, "client-key.pem": clientKey}
+	serverCert, serverKey := issue(t, serverCA, "receiver", x509.ExtKeyUsageServerAuth)
+	clientCert, clientKey := issue(t, clientCA, "fieldwatch", x509.ExtKeyUsageClientAuth)
+	files := map[string][]byte{"ca.pem": serverCA.CertPEM, "client.pem": clientCert, "client-key.pem": clientKey}
 	for name, b := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
 			t.Fatal(err)
@@ -107,8 +60,7 @@ func TestWebhookTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clients := x509.NewCertPool()
-	clients.AddCert(clientCA.cert)
+	clients := clientCA.Pool()
 
 	var peer atomic.Value // of string
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -163,8 +115,8 @@ func TestWebhookCARotation(t *testing.T) {
 	dir := t.TempDir()
 	caFile := filepath.Join(dir, "ca.pem")
 	oldCA, newCA := newTestCA(t, "old-ca"), newTestCA(t, "new-ca")
-	serving := func(ca *testCA) *tls.Certificate {
-		certPEM, keyPEM := ca.issue(t, "receiver", x509.ExtKeyUsageServerAuth)
+	serving := func(ca *testenv.CA) *tls.Certificate {
+		certPEM, keyPEM := issue(t, ca, "receiver", x509.ExtKeyUsageServerAuth)
 		pair, err := tls.X509KeyPair(certPEM, keyPEM)
 		if err != nil {
 			t.Fatal(err)
@@ -196,7 +148,7 @@ func TestWebhookCARotation(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	writeCA(oldCA.pem)
+	writeCA(oldCA.CertPEM)
 	client, err := newHTTPClients(1).get(tlsFiles{ca: caFile})
 	if err != nil {
 		t.Fatal(err)
@@ -220,7 +172,7 @@ func TestWebhookCARotation(t *testing.T) {
 	if err := post(); !errors.As(err, &verr) {
 		t.Fatalf("a certificate from another CA: %v, want a verification error", err)
 	}
-	writeCA(newCA.pem)
+	writeCA(newCA.CertPEM)
 	if err := post(); err != nil {
 		t.Fatalf("after the CA file was rotated: %v", err)
 	}
@@ -228,7 +180,7 @@ func TestWebhookCARotation(t *testing.T) {
 	if err := post(); err != nil {
 		t.Fatalf("while the CA file is broken, the last good bundle stays: %v", err)
 	}
-	writeCA(oldCA.pem)
+	writeCA(oldCA.CertPEM)
 	if err := post(); !errors.As(err, &verr) {
 		t.Fatalf("after rotating back to the old CA: %v, want a verification error", err)
 	}
