@@ -4,15 +4,8 @@ package e2e
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -28,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
 // writerRole is the ClusterRole the test users are bound to in their
@@ -289,7 +284,7 @@ func (c *cluster) userClient(t testing.TB, user, ns string) dynamic.Interface {
 }
 
 // issueClientCert issues a client certificate for user with the cluster's
-// CA (bin/cluster/pki), valid for an hour.
+// CA (bin/cluster/pki).
 func (c *cluster) issueClientCert(t testing.TB, user string) (certPEM, keyPEM []byte) {
 	t.Helper()
 	caPEM, err := os.ReadFile(filepath.Join(c.root, "bin/cluster/pki/ca.crt"))
@@ -300,35 +295,13 @@ func (c *cluster) issueClientCert(t testing.TB, user string) (certPEM, keyPEM []
 	if err != nil {
 		t.Fatal(err)
 	}
-	block, _ := pem.Decode(caPEM)
-	caCert, err := x509.ParseCertificate(block.Bytes)
+	ca, err := testenv.LoadCA(caPEM, caKeyPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
-	block, _ = pem.Decode(caKeyPEM)
-	caKey, err := x509.ParseECPrivateKey(block.Bytes)
+	certPEM, keyPEM, err = ca.ClientCert(user)
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: user},
-		NotBefore:    time.Now().Add(-time.Minute),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+	return certPEM, keyPEM
 }

@@ -15,6 +15,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
 // BenchmarkClusterUp takes the cluster down and brings it up again with
@@ -156,7 +158,7 @@ func BenchmarkPodVsProcess(b *testing.B) {
 		_ = proc.Wait()
 	}()
 	procURL := "http://" + addr + "/metrics"
-	eventually(b, time.Minute, "the process to lead", func() bool {
+	testenv.Eventually(b, time.Minute, "the process to lead", func() bool {
 		page, err := get(procURL)
 		v, _ := metric(page, "fieldwatch_leader ")
 		return err == nil && v == 1
@@ -179,7 +181,7 @@ func BenchmarkPodVsProcess(b *testing.B) {
 		// Both have delivered what they will when their counts stop
 		// moving.
 		var last [2]float64
-		eventually(b, 2*time.Minute, "both to deliver the changes", func() bool {
+		testenv.Eventually(b, 2*time.Minute, "both to deliver the changes", func() bool {
 			now := [2]float64{delivered(podURL), delivered(procURL)}
 			same := now == last && now[0]-podD0 > 0
 			last = now

@@ -189,7 +189,7 @@ func (c *cluster) apply(t testing.TB, objs ...*unstructured.Unstructured) {
 func (c *cluster) waitEstablished(t testing.TB, name string) {
 	t.Helper()
 	crds := c.dyn.Resource(crdGVR)
-	eventually(t, time.Minute, "CRD "+name+" established", func() bool {
+	testenv.Eventually(t, time.Minute, "CRD "+name+" established", func() bool {
 		o, err := crds.Get(context.Background(), name, metav1.GetOptions{})
 		if err != nil {
 			return false
@@ -215,12 +215,6 @@ func (c *cluster) applyFiles(t testing.TB, paths ...string) {
 		}
 		c.apply(t, decodeObjects(t, data)...)
 	}
-}
-
-// eventually polls cond until it holds, failing the test after timeout.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	testenv.Eventually(t, timeout, what, cond)
 }
 
 // statefulSet returns deploy/'s StatefulSet.
@@ -293,16 +287,11 @@ func (c *cluster) waitRolledOut(t testing.TB, timeout time.Duration) {
 	}
 }
 
-// poll polls cond every 200 ms until it holds or timeout passes.
+// poll polls cond every 200 ms until it holds or timeout passes: the
+// conditions read the cluster through its API, less often than
+// testenv.Poll reads memory.
 func poll(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	return true
+	return testenv.PollEvery(200*time.Millisecond, timeout, cond)
 }
 
 // describePods logs the pods' state and recent events, for a failure.
@@ -326,7 +315,7 @@ func (c *cluster) describePods(t testing.TB) {
 func (c *cluster) leader(t testing.TB) string {
 	t.Helper()
 	var holder string
-	eventually(t, 2*time.Minute, "a leader", func() bool {
+	testenv.Eventually(t, 2*time.Minute, "a leader", func() bool {
 		l, err := c.cs.CoordinationV1().Leases(namespace).Get(context.Background(), leaseName, metav1.GetOptions{})
 		if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
 			return false

@@ -16,6 +16,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
 // confirmWindow bounds how long before a leader went a change it delivered
@@ -204,7 +206,7 @@ func testOOMKilled(t *testing.T) {
 		t.Errorf("%s's container ended with %q, want OOMKilled", leader, reason)
 	}
 	var restarted time.Duration
-	eventually(t, 3*time.Minute, leader+" ready again", func() bool {
+	testenv.Eventually(t, 3*time.Minute, leader+" ready again", func() bool {
 		got := c.pod(t, leader)
 		restarted = time.Since(limited)
 		return got.UID == p.UID && ready(got)
