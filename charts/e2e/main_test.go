@@ -260,14 +260,9 @@ func loadChart(t testing.TB) *chart.Chart {
 	return ch
 }
 
-// poll polls cond every 200 ms until it holds or timeout passes.
+// poll polls cond every 200 ms until it holds or timeout passes: the
+// conditions read the cluster through its API, less often than
+// testenv.Poll reads memory.
 func poll(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	return true
+	return testenv.PollEvery(200*time.Millisecond, timeout, cond)
 }
