@@ -248,19 +248,7 @@ func resourceVersions(ps []payload) []string {
 // was seen last, for the failure message.
 func waitFor(t *testing.T, what string, cond func() (ok bool, why string)) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %s", what, waitTimeout, why)
-		}
-		<-tick.C
-	}
+	testenv.EventuallyWhy(t, waitTimeout, what, cond)
 }
 
 // jsonEqual reports whether got, encoded as JSON, equals the JSON want.
