@@ -229,16 +229,5 @@ func say(format string, args ...any) {
 // waitFor polls cond every 100ms until it holds, ctx ends or timeout
 // passes.
 func waitFor(ctx context.Context, timeout time.Duration, what string, cond func() bool) error {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: not after %s", what, timeout)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	return nil
+	return testenv.Wait(ctx, 100*time.Millisecond, timeout, what, cond)
 }
