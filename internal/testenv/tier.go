@@ -13,7 +13,8 @@ const (
 	NeedsPostgres     = "integration: needs PostgreSQL"
 	NeedsProcesses    = "integration: runs fieldwatch processes"
 	NeedsBrowser      = "integration: needs Chromium"
-	SlowTest          = "integration: long-running"
+	NeedsRoot         = "integration: needs root"
+	LoadTest          = "integration: a load or resource-bound test, seconds of CPU"
 )
 
 // SkipShort skips t under `go test -short`, the unit tier, saying why
