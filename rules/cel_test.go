@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
 func TestCELEval(t *testing.T) {
@@ -179,6 +180,7 @@ func TestCELPaths(t *testing.T) {
 // TestCELListCost checks that sum, min and max are charged one unit per
 // item in metered expressions, so that CostLimit bounds them.
 func TestCELListCost(t *testing.T) {
+	testenv.SkipShort(t, testenv.LoadTest)
 	list := func(n int) map[string]any {
 		l := make([]any, n)
 		for i := range l {

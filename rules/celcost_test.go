@@ -13,6 +13,7 @@ import (
 	"github.com/google/cel-go/ext"
 
 	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
 // celBombs build strings or lists from a large value: each must be
@@ -63,6 +64,7 @@ func BenchmarkCELBombs(b *testing.B) {
 // what it took unbounded (concatenation 553 MB, concatenation in a loop
 // 2.1 GB, join 5.3 GB, replace out of memory at a terabyte).
 func TestCELBombsAreBounded(t *testing.T) {
+	testenv.SkipShort(t, testenv.LoadTest)
 	c := celBombChange(1 << 20)
 	vars := newCELVars(c)
 	for _, bomb := range celBombs {
@@ -255,6 +257,7 @@ func TestCELMatches(t *testing.T) {
 // map (charged as the one key of the map that holds it), so the loop
 // runs for seconds within the cost limit.
 func TestCELLoopsStopAtTheTimeLimit(t *testing.T) {
+	testenv.SkipShort(t, testenv.LoadTest)
 	inner := map[string]any{}
 	for i := range 50_000 {
 		inner[fmt.Sprintf("k%d", i)] = int64(i)
@@ -281,6 +284,7 @@ func TestCELLoopsStopAtTheTimeLimit(t *testing.T) {
 // or the cost limit, long before. So is a loop testing membership in a
 // long list, charged one unit per item (it was charged one).
 func TestCELLongLoopsAreBounded(t *testing.T) {
+	testenv.SkipShort(t, testenv.LoadTest)
 	long := make([]any, 400_000)
 	for i := range long {
 		long[i] = int64(i)

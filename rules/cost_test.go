@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
 // Hostile inputs: one object must not stall evaluation. Every cost here
@@ -138,6 +139,7 @@ func BenchmarkFieldsAllItems(b *testing.B) {
 // 53 s (16,000 Secret keys) and 109 s (ignoreFields over 32,000 items)
 // without -race; linear code takes well under a second.
 func TestHostileObjectsEvaluateInLinearTime(t *testing.T) {
+	testenv.SkipShort(t, testenv.LoadTest)
 	created := longListUpdate(32000)
 	created.Type, created.Old = change.Created, nil
 	tests := []struct {

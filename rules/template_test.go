@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
 // hostileTemplates loop or grow without bound; Render stops each.
@@ -20,6 +22,7 @@ var hostileTemplates = []struct{ name, src string }{
 }
 
 func TestRenderStopsHostileTemplates(t *testing.T) {
+	testenv.SkipShort(t, testenv.LoadTest)
 	payload := []byte(`{"rule":"r","l":[1,2,3],"changes":[{"op":"replace","path":"/a","value":1,"oldValue":0}]}`)
 	for _, tt := range hostileTemplates {
 		t.Run(tt.name, func(t *testing.T) {
