@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
 	"github.com/fieldwatch/fieldwatch/rules"
 )
 
@@ -290,6 +291,7 @@ func actorCase(actor string) string {
 // quickly, with the cost limit in its evaluation error; a case expecting
 // that error passes.
 func TestRunStopsCostlyRules(t *testing.T) {
+	testenv.SkipShort(t, testenv.LoadTest)
 	set, err := rules.Parse("rules.yaml", []byte(`rules:
   - name: costly
     match: {resources: [{group: "", kind: ConfigMap}]}
