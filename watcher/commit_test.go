@@ -35,7 +35,11 @@ func TestCommitsInOrder(t *testing.T) {
 		defer tr.mu.Unlock()
 		return m.done
 	}
-	for seed := range uint64(300) {
+	seeds := uint64(300)
+	if testing.Short() {
+		seeds = 30 // the unit tier: a tenth of the seeds, the same properties
+	}
+	for seed := range seeds {
 		rng := rand.New(rand.NewPCG(seed, 1))
 		cs := newCommits(store)
 		// Each object: created, updated a few times, maybe deleted.

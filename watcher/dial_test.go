@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
 // TestGatedTransportDials: a thousand long-lived requests (watches)
@@ -23,6 +25,7 @@ import (
 // dials one for each request that finds the connections full
 // (1,000-2,300 here).
 func TestGatedTransportDials(t *testing.T) {
+	testenv.SkipShort(t, testenv.LoadTest)
 	const requests, streams = 1000, 100
 	release := make(chan struct{})
 	var conns atomic.Int64
