@@ -14,6 +14,8 @@ import (
 	"testing"
 
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
+
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden")
@@ -395,6 +397,9 @@ func TestDecodeBounds(t *testing.T) {
 		{"over the JSON bound", boundsEvent("x", `{"username":"u"}`, `,"requestObject":{"data":"`+strings.Repeat("b", MaxEventJSONBytes)+`"}`), false, ErrEventJSONTooLarge},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if len(tc.item) > 1<<20 {
+				testenv.SkipShort(t, testenv.LoadTest)
+			}
 			var kept []string
 			body := `{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` + ok + "," + tc.item + "," + strings.Replace(ok, `"ok"`, `"ok2"`, 1) + `]}`
 			counts, err := DecodeEventList(strings.NewReader(body), func(r Record) error { kept = append(kept, r.AuditID); return nil })
