@@ -95,18 +95,39 @@ lint: check tidy ## gofmt, go vet, go mod tidy check and golangci-lint (pinned)
 	cd charts && $(GO) run $(GOLANGCI_LINT) run --build-tags e2e ./...
 	cd hack/image && $(GO) run $(GOLANGCI_LINT) run ./...
 
-# test runs the go tests, then the chart's tests (a module of their own,
-# charts/go.mod: Helm's SDK stays out of fieldwatch's go.mod) and
-# hack/image's, then fuzz-short, one after the other: run beside the go
-# tests on two cores, their load starved a leader's Lease renewals
-# (TestFailoverGap's leader lost its Lease twice in one run). Then make
-# e2e runs the end-to-end tests on the one-node cluster.
-.PHONY: test
-test: controlplane testdeps check examples ## unit and integration tests (-race, real control plane), the chart's, fuzz-short, then make e2e
+# The tests come in three tiers, as Kubernetes' do:
+#   make unit         every package's fast tests: go test -short, -race;
+#                     no control plane, PostgreSQL, Chromium, root or
+#                     network beyond loopback (under -short, testenv skips
+#                     the tests that need them and refuses to start them).
+#   make integration  every go test of the three modules without -short,
+#                     on a real control plane (bin/), PostgreSQL and
+#                     Chromium, then fuzz-short. It includes the unit
+#                     tests: go test has no flag for "only the long ones".
+#   make e2e          the end-to-end tests on the one-node cluster.
+# make test runs integration then e2e: the unit tests run once, inside
+# integration, rather than a second time ahead of it. The chart's tests
+# (charts/go.mod: Helm's SDK stays out of fieldwatch's go.mod), hack/image's
+# and fuzz-short run after the go tests, one after the other: run beside
+# them on two cores, their load starved a leader's Lease renewals
+# (TestFailoverGap's leader lost its Lease twice in one run).
+UNIT_FLAGS ?= -short -race -count=1 -timeout 5m
+
+.PHONY: unit
+unit: ## the unit tier: every package's fast tests (-short, -race), no control plane, in about a minute
+	$(GO) test $(UNIT_FLAGS) ./...
+	cd charts && $(GO) test $(UNIT_FLAGS) ./...
+	cd hack/image && $(GO) test $(UNIT_FLAGS) ./...
+
+.PHONY: integration
+integration: controlplane testdeps ## the integration tier: every go test (unit ones too) on a real control plane, PostgreSQL and Chromium, then fuzz-short
 	$(GO) test $(TEST_FLAGS) $(TEST_PKGS)
 	cd charts && $(GO) test $(TEST_FLAGS) ./...
 	cd hack/image && $(GO) test $(TEST_FLAGS) ./...
 	$(MAKE) --no-print-directory fuzz-short
+
+.PHONY: test
+test: check examples integration ## every tier: gofmt and go vet, the examples, make integration, then make e2e
 	$(MAKE) --no-print-directory e2e
 
 .PHONY: helm
