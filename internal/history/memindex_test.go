@@ -8,12 +8,15 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
 // TestMemIndexAgainstModel adds entries in mostly rising key order with
 // late ones among them, drops the oldest now and then, and compares
 // every walk with a sorted list's answer.
 func TestMemIndexAgainstModel(t *testing.T) {
+	testenv.SkipShort(t, testenv.LoadTest)
 	type entry struct {
 		seq     int64
 		uid, ns string

@@ -36,6 +36,7 @@ func TestMain(m *testing.M) {
 // server.
 func newPGDatabase(t *testing.T) string {
 	t.Helper()
+	testenv.SkipShort(t, testenv.NeedsPostgres)
 	pgOnce.Do(func() { pgServer, pgErr = testenv.NewPostgres() })
 	if pgErr != nil {
 		t.Fatalf("start PostgreSQL: %v", pgErr)

@@ -16,6 +16,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
 // blockingStore is a Store whose writes wait until release is closed:
@@ -106,6 +108,7 @@ func fileBytes(path string) int64 {
 // bounded to 16 MiB: the file and its log never take more, the oldest
 // entries go (counted), the newest stay.
 func TestSizeBoundUnderStream(t *testing.T) {
+	testenv.SkipShort(t, testenv.LoadTest)
 	const bound = 16 << 20
 	path := filepath.Join(t.TempDir(), "history.db")
 	store, err := OpenSQLite(path, SQLiteOptions{MaxBytes: bound})
@@ -150,6 +153,7 @@ func TestSizeBoundUnderStream(t *testing.T) {
 // says so, and goes on recording the newest entries in the room it
 // makes inside its file; Record never blocks.
 func TestFullDisk(t *testing.T) {
+	testenv.SkipShort(t, testenv.NeedsRoot)
 	if os.Geteuid() != 0 {
 		t.Skip("mounting a tmpfs needs root (the project's machines and CI run as root)")
 	}
