@@ -297,14 +297,26 @@ func TestAuditFailover(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, "b to follow a", func() bool {
 		return b.metric("fieldwatch_baseline_confirmed_total") > 0
 	})
+	// patches waits until the writer has made n more patches.
+	patches := func(n int) {
+		t.Helper()
+		mu.Lock()
+		target := len(writes) + n
+		mu.Unlock()
+		testenv.Eventually(t, 30*time.Second, fmt.Sprintf("%d more patches", n), func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(writes) >= target
+		})
+	}
 	h.fail("a", true)
-	time.Sleep(3 * time.Second)
+	patches(30)
 	killed := time.Now()
 	a.kill()
 	h.fail("a", false)
 	restarted := start("a")
 	testenv.Eventually(t, 30*time.Second, "b to take over", func() bool { return b.metric("fieldwatch_leader ") == 1 })
-	time.Sleep(2 * time.Second)
+	patches(20)
 	stop()
 	<-written
 

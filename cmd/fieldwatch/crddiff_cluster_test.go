@@ -166,14 +166,12 @@ subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: crd-diff-get-
 		}
 		path := writeFile(t, "kubeconfig", string(kc))
 		var last string
-		ok := false
-		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && !ok; {
+		// RBAC caches catch up: nothing to poll but the command itself.
+		ok := testenv.PollEvery(200*time.Millisecond, 60*time.Second, func() bool {
 			code, stdout, stderr := runCLI(t, "crd-diff", "--cluster", newFile, "--kubeconfig", path)
 			last = fmt.Sprintf("exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
-			if ok = code == 1 && strings.Contains(stdout, user.want); !ok {
-				time.Sleep(200 * time.Millisecond) // RBAC caches catch up; nothing to poll but the command itself
-			}
-		}
+			return code == 1 && strings.Contains(stdout, user.want)
+		})
 		if !ok {
 			t.Errorf("as %s, want %q in the output; last run: %s", user.name, user.want, last)
 		}

@@ -315,14 +315,10 @@ func compare(writes []made, got []hook) outcome {
 func settle(t *testing.T, h *hooks, w *writers, timeout time.Duration) outcome {
 	t.Helper()
 	var o outcome
-	deadline := time.Now().Add(timeout)
-	for {
+	testenv.Poll(timeout, func() bool {
 		o = compare(w.made(), h.payloads())
-		if len(o.Lost) == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return len(o.Lost) == 0
+	})
 	if len(o.Lost) > 0 {
 		n := min(len(o.Lost), 20)
 		t.Errorf("%d changes never delivered by any replica, first %d:\n  %s", len(o.Lost), n, strings.Join(o.Lost[:n], "\n  "))

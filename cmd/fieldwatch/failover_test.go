@@ -267,7 +267,7 @@ func TestFailoverKillRestartLoop(t *testing.T) {
 		testenv.Eventually(t, 30*time.Second, "the standby to follow the leader", func() bool {
 			return standby.metric("fieldwatch_baseline_confirmed_total") > 0
 		})
-		time.Sleep(500 * time.Millisecond) // mid-stream
+		w.waitWrites(t, 25) // mid-stream
 		killed := time.Now()
 		leader.kill()
 		late := round%5 == 4
@@ -313,7 +313,7 @@ func TestFailoverKillRestartLoop(t *testing.T) {
 		}
 		reps[name] = back // the next round waits until it follows
 	}
-	time.Sleep(time.Second)
+	w.waitWrites(t, 50) // under the last round's leader
 	w.finish()
 	o := settle(t, h, w, time.Minute)
 	slices.Sort(takeovers)
@@ -347,11 +347,11 @@ func TestFailoverGap(t *testing.T) {
 
 	// a's receiver fails: its watermark stands still while writes go on.
 	h.fail("a", true)
-	time.Sleep(2 * time.Second)
+	w.waitWrites(t, 100)
 	b.kill()
 	dirB := t.TempDir() // a new volume: b's watch begins now
 	b = startFieldwatch(t, kc, replicaArgs(h, t, ns, "b", dirB)...)
-	time.Sleep(time.Second)
+	w.waitWrites(t, 50) // under b's new watch
 	a.kill()
 	h.fail("a", false)
 	a = startFieldwatch(t, kc, replicaArgs(h, t, ns, "a", dirA)...)
@@ -369,7 +369,7 @@ func TestFailoverGap(t *testing.T) {
 	// Lease and exit, to be started again.
 	sa := supervise(t, kc, "a", a, replicaArgs(h, t, ns, "a", dirA))
 	sb := supervise(t, kc, "b", b, argsB)
-	time.Sleep(time.Second)
+	w.waitWrites(t, 50)
 	w.finish()
 	o := settle(t, h, w, time.Minute)
 	stillLeads := sa.proc().metric("fieldwatch_leader ") == 1

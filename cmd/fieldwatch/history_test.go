@@ -73,19 +73,19 @@ func TestFailoverHistory(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, "the standby to record what the leader confirmed", func() bool {
 		return standby.metric(`fieldwatch_history_entries_total{result="written"}`) > 20
 	})
-	time.Sleep(time.Second) // mid-stream
+	w.waitWrites(t, 30) // mid-stream
 	killedAt := time.Now()
 	leader.kill()
 	testenv.Eventually(t, 30*time.Second, "the standby to take over", func() bool {
 		return standby.metric("fieldwatch_leader ") == 1
 	})
-	time.Sleep(2 * time.Second)
+	w.waitWrites(t, 60) // under the new leader
 	w.finish()
 	o := settle(t, h, w, time.Minute)
 	var missing []string
 	var got map[string]string
 	confirmedBefore := killedAt.Add(-2 * time.Second)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	testenv.Poll(30*time.Second, func() bool {
 		got = historyOf(t, dirs[other])
 		missing = missing[:0]
 		for _, p := range h.payloads() {
@@ -94,10 +94,8 @@ func TestFailoverHistory(t *testing.T) {
 			}
 			missing = append(missing, fmt.Sprintf("%s (%s %s/%s rv %s, delivered by %s at %s)", p.id, p.typ, p.kind, p.name, p.rv, p.replica, p.at.Format("15:04:05.000")))
 		}
-		if len(missing) == 0 || time.Now().After(deadline) {
-			break
-		}
-	}
+		return len(missing) == 0
+	})
 	if len(missing) > 0 {
 		t.Errorf("%d of %d delivered payloads are not in %s's history (killed %s at %s), first:\n  %s", len(missing), len(h.payloads()), other, name,
 			killedAt.Format("15:04:05.000"), strings.Join(missing[:min(20, len(missing))], "\n  "))
@@ -144,7 +142,7 @@ func TestHistoryCLI(t *testing.T) {
 	dir := t.TempDir()
 	p := startFieldwatch(t, kc, "--rules", h.rules(t, ns, "solo"), "--state-dir", dir, "--http-addr", "127.0.0.1:0", "--history-insecure-loopback")
 	w := startWriters(t, env, ns, 20*time.Millisecond, 0)
-	time.Sleep(2 * time.Second)
+	w.waitWrites(t, 100)
 	w.finish()
 	settle(t, h, w, time.Minute)
 	// A payload the receiver got twice (a retry after a slow answer) is
@@ -165,7 +163,7 @@ func TestHistoryCLI(t *testing.T) {
 		code := run(context.Background(), append([]string{"history"}, args...), &stdout, &stderr)
 		return code, stdout.String(), stderr.String()
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	testenv.EventuallyWhy(t, 30*time.Second, "the history to hold the payloads delivered", func() (bool, string) {
 		ids = delivered()
 		got := historyOf(t, dir)
 		var missing, extra []string
@@ -179,13 +177,9 @@ func TestHistoryCLI(t *testing.T) {
 				extra = append(extra, id)
 			}
 		}
-		if len(missing) == 0 && len(extra) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 30s the history lacks %d of the %d payloads delivered (%v) and holds %d never delivered (%v)", len(missing), len(ids), missing, len(extra), extra)
-		}
-	}
+		return len(missing) == 0 && len(extra) == 0,
+			fmt.Sprintf("it lacks %d of the %d payloads delivered (%v) and holds %d never delivered (%v)", len(missing), len(ids), missing, len(extra), extra)
+	})
 	n := len(ids)
 	code, out, stderr := cli("--server", server, "-n", ns, "--resource", "configmaps", "--limit", "5")
 	lines := strings.Split(strings.TrimSpace(out), "\n")

@@ -100,7 +100,7 @@ func (h *seqHooks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	delay, label, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
 	ms, _ := strconv.Atoi(delay)
-	time.Sleep(time.Duration(ms) * time.Millisecond) // the receiver's own pace
+	time.Sleep(time.Duration(ms) * time.Millisecond) // the receiver's own pace: a latency the fieldwatch process must live through, not a condition
 	p, err := parseSeqPayload(body)
 	if err != nil {
 		h.t.Errorf("payload is not JSON: %s", body)
