@@ -166,13 +166,9 @@ func BenchmarkCacheBytesPerObject(b *testing.B) {
 				before := heapAfterGC()
 				ctx, cancel := context.WithCancel(context.Background())
 				count, synced, stopped := c.start(ctx, b, env)
-				deadline := time.Now().Add(3 * time.Minute)
-				for !synced() || count() < benchObjects {
-					if time.Now().After(deadline) {
-						b.Fatalf("not synced after 3m: %d objects", count())
-					}
-					time.Sleep(50 * time.Millisecond)
-				}
+				testenv.EventuallyWhy(b, 3*time.Minute, "the cache to sync", func() (bool, string) {
+					return synced() && count() >= benchObjects, fmt.Sprintf("%d objects", count())
+				})
 				after := heapAfterGC()
 				n := count()
 				perObject += float64(after-before) / float64(n)
@@ -270,9 +266,7 @@ func BenchmarkLiveUpdates(b *testing.B) {
 		b.Fatal(err)
 	}
 	go func() { _ = w.Run(ctx) }()
-	for !inf.HasSynced() || !w.Synced() {
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.Eventually(b, 3*time.Minute, "both to sync", func() bool { return inf.HasSynced() && w.Synced() })
 
 	cms := env.Dynamic(b).Resource(configMaps).Namespace(benchNS)
 	b.ResetTimer()
@@ -281,15 +275,16 @@ func BenchmarkLiveUpdates(b *testing.B) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for bareDone == 0 || fwDone == 0 {
+		// Polled every millisecond: the times it takes are the figures.
+		_ = testenv.Wait(ctx, time.Millisecond, 5*time.Minute, "delivery", func() bool {
 			if bareDone == 0 && bare.Load() >= int64(b.N) {
 				bareDone = time.Since(start)
 			}
 			if fwDone == 0 && fw.Load() >= int64(b.N) {
 				fwDone = time.Since(start)
 			}
-			time.Sleep(time.Millisecond)
-		}
+			return bareDone != 0 && fwDone != 0
+		})
 	}()
 	writeUpdates(b, ctx, cms, b.N)
 	select {
@@ -329,11 +324,8 @@ func writeUpdates(b *testing.B, ctx context.Context, cms dynamic.ResourceInterfa
 
 func waitCount(b *testing.B, n *atomic.Int64, want int64) {
 	b.Helper()
-	deadline := time.Now().Add(5 * time.Minute)
-	for n.Load() < want {
-		if time.Now().After(deadline) {
-			b.Fatalf("only %d of %d after 5m", n.Load(), want)
-		}
-		time.Sleep(time.Millisecond)
+	// Polled every millisecond: the benchmark's timer runs meanwhile.
+	if err := testenv.Wait(context.Background(), time.Millisecond, 5*time.Minute, fmt.Sprintf("%d changes", want), func() bool { return n.Load() >= want }); err != nil {
+		b.Fatalf("%v: only %d", err, n.Load())
 	}
 }

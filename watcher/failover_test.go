@@ -87,6 +87,13 @@ func (wr *writer) uid(name string) types.UID {
 	return wr.live[name]
 }
 
+// count returns how many writes succeeded so far.
+func (wr *writer) count() int {
+	wr.mu.Lock()
+	defer wr.mu.Unlock()
+	return len(wr.writes)
+}
+
 func (wr *writer) record(w write) {
 	wr.mu.Lock()
 	defer wr.mu.Unlock()
@@ -242,10 +249,11 @@ func TestStandbyFollowsLeader(t *testing.T) {
 		follow()
 		return testutil.ToFloat64(standby.baseline.confirmed) > 20
 	})
-	for range 10 {
+	more := testutil.ToFloat64(standby.baseline.confirmed) + 20
+	testenv.Eventually(t, time.Minute, "the standby to follow 20 more changes", func() bool {
 		follow()
-		time.Sleep(100 * time.Millisecond)
-	}
+		return testutil.ToFloat64(standby.baseline.confirmed) >= more
+	})
 	// The leader stops at once, as one that lost its Lease.
 	leader.Abandon()
 	stopLeader()
@@ -260,7 +268,8 @@ func TestStandbyFollowsLeader(t *testing.T) {
 	mu.Unlock()
 	standby.TakeOver(last, nil)
 
-	time.Sleep(time.Second) // writes go on after the takeover
+	after := wr.count() + 50
+	testenv.Eventually(t, time.Minute, "50 writes after the takeover", func() bool { return wr.count() >= after })
 	stopWriter()
 	<-writerDone
 	testenv.Eventually(t, time.Minute, "the standby to handle everything", func() bool {
@@ -326,13 +335,20 @@ func TestStandbyCRDsAndReload(t *testing.T) {
 	following := make(chan struct{})
 	go func() {
 		defer close(following)
-		for followCtx.Err() == nil {
+		// As a leader's Lease renewals do, every 100ms.
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
 			wm := leader.Watermarks()
 			standby.Confirm(wm, nil)
 			lastMu.Lock()
 			last = wm
 			lastMu.Unlock()
-			time.Sleep(100 * time.Millisecond)
+			select {
+			case <-followCtx.Done():
+				return
+			case <-tick.C:
+			}
 		}
 	}()
 	handledBy := func(who string, typ change.Type) int {

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
 // BenchmarkQueueing reports what changes cost the watcher while its
@@ -123,9 +124,7 @@ func runQueueing(b *testing.B, objects, updates int) queueingRun {
 	defer cancel()
 	rw.run(ctx)
 	defer func() { cancel(); fw.Stop(); <-rw.done }()
-	for !rw.hasSynced() {
-		time.Sleep(time.Millisecond)
-	}
+	testenv.Eventually(b, time.Minute, "the reflector to sync", rw.hasSynced)
 	var workers sync.WaitGroup
 	defer workers.Wait()
 	defer w.queue.ShutDown()
@@ -145,19 +144,22 @@ func runQueueing(b *testing.B, objects, updates int) queueingRun {
 			sent.Add(1)
 		}
 	}()
-	// Every update is in, or the informer's watch is held.
-	for last, still := int64(-1), 0; still < 20; time.Sleep(10 * time.Millisecond) {
+	// Every update is in, or the informer's watch is held: no update
+	// sent for 20 polls in a row.
+	seen, still := int64(-1), 0
+	testenv.Eventually(b, time.Minute, "the updates to be in or held", func() bool {
 		select {
 		case <-produced:
-			still = 20
+			return true
 		default:
 		}
-		if n := sent.Load(); n != last {
-			last, still = n, 0
+		if n := sent.Load(); n != seen {
+			seen, still = n, 0
 		} else {
 			still++
 		}
-	}
+		return still >= 20
+	})
 	run := queueingRun{held: heapAfterGC() - before, longest: benchLongest(w)}
 	close(release)
 	<-produced
@@ -165,13 +167,15 @@ func runQueueing(b *testing.B, objects, updates int) queueingRun {
 	idle := func() bool {
 		return rw.storeRV() == last && w.pending.len() == 0 && w.queue.Len() == 0
 	}
-	for settled := 0; settled < 2; time.Sleep(10 * time.Millisecond) {
+	settled := 0
+	testenv.Eventually(b, time.Minute, "the watcher to be idle twice in a row", func() bool {
 		if idle() {
 			settled++
 		} else {
 			settled = 0
 		}
-	}
+		return settled >= 2
+	})
 	run.cpu = cpuNow(b) - start
 	run.handled = int(handled.Load())
 	return run

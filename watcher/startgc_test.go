@@ -1,10 +1,13 @@
 package watcher
 
 import (
+	"fmt"
 	"os"
 	"runtime/debug"
 	"testing"
 	"time"
+
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
 // gcPercent reads GOGC's current value.
@@ -21,17 +24,11 @@ func gcPercent() int {
 func TestStartGC(t *testing.T) {
 	// A watcher of an earlier test may still be starting: wait until
 	// none is.
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+	testenv.EventuallyWhy(t, time.Minute, "no watcher starting", func() (bool, string) {
 		startGCState.Lock()
-		n := startGCState.starting
-		startGCState.Unlock()
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d watchers still starting after a minute", n)
-		}
-	}
+		defer startGCState.Unlock()
+		return startGCState.starting == 0, fmt.Sprintf("%d watchers starting", startGCState.starting)
+	})
 	defer debug.SetGCPercent(debug.SetGCPercent(100))
 	t.Setenv("GOGC", "") // restored after the test
 	if err := os.Unsetenv("GOGC"); err != nil {
