@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -128,10 +129,11 @@ func TestDoneAfterEveryAction(t *testing.T) {
 // TestCloseDrains: Close delivers what is queued when the grace period
 // allows it.
 func TestCloseDrains(t *testing.T) {
-	rc := newReceiver(t, func(int, http.ResponseWriter, *http.Request) int {
-		time.Sleep(2 * time.Millisecond) // a receiver with some latency
-		return http.StatusOK
-	})
+	// The receiver answers once Close has begun: every firing but those
+	// in flight is still queued then.
+	rc, release := blockingReceiver(t)
+	answer := sync.OnceFunc(func() { close(release) })
+	defer answer()
 	h := newHarness(t, func(o *Options) { o.WebhookWorkers = 2 })
 	r := webhookRule("drain", &rules.WebhookAction{URL: rc.URL})
 	done := newDoneCounter(t)
@@ -142,7 +144,14 @@ func TestCloseDrains(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := h.Close(ctx); err != nil {
+	closed := make(chan error, 1)
+	go func() { closed <- h.Close(ctx) }()
+	testenv.Eventually(t, 5*time.Second, "Close to begin", h.closing)
+	if got := done.total.Load(); got != 0 {
+		t.Fatalf("done %d times before the receiver answered", got)
+	}
+	answer()
+	if err := <-closed; err != nil {
 		t.Fatalf("Close: %v", err)
 	}
 	if got := done.total.Load(); got != n {
@@ -261,7 +270,7 @@ func TestAbort(t *testing.T) {
 			closed := make(chan error, 1)
 			if during == "closing" {
 				go func() { closed <- h.Close(context.Background()) }()
-				time.Sleep(50 * time.Millisecond) // let Close start waiting
+				testenv.Eventually(t, 5*time.Second, "Close to begin", h.closing)
 			}
 			aborted := make(chan struct{})
 			go func() { h.Abort(); close(aborted) }()

@@ -173,6 +173,14 @@ func (h *harness) deliver(t testing.TB, f rules.Firing, done func()) {
 	}
 }
 
+// closing reports whether Close has begun: Deliver refuses firings from
+// then on.
+func (h *harness) closing() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.closed
+}
+
 // deadLetters reads the dead-letter file (none: empty).
 func (h *harness) deadLetters(t testing.TB) []DeadLetter {
 	t.Helper()
