@@ -176,7 +176,7 @@ func TestAttributionWaits(t *testing.T) {
 	testenv.Eventually(t, 10*time.Second, "the changes to be watched", func() bool {
 		return fw.metric(t, "fieldwatch_audit_waiting_changes") >= 1
 	})
-	time.Sleep(time.Second) // the audit events are late by this: it is what the test is about
+	time.Sleep(time.Second) // the audit events are late by this: it is what the test is about, and nothing happens to poll for
 	if got := fw.out.where(inNamespace(ns, "")); len(got) != 0 {
 		t.Fatalf("%d payloads out while the audit events were held a second (wait %s)", len(got), wait)
 	}

@@ -172,13 +172,9 @@ func startBenchWatcher(ctx context.Context, b *testing.B, env *testenv.Env, proj
 		defer close(stopped)
 		_ = w.Run(ctx)
 	}()
-	deadline := time.Now().Add(3 * time.Minute)
-	for !w.Synced() || w.CachedObjects() < benchCRs {
-		if time.Now().After(deadline) {
-			b.Fatalf("watcher not synced after 3m: %d objects", w.CachedObjects())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.EventuallyWhy(b, 3*time.Minute, "the watcher to sync", func() (bool, string) {
+		return w.Synced() && w.CachedObjects() >= benchCRs, fmt.Sprintf("%d objects", w.CachedObjects())
+	})
 	return w, stopped
 }
 

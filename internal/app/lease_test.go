@@ -123,38 +123,62 @@ func TestWatermarkLease(t *testing.T) {
 
 // TestLeaseGuard: the guard fires once the last renewal is older than the
 // renew deadline, or when the leadership context ends, and not before.
+// The guard reads the wall clock, so time passes for real here; a check
+// fails only on what the guard must not do whatever the machine's load.
 func TestLeaseGuard(t *testing.T) {
+	const deadline = 300 * time.Millisecond
 	l := &watermarkLease{}
-	l.renewed.Store(time.Now().UnixNano())
-	start := time.Now()
-	lost := l.guard(context.Background(), 300*time.Millisecond)
+	renewed := time.Now()
+	l.renewed.Store(renewed.UnixNano())
+	lost := l.guard(context.Background(), deadline)
 	select {
 	case <-lost:
-		if took := time.Since(start); took < 300*time.Millisecond || took > 2*time.Second {
-			t.Errorf("the guard fired after %s, want just after 300ms", took)
+		if age := time.Since(renewed); age < deadline {
+			t.Errorf("the guard fired %s after the last renewal, before the renew deadline %s", age, deadline)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the guard did not fire 5s after the last renewal")
+	case <-time.After(time.Minute):
+		t.Fatal("the guard did not fire a minute after the last renewal")
 	}
 
-	// Renewals keep it quiet.
+	// Renewals every 10ms for a second keep it quiet. The guard read one
+	// of the last two renewals when it checked: if it fires, the older of
+	// them must have been older than the deadline when the test looked
+	// (the test stalled), and then the guard was right and starts again.
 	ctx, cancel := context.WithCancel(context.Background())
-	l.renewed.Store(time.Now().UnixNano())
-	lost = l.guard(ctx, 300*time.Millisecond)
-	for range 10 {
-		time.Sleep(100 * time.Millisecond)
-		l.renewed.Store(time.Now().UnixNano())
+	defer cancel()
+	renew := func() time.Time {
+		now := time.Now()
+		l.renewed.Store(now.UnixNano())
+		return now
+	}
+	prev := renew()
+	last := prev
+	lost = l.guard(ctx, deadline)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	stalls := 0
+	for end := time.Now().Add(time.Second); time.Now().Before(end); {
+		<-tick.C
 		select {
 		case <-lost:
-			t.Fatal("the guard fired although renewals came every 100ms")
+			if age := time.Since(prev); age <= deadline {
+				t.Fatalf("the guard fired although the renewals it could read were at most %s old, within the renew deadline %s", age, deadline)
+			}
+			stalls++
+			last = renew()
+			lost = l.guard(ctx, deadline)
 		default:
 		}
+		prev, last = last, renew()
+	}
+	if stalls > 0 {
+		t.Logf("the test stalled past the renew deadline %d times", stalls)
 	}
 	cancel()
 	select {
 	case <-lost:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the guard did not fire when leadership ended")
+	case <-time.After(time.Minute):
+		t.Fatal("the guard did not fire a minute after leadership ended")
 	}
 }
 
