@@ -347,7 +347,7 @@ func TestAttributionTiming(t *testing.T) {
 		defer release()
 		lifecycle(t, "late", "l")
 		testenv.Eventually(t, 10*time.Second, "the changes watched", func() bool { return len(o.snapshot()) >= 5 })
-		time.Sleep(time.Second) // the audit events are late by this: it is what the test is about
+		time.Sleep(time.Second) // the audit events are late by this: it is what the test is about, and nothing happens to poll for
 		if n := len(slices.DeleteFunc(o.snapshot(), func(c watched) bool { return !c.done })); n != 0 {
 			t.Fatalf("%d changes attributed while their audit events were held", n)
 		}
