@@ -18,11 +18,18 @@
 // start fails with a message that says to run `make controlplane`: tests
 // that need Kubernetes are never skipped, except under `go test -short`
 // (`make unit`, the unit tier), where Shared, Start and StartPostgres skip
-// them and SkipShort skips the other slow ones. Beside the control plane it has
-// what several test packages need: Eventually to poll a condition, a TCP
-// Proxy to cut a client off, writers acting as other users (Impersonating,
-// ServiceAccountWriter), and the certificates and apiserver flags of an
-// audit webhook (Audit, NewAuditTLS).
+// them and SkipShort skips the other slow ones.
+//
+// Beside the control plane it holds the helpers the test packages share,
+// e2e/ and charts/e2e (through charts/go.mod's replace directive)
+// included, so that each exists once: Eventually, Poll and Wait to poll a
+// condition; SpentCPU to bound work by CPU time rather than the wall
+// clock; the one certificate minter (CA, NewAuditTLS); a TCP Proxy to cut
+// a client off; writers acting as other users (Impersonating,
+// ServiceAccountWriter); the apiserver flags of an audit webhook (Audit);
+// PostgreSQL (StartPostgres); and for the end-to-end tests the pods' log
+// follower (PodLogs) and the Widget writers whose writes losscheck checks
+// (WidgetWriters).
 //
 // testenv is for tests and hack/ programs only; production packages must
 // not import it.

@@ -3,13 +3,19 @@ package testenv
 import (
 	"context"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
+
+	"github.com/fieldwatch/fieldwatch/internal/losscheck"
 )
 
 func TestMain(m *testing.M) { Main(m, Options{}) }
@@ -97,5 +103,58 @@ func TestRestartKeepsClients(t *testing.T) {
 	}
 	if _, err := cs.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
 		t.Fatalf("client made before the restart: %v", err)
+	}
+}
+
+// TestWidgetWriters: the writers' writes are recorded as the apiserver
+// made them, and Settle finds each covered by a delivery of its state.
+func TestWidgetWriters(t *testing.T) {
+	env := Shared(t)
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.InstallCRDs(filepath.Join(root, "examples", "crds", "widgets.yaml")); err != nil {
+		t.Fatalf("install CRD: %v", err)
+	}
+	created, err := env.Clientset(t).CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "widget-writers-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := created.Name
+	w := StartWidgetWriters(t, ns, time.Millisecond, WidgetWriter{User: "a", Prefix: "a", Client: env.Dynamic(t)}, WidgetWriter{Prefix: "b", Client: env.Dynamic(t)})
+	w.WaitWrites(t, 50)
+	o := w.Settle(t, 10*time.Second, func() []losscheck.Delivery {
+		var ds []losscheck.Delivery
+		for i, m := range w.Made() {
+			ds = append(ds, losscheck.Delivery{ID: strconv.Itoa(i), Type: m.Type, UID: string(m.UID), ResourceVersion: m.ResourceVersion})
+		}
+		return append(ds, losscheck.Delivery{ID: "other", Type: "created", UID: "not-ours", ResourceVersion: "1"})
+	})
+	if o.Writes < 50 || o.Delivered != o.Writes {
+		t.Errorf("%s: want every write delivered once, the other object's delivery left out", o)
+	}
+	live := map[string]bool{}
+	for _, m := range w.Made() {
+		if !strings.HasPrefix(m.Name, "a-") && !strings.HasPrefix(m.Name, "b-") || (m.User == "a") != strings.HasPrefix(m.Name, "a-") {
+			t.Errorf("write %+v: name or user not of its writer", m)
+		}
+		live[m.Name] = m.Type != "deleted"
+	}
+	list, err := env.Dynamic(t).Resource(WidgetsGVR).Namespace(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for name, ok := range live {
+		if ok {
+			n++
+			if !slices.ContainsFunc(list.Items, func(u unstructured.Unstructured) bool { return u.GetName() == name }) {
+				t.Errorf("%s was written and not deleted, and is not there", name)
+			}
+		}
+	}
+	if n != len(list.Items) {
+		t.Errorf("%d widgets live by the writes, %d listed", n, len(list.Items))
 	}
 }
