@@ -74,14 +74,14 @@ func testAuditAttribution(t *testing.T) {
 	checkPeersResolve(t)
 
 	users := []string{"alice", "bob"}
-	var ws []writer
+	var ws []testenv.WidgetWriter
 	for _, u := range users {
-		ws = append(ws, writer{user: u, prefix: u, client: c.userClient(t, u, ns)})
+		ws = append(ws, testenv.WidgetWriter{User: u, Prefix: u, Client: c.userClient(t, u, ns)})
 	}
 	logs := c.followLogs(t)
 	// The apiserver's webhook backs off while the receiver is not there
 	// yet: wait until a change is attributed before the measured writes.
-	probes := ws[0].client.Resource(widgetsGVR).Namespace(ns)
+	probes := ws[0].Client.Resource(widgetsGVR).Namespace(ns)
 	attributed := false
 	for i := 0; !attributed && i < 60; i++ {
 		probe := &unstructured.Unstructured{Object: map[string]any{
@@ -105,8 +105,8 @@ func testAuditAttribution(t *testing.T) {
 	if !attributed {
 		t.Fatal("no change was attributed within 4 minutes of deploy/audit/'s rollout")
 	}
-	w := startWriters(t, ns, 100*time.Millisecond, ws...)
-	time.Sleep(5 * time.Second)
+	w := testenv.StartWidgetWriters(t, ns, 100*time.Millisecond, ws...)
+	w.WaitWrites(t, 50)
 	leader := c.leader(t)
 	handover := time.Now()
 	oldUID := c.deletePod(t, leader)
@@ -115,7 +115,7 @@ func testAuditAttribution(t *testing.T) {
 		t.Fatalf("no replica led within a minute of %s's deletion", leader)
 	}
 	c.waitReplaced(t, leader, oldUID, 3*time.Minute)
-	time.Sleep(5 * time.Second)
+	w.WaitWrites(t, 50) // under the new leader, both replicas up
 	o := settle(t, logs, w, "crd-audit", 2*time.Minute)
 	t.Logf("attribution with a failover: %s", o)
 
@@ -124,7 +124,7 @@ func testAuditAttribution(t *testing.T) {
 	type tally struct{ ok, wrong int }
 	counts := map[string]*tally{} // "before"/"after" the handover, by pod and match
 	var wrong []string
-	for _, p := range onlyPrefixed(logs.payloads("crd-audit"), w.made()) {
+	for _, p := range onlyOurs(logs.payloads("crd-audit"), w) {
 		who, _, _ := strings.Cut(p.Name, "-")
 		user, match := "", "no actor"
 		if p.Actor != nil {
@@ -185,7 +185,7 @@ func testAuditAttribution(t *testing.T) {
 		logAuditState(t, logs, pages)
 	}
 	for _, p := range c.pods(t) {
-		if n := len(logs.logged(p.Name, "cannot resolve a peer")); n > 0 {
+		if n := len(logs.Logged(p.Name, "cannot resolve a peer")); n > 0 {
 			t.Errorf("%s logged %d times that it could not resolve a peer", p.Name, n)
 		}
 	}
@@ -232,7 +232,7 @@ func checkPeersResolve(t *testing.T) {
 
 // logAuditState logs, for a failure's diagnosis, each replica's audit
 // metrics and the lines its log holds about the audit webhook.
-func logAuditState(t *testing.T, logs *podLogs, pages map[string]string) {
+func logAuditState(t *testing.T, logs podLogs, pages map[string]string) {
 	t.Helper()
 	for pod, page := range pages {
 		var lines []string
@@ -243,9 +243,9 @@ func logAuditState(t *testing.T, logs *podLogs, pages map[string]string) {
 		}
 		t.Logf("%s's audit metrics:\n  %s", pod, strings.Join(lines, "\n  "))
 		var logged []string
-		for _, l := range logs.logged(pod, "audit") {
-			if !strings.Contains(l.text, `"rule":`) { // not the payloads
-				logged = append(logged, l.at.Format("15:04:05.000")+" "+shortID(l.container)+" "+l.text)
+		for _, l := range logs.Logged(pod, "audit") {
+			if !strings.Contains(l.Text, `"rule":`) { // not the payloads
+				logged = append(logged, l.At.Format("15:04:05.000")+" "+l.Container+" "+l.Text)
 			}
 		}
 		t.Logf("%s's log lines about the audit webhook (%d, last 40):\n  %s", pod, len(logged), strings.Join(logged[max(0, len(logged)-40):], "\n  "))

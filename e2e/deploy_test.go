@@ -17,6 +17,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
 // testDeploy applies deploy/ as a user does (kustomize's rendering,
@@ -300,6 +302,8 @@ func testCustomResourceFires(t *testing.T) {
 		"metadata": map[string]any{"name": "fires", "namespace": ns},
 		"spec":     map[string]any{"size": int64(1), "color": "red"},
 	}}
+	const historyWritten = `fieldwatch_history_entries_total{result="written"}`
+	recorded, _ := metric(c.podMetrics(t, leader), historyWritten)
 	widgets := c.dyn.Resource(widgetsGVR).Namespace(ns)
 	created, err := widgets.Create(context.Background(), w, metav1.CreateOptions{})
 	if err != nil {
@@ -312,7 +316,7 @@ func testCustomResourceFires(t *testing.T) {
 	ok := poll(time.Minute, func() bool {
 		got = nil
 		for line := range strings.Lines(c.kubectlRun(t, "-n", namespace, "logs", leader)) {
-			if p, ok := parsePayload(logLine{text: strings.TrimSpace(line)}); ok && p.UID == uid && p.Rule == "crd-audit" {
+			if p, ok := parsePayload(testenv.LogLine{Text: strings.TrimSpace(line)}); ok && p.UID == uid && p.Rule == "crd-audit" {
 				got = append(got, string(p.Type))
 			}
 		}
@@ -322,8 +326,13 @@ func testCustomResourceFires(t *testing.T) {
 		t.Errorf("the leader %s logged %v for the Widget, want created, updated, deleted", leader, got)
 	}
 	// Delivering them went without an error (the history's store among
-	// what they are recorded in).
-	time.Sleep(2 * time.Second)
+	// what they are recorded in, the last to get them).
+	if !poll(time.Minute, func() bool {
+		n, _ := metric(c.podMetrics(t, leader), historyWritten)
+		return n >= recorded+3
+	}) {
+		t.Errorf("the leader %s's history did not record the Widget's three payloads", leader)
+	}
 	if errs := grep(c.kubectlRun(t, "-n", namespace, "logs", leader), `"level":"ERROR"`); errs != "" {
 		t.Errorf("the leader %s logged errors:\n%s", leader, errs)
 	}

@@ -53,12 +53,12 @@ func testLeaderPodDeleted(t *testing.T) {
 	const ns = "e2e-failover"
 	c.ensureNamespace(t, ns)
 	logs := c.followLogs(t)
-	w := startWriters(t, ns, 50*time.Millisecond, writer{prefix: "w", client: c.dyn})
+	w := testenv.StartWidgetWriters(t, ns, 50*time.Millisecond, testenv.WidgetWriter{Prefix: "w", Client: c.dyn})
 	var deletions []time.Time
 	for round := 1; round <= 2; round++ {
 		leader := c.leader(t)
 		volume := c.claimVolume(t, leader)
-		time.Sleep(3 * time.Second) // steady writes under this leader
+		w.WaitWrites(t, 40) // steady writes under this leader
 		deleted := time.Now()
 		oldUID := c.deletePod(t, leader)
 		deletions = append(deletions, deleted)
@@ -96,7 +96,7 @@ func testLeaderPodDeleted(t *testing.T) {
 		}
 		t.Logf("round %d: deleted the leader %s; %s led after %s; %s back and ready on its volume %s after %s",
 			round, leader, next, tookOver.Round(100*time.Millisecond), leader, volume, back.Round(100*time.Millisecond))
-		time.Sleep(3 * time.Second) // writes go on
+		w.WaitWrites(t, 40) // writes go on
 		if h := c.holder(); h != leader {
 			for _, pl := range logs.payloads() {
 				if pl.container == returned {
@@ -107,11 +107,11 @@ func testLeaderPodDeleted(t *testing.T) {
 			t.Logf("round %d: %s, back under its name, holds the Lease", round, leader)
 		}
 	}
-	time.Sleep(2 * time.Second)
+	w.WaitWrites(t, 20)
 	o := settle(t, logs, w, "crd-audit", 2*time.Minute)
 	t.Logf("leader deleted twice: %s", o)
-	checkConfirmedOnce(t, onlyPrefixed(logs.payloads("crd-audit"), w.made()), deletions)
-	logs.checkNoErrors(t)
+	checkConfirmedOnce(t, onlyOurs(logs.payloads("crd-audit"), w), deletions)
+	logs.CheckNoErrors(t)
 }
 
 // checkConfirmedOnce fails for every payload delivered twice whose first
@@ -154,13 +154,13 @@ func testOOMKilled(t *testing.T) {
 	const ns = "e2e-oom"
 	c.ensureNamespace(t, ns)
 	logs := c.followLogs(t)
-	w := startWriters(t, ns, 50*time.Millisecond, writer{prefix: "w", client: c.dyn})
+	w := testenv.StartWidgetWriters(t, ns, 50*time.Millisecond, testenv.WidgetWriter{Prefix: "w", Client: c.dyn})
 	leader := c.leader(t)
 	p := c.pod(t, leader)
 	st := containerStatus(p)
 	_, id, _ := strings.Cut(st.ContainerID, "://")
 	cg := containerCgroup(t, "memory", p, id)
-	time.Sleep(3 * time.Second) // steady writes under this leader
+	w.WaitWrites(t, 40) // steady writes under this leader
 	usage := readInt(t, filepath.Join(cg, "memory.usage_in_bytes"))
 	limited := time.Now()
 	// Just above what the container uses: the next allocations of the
@@ -195,7 +195,7 @@ func testOOMKilled(t *testing.T) {
 			"spec":     map[string]any{"size": int64(1)},
 		}}
 		if created, err := widgets.Create(context.Background(), o, metav1.CreateOptions{}); err == nil {
-			w.record(made{"created", name, created.GetUID(), created.GetResourceVersion(), time.Now(), ""})
+			w.Record(testenv.Write{Type: "created", Name: name, UID: created.GetUID(), ResourceVersion: created.GetResourceVersion(), At: time.Now()})
 		}
 		return false
 	}) {
@@ -213,7 +213,7 @@ func testOOMKilled(t *testing.T) {
 	})
 	t.Logf("%s: killed (%s) %s after its limit was lowered, running and ready again in the same pod after %s; the Lease is %s's",
 		leader, reason, killed.Round(100*time.Millisecond), restarted.Round(100*time.Millisecond), c.holder())
-	time.Sleep(5 * time.Second)
+	w.WaitWrites(t, 50) // under the restarted container
 	o := settle(t, logs, w, "crd-audit", 2*time.Minute)
 	t.Logf("leader OOM-killed: %s", o)
 }

@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
 // reloadedRule is the rule the edited ConfigMap adds to deploy/base/rules.yaml.
@@ -96,7 +98,7 @@ func testRulesReload(t *testing.T) {
 			return false
 		}
 		for _, line := range splitLines(string(data)) {
-			if p, ok := parsePayload(logLine{text: line}); ok && p.Rule == "e2e-reloaded" && p.UID == string(created.GetUID()) {
+			if p, ok := parsePayload(testenv.LogLine{Text: line}); ok && p.Rule == "e2e-reloaded" && p.UID == string(created.GetUID()) {
 				return true
 			}
 		}

@@ -5,6 +5,8 @@ package e2e
 import (
 	"testing"
 	"time"
+
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
 // testRollingUpdate rolls the StatefulSet to a new image tag (the image of
@@ -18,8 +20,8 @@ func testRollingUpdate(t *testing.T) {
 	next := c.image + "-rollout"
 	run(t, c.tool, "ctr", "-n", "k8s.io", "images", "tag", "--force", c.image, next)
 	logs := c.followLogs(t)
-	w := startWriters(t, ns, 50*time.Millisecond, writer{prefix: "w", client: c.dyn})
-	time.Sleep(3 * time.Second)
+	w := testenv.StartWidgetWriters(t, ns, 50*time.Millisecond, testenv.WidgetWriter{Prefix: "w", Client: c.dyn})
+	w.WaitWrites(t, 40)
 	before := c.statefulSet(t).Status.CurrentRevision
 	start := time.Now()
 	c.apply(t, c.render(t, "deploy", next)...)
@@ -33,8 +35,8 @@ func testRollingUpdate(t *testing.T) {
 			t.Errorf("%s runs %s after the rollout, want %s", p.Name, got, next)
 		}
 	}
-	time.Sleep(3 * time.Second)
+	w.WaitWrites(t, 40) // under the new pods
 	o := settle(t, logs, w, "crd-audit", 2*time.Minute)
 	t.Logf("rolling update: %s", o)
-	logs.checkNoErrors(t)
+	logs.CheckNoErrors(t)
 }
