@@ -263,7 +263,7 @@ func (s *chartSteps) rollTo(t *testing.T, ns, image string, change func(*testing
 	ensureNamespace(t, ns)
 	logs := chartRelease.followLogs(t)
 	w := startWriter(t, ns, 50*time.Millisecond)
-	w.waitWrites(t, 20)
+	w.WaitWrites(t, 20)
 	before := chartRelease.statefulSet(t).Status.CurrentRevision
 	change(t)
 	chartRelease.waitRolledOut(t, rolloutTimeout)
@@ -275,10 +275,10 @@ func (s *chartSteps) rollTo(t *testing.T, ns, image string, change func(*testing
 			t.Errorf("%s runs %s, want %s", p.Name, got, image)
 		}
 	}
-	w.waitWrites(t, 20)
+	w.WaitWrites(t, 20)
 	o := settle(t, logs, w, "crd-audit", 2*time.Minute)
 	t.Logf("%s", o)
-	logs.checkNoErrors(t)
+	logs.CheckNoErrors(t)
 }
 
 // upgradeImage tags the image anew in the node's containerd (as a new

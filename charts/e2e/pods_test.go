@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fwpayload "github.com/fieldwatch/fieldwatch/payload"
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
 // install is an installed release: its namespace and full name (that of
@@ -198,7 +197,7 @@ func (in install) payloadsOf(t testing.TB, pod string) []payload {
 	t.Helper()
 	var ps []payload
 	for line := range strings.Lines(in.log(t, pod)) {
-		if p, ok := parsePayload(logLine{pod: pod, text: strings.TrimSpace(line)}); ok {
+		if p, ok := parsePayload(testenv.LogLine{Pod: pod, Text: strings.TrimSpace(line)}); ok {
 			ps = append(ps, p)
 		}
 	}
@@ -212,143 +211,43 @@ type payload struct {
 	pod string // the pod that wrote it
 }
 
-// logLine is a line of a pod's log.
-type logLine struct {
-	pod  string
-	at   time.Time
-	text string
-}
-
 // parsePayload reads a payload from a log line: a JSON object with an id
 // and a rule (fieldwatch's own log lines have a level and a msg instead).
-func parsePayload(line logLine) (payload, bool) {
-	if !strings.HasPrefix(line.text, `{"id":`) {
+func parsePayload(line testenv.LogLine) (payload, bool) {
+	if !strings.HasPrefix(line.Text, `{"id":`) {
 		return payload{}, false
 	}
 	var p payload
-	if err := json.Unmarshal([]byte(line.text), &p); err != nil || p.Rule == "" {
+	if err := json.Unmarshal([]byte(line.Text), &p); err != nil || p.Rule == "" {
 		return payload{}, false
 	}
-	p.pod = line.pod
+	p.pod = line.Pod
 	return p, true
 }
 
-// podLogs follows the logs of a StatefulSet's pods through the apiserver
-// (what `kubectl logs -f` reads), across pods that are replaced under
-// their name, until the test ends. As ../../e2e's, without its reading of
-// containers that restarted unseen: a restart fails these tests anyway.
-type podLogs struct {
-	in     install
-	mu     sync.Mutex
-	lines  []logLine
-	seen   map[string]bool // pod, time and text of every line kept
-	cancel context.CancelFunc
-	done   sync.WaitGroup
-}
+// podLogs follows the logs of a release's pods (testenv.PodLogs) and
+// reads the payloads in them.
+type podLogs struct{ *testenv.PodLogs }
 
 // followLogs follows the pods <fullname>-0 .. -N-1 from now on.
-func (in install) followLogs(t testing.TB) *podLogs {
+func (in install) followLogs(t testing.TB) podLogs {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	l := &podLogs{in: in, seen: map[string]bool{}, cancel: cancel}
-	since := metav1.NewTime(time.Now().Add(-time.Second))
+	var names []string
 	for i := range int(*in.statefulSet(t).Spec.Replicas) {
-		name := fmt.Sprintf("%s-%d", in.fullname, i)
-		l.done.Go(func() { l.follow(ctx, name, since) })
+		names = append(names, fmt.Sprintf("%s-%d", in.fullname, i))
 	}
-	t.Cleanup(l.stop)
-	return l
-}
-
-func (l *podLogs) stop() {
-	l.cancel()
-	l.done.Wait()
-}
-
-// follow streams pod name's log from since on, reconnecting when the
-// stream ends (a pod that is replaced).
-func (l *podLogs) follow(ctx context.Context, name string, since metav1.Time) {
-	pods := c.cs.CoreV1().Pods(l.in.ns)
-	for ctx.Err() == nil {
-		p, err := pods.Get(ctx, name, metav1.GetOptions{})
-		if err != nil || p.Status.Phase != corev1.PodRunning {
-			sleep(ctx, 200*time.Millisecond)
-			continue
-		}
-		if last := l.read(ctx, name, &corev1.PodLogOptions{Container: container, Follow: true, Timestamps: true, SinceTime: &since}); !last.IsZero() {
-			since = metav1.NewTime(last)
-		}
-		sleep(ctx, 100*time.Millisecond)
-	}
-}
-
-// read reads one log stream to its end and returns the time of its last
-// line.
-func (l *podLogs) read(ctx context.Context, pod string, opts *corev1.PodLogOptions) time.Time {
-	rc, err := c.cs.CoreV1().Pods(l.in.ns).GetLogs(pod, opts).Stream(ctx)
-	if err != nil {
-		return time.Time{}
-	}
-	defer func() { _ = rc.Close() }()
-	var last time.Time
-	s := bufio.NewScanner(rc)
-	s.Buffer(make([]byte, 0, 64*1024), 16*1024*1024)
-	for s.Scan() {
-		stamp, text, ok := strings.Cut(s.Text(), " ")
-		if !ok {
-			continue
-		}
-		at, err := time.Parse(time.RFC3339Nano, stamp)
-		if err != nil {
-			continue
-		}
-		last = at
-		key := pod + " " + stamp + " " + text
-		l.mu.Lock()
-		if !l.seen[key] {
-			l.seen[key] = true
-			l.lines = append(l.lines, logLine{pod: pod, at: at, text: text})
-		}
-		l.mu.Unlock()
-	}
-	return last
+	return podLogs{testenv.FollowPodLogs(t, c.cs, in.ns, container, names...)}
 }
 
 // payloads returns the payloads of rule the pods logged.
-func (l *podLogs) payloads(rule string) []payload {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+func (l podLogs) payloads(rule string) []payload {
 	var ps []payload
-	for _, line := range l.lines {
+	for _, line := range l.Lines() {
 		if p, ok := parsePayload(line); ok && p.Rule == rule {
 			ps = append(ps, p)
 		}
 	}
 	return ps
-}
-
-// checkNoErrors fails the test for every error the pods logged while
-// followed.
-func (l *podLogs) checkNoErrors(t testing.TB) {
-	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var errs []string
-	for _, line := range l.lines {
-		if strings.Contains(line.text, `"level":"ERROR"`) {
-			errs = append(errs, line.pod+": "+line.text)
-		}
-	}
-	if len(errs) > 0 {
-		t.Errorf("the pods logged %d errors, first %d:\n  %s", len(errs), min(5, len(errs)), strings.Join(errs[:min(5, len(errs))], "\n  "))
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
-	}
 }
 
 // containerOf returns the fieldwatch container's status.
