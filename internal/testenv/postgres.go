@@ -150,25 +150,30 @@ func postgresCredential(dir string) (*syscall.Credential, error) {
 // waitReady waits until the socket accepts connections.
 func (p *Postgres) waitReady(timeout time.Duration) error {
 	sock := filepath.Join(p.Dir, ".s.PGSQL."+strconv.Itoa(p.Port))
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
+	var failed error // why waiting is pointless
+	err := Wait(context.Background(), 50*time.Millisecond, timeout, "PostgreSQL to take queries", func() bool {
 		select {
 		case <-p.done:
-			return fmt.Errorf("postgres exited: %v", p.exit)
+			failed = fmt.Errorf("postgres exited: %v", p.exit)
+			return true
 		default:
 		}
-		if c, err := net.Dial("unix", sock); err == nil {
-			_ = c.Close()
-			// The socket accepts before the server takes queries: ask.
-			if out, err := exec.Command(filepath.Join(filepath.Dir(p.cmd.Path), "pg_isready"), "-h", p.Dir, "-p", strconv.Itoa(p.Port)).CombinedOutput(); err == nil {
-				return nil
-			} else if !strings.Contains(string(out), "rejecting") && !strings.Contains(string(out), "no response") {
-				return fmt.Errorf("pg_isready: %v: %s", err, out)
-			}
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			return false
 		}
-		time.Sleep(50 * time.Millisecond)
+		_ = c.Close()
+		// The socket accepts before the server takes queries: ask.
+		out, err := exec.Command(filepath.Join(filepath.Dir(p.cmd.Path), "pg_isready"), "-h", p.Dir, "-p", strconv.Itoa(p.Port)).CombinedOutput()
+		if err != nil && !strings.Contains(string(out), "rejecting") && !strings.Contains(string(out), "no response") {
+			failed = fmt.Errorf("pg_isready: %v: %s", err, out)
+		}
+		return err == nil || failed != nil
+	})
+	if failed != nil {
+		return failed
 	}
-	return fmt.Errorf("PostgreSQL not ready within %s", timeout)
+	return err
 }
 
 // DSN returns the connection string of database db.

@@ -236,16 +236,10 @@ func (e *Env) StartAPIServer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for {
-		if _, err := cs.Discovery().ServerVersion(); err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("kube-apiserver did not answer after restart: %w", ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return Wait(ctx, 100*time.Millisecond, 0, "kube-apiserver to answer after its restart", func() bool {
+		_, err := cs.Discovery().ServerVersion()
+		return err == nil
+	})
 }
 
 // KillAPIServer kills kube-apiserver with SIGKILL (no graceful shutdown:

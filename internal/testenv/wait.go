@@ -53,12 +53,17 @@ func PollEvery(interval, timeout time.Duration, cond func() bool) bool {
 }
 
 // Wait polls cond every interval, first at once, until it holds (nil),
-// ctx ends or timeout passes (an error that says what it waited for). It
-// is the one polling loop of the tests and hack/ programs.
+// ctx ends or timeout passes (an error that says what it waited for); a
+// timeout of 0 leaves ctx alone to bound it. It is the one polling loop
+// of the tests and hack/ programs.
 func Wait(ctx context.Context, interval, timeout time.Duration, what string, cond func() bool) error {
-	err := wait.PollUntilContextTimeout(ctx, interval, timeout, true, func(context.Context) (bool, error) {
-		return cond(), nil
-	})
+	poll := func(context.Context) (bool, error) { return cond(), nil }
+	var err error
+	if timeout > 0 {
+		err = wait.PollUntilContextTimeout(ctx, interval, timeout, true, poll)
+	} else {
+		err = wait.PollUntilContextCancel(ctx, interval, true, poll)
+	}
 	switch {
 	case err == nil:
 		return nil

@@ -15,21 +15,28 @@ func TestWait(t *testing.T) {
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	tests := []struct {
-		name    string
-		ctx     context.Context
-		holdsAt int64 // the call from which cond holds; 0: never
-		wantErr string
-		wantIs  error
+		name      string
+		ctx       context.Context
+		holdsAt   int64 // the call from which cond holds; 0: never
+		noTimeout bool  // a timeout of 0
+		wantErr   string
+		wantIs    error
 	}{
 		{name: "holds at once", ctx: context.Background(), holdsAt: 1},
 		{name: "holds on the third call", ctx: context.Background(), holdsAt: 3},
 		{name: "never holds", ctx: context.Background(), wantErr: "the thing: not after 100ms"},
 		{name: "context ended", ctx: cancelled, wantErr: "the thing: ", wantIs: context.Canceled},
+		{name: "no timeout, holds", ctx: context.Background(), noTimeout: true, holdsAt: 3},
+		{name: "no timeout, context ended", ctx: cancelled, noTimeout: true, wantErr: "the thing: ", wantIs: context.Canceled},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var calls atomic.Int64
-			err := Wait(tc.ctx, time.Millisecond, 100*time.Millisecond, "the thing", func() bool {
+			timeout := 100 * time.Millisecond
+			if tc.noTimeout {
+				timeout = 0
+			}
+			err := Wait(tc.ctx, time.Millisecond, timeout, "the thing", func() bool {
 				n := calls.Add(1)
 				return tc.holdsAt != 0 && n >= tc.holdsAt
 			})
