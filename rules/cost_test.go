@@ -171,7 +171,7 @@ func TestHostileObjectsEvaluateInLinearTime(t *testing.T) {
 			}
 			var f []Firing
 			var errs []error
-			if d := spentCPU(t, func() { f, errs = set.Eval(tt.c) }); d > 10*time.Second {
+			if d := testenv.SpentCPU(t, func() { f, errs = set.Eval(tt.c) }); d > 10*time.Second {
 				t.Errorf("evaluation took %v of CPU, want well under 10s", d)
 			}
 			if len(f) != 1 || len(errs) > 0 {
