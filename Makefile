@@ -111,7 +111,12 @@ lint: check tidy ## gofmt, go vet, go mod tidy check and golangci-lint (pinned)
 # and fuzz-short run after the go tests, one after the other: run beside
 # them on two cores, their load starved a leader's Lease renewals
 # (TestFailoverGap's leader lost its Lease twice in one run).
-UNIT_FLAGS ?= -short -race -count=1 -timeout 5m
+# UNIT_FLAGS leave go test's cache on: a package whose code and test
+# inputs did not change is not linked and run again, so that make unit
+# after a change in rules/ runs rules/ and what imports it. Linking the
+# race-enabled test binaries is most of a full run's CPU time; add
+# -count=1 to run every package anyway.
+UNIT_FLAGS ?= -short -race -timeout 5m
 
 .PHONY: unit
 unit: ## the unit tier: every package's fast tests (-short, -race), no control plane, in about a minute
