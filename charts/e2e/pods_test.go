@@ -17,8 +17,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	fwpayload "github.com/fieldwatch/fieldwatch/payload"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
+	fwpayload "github.com/fieldwatch/fieldwatch/payload"
 )
 
 // install is an installed release: its namespace and full name (that of
