@@ -13,11 +13,11 @@ import (
 // docTables maps each heading of docs/payload.md that has a key table to
 // where its keys are in a payload.
 var docTables = map[string]string{
-	"Fields, in this order":           "",
-	"Resource":                        "resource.",
-	"Changes":                         "changes[].",
+	"Fields, in this order": "",
+	"Resource":              "resource.",
+	"Changes":               "changes[].",
 	"The user, from the audit stream or admission": "actor.",
-	"crd":                             "crd.",
+	"crd": "crd.",
 }
 
 // TestDocsFields keeps docs/payload.md and the type to each other: every
