@@ -11,8 +11,8 @@ const full = `{"id":"u1/42/r","time":"2026-12-02T12:00:00.000001Z","rule":"r","t
 	`"resource":{"group":"example.com","version":"v1","resource":"widgets","kind":"Widget"},` +
 	`"namespace":"shop","name":"w1","uid":"u1","resourceVersion":"42",` +
 	`"changes":[{"op":"replace","path":"/spec/size","value":3,"oldValue":1.50}],` +
-	`"actor":{"manager":"kubectl-edit","operation":"Update","user":{"username":"admin","uid":"1","groups":["g"]},` +
-	`"impersonatedUser":{"username":"alice","uid":"2","groups":["h"]},"verb":"update","userAgent":"kubectl","sourceIPs":["::1"],"auditID":"a1","match":"ambiguous","candidates":["a","b"]},` +
+	`"actor":{"manager":"kubectl-edit","operation":"Update","user":{"username":"admin","uid":"1","groups":["g"],"extra":{"k":["v"]}},` +
+	`"impersonatedUser":{"username":"alice","uid":"2","groups":["h"],"extra":{"k":["v"]}},"verb":"update","userAgent":"kubectl","sourceIPs":["::1"],"auditID":"a1","source":"audit","match":"ambiguous","candidates":["a","b"]},` +
 	`"crd":{"crd":"widgets.example.com","checks":[{"version":"v1","against":"v2","path":"/properties/spec","field":"spec",` +
 	`"check":"enum-values-removed","old":["green"],"new":[],"severity":"breaking","message":"m"}],"breaking":1,"unknown":0,"safe":0,"scanned":3,` +
 	`"impact":[{"check":"enum-values-removed","version":"v1","path":"/p","field":"spec.color","effect":"rejected","count":1,` +
@@ -25,7 +25,7 @@ func TestCheck(t *testing.T) {
 	}{
 		{"as written", "", "", ""},
 		{"keys out of order", `"rule":"r","type":"updated"`, `"type":"updated","rule":"r"`, `at type: key "type", encoded again rule`},
-		{"actor keys out of order", `"auditID":"a1","match":"ambiguous"`, `"match":"ambiguous","auditID":"a1"`, `at actor.match: key "match", encoded again auditID`},
+		{"actor keys out of order", `"auditID":"a1","source":"audit","match":"ambiguous"`, `"match":"ambiguous","auditID":"a1","source":"audit"`, `at actor.match: key "match", encoded again auditID`},
 		{"time not in TimeFormat", `12:00:00.000001Z`, `13:00:00.000001+01:00`, "not in payload.TimeFormat"},
 		{"an unknown key", `"rule":"r",`, `"rule":"r","x":1,`, `unknown field "x"`},
 		{"an unknown key in a part", `"effect":"rejected"`, `"effect":"rejected","x":1`, `unknown field "x"`},
