@@ -6,21 +6,32 @@ import (
 	"github.com/fieldwatch/fieldwatch/change"
 )
 
-// Action is one entry of a rule's actions list. Exactly one field is set.
-// The loader validates every field at load time, so a compiled Action is
-// complete: package action never has to second-guess it.
+// Action is one entry of a rule's actions list. Exactly one kind field is
+// set. The loader validates every field at load time, so a compiled Action
+// is complete: package action never has to second-guess it.
 type Action struct {
-	Log     *LogAction     `yaml:"log,omitempty" json:"log,omitempty"`
-	Webhook *WebhookAction `yaml:"webhook,omitempty" json:"webhook,omitempty"`
-	Exec    *ExecAction    `yaml:"exec,omitempty" json:"exec,omitempty"`
-	Event   *EventAction   `yaml:"event,omitempty" json:"event,omitempty"`
-	Patch   *PatchAction   `yaml:"patch,omitempty" json:"patch,omitempty"`
-	NATS    *NATSAction    `yaml:"nats,omitempty" json:"nats,omitempty"`
-	Kafka   *KafkaAction   `yaml:"kafka,omitempty" json:"kafka,omitempty"`
+	Log          *LogAction          `yaml:"log,omitempty" json:"log,omitempty"`
+	Webhook      *WebhookAction      `yaml:"webhook,omitempty" json:"webhook,omitempty"`
+	Exec         *ExecAction         `yaml:"exec,omitempty" json:"exec,omitempty"`
+	Event        *EventAction        `yaml:"event,omitempty" json:"event,omitempty"`
+	Patch        *PatchAction        `yaml:"patch,omitempty" json:"patch,omitempty"`
+	NATS         *NATSAction         `yaml:"nats,omitempty" json:"nats,omitempty"`
+	Kafka        *KafkaAction        `yaml:"kafka,omitempty" json:"kafka,omitempty"`
+	Alertmanager *AlertmanagerAction `yaml:"alertmanager,omitempty" json:"alertmanager,omitempty"`
+	Slack        *SlackAction        `yaml:"slack,omitempty" json:"slack,omitempty"`
+	Teams        *TeamsAction        `yaml:"teams,omitempty" json:"teams,omitempty"`
+	PagerDuty    *PagerDutyAction    `yaml:"pagerduty,omitempty" json:"pagerduty,omitempty"`
+	Email        *EmailAction        `yaml:"email,omitempty" json:"email,omitempty"`
+	// When routes: a CEL expression over the change (route.go) that must
+	// be true for this action to get the firing; "" means always.
+	When Expression `yaml:"when,omitempty" json:"when,omitempty"`
+
+	when *celExpr // When, compiled
 }
 
 // Kind returns the name of the action's kind: log, webhook, exec, event,
-// patch, nats or kafka ("" for an empty Action).
+// patch, nats, kafka, alertmanager, slack, teams, pagerduty or email (""
+// for an empty Action).
 func (a Action) Kind() string {
 	switch {
 	case a.Log != nil:
@@ -37,6 +48,16 @@ func (a Action) Kind() string {
 		return "nats"
 	case a.Kafka != nil:
 		return "kafka"
+	case a.Alertmanager != nil:
+		return "alertmanager"
+	case a.Slack != nil:
+		return "slack"
+	case a.Teams != nil:
+		return "teams"
+	case a.PagerDuty != nil:
+		return "pagerduty"
+	case a.Email != nil:
+		return "email"
 	}
 	return ""
 }
@@ -182,6 +203,10 @@ type Firing struct {
 	Rule *Rule
 	// Payload is the JSON payload (docs/payload.md).
 	Payload []byte
+	// Skipped are the indices of Rule.Actions whose when is false (or
+	// failed) for this firing, in order: they do not get it. nil: every
+	// action does.
+	Skipped []int
 	// Object addresses the object the change is about.
 	Object ObjectRef
 	// Time, Type, User, Impersonated and Manager are the payload's

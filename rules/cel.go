@@ -382,7 +382,13 @@ const crdUndeclared = "undeclared reference to 'crd'"
 // cost limit; withCRD declares the crd variable. It returns every compile
 // issue.
 func compileCEL(src string, withCRD bool) (*celExpr, []celIssue) {
-	env, err := celEnv(withCRD)
+	return compileCELIn(celEnv, src, withCRD)
+}
+
+// compileCELIn is compileCEL in the environments envOf returns (with and
+// without crd).
+func compileCELIn(envOf func(withCRD bool) (*cel.Env, error), src string, withCRD bool) (*celExpr, []celIssue) {
+	env, err := envOf(withCRD)
 	if err != nil {
 		return nil, []celIssue{{1, 1, "CEL environment: " + err.Error()}}
 	}
@@ -406,7 +412,7 @@ func compileCEL(src string, withCRD bool) (*celExpr, []celIssue) {
 	if withCRD {
 		// Whether it reads crd (rather than, say, a loop variable of that
 		// name): it does when it does not compile without crd.
-		plain, _ := celEnv(false)
+		plain, _ := envOf(false)
 		_, iss := plain.Compile(src)
 		x.usesCRD = iss != nil && iss.Err() != nil
 	}
@@ -608,6 +614,8 @@ func (v *celVars) ResolveName(name string) (any, bool) {
 		return v.actor, true
 	case "observed":
 		return types.String(v.c.observed()), true
+	case "meta", "user":
+		return v.routeVar(name), true
 	}
 	return nil, false
 }

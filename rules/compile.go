@@ -129,7 +129,14 @@ func (c *compiler) rule(rs *RuleSpec, p string) *Rule {
 		c.errorf(p+".actions", "at least one action is required")
 	}
 	for i := range rs.Actions {
-		r.Actions = append(r.Actions, c.action(rs.Actions[i], fieldpath.Item(p+".actions", i)))
+		ap := fieldpath.Item(p+".actions", i)
+		a := c.action(rs.Actions[i], ap)
+		a.when = c.routeWhen(string(a.When), ap+".when", crdOnly)
+		if a.when != nil && a.when.usesCRD && r.crd == crdNone {
+			r.crd = crdCompare
+		}
+		r.routeAudit = r.routeAudit || (a.when != nil && (a.when.actorAudit || readsUser(a.when, string(a.When))))
+		r.Actions = append(r.Actions, a)
 	}
 	if len(c.errs) == nerr {
 		r.compileProjection()

@@ -37,18 +37,24 @@ func (c *compiler) action(a Action, p string) Action {
 		k.Topic = c.template(k.Topic, p+".kafka.topic", false)
 		a.Kafka = &k
 	}
+	if a.PagerDuty != nil {
+		pd := *a.PagerDuty
+		pd.DedupKey = c.template(pd.DedupKey, p+".pagerduty.dedupKey", false)
+		a.PagerDuty = &pd
+	}
 	var kinds []string
 	for _, k := range []struct {
 		name string
 		set  bool
-	}{{"log", a.Log != nil}, {"webhook", a.Webhook != nil}, {"exec", a.Exec != nil}, {"event", a.Event != nil}, {"patch", a.Patch != nil}, {"nats", a.NATS != nil}, {"kafka", a.Kafka != nil}} {
+	}{{"log", a.Log != nil}, {"webhook", a.Webhook != nil}, {"exec", a.Exec != nil}, {"event", a.Event != nil}, {"patch", a.Patch != nil}, {"nats", a.NATS != nil}, {"kafka", a.Kafka != nil},
+		{"alertmanager", a.Alertmanager != nil}, {"slack", a.Slack != nil}, {"teams", a.Teams != nil}, {"pagerduty", a.PagerDuty != nil}, {"email", a.Email != nil}} {
 		if k.set {
 			kinds = append(kinds, k.name)
 		}
 	}
 	switch len(kinds) {
 	case 0:
-		c.errorf(p, "an action has exactly one of log, webhook, exec, event, patch, nats, kafka")
+		c.errorf(p, "an action has exactly one of log, webhook, exec, event, patch, nats, kafka, alertmanager, slack, teams, pagerduty, email")
 		return a
 	case 1:
 	default:
@@ -68,6 +74,8 @@ func (c *compiler) action(a Action, p string) Action {
 		c.nats(a.NATS, p+".nats")
 	case a.Kafka != nil:
 		c.kafka(a.Kafka, p+".kafka")
+	default:
+		c.notifyAction(a, p)
 	}
 	return a
 }

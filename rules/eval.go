@@ -181,6 +181,11 @@ func (s *Set) Eval(c *Change) ([]Firing, []error) {
 			errs = append(errs, fmt.Errorf("rule %s: payload: %w", r.Name, err))
 			continue
 		}
+		if r.routed() {
+			var rerrs []error
+			f.Skipped, rerrs = r.route(&st)
+			errs = append(errs, rerrs...)
+		}
 		firings = append(firings, f)
 	}
 	return firings, errs

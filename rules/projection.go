@@ -68,7 +68,15 @@ func hashedPaths(paths []*fieldPath) [][]string {
 // compileProjection computes r.projection from its compiled parts.
 func (r *Rule) compileProjection() {
 	hashed := hashedPaths(r.redact)
-	if len(r.fields) == 0 || r.IncludeObject || (r.when != nil && r.when.full) {
+	whens := []*celExpr{r.when}
+	for _, a := range r.Actions {
+		whens = append(whens, a.when)
+	}
+	full := len(r.fields) == 0 || r.IncludeObject
+	for _, w := range whens {
+		full = full || (w != nil && w.full)
+	}
+	if full {
 		r.projection = change.Projection{Full: true, Hashed: hashed}.Minimal()
 		return
 	}
@@ -76,8 +84,10 @@ func (r *Rule) compileProjection() {
 	for _, f := range r.fields {
 		paths = append(paths, f.path.prefix())
 	}
-	if r.when != nil {
-		paths = append(paths, r.when.paths...)
+	for _, w := range whens {
+		if w != nil {
+			paths = append(paths, w.paths...)
+		}
 	}
 	if r.crd != crdNone {
 		paths = append(paths, crdProjection...)

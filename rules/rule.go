@@ -36,7 +36,10 @@ type Rule struct {
 	noise     [][]string // noise locations this rule leaves out
 	noiseTree *locTree   // noise as a tree, shared (read only) by the changes without ignoreFields
 	when      *celExpr
-	crd       crdMode
+	// routeAudit is true when an action's when reads who made the change
+	// from the audit stream (user, or actor's audit fields).
+	routeAudit bool
+	crd        crdMode
 	// crdPolicy is the crd block's policy (nil: the default).
 	crdPolicy  *diff.Policy
 	projection change.Projection
@@ -52,7 +55,7 @@ type Rule struct {
 // manager and operation). fieldwatch run refuses such rules without an
 // audit source.
 func (r *Rule) UsesAttribution() bool {
-	return r.users.set() || (r.when != nil && r.when.actorAudit)
+	return r.users.set() || (r.when != nil && r.when.actorAudit) || r.routeAudit
 }
 
 // Matches reports whether r watches res: one of its selectors matches.
