@@ -53,14 +53,16 @@ controlplane: ## build kube-apiserver and etcd into bin/ (once; about 12 minutes
 	hack/controlplane/build.sh
 
 # testdeps installs what the tests start besides the control plane:
-# PostgreSQL (the history's shared store) and Chromium (its page), from
-# Debian's packages, as root. No cluster is created at install (so no
+# PostgreSQL (the history's shared store), Chromium (its page) and
+# Alertmanager (the alertmanager action's receiver), from Debian's
+# packages, as root. No cluster is created at install (so no
 # server starts): the tests initialise and start their own.
 .PHONY: testdeps
-testdeps: ## install Debian's postgresql and chromium for the tests, when missing (apt-get, as root)
+testdeps: ## install Debian's postgresql, chromium and prometheus-alertmanager for the tests, when missing (apt-get, as root)
 	@missing=""; \
 	  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	  [ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
+	  [ -x /usr/bin/prometheus-alertmanager ] || missing="$$missing prometheus-alertmanager"; \
 	  if [ -n "$$missing" ]; then \
 	    echo "installing$$missing from Debian's packages"; \
 	    export DEBIAN_FRONTEND=noninteractive; \

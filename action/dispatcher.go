@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"golang.org/x/time/rate"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
 
 	"github.com/fieldwatch/fieldwatch/rules"
 )
@@ -84,6 +86,26 @@ type Options struct {
 	// DefaultEventQPS and DefaultEventBurst.
 	EventQPS   float64
 	EventBurst int
+
+	// ExternalURL is where users reach fieldwatch's history page (the
+	// --external-url of fieldwatch run, without a trailing slash): the
+	// messages of the notification actions link there. "" for no links.
+	ExternalURL string
+	// ClusterName names the cluster in notifications (the alertmanager
+	// action's cluster label, the other messages' text); "" for none.
+	ClusterName string
+	// AlertmanagerWorkers is the number of workers of each alertmanager
+	// action, each posting up to MaxAlertsPerPost alerts at once.
+	// Default DefaultAlertmanagerWorkers.
+	AlertmanagerWorkers int
+	// GroupMaxWaiting and GroupMaxBytes bound the firings, and their
+	// payload bytes, waiting in one notification action's groups.
+	// Defaults DefaultGroupMaxWaiting and DefaultGroupMaxBytes.
+	GroupMaxWaiting int
+	GroupMaxBytes   int64
+	// Clock is the time of grouping windows and rate limits (tests set a
+	// fake one). Default the real clock.
+	Clock clock.WithTicker
 }
 
 // Option defaults.
@@ -106,6 +128,9 @@ const (
 	// DefaultNATSWorkers is the number of workers of each nats action:
 	// each waits for the stream's acknowledgement of its publish.
 	DefaultNATSWorkers = 32
+	// DefaultAlertmanagerWorkers is the number of workers of each
+	// alertmanager action: each posts a batch of alerts to every URL.
+	DefaultAlertmanagerWorkers = 4
 	// DefaultMaxProcesses caps the exec children running at once.
 	DefaultMaxProcesses = 16
 	// DefaultOutputLimit is the bytes of a child's stdout (and of its
@@ -143,6 +168,15 @@ func (o Options) withDefaults() Options {
 	set(&o.MaxProcesses, DefaultMaxProcesses)
 	set(&o.OutputLimit, DefaultOutputLimit)
 	set(&o.EventBurst, DefaultEventBurst)
+	set(&o.AlertmanagerWorkers, DefaultAlertmanagerWorkers)
+	set(&o.GroupMaxWaiting, DefaultGroupMaxWaiting)
+	if o.GroupMaxBytes <= 0 {
+		o.GroupMaxBytes = DefaultGroupMaxBytes
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	o.ExternalURL = strings.TrimRight(o.ExternalURL, "/")
 	if o.EventQPS <= 0 {
 		o.EventQPS = DefaultEventQPS
 	}
@@ -237,6 +271,9 @@ func New(opts Options) (*Dispatcher, error) {
 // queue is full (backpressure) and returns ctx.Err() if ctx ends first, or
 // ErrClosed after Close.
 //
+// The actions listed in f.Skipped (their when is false for f) do not get
+// it.
+//
 // done, which may be nil, is called exactly once, when every action of f
 // has finished with it: delivered, or failed for good and dead-lettered.
 // When Deliver returns an error, the actions that f could not be queued to
@@ -251,8 +288,8 @@ func (d *Dispatcher) Deliver(ctx context.Context, f rules.Firing, done func()) e
 	if f.Rule == nil {
 		return errors.New("deliver: firing without a rule")
 	}
-	n := len(f.Rule.Actions)
-	if n == 0 {
+	n := len(f.Rule.Actions) - len(f.Skipped) // Skipped: distinct indices, in order
+	if n <= 0 {
 		if done != nil {
 			done()
 		}
@@ -261,15 +298,26 @@ func (d *Dispatcher) Deliver(ctx context.Context, f rules.Firing, done func()) e
 	tr := &tracker{done: done}
 	tr.left.Store(int32(n))
 	queued := time.Now()
-	for i := range n {
+	for i := range f.Rule.Actions {
+		if skipped(f, i) {
+			continue
+		}
 		if err := d.enqueue(ctx, &item{f: f, tr: tr, queued: queued}, i); err != nil {
-			for j := i; j < n; j++ {
-				d.notQueued(f, j, err, tr)
+			for j := i; j < len(f.Rule.Actions); j++ {
+				if !skipped(f, j) {
+					d.notQueued(f, j, err, tr)
+				}
 			}
 			return err
 		}
 	}
 	return nil
+}
+
+// skipped reports whether action i of f.Rule does not get f (its when is
+// false for f).
+func skipped(f rules.Firing, i int) bool {
+	return len(f.Skipped) > 0 && slices.Contains(f.Skipped, i)
 }
 
 func (d *Dispatcher) enqueue(ctx context.Context, it *item, i int) error {

@@ -75,6 +75,7 @@ type instance struct {
 	workers int
 	h       handler
 	lw      *logWriter // set for the log action, which batches instead
+	grp     *grouping  // set for the direct receivers, which group
 	queue   chan *item
 	bytes   *semaphore.Weighted // QueueBytes, less the payloads queued
 	max     int64               // QueueBytes
@@ -109,6 +110,9 @@ func actionKey(rule string, i int, a rules.Action) string {
 	}
 	if a.Kafka != nil && a.Kafka.Topic != nil {
 		key += "\x00" + a.Kafka.Topic.Source()
+	}
+	if a.PagerDuty != nil && a.PagerDuty.DedupKey != nil {
+		key += "\x00" + a.PagerDuty.DedupKey.Source()
 	}
 	return key
 }
@@ -157,6 +161,18 @@ func (d *Dispatcher) newInstance(rule string, i int, a rules.Action) *instance {
 		in.retry = a.Kafka.Retry.WithDefaults()
 		in.workers = 1 // it starts records in queue order; the producer pipelines them
 		in.h = newKafka(a.Kafka, d.opts.QueueSize, d.opts.QueueBytes, in.log)
+	case a.Alertmanager != nil:
+		in.retry = a.Alertmanager.Retry.WithDefaults()
+		in.workers = d.opts.AlertmanagerWorkers
+		in.h = newAlertmanager(a.Alertmanager, d.clients, d.opts)
+	case a.Slack != nil:
+		in.grouped(&a.Slack.Notify, newSlack(a.Slack, d.clients), rules.DefaultGroupWindow, time.Second)
+	case a.Teams != nil:
+		in.grouped(&a.Teams.Notify, newTeams(a.Teams, d.clients), rules.DefaultGroupWindow, time.Second)
+	case a.PagerDuty != nil:
+		in.grouped(&a.PagerDuty.Notify, newPagerDuty(a.PagerDuty, d.clients, d.opts.ClusterName), 0, 500*time.Millisecond)
+	case a.Email != nil:
+		in.grouped(&a.Email.Notify, newEmail(a.Email), rules.DefaultGroupWindow, 10*time.Second)
 	default:
 		in.retry = rules.Retry{Attempts: 1}.WithDefaults()
 		in.workers = 1
@@ -165,6 +181,14 @@ func (d *Dispatcher) newInstance(rule string, i int, a rules.Action) *instance {
 		})
 	}
 	return in
+}
+
+// grouped makes in a direct receiver: one worker that groups firings into
+// messages sent by nt (group.go), with the kind's default window and rate.
+func (in *instance) grouped(n *rules.Notify, nt notifier, window, every time.Duration) {
+	in.retry = n.Retry.WithDefaults()
+	in.workers = 1
+	in.grp = newGrouping(nt, n, window, every, in.d.opts)
 }
 
 // handlerFunc adapts a function to handler.
@@ -246,6 +270,14 @@ func (in *instance) closeInput() {
 func (in *instance) work(ctx context.Context) {
 	if in.lw != nil {
 		in.logLoop(ctx)
+		return
+	}
+	if in.grp != nil {
+		in.groupLoop(ctx)
+		return
+	}
+	if bh, ok := in.h.(batchHandler); ok {
+		in.batchLoop(ctx, bh)
 		return
 	}
 	if ah, ok := in.h.(asyncHandler); ok {

@@ -18,7 +18,9 @@ type metrics struct {
 	retried      *prometheus.CounterVec
 	deadLettered *prometheus.CounterVec
 	handedOver   *prometheus.CounterVec
+	messages     *prometheus.CounterVec
 	depth        *prometheus.GaugeVec
+	grouped      *prometheus.GaugeVec
 	latency      *prometheus.HistogramVec
 }
 
@@ -41,6 +43,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		retried:      counter("retried_total", "Delivery attempts retried after a failure."),
 		deadLettered: counter("dead_lettered_total", "Firings that failed for good and went to the dead-letter file."),
 		handedOver:   counter("handed_over_total", "Firings left undelivered because this replica stopped leading (Abort): the next leader delivers them."),
+		messages:     counter("messages_total", "Messages the slack, teams, pagerduty and email actions sent, each for a group of firings."),
+		grouped: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "fieldwatch", Subsystem: "action", Name: "grouped",
+			Help: "Firings of the slack, teams, pagerduty and email actions waiting in groups to be sent.",
+		}, metricLabels),
 		depth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "fieldwatch", Subsystem: "action", Name: "queue_depth",
 			Help: "Firings waiting in the action's queue.",
@@ -72,6 +79,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.handedOver, err = register(reg, m.handedOver)
 	}
 	if err == nil {
+		m.messages, err = register(reg, m.messages)
+	}
+	if err == nil {
+		m.grouped, err = register(reg, m.grouped)
+	}
+	if err == nil {
 		m.depth, err = register(reg, m.depth)
 	}
 	if err == nil {
@@ -100,13 +113,25 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 // not hash label values.
 type series struct {
 	fired, delivered, failed, retried, deadLettered, handedOver prometheus.Counter
-	depth                                                       prometheus.Gauge
+	messages                                                    prometheus.Counter
+	depth, grouped                                              prometheus.Gauge
 	latency                                                     prometheus.Observer
 }
 
+// groupedKinds are the actions that send messages for groups of firings:
+// only theirs have the series messages_total and grouped.
+var groupedKinds = map[string]bool{"slack": true, "teams": true, "pagerduty": true, "email": true}
+
 func (m *metrics) series(rule, kind string, index int) series {
 	l := []string{rule, kind, strconv.Itoa(index)}
+	var messages prometheus.Counter
+	var grouped prometheus.Gauge
+	if groupedKinds[kind] {
+		messages, grouped = m.messages.WithLabelValues(l...), m.grouped.WithLabelValues(l...)
+	}
 	return series{
+		messages:     messages,
+		grouped:      grouped,
 		fired:        m.fired.WithLabelValues(l...),
 		delivered:    m.delivered.WithLabelValues(l...),
 		failed:       m.failed.WithLabelValues(l...),
