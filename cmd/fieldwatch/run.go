@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"strings"
 
@@ -63,6 +64,8 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.Queue.ObjectChanges, "queue-max-object-changes", watcher.DefaultQueueObjectChanges, "changes of one object waiting for a worker at most; beyond it the watcher slows down")
 	fs.Var(&objectBytes, "queue-max-object-bytes", "bytes the changes of one object waiting for a worker hold at most (a quantity such as 16Mi); beyond it the watcher slows down")
 	fs.BoolVar(&cfg.DryRun, "dry-run", false, "patch actions log the patch instead of sending it")
+	fs.StringVar(&cfg.ExternalURL, "external-url", "", "the URL users reach fieldwatch's history page at (https://fieldwatch.example.com): notifications link each object to /history/object there")
+	fs.StringVar(&cfg.ClusterName, "cluster-name", "", "the cluster's name in notifications: the alertmanager action's cluster label, PagerDuty's source, the messages' text")
 	fs.BoolVar(&cfg.LeaderElect, "leader-elect", false, "elect one active replica through a coordination.k8s.io Lease")
 	fs.StringVar(&cfg.LeaseNamespace, "leader-elect-namespace", podNamespace(), "namespace of the leader election Lease")
 	fs.StringVar(&cfg.LeaseName, "leader-elect-name", app.DefaultLeaseName, "name of the leader election Lease (with --total-shards > 1, the default is fieldwatch-shard-N-of-M: each shard elects its own leader)")
@@ -156,6 +159,12 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if cfg.CRDGuard.Mode, err = crdguard.ParseMode(*guardMode); err != nil {
 		_, _ = fmt.Fprintf(stderr, "fieldwatch run: --crd-guard: %v\n", err)
 		return 2
+	}
+	if cfg.ExternalURL != "" {
+		if u, err := url.Parse(cfg.ExternalURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+			_, _ = fmt.Fprintln(stderr, "fieldwatch run: --external-url: want an absolute http or https URL without credentials")
+			return 2
+		}
 	}
 	cfg.Queue.Bytes, cfg.Queue.ObjectBytes = int64(queueBytes), int64(objectBytes)
 	cfg.History.Disabled = !*keepHistory

@@ -52,6 +52,11 @@ type Config struct {
 	Workers int
 	// DryRun makes patch actions log instead of patching.
 	DryRun bool
+	// ExternalURL is where users reach this fieldwatch (its history
+	// page): the notification actions link to it. "" for no links.
+	ExternalURL string
+	// ClusterName names the cluster in notifications.
+	ClusterName string
 	// LeaderElect makes replicas elect one leader through a Lease. Every
 	// replica watches; only the leader evaluates and acts. It publishes its
 	// watermarks on the Lease with each renewal, and a standby keeps the
@@ -428,6 +433,9 @@ func (a *app) newDispatcher(handOver bool) (*action.Dispatcher, error) {
 		Dynamic:    a.dyn,
 		Kube:       a.kube,
 		DryRun:     a.cfg.DryRun,
+
+		ExternalURL: a.cfg.ExternalURL,
+		ClusterName: a.cfg.ClusterName,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("actions: %w", err)
