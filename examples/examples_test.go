@@ -12,6 +12,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -154,6 +155,9 @@ func TestEveryFileIsLoaded(t *testing.T) {
 			if _, err := policy.LoadPolicyFromBytes(data); err != nil {
 				t.Errorf("%s: kube-apiserver would not load it: %v", path, err)
 			}
+		case base == "alertmanager.yml":
+			// For Alertmanager, not the cluster: checked by amtool.
+			checkAlertmanagerConfig(t, path)
 		case isManifest(path):
 		default:
 			t.Errorf("%s: no test loads this file (add it to examples_test.go)", path)
@@ -182,7 +186,20 @@ func TestEveryFileIsLoaded(t *testing.T) {
 func isManifest(path string) bool {
 	base := filepath.Base(path)
 	ext := filepath.Ext(base)
-	return (ext == ".yaml" || ext == ".yml") && base != "rules.yaml" && base != "cases.yaml" && base != "audit-policy.yaml"
+	return (ext == ".yaml" || ext == ".yml") && base != "rules.yaml" && base != "cases.yaml" && base != "audit-policy.yaml" && base != "alertmanager.yml"
+}
+
+// checkAlertmanagerConfig checks an Alertmanager configuration with
+// amtool from Debian's prometheus-alertmanager (make testdeps).
+func checkAlertmanagerConfig(t *testing.T, path string) {
+	t.Helper()
+	if testing.Short() {
+		return
+	}
+	out, err := exec.Command("/usr/bin/amtool", "check-config", path).CombinedOutput()
+	if err != nil {
+		t.Errorf("%s: amtool check-config: %v\n%s", path, err, out)
+	}
 }
 
 // TestManifestsApply applies every manifest under examples/ to the real
