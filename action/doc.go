@@ -1,8 +1,11 @@
 // Package action delivers the JSON payloads of rule firings to where the
-// rules send them: it runs the log, webhook, exec, event, patch, nats and
-// kafka actions of fieldwatch rules (docs/rules.md, "Actions", documents
+// rules send them: it runs the log, webhook, exec, event, patch, nats,
+// kafka, alertmanager, slack, teams, pagerduty and email actions of
+// fieldwatch rules (docs/rules.md, "Actions", and docs/notify.md document
 // their options for users), and guarantees that no firing is silently lost
-// (docs/guarantees.md).
+// (docs/guarantees.md). The slack, teams, pagerduty and email actions send
+// one message for a group of firings (group.go); each firing of a group is
+// delivered, or dead-lettered, with its message.
 //
 // A program that evaluates changes with package rules hands each
 // rules.Firing to a Dispatcher, which runs every action of the firing's

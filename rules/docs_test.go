@@ -24,14 +24,14 @@ func TestDocsRulesExample(t *testing.T) {
 		t.Fatalf("the complete example does not load:\n%v", err)
 	}
 	r := set.Rule("widget-resized")
-	if r == nil || len(r.Actions) != 10 {
+	if r == nil || len(r.Actions) != 15 {
 		t.Fatalf("the complete example has rules %v", set.Rules())
 	}
 	kinds := map[string]bool{}
 	for _, a := range r.Actions {
 		kinds[a.Kind()] = true
 	}
-	if len(kinds) != 7 {
-		t.Errorf("the complete example shows actions %v, want all seven kinds", kinds)
+	if len(kinds) != 12 {
+		t.Errorf("the complete example shows actions %v, want all twelve kinds", kinds)
 	}
 }
