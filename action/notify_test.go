@@ -440,3 +440,60 @@ func TestDeliverSkipped(t *testing.T) {
 		t.Errorf("the skipped action counted %v firings", n)
 	}
 }
+
+// TestRateLimit paces messages: with one message every 10s and no burst,
+// three groups due at once go out one per 10s of the (fake) clock.
+func TestRateLimit(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	rc := newReceiver(t, nil)
+	h := newHarness(t, func(o *Options) { o.Clock = clk })
+	r := notifyRule("paced", rules.Action{Slack: &rules.SlackAction{WebhookURL: secretFile(t, rc.URL),
+		Notify: rules.Notify{Group: &rules.Group{Window: time.Second, By: []string{rules.GroupByNamespace}},
+			RateLimit: &rules.RateLimit{Every: 10 * time.Second, Burst: 1}, Retry: fastRetry}}})
+	dc := newDoneCounter(t)
+	for i := range 3 {
+		f := newFiring(r)
+		f.Object.Namespace = fmt.Sprintf("ns-%d", i)
+		h.deliver(t, f, dc.fn(f.ID))
+	}
+	grouped := h.metrics.grouped.WithLabelValues("paced", "slack", "0")
+	testenv.Eventually(t, 10*time.Second, "3 groups", func() bool { return testutil.ToFloat64(grouped) == 3 })
+	clk.Step(time.Second)
+	testenv.Eventually(t, 10*time.Second, "the first message", func() bool { return rc.count() == 1 })
+	for want := 2; want <= 3; want++ {
+		// The sender waits on the clock for the next token.
+		testenv.Eventually(t, 10*time.Second, "the sender waiting", func() bool { return clk.HasWaiters() })
+		if rc.count() != want-1 {
+			t.Fatalf("%d messages before the rate allowed message %d", rc.count(), want)
+		}
+		clk.Step(10 * time.Second)
+		testenv.Eventually(t, 10*time.Second, fmt.Sprintf("message %d", want), func() bool { return rc.count() == want })
+	}
+	testenv.Eventually(t, 10*time.Second, "3 firings done", func() bool { return dc.total.Load() == 3 })
+}
+
+// TestGroupBound sends the oldest group at once when the firings waiting
+// reach Options.GroupMaxWaiting, before its window ends.
+func TestGroupBound(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	rc := newReceiver(t, nil)
+	h := newHarness(t, func(o *Options) { o.Clock = clk; o.GroupMaxWaiting = 10 })
+	r := notifyRule("bounded", rules.Action{Slack: &rules.SlackAction{WebhookURL: secretFile(t, rc.URL),
+		Notify: rules.Notify{RateLimit: &rules.RateLimit{Every: time.Nanosecond}, Retry: fastRetry}}})
+	dc := newDoneCounter(t)
+	for range 25 {
+		f := newFiring(r)
+		h.deliver(t, f, dc.fn(f.ID))
+	}
+	testenv.Eventually(t, 10*time.Second, "20 firings sent without the window ending", func() bool { return dc.total.Load() == 20 })
+	grouped := h.metrics.grouped.WithLabelValues("bounded", "slack", "0")
+	testenv.Eventually(t, 10*time.Second, "5 waiting", func() bool { return testutil.ToFloat64(grouped) == 5 })
+	if rc.count() != 2 {
+		t.Errorf("%d messages at the bound, want 2 of 10", rc.count())
+	}
+	clk.Step(rules.DefaultGroupWindow)
+	testenv.Eventually(t, 10*time.Second, "25 firings done", func() bool { return dc.total.Load() == 25 })
+	if rc.count() != 3 {
+		t.Errorf("%d messages, want 3", rc.count())
+	}
+}
