@@ -48,6 +48,9 @@ type Expectation struct {
 	// (maps may leave keys out; lists must have the items given, in
 	// order, each compared the same way).
 	CRD map[string]any
+	// Actions optionally gives, per firing rule, the indices of its
+	// actions that get the firing: those whose when (routing) is true.
+	Actions map[string][]int
 }
 
 // The cases file schema, as written.
@@ -97,10 +100,11 @@ type resourceSpec struct {
 }
 
 type expectSpec struct {
-	Fire    []string       `yaml:"fire"`
-	Changes map[string]any `yaml:"changes"`
-	Errors  []string       `yaml:"errors"`
-	CRD     map[string]any `yaml:"crd"`
+	Fire    []string         `yaml:"fire"`
+	Changes map[string]any   `yaml:"changes"`
+	Errors  []string         `yaml:"errors"`
+	CRD     map[string]any   `yaml:"crd"`
+	Actions map[string][]int `yaml:"actions"`
 }
 
 // Load reads a cases file. A case without a time gets at, so that its
@@ -221,6 +225,12 @@ func (l *loader) compile(cs *caseSpec, p string) Case {
 			c.Expect.Changes[rule] = list
 		}
 	}
+	for rule := range cs.Expect.Actions {
+		if !slices.Contains(c.Expect.Fire, rule) {
+			l.errorf(fieldpath.Child(p+".expect.actions", rule), "actions of rule %q, which is not in expect.fire", rule)
+		}
+	}
+	c.Expect.Actions = cs.Expect.Actions
 	if cs.Expect.CRD != nil {
 		c.Expect.CRD = map[string]any{}
 		for rule, v := range cs.Expect.CRD {

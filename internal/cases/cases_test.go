@@ -333,3 +333,39 @@ func TestRunStopsCostlyRules(t *testing.T) {
 		t.Errorf("case %q failed:\n%s", r.Name, r.Diff)
 	}
 }
+
+// TestRunActions: expect.actions checks which actions an action's when
+// routes a firing to.
+func TestRunActions(t *testing.T) {
+	set, err := rules.Parse("rules.yaml", []byte(`rules:
+  - name: resized
+    match: {resources: [{group: example.com, kind: Widget}]}
+    fields: [spec.size]
+    actions:
+      - log: {}
+      - log: {}
+        when: meta.namespace == 'shop'
+      - log: {}
+        when: meta.namespace == 'd'
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		want string
+		pass bool
+	}{{"[0, 2]", true}, {"[0, 1]", false}} {
+		cases, err := Parse("cases.yaml", []byte("cases:\n  - name: routed\n"+caseChange+"    expect: {fire: [resized], actions: {resized: "+tt.want+"}}\n"), caseTime)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := Run(set, cases)[0]
+		if r.Pass != tt.pass || (!tt.pass && !strings.Contains(r.Diff, "rule resized: actions [0 2] get the firing, expected [0 1]")) {
+			t.Errorf("expect.actions %s: pass %v, diff %q", tt.want, r.Pass, r.Diff)
+		}
+	}
+	if _, err := Parse("cases.yaml", []byte("cases:\n  - name: x\n"+caseChange+"    expect: {fire: [], actions: {other: [0]}}\n"), caseTime); err == nil ||
+		!strings.Contains(err.Error(), `expect.actions.other: actions of rule "other", which is not in expect.fire`) {
+		t.Errorf("actions of a rule that does not fire: %v", err)
+	}
+}

@@ -55,8 +55,15 @@ func run(set *rules.Set, c *Case) Result {
 	fired := make([]string, 0, len(firings))
 	changes := map[string]any{}
 	crds := map[string]any{}
+	routed := map[string][]int{}
 	for _, f := range firings {
 		fired = append(fired, f.Rule.Name)
+		routed[f.Rule.Name] = []int{}
+		for i := range f.Rule.Actions {
+			if !slices.Contains(f.Skipped, i) {
+				routed[f.Rule.Name] = append(routed[f.Rule.Name], i)
+			}
+		}
 		res.Firings = append(res.Firings, json.RawMessage(f.Payload))
 		// Not payload.Unmarshal: a case's objects may leave out what a
 		// real object always has (a uid, a resourceVersion).
@@ -126,6 +133,11 @@ func run(set *rules.Set, c *Case) Result {
 				LineDiff(crdLines(want), crdLines(shown))))
 		}
 	}
+	for _, name := range slices.Sorted(maps.Keys(c.Expect.Actions)) {
+		if got, ok := routed[name]; ok && !slices.Equal(got, c.Expect.Actions[name]) {
+			problems = append(problems, fmt.Sprintf("rule %s: actions %v get the firing, expected %v (an action's when decides)", name, got, c.Expect.Actions[name]))
+		}
+	}
 	problems = append(problems, checkErrors(c.Expect.Errors, res.Errors)...)
 	res.Pass = len(problems) == 0
 	res.Diff = strings.Join(problems, "\n")
@@ -145,6 +157,8 @@ func renderTemplates(f rules.Firing) []string {
 			t, key = a.Webhook.Template, "webhook.template"
 		case a.Event != nil && a.Event.Note != nil:
 			t, key = a.Event.Note, "event.note"
+		case a.PagerDuty != nil && a.PagerDuty.DedupKey != nil:
+			t, key = a.PagerDuty.DedupKey, "pagerduty.dedupKey"
 		default:
 			continue
 		}
