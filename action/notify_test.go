@@ -497,3 +497,39 @@ func TestGroupBound(t *testing.T) {
 		t.Errorf("%d messages, want 3", rc.count())
 	}
 }
+
+// TestCRDChangeMessages: a CRD change with its impact (checks, objects
+// hit, long messages) gives each receiver a message within its limits
+// that names the breaking checks and the objects hit.
+func TestCRDChangeMessages(t *testing.T) {
+	r := &rules.Rule{Name: "crd-breaking"}
+	f := newFiring(r)
+	var p map[string]any
+	if err := json.Unmarshal(f.Payload, &p); err != nil {
+		t.Fatal(err)
+	}
+	var objects []any
+	for i := range 10 {
+		objects = append(objects, map[string]any{"namespace": "shop", "name": fmt.Sprintf("w%d", i), "error": strings.Repeat("spec.color: Unsupported value ", 10)})
+	}
+	p["crd"] = map[string]any{"crd": "widgets.example.com", "breaking": 2, "unknown": 0, "safe": 1, "scanned": 50000,
+		"checks":  []any{map[string]any{"path": "/properties/spec", "check": "enum-values-removed", "severity": "breaking", "message": strings.Repeat("x", 5000)}},
+		"impact":  []any{map[string]any{"check": "enum-values-removed", "effect": "rejected", "count": 12000, "objects": objects, "message": "rejected"}},
+		"changes": nil}
+	delete(p["crd"].(map[string]any), "changes")
+	f.Payload, _ = json.Marshal(p)
+	d := newDigest([]*item{{f: f}}, 10, "", "")
+	if e := d.Entries[0]; e.CRD != "CRD widgets.example.com: 2 breaking, 1 safe checks; 12000 objects hit" {
+		t.Errorf("CRD line %q", e.CRD)
+	}
+	body, _ := json.Marshal(slackMessageOf(d))
+	checkSlackMessage(t, body)
+	card, err := teamsMessageOf(newDigest([]*item{{f: f}}, 10, "", ""))
+	if err != nil || len(card) > teamsMaxBytes || !strings.Contains(string(card), "12000 objects hit") {
+		t.Errorf("teams card of %d bytes: %v", len(card), err)
+	}
+	am := newAlertmanager(&rules.AlertmanagerAction{URLs: []string{"http://am"}}, nil, Options{}.withDefaults())
+	if a := am.alert(&item{f: f}); !strings.Contains(a.Annotations["changes"], "12000 objects hit") || len(a.Annotations["changes"]) > rules.MaxAnnotationBytes {
+		t.Errorf("alert annotations %v", a.Annotations)
+	}
+}
