@@ -93,7 +93,7 @@ func listAlerts(t *testing.T, base string) []amAlert {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	var alerts []amAlert
 	if err := json.NewDecoder(resp.Body).Decode(&alerts); err != nil {
 		t.Fatal(err)

@@ -103,7 +103,7 @@ func (e *email) send(ctx context.Context, d *digest) error {
 	if err != nil {
 		return fmt.Errorf("smtp %s: %w", e.spec.SMTP, err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	_ = conn.SetDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
 	defer stop()
@@ -120,7 +120,7 @@ func (e *email) session(conn net.Conn, conf *tls.Config, msg []byte) error {
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }() // after Quit, a no-op
 	if err := c.Hello("fieldwatch"); err != nil {
 		return err
 	}

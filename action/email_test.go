@@ -9,7 +9,6 @@ import (
 	"mime/multipart"
 	"net"
 	"net/mail"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -138,8 +137,7 @@ func (s *smtpServer) messages() []smtpMessage {
 func TestEmail(t *testing.T) {
 	srv := newSMTPServer(t, 2)
 	h := newHarness(t, func(o *Options) { o.ExternalURL = "https://fw.example.com" })
-	os.Setenv("FIELDWATCH_TEST_SMTP_PASSWORD", "s3cret")
-	t.Cleanup(func() { os.Unsetenv("FIELDWATCH_TEST_SMTP_PASSWORD") })
+	t.Setenv("FIELDWATCH_TEST_SMTP_PASSWORD", "s3cret")
 	r := notifyRule("mail", rules.Action{Email: &rules.EmailAction{
 		SMTP: srv.addr, From: "fieldwatch <fw@example.com>", To: []string{"ops@example.com", "Ünïcode <u@example.com>"},
 		Username: "fw", Password: &rules.Secret{Env: "FIELDWATCH_TEST_SMTP_PASSWORD"}, CAFile: srv.ca,

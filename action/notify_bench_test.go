@@ -73,7 +73,7 @@ func BenchmarkGroupWaiting(b *testing.B) {
 			runtime.Gosched()
 		}
 		b.StopTimer()
-		firings = nil
+		clear(firings) // only the groups hold them now
 		runtime.GC()
 		runtime.ReadMemStats(&after)
 		held := float64(after.HeapAlloc) - float64(before.HeapAlloc)

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -399,7 +398,7 @@ func TestNotifyUnreachable(t *testing.T) {
 		{Teams: &rules.TeamsAction{URL: &rules.Secret{File: filepath.Join(t.TempDir(), "missing")}, Notify: rules.Notify{Group: &rules.Group{Window: time.Millisecond}, Retry: fastRetry}}},
 		{PagerDuty: &rules.PagerDutyAction{RoutingKey: &rules.Secret{Env: "FIELDWATCH_TEST_UNSET_KEY"}, Notify: rules.Notify{Retry: fastRetry}}},
 	}}
-	os.Unsetenv("FIELDWATCH_TEST_UNSET_KEY")
+	t.Setenv("FIELDWATCH_TEST_UNSET_KEY", "")
 	dc := newDoneCounter(t)
 	f := newFiring(r)
 	h.deliver(t, f, dc.fn(f.ID))

@@ -156,7 +156,7 @@ func TestAlertmanagerExample(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		var alerts []struct {
 			Status struct {
 				State       string   `json:"state"`
