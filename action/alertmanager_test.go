@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -270,5 +271,51 @@ func TestAlertmanagerAnswers(t *testing.T) {
 		if dl.Index == 1 && (dl.Attempts != 1 || !strings.Contains(dl.Error, "400 Bad Request: answer Bad Request")) {
 			t.Errorf("400: %+v", dl)
 		}
+	}
+}
+
+// TestAlertmanagerAuth sends basic authentication with the password read
+// from its file, or the bearer token of its file, and neither in errors.
+func TestAlertmanagerAuth(t *testing.T) {
+	var basicOK, bearerOK bool
+	var mu sync.Mutex
+	rc := newReceiver(t, func(_ int, _ http.ResponseWriter, r *http.Request) int {
+		mu.Lock()
+		defer mu.Unlock()
+		if u, p, ok := r.BasicAuth(); ok && u == "fw" && p == "pw-from-file" {
+			basicOK = true
+			return http.StatusOK
+		}
+		if r.Header.Get("Authorization") == "Bearer token-from-file" {
+			bearerOK = true
+			return http.StatusOK
+		}
+		return http.StatusUnauthorized
+	})
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "pw"), "pw-from-file\n")
+	writeFile(t, filepath.Join(dir, "token"), "token-from-file\n")
+	writeFile(t, filepath.Join(dir, "wrong"), "wrong-secret\n")
+	h := newHarness(t, nil)
+	r := &rules.Rule{Name: "am-auth", Actions: []rules.Action{
+		{Alertmanager: &rules.AlertmanagerAction{URLs: []string{rc.URL}, BasicAuth: &rules.BasicAuth{Username: "fw", PasswordFile: filepath.Join(dir, "pw")}, Retry: fastRetry}},
+		{Alertmanager: &rules.AlertmanagerAction{URLs: []string{rc.URL}, BearerTokenFile: filepath.Join(dir, "token"), Retry: fastRetry}},
+		{Alertmanager: &rules.AlertmanagerAction{URLs: []string{rc.URL}, BearerTokenFile: filepath.Join(dir, "wrong"), Retry: fastRetry}},
+	}}
+	dc := newDoneCounter(t)
+	f := newFiring(r)
+	h.deliver(t, f, dc.fn(f.ID))
+	testenv.Eventually(t, 10*time.Second, "the firing done", func() bool { return dc.count(f.ID) == 1 })
+	mu.Lock()
+	defer mu.Unlock()
+	if !basicOK || !bearerOK {
+		t.Errorf("basic auth %v, bearer token %v", basicOK, bearerOK)
+	}
+	dls := h.deadLetters(t)
+	if len(dls) != 1 || dls[0].Index != 2 || !strings.Contains(dls[0].Error, "401 Unauthorized") || strings.Contains(dls[0].Error, "wrong-secret") {
+		t.Errorf("dead letters %+v, want the wrong token's 401 alone, without the token", dls)
+	}
+	if strings.Contains(h.logs.String(), "wrong-secret") || strings.Contains(h.logs.String(), "pw-from-file") {
+		t.Error("a secret is in the logs")
 	}
 }
