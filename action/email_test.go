@@ -2,7 +2,6 @@ package action
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"io"
 	"mime"
@@ -46,13 +45,16 @@ type smtpMessage struct {
 func newSMTPServer(t *testing.T, refuse int) *smtpServer {
 	t.Helper()
 	ca := newTestCA(t, "smtp-ca")
-	certPEM, keyPEM := ca.issue(t, "smtp", x509.ExtKeyUsageServerAuth)
+	certPEM, keyPEM, err := ca.ServerCert("smtp")
+	if err != nil {
+		t.Fatal(err)
+	}
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := &smtpServer{refuse: refuse, ca: filepath.Join(t.TempDir(), "ca.pem")}
-	writeFile(t, srv.ca, string(ca.pem))
+	writeFile(t, srv.ca, string(ca.CertPEM))
 	s := smtp.NewServer(srv)
 	s.Domain = "localhost"
 	s.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}}
