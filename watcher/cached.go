@@ -68,3 +68,42 @@ func (w *Watcher) Cached(gr schema.GroupResource) (Snapshot, error) {
 	objs := rw.store.list()
 	return Snapshot{Resource: rw.res, Projection: rw.typ.projection, Objects: objs, Listed: mark.at, ResourceVersion: mark.resourceVersion}, nil
 }
+
+// Snapshots returns, for each resource sel picks among those the watcher
+// caches (for the handler or Config.Cache) whose informers have all
+// synced, the objects of this shard (a shard caches others' for keying
+// only: they are left out), gathered from every namespace it is watched
+// in. Objects are the cache's: immutable and shared. A resource whose
+// CRD is gone is no longer watched, and so absent.
+func (w *Watcher) Snapshots(sel change.Selector) []Snapshot {
+	w.mu.Lock()
+	byRes := map[schema.GroupVersionResource][]*resourceWatch{}
+	for key, rw := range w.watches {
+		if !rw.metaOnly && sel.Matches(rw.res) {
+			byRes[key.gvr] = append(byRes[key.gvr], rw)
+		}
+	}
+	w.mu.Unlock()
+	var out []Snapshot
+	for _, rws := range byRes {
+		synced := true
+		for _, rw := range rws {
+			synced = synced && rw.hasSynced() && rw.listed.Load() != nil
+		}
+		if !synced {
+			continue
+		}
+		snap := Snapshot{Resource: rws[0].res, Projection: rws[0].typ.projection}
+		for _, rw := range rws {
+			mark := rw.listed.Load()
+			snap.Listed, snap.ResourceVersion = mark.at, mark.resourceVersion
+			for _, o := range rw.store.list() {
+				if !o.typ.foreign {
+					snap.Objects = append(snap.Objects, o)
+				}
+			}
+		}
+		out = append(out, snap)
+	}
+	return out
+}

@@ -28,7 +28,7 @@ func (w *Watcher) startCRDWatch(ctx context.Context) {
 			"every", w.cfg.RediscoveryInterval)
 		return
 	}
-	rw := w.startWatch(ctx, crdResource, "", change.Projection{}, false, start{mode: quietStart})
+	rw := w.startWatch(ctx, crdResource, "", change.Projection{}, false, false, start{mode: quietStart})
 	w.crds = rw
 	cache.WaitForCacheSync(ctx.Done(), rw.hasSynced)
 }
@@ -52,8 +52,11 @@ func (w *Watcher) canList(ctx context.Context, res change.Resource) bool {
 
 // want is what reconcile wants watched for one resource.
 type want struct {
-	res      change.Resource
-	deliver  bool
+	res     change.Resource
+	deliver bool
+	// cached: Config.Cache selects the resource, whose objects are kept
+	// as the projection says even when no change is delivered.
+	cached   bool
 	proj     change.Projection
 	internal bool // followed to keep discovery current
 	// namespace is the one namespace this informer lists and watches; ""
@@ -143,7 +146,7 @@ func (w *Watcher) reconcile(ctx context.Context) error {
 
 	for key, wt := range wants {
 		rw := w.watches[key]
-		if rw != nil && rw.typ.projection.Equal(wt.proj) && rw.metaOnly == !wt.deliver {
+		if rw != nil && rw.typ.projection.Equal(wt.proj) && rw.metaOnly == (!wt.deliver && !wt.cached) {
 			rw.deliver.Store(wt.deliver)
 			rw.track.setActive(wt.deliver)
 			continue
@@ -170,7 +173,7 @@ func (w *Watcher) reconcile(ctx context.Context) error {
 			// object of it is new.
 			st = start{mode: baselineStart, base: map[types.UID]*Object{}}
 		}
-		nrw := w.startWatch(ctx, wt.res, key.namespace, wt.proj, wt.deliver, st)
+		nrw := w.startWatch(ctx, wt.res, key.namespace, wt.proj, wt.deliver, wt.cached, st)
 		if key.gvr == gvr(crdResource) {
 			w.crds = nrw
 		}
@@ -226,22 +229,24 @@ func (w *Watcher) wants(resources []change.Resource) map[watchKey]*want {
 		}
 		// Confined to namespaces, the watcher reads no cluster-scoped
 		// resource but those it follows for itself.
-		sel := change.Selected(w.selectors, r) && (w.cfg.Confine == nil || r.Namespaced)
+		confined := w.cfg.Confine == nil || r.Namespaced
+		sel := change.Selected(w.selectors, r) && confined
+		cached := change.Selected(w.cache, r) && confined
 		internal := (gvr(r) == gvr(crdResource) && w.crds != nil) ||
 			(gvr(r) == gvr(apiServiceResource) && w.followAPIServices)
-		if !sel && !internal {
+		if !sel && !cached && !internal {
 			continue
 		}
 		var proj change.Projection // internal only: identity (metaOnly)
-		if sel {
+		if sel || cached {
 			proj = w.projection(r)
 		}
 		namespaces := []string{""}
-		if sel && !internal && r.Namespaced {
+		if (sel || cached) && !internal && r.Namespaced {
 			namespaces = w.namespacesOf(r)
 		}
 		for _, ns := range namespaces {
-			out[watchKey{gvr(r), ns}] = &want{res: r, deliver: sel, proj: proj, internal: internal, namespace: ns}
+			out[watchKey{gvr(r), ns}] = &want{res: r, deliver: sel, cached: cached, proj: proj, internal: internal, namespace: ns}
 		}
 	}
 	return out
@@ -272,13 +277,13 @@ func (w *Watcher) namespacesOf(r change.Resource) []string {
 // startWatch starts an informer for res in namespace ("" for all), in
 // place of the one there was for that key. Only the goroutine of Run calls
 // it.
-func (w *Watcher) startWatch(ctx context.Context, res change.Resource, namespace string, proj change.Projection, deliver bool, st start) *resourceWatch {
+func (w *Watcher) startWatch(ctx context.Context, res change.Resource, namespace string, proj change.Projection, deliver, cached bool, st start) *resourceWatch {
 	rw := newResourceWatch(w, res, namespace, proj)
 	// What the watcher follows for itself (CRDs, APIServices) and no
 	// rule reads needs their names only: their watch carries metadata
 	// (3,000 CRDs with 20 KiB schemas: 60 MB less to send and to read
 	// before the first discovery).
-	rw.metaOnly = !deliver
+	rw.metaOnly = !deliver && !cached
 	rw.deliver.Store(deliver)
 	rw.track.setActive(deliver)
 	rw.mode = st.mode

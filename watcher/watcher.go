@@ -29,6 +29,10 @@ import (
 type Config struct {
 	// Selectors pick the resources to watch.
 	Selectors []change.Selector
+	// Cache picks more resources to watch and cache, as Projection says,
+	// without handing their changes to the Handler (unless Selectors
+	// pick them too): readers take their objects with Snapshots.
+	Cache []change.Selector
 	// Projection says what to cache of each selected resource's objects;
 	// nil caches whole objects.
 	Projection func(change.Resource) change.Projection
@@ -206,6 +210,7 @@ type Watcher struct {
 	// the map without mu.
 	mu         sync.Mutex
 	selectors  []change.Selector
+	cache      []change.Selector
 	projection func(change.Resource) change.Projection
 	namespaces func(change.Resource) []string
 	watches    map[watchKey]*resourceWatch
@@ -318,6 +323,7 @@ func newForClients(dyn dynamic.Interface, disc discovery.DiscoveryInterface, cfg
 		pending:    newPending(cfg.Standby, cfg.Queue),
 		trigger:    make(chan struct{}, 1),
 		selectors:  slices.Clone(cfg.Selectors),
+		cache:      slices.Clone(cfg.Cache),
 		projection: cfg.Projection,
 		namespaces: cfg.Namespaces,
 		watches:    map[watchKey]*resourceWatch{},
@@ -570,14 +576,14 @@ func (w *Watcher) watchedNamespaces() map[schema.GroupVersionResource][]string {
 }
 
 // CachedObjects returns how many objects the informers of the selected
-// resources cache (other shards' objects included when sharding on the
-// client).
+// resources (Selectors and Cache) cache (other shards' objects included
+// when sharding on the client).
 func (w *Watcher) CachedObjects() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n := 0
 	for _, rw := range w.watches {
-		if rw.deliver.Load() {
+		if !rw.metaOnly {
 			n += rw.store.len()
 		}
 	}
@@ -596,6 +602,16 @@ func (w *Watcher) SetSelectors(sels []change.Selector, projection func(change.Re
 	w.selectors = slices.Clone(sels)
 	w.projection = projection
 	w.namespaces = namespaces
+	w.mu.Unlock()
+	w.triggerDiscovery()
+}
+
+// SetCache replaces Config.Cache; the informers follow at the next
+// discovery, which this triggers. Set the projection (SetSelectors) for
+// what the new selectors read first.
+func (w *Watcher) SetCache(sels []change.Selector) {
+	w.mu.Lock()
+	w.cache = slices.Clone(sels)
 	w.mu.Unlock()
 	w.triggerDiscovery()
 }
