@@ -96,9 +96,9 @@ func parseFile(name string, data []byte) ([]*Rule, fileerr.List) {
 	if pos.Node("") == nil {
 		return nil, errs // not a document
 	}
-	if !pos.Has("rules") {
+	if !pos.Has("rules") && !pos.Has("metrics") {
 		line, col := pos.At("rules")
-		errs = append(errs, &fileerr.Error{File: name, Line: line, Col: col, Path: "rules", Msg: "required: a rules file is a mapping with a rules list"})
+		errs = append(errs, &fileerr.Error{File: name, Line: line, Col: col, Path: "rules", Msg: "required: a rules file is a mapping with a rules list (or a metrics section)"})
 	}
 	for i := range f.Rules {
 		// A null list is an empty one: `on:` alone is as wrong as `on: []`.

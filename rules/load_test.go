@@ -154,7 +154,7 @@ func TestParseErrors(t *testing.T) {
 		{"not yaml", "rules: [", []string{"f.yaml:1:1: invalid YAML"}},
 		{"two documents", "rules: []\n---\nrules: []\n", []string{"f.yaml:2:1: a file holds one YAML document"}},
 		{"not a mapping", "- a\n", []string{"f.yaml:1:1: must be a mapping, not a list"}},
-		{"no rules key", "rule: []\n", []string{`f.yaml:1:1: rule: unknown key "rule" (known keys: rules)`, "f.yaml:1:1: rules: required"}},
+		{"no rules key", "rule: []\n", []string{`f.yaml:1:1: rule: unknown key "rule" (known keys: metrics, rules)`, "f.yaml:1:1: rules: required"}},
 		{"unknown rule key", rule(match + logAction + "    fieldz: [a]\n"), []string{`f.yaml:5:5: rules[0].fieldz: unknown key "fieldz"`}},
 		{"duplicate key", rule(match + logAction + "    on: [create]\n    on: [update]\n"), []string{`f.yaml:6:5: rules[0].on: duplicate key "on"`}},
 		{"no name", "rules:\n  - match: {resources: [{group: a, kind: B}]}\n" + logAction, []string{"f.yaml:2:5: rules[0].name: required"}},

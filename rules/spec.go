@@ -17,6 +17,9 @@ import (
 // File is a rules file.
 type File struct {
 	Rules []RuleSpec `yaml:"rules" json:"rules"`
+	// Metrics is the file's metrics section, as written: package
+	// fieldmetrics reads it (docs/metrics-from-fields.md), rules does not.
+	Metrics *yaml.Node `yaml:"metrics" json:"-"`
 }
 
 // RuleSpec is one rule as written.

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2"
 
+	"github.com/fieldwatch/fieldwatch/fieldmetrics"
 	"github.com/fieldwatch/fieldwatch/internal/app"
 	"github.com/fieldwatch/fieldwatch/internal/audit"
 	"github.com/fieldwatch/fieldwatch/internal/connlimit"
@@ -53,7 +54,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		logLevel  string
 	)
 	kube.register(fs)
-	fs.Var(&ruleFiles, "rules", "rules file (repeat for several; they are merged). Required")
+	fs.Var(&ruleFiles, "rules", "rules file (repeat for several; they are merged). Required, unless --metrics-config is given")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", ":8080", "address for /metrics, /healthz and /readyz, and the history's API and page unless --history-addr is set (\"\" to disable; port 0 picks a free port, logged as \"http server listening\")")
 	fs.DurationVar(&cfg.HTTPIdleTimeout, "http-idle-timeout", connlimit.DefaultIdleTimeout, "close a keep-alive connection of the HTTP servers (--http-addr, --pprof-addr, --audit-webhook-addr, --admission-addr) after this long without a request")
 	fs.StringVar(&cfg.StateDir, "state-dir", "", "directory for the restart baseline (baseline.db), the dead-letter file (dead-letter.jsonl) and the history (history.db); on a volume that outlives the pod, nothing is lost across restarts and rollouts")
@@ -79,6 +80,10 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Var((*nameList)(&cfg.Namespaces), "namespaces", "namespaced install: watch only these namespaces (a comma list, or repeat), with the rights of Roles in them (fieldwatch rbac --namespaces prints them); "+
 		"cluster-scoped resources are not watched, a rule without match.namespaces watches all of these, and rules that name another namespace or select cluster-scoped resources are refused")
 	fs.DurationVar(&cfg.DiscoveryInterval, "discovery-interval", app.DefaultDiscoveryInterval, "how often discovery runs besides when CRDs or APIServices change; without the right to list those (a namespaced install without --read-crds RBAC) it is how soon the resources of a new CRD are watched")
+	fs.StringVar(&cfg.Metrics.File, "metrics-config", "", "metrics from fields: a kube-state-metrics CustomResourceStateMetrics file; its series, and those of the rules files' metrics sections, are served on --metrics-addr")
+	fs.StringVar(&cfg.Metrics.Addr, "metrics-addr", ":8081", "address serving the metrics from fields at /metrics, when any are configured (\"\" to disable); with --leader-elect only the leader serves them")
+	fs.IntVar(&cfg.Metrics.SeriesLimit, "metrics-series-limit", fieldmetrics.DefaultSeriesLimit, "metrics from fields: series one metric family keeps at most; past it series are skipped and counted")
+	fs.IntVar(&cfg.Metrics.MaxLabelValueBytes, "metrics-max-label-bytes", fieldmetrics.DefaultMaxLabelValueBytes, "metrics from fields: longest label value (and label name read from an object); a series with a longer one is skipped and counted")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	pprof := fs.Bool("pprof", false, "serve Go profiles under /debug/pprof/ on --pprof-addr")
 	fs.StringVar(&cfg.PprofAddr, "pprof-addr", "127.0.0.1:6060", "loopback address for --pprof (other addresses are refused; use kubectl port-forward)")
@@ -174,8 +179,8 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	au.WebhookMaxBodyBytes = int64(maxBody)
 	au.IndexMaxBytes = int64(indexBytes)
 	ad.MaxBodyBytes, ad.MaxPendingBytes = int64(admissionBody), int64(admissionBytes)
-	if len(ruleFiles) == 0 || fs.NArg() > 0 {
-		_, _ = fmt.Fprintln(stderr, "fieldwatch run: --rules FILE is required and no arguments are taken")
+	if (len(ruleFiles) == 0 && cfg.Metrics.File == "") || fs.NArg() > 0 {
+		_, _ = fmt.Fprintln(stderr, "fieldwatch run: --rules FILE is required (or --metrics-config FILE) and no arguments are taken")
 		fs.Usage()
 		return 2
 	}

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/fieldwatch/fieldwatch/action"
+	"github.com/fieldwatch/fieldwatch/fieldmetrics"
 	"github.com/fieldwatch/fieldwatch/internal/audit"
 	"github.com/fieldwatch/fieldwatch/internal/connlimit"
 	"github.com/fieldwatch/fieldwatch/internal/crdguard"
@@ -129,6 +130,12 @@ type Config struct {
 	// CRDGuard turns on the CRD guard and its storage-version ledger;
 	// its zero value leaves them off.
 	CRDGuard CRDGuardConfig
+	// Metrics turns on metrics from fields; its zero value serves what
+	// the rules files' metrics sections define, if any, on no listener.
+	Metrics MetricsConfig
+	// MetricsReady, if set, is called with the metrics listener's
+	// address once it listens (tests).
+	MetricsReady func(addr string)
 	// Namespaces, when set, confine fieldwatch to these namespaces (a
 	// namespaced install, whose RBAC is Roles in them): it watches
 	// namespaced resources in these only, a rule without
@@ -195,6 +202,11 @@ type app struct {
 
 	// guard is the CRD guard, nil when it is off (Config.CRDGuard).
 	guard atomic.Pointer[crdguard.Guard]
+
+	// metricSet is the metrics configuration (nil: none); fields serves
+	// it (nil without one).
+	metricSet atomic.Pointer[fieldmetrics.Set]
+	fields    *fieldMetrics
 }
 
 // Run runs fieldwatch until ctx ends (SIGTERM): it stops watching, lets the
@@ -220,7 +232,6 @@ func newApp(ctx context.Context, cfg Config) (*app, error) {
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.metrics = newMetrics(a.reg)
 	a.conns = connlimit.NewMetrics(a.reg)
-	a.connCaps = a.connectionCaps()
 
 	if err := cfg.Audit.check(cfg.TotalShards); err != nil {
 		return nil, err
@@ -231,7 +242,7 @@ func newApp(ctx context.Context, cfg Config) (*app, error) {
 	if err := cfg.History.check(); err != nil {
 		return nil, err
 	}
-	set, digest, err := loadRules(cfg.RulesFiles)
+	set, digest, err := loadRules(cfg.RulesFiles, cfg.Metrics.File)
 	if err != nil {
 		return nil, err
 	}
@@ -244,6 +255,12 @@ func newApp(ctx context.Context, cfg Config) (*app, error) {
 	if cfg.Admission.enabled() {
 		a.admissionMetrics = audit.NewAdmissionMetrics(a.reg)
 	}
+	ms, err := a.loadMetrics()
+	if err != nil {
+		return nil, err
+	}
+	a.startMetrics(ms)
+	a.connCaps = a.connectionCaps()
 	a.auditScope.Store(newAuditScope(set.Selectors()))
 	a.set.Store(set)
 	a.digest = digest
@@ -300,6 +317,14 @@ func (a *app) run(ctx context.Context) error {
 	}
 	if a.cfg.History.Addr != "" {
 		srv, ln, err := a.serveHistoryHTTP()
+		if err != nil {
+			return err
+		}
+		serve(srv, ln)
+		defer shutdown(srv)
+	}
+	if a.fields != nil && a.cfg.Metrics.Addr != "" {
+		srv, ln, err := a.serveMetrics()
 		if err != nil {
 			return err
 		}
@@ -388,10 +413,12 @@ func (a *app) newReplica(ctx context.Context, standby bool) (*replica, error) {
 	case standby && r.att != nil:
 		confirmed = r.att.consume
 	}
+	ms := a.metricSet.Load()
 	r.w, err = watcher.New(a.cfg.Rest, watcher.Config{
 		Selectors:           set.Selectors(),
-		Projection:          set.Projection,
-		Namespaces:          set.Namespaces,
+		Cache:               cacheSelectors(ms),
+		Projection:          a.projection(set, ms),
+		Namespaces:          a.namespaces(set, ms),
 		Confine:             a.cfg.Namespaces,
 		RediscoveryInterval: a.cfg.DiscoveryInterval,
 		Handler:             &pipeline{app: a, errLog: rate.Sometimes{Interval: time.Second}, att: r.att},
@@ -511,6 +538,9 @@ func (a *app) connectionCaps() map[string]int {
 	}
 	if a.cfg.PprofAddr != "" {
 		wants = append(wants, connlimit.Want{Name: serverPprof, Max: pprofMaxConns})
+	}
+	if a.fields != nil && a.cfg.Metrics.Addr != "" {
+		wants = append(wants, connlimit.Want{Name: serverMetrics})
 	}
 	if a.cfg.Audit.WebhookAddr != "" {
 		wants = append(wants, connlimit.Want{Name: audit.ServerName})

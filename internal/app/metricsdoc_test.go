@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/fieldwatch/fieldwatch/action"
+	"github.com/fieldwatch/fieldwatch/fieldmetrics"
 	"github.com/fieldwatch/fieldwatch/internal/audit"
 	"github.com/fieldwatch/fieldwatch/internal/connlimit"
 	"github.com/fieldwatch/fieldwatch/internal/crdguard"
@@ -80,6 +81,8 @@ var metricSections = []metricSection{
 				t.Fatal(err)
 			}
 		}},
+	{"fieldmetrics", "Metrics from fields (`--metrics-config`, rules files' `metrics:` sections; [metrics-from-fields.md](metrics-from-fields.md)): what their scrapes expose, skip and fail to evaluate. The series themselves are served on `--metrics-addr`.",
+		func(t *testing.T, reg prometheus.Registerer) { fieldmetrics.NewMetrics(reg) }},
 	{"internal/connlimit", "Every HTTP server's connections (`--http-addr`, `--pprof-addr`, the audit receiver) and their cap.",
 		func(t *testing.T, reg prometheus.Registerer) { connlimit.NewMetrics(reg) }},
 }

@@ -8,25 +8,36 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/fieldwatch/fieldwatch/fieldmetrics"
 	"github.com/fieldwatch/fieldwatch/rules"
 )
 
 // loadRules loads the rules files and returns them with a digest of their
 // content, so that a reload can tell whether anything changed.
-func loadRules(files []string) (*rules.Set, string, error) {
+func loadRules(files []string, metricsFile string) (*rules.Set, string, error) {
 	h := sha256.New()
-	for _, f := range files {
+	all := files
+	if metricsFile != "" {
+		all = append(slices.Clone(files), metricsFile)
+	}
+	for _, f := range all {
 		data, err := os.ReadFile(f)
 		if err != nil {
 			return nil, "", fmt.Errorf("read rules: %w", err)
 		}
 		_, _ = fmt.Fprintf(h, "%s\x00%d\x00", f, len(data))
 		h.Write(data)
+	}
+	if len(files) == 0 {
+		// Metrics from fields alone (--metrics-config): no rule.
+		set, err := rules.Compile(rules.File{})
+		return set, hex.EncodeToString(h.Sum(nil)), err
 	}
 	set, err := rules.Load(files...)
 	if err != nil {
@@ -52,6 +63,9 @@ func (a *app) watchRules(ctx context.Context) {
 		dirs := map[string]bool{}
 		for _, f := range a.cfg.RulesFiles {
 			dirs[filepath.Dir(f)] = true
+		}
+		if a.cfg.Metrics.File != "" {
+			dirs[filepath.Dir(a.cfg.Metrics.File)] = true
 		}
 		for d := range dirs {
 			if err := fw.Add(d); err != nil {
@@ -96,9 +110,13 @@ func (a *app) watchRules(ctx context.Context) {
 func (a *app) reloadRules(ctx context.Context) {
 	a.reload.Lock()
 	defer a.reload.Unlock()
-	set, digest, err := loadRules(a.cfg.RulesFiles)
+	set, digest, err := loadRules(a.cfg.RulesFiles, a.cfg.Metrics.File)
 	if err == nil {
 		err = a.checkRules(ctx, set)
+	}
+	var ms *fieldmetrics.Set
+	if err == nil {
+		ms, err = a.loadMetrics()
 	}
 	if err != nil {
 		a.metrics.reloadFails.Inc()
@@ -113,8 +131,10 @@ func (a *app) reloadRules(ctx context.Context) {
 	a.set.Store(set)
 	a.metrics.reloads.Inc()
 	a.metrics.rules.Set(float64(len(set.Rules())))
+	a.reloadMetrics(ms)
 	if w := a.watcher.Load(); w != nil {
-		w.SetSelectors(set.Selectors(), set.Projection, set.Namespaces)
+		w.SetSelectors(set.Selectors(), a.projection(set, ms), a.namespaces(set, ms))
+		w.SetCache(cacheSelectors(ms))
 	}
 	if d := a.disp.Load(); d != nil {
 		d.Retain(set.Rules())
