@@ -151,6 +151,10 @@ examples: build ## run every example's cases through `fieldwatch test`
 	  dir=$$(dirname $$rules); \
 	  echo "fieldwatch test --rules $$rules $$dir/cases.yaml"; \
 	  $(BIN)/fieldwatch test -q --rules $$rules $$dir/cases.yaml; \
+	done; \
+	for crs in examples/metrics/*.crs.yaml; do \
+	  echo "fieldwatch test --metrics-config $$crs $${crs%.crs.yaml}.cases.yaml"; \
+	  $(BIN)/fieldwatch test -q --metrics-config $$crs $${crs%.crs.yaml}.cases.yaml; \
 	done
 
 # FUZZ_TARGETS are package:Fuzz pairs; go test -fuzz takes one at a time.

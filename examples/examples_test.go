@@ -134,7 +134,9 @@ func TestEveryFileIsLoaded(t *testing.T) {
 			return err
 		}
 		switch base := filepath.Base(path); {
-		case strings.HasSuffix(base, ".go"), path == "README.md":
+		case strings.HasSuffix(base, ".go"), path == "README.md", path == filepath.Join("metrics", "README.md"):
+		case isMetrics(path):
+			// Run by TestMetricsExamples.
 		case base == "README.md":
 			if _, err := os.Stat(filepath.Join(filepath.Dir(path), "rules.yaml")); err != nil {
 				t.Errorf("%s: a README.md outside an example", path)
@@ -186,7 +188,7 @@ func TestEveryFileIsLoaded(t *testing.T) {
 func isManifest(path string) bool {
 	base := filepath.Base(path)
 	ext := filepath.Ext(base)
-	return (ext == ".yaml" || ext == ".yml") && base != "rules.yaml" && base != "cases.yaml" && base != "audit-policy.yaml" && base != "alertmanager.yml"
+	return (ext == ".yaml" || ext == ".yml") && base != "rules.yaml" && base != "cases.yaml" && base != "audit-policy.yaml" && base != "alertmanager.yml" && !isMetrics(path)
 }
 
 // checkAlertmanagerConfig checks an Alertmanager configuration with
@@ -200,6 +202,12 @@ func checkAlertmanagerConfig(t *testing.T, path string) {
 	if err != nil {
 		t.Errorf("%s: amtool check-config: %v\n%s", path, err, out)
 	}
+}
+
+// isMetrics reports whether path is a metrics example: a
+// CustomResourceStateMetrics file or its cases, in examples/metrics.
+func isMetrics(path string) bool {
+	return filepath.Dir(path) == "metrics" && (strings.HasSuffix(path, ".crs.yaml") || strings.HasSuffix(path, ".cases.yaml"))
 }
 
 // TestManifestsApply applies every manifest under examples/ to the real

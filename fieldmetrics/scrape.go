@@ -53,6 +53,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics counts what the scrapes skip (nil: not counted).
 	Metrics *Metrics
+	// onError, if set, receives every evaluation error (Set.Series).
+	onError func(error)
 	// fresh evaluates every object at every scrape instead of keeping
 	// the series of objects that did not change (BenchmarkScrape compares
 	// both).
@@ -335,6 +337,11 @@ func (s *Scraper) skipped(f *family, reason string, n int) {
 func (s *Scraper) logErrors(f *family, obj map[string]any, errs []error) {
 	if len(errs) == 0 {
 		return
+	}
+	if s.opts.onError != nil {
+		for _, err := range errs {
+			s.opts.onError(err)
+		}
 	}
 	if m := s.opts.Metrics; m != nil {
 		m.errors.WithLabelValues(f.Name).Add(float64(len(errs)))

@@ -43,6 +43,11 @@ type Expectation struct {
 	// contain: each error must contain one of them and each must be
 	// found. When nil, any evaluation error fails the case.
 	Errors []string
+	// Series, when not nil, lists the series of the metrics from fields
+	// the change's object gives (none for a deletion), and OldSeries
+	// those of its old object: each a line of the text exposition format
+	// (`name{label="value",...} value`, labels sorted by name), exactly.
+	Series, OldSeries []string
 	// CRD optionally gives, per firing rule, what the payload's crd field
 	// must hold: every key given must be there with the value given
 	// (maps may leave keys out; lists must have the items given, in
@@ -100,11 +105,13 @@ type resourceSpec struct {
 }
 
 type expectSpec struct {
-	Fire    []string         `yaml:"fire"`
-	Changes map[string]any   `yaml:"changes"`
-	Errors  []string         `yaml:"errors"`
-	CRD     map[string]any   `yaml:"crd"`
-	Actions map[string][]int `yaml:"actions"`
+	Fire      []string         `yaml:"fire"`
+	Series    *[]string        `yaml:"series"`
+	OldSeries *[]string        `yaml:"oldSeries"`
+	Changes   map[string]any   `yaml:"changes"`
+	Errors    []string         `yaml:"errors"`
+	CRD       map[string]any   `yaml:"crd"`
+	Actions   map[string][]int `yaml:"actions"`
 }
 
 // Load reads a cases file. A case without a time gets at, so that its
@@ -211,6 +218,12 @@ func (l *loader) compile(cs *caseSpec, p string) Case {
 	}
 	c.Expect.Fire = cs.Expect.Fire
 	c.Expect.Errors = cs.Expect.Errors
+	if cs.Expect.Series != nil {
+		c.Expect.Series = append([]string{}, *cs.Expect.Series...)
+	}
+	if cs.Expect.OldSeries != nil {
+		c.Expect.OldSeries = append([]string{}, *cs.Expect.OldSeries...)
+	}
 	if cs.Expect.Changes != nil {
 		c.Expect.Changes = map[string][]any{}
 		for rule, v := range cs.Expect.Changes {

@@ -10,8 +10,10 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/fieldwatch/fieldwatch/change"
 	"github.com/fieldwatch/fieldwatch/crd/diff"
 	"github.com/fieldwatch/fieldwatch/crd/impact"
+	"github.com/fieldwatch/fieldwatch/fieldmetrics"
 	"github.com/fieldwatch/fieldwatch/payload"
 	"github.com/fieldwatch/fieldwatch/rules"
 )
@@ -29,15 +31,62 @@ type Result struct {
 	Firings []json.RawMessage
 	// Errors are the evaluation errors.
 	Errors []string
+	// Series and OldSeries are the series of the metrics from fields the
+	// object and the old object give (RunMetrics).
+	Series, OldSeries []string
 }
 
 // Run evaluates every case against set and checks its expectations.
-func Run(set *rules.Set, cases []Case) []Result {
+func Run(set *rules.Set, cases []Case) []Result { return RunMetrics(set, nil, cases) }
+
+// RunMetrics is Run that also computes the series of the metrics from
+// fields ms (nil: none) for each case's objects and checks them against
+// expect.series and expect.oldSeries.
+func RunMetrics(set *rules.Set, ms *fieldmetrics.Set, cases []Case) []Result {
 	out := make([]Result, len(cases))
 	for i := range cases {
 		out[i] = run(set, &cases[i])
+		series(ms, &cases[i], &out[i])
 	}
 	return out
+}
+
+// series computes the series of c's objects and checks them.
+func series(ms *fieldmetrics.Set, c *Case, res *Result) {
+	var problems []string
+	if ms.Empty() && (c.Expect.Series != nil || c.Expect.OldSeries != nil) {
+		problems = append(problems, "expect.series: no metrics are configured (a rules file's metrics section, or --metrics-config)")
+	}
+	ch := &c.Change
+	var errs, oldErrs []error
+	if ch.Type != change.Deleted {
+		res.Series, errs = ms.Series(ch.Resource, ch.New)
+	}
+	if ch.Type != change.Created {
+		res.OldSeries, oldErrs = ms.Series(ch.Resource, ch.Old)
+	}
+	for _, e := range append(errs, oldErrs...) {
+		res.Errors = append(res.Errors, "metrics: "+e.Error())
+	}
+	for _, x := range []struct {
+		key       string
+		want, got []string
+	}{{"expect.series", c.Expect.Series, res.Series}, {"expect.oldSeries", c.Expect.OldSeries, res.OldSeries}} {
+		if x.want == nil {
+			continue
+		}
+		want := slices.Sorted(slices.Values(x.want))
+		if !slices.Equal(want, x.got) {
+			problems = append(problems, fmt.Sprintf("%s differs (- expected, + got):\n%s", x.key, LineDiff(want, x.got)))
+		}
+	}
+	if len(problems) > 0 {
+		res.Pass = false
+		if res.Diff != "" {
+			res.Diff += "\n"
+		}
+		res.Diff += strings.Join(problems, "\n")
+	}
 }
 
 func run(set *rules.Set, c *Case) Result {
