@@ -48,6 +48,12 @@ QUIETGO := $(CURDIR)/hack/quietgo.sh
 build: ## build bin/fieldwatch (static, as in the image)
 	CGO_ENABLED=0 $(QUIETGO) $(GO) build -o $(BIN)/fieldwatch ./cmd/fieldwatch
 
+.PHONY: ksm
+ksm: $(BIN)/kube-state-metrics ## build bin/kube-state-metrics (the version hack/ksm pins), the peer of the metrics from fields in the tests and make bench
+
+$(BIN)/kube-state-metrics: hack/ksm/go.mod hack/ksm/go.sum
+	cd hack/ksm && $(QUIETGO) $(GO) build -o $(BIN)/kube-state-metrics k8s.io/kube-state-metrics/v2
+
 .PHONY: controlplane
 controlplane: ## build kube-apiserver and etcd into bin/ (once; about 12 minutes the first time)
 	hack/controlplane/build.sh
@@ -90,6 +96,7 @@ tidy: ## check that go mod tidy would leave go.mod and go.sum as they are
 	@$(GO) mod tidy -diff || { echo "go.mod or go.sum is not tidy: run go mod tidy"; exit 1; }
 	@cd charts && $(GO) mod tidy -diff || { echo "charts/go.mod or charts/go.sum is not tidy: run go mod tidy in charts/"; exit 1; }
 	@cd hack/image && $(GO) mod tidy -diff || { echo "hack/image/go.mod or go.sum is not tidy: run go mod tidy there"; exit 1; }
+	@cd hack/ksm && $(GO) mod tidy -diff || { echo "hack/ksm/go.mod or go.sum is not tidy: run go mod tidy there"; exit 1; }
 
 .PHONY: lint
 lint: check tidy ## gofmt, go vet, go mod tidy check and golangci-lint (pinned)
@@ -127,7 +134,7 @@ unit: ## the unit tier: every package's fast tests (-short, -race), no control p
 	cd hack/image && $(GO) test $(UNIT_FLAGS) ./...
 
 .PHONY: integration
-integration: controlplane testdeps ## the integration tier: every go test (unit ones too) on a real control plane, PostgreSQL and Chromium, then fuzz-short
+integration: controlplane testdeps ksm ## the integration tier: every go test (unit ones too) on a real control plane, PostgreSQL and Chromium, then fuzz-short
 	$(GO) test $(TEST_FLAGS) $(TEST_PKGS)
 	cd charts && $(GO) test $(TEST_FLAGS) ./...
 	cd hack/image && $(GO) test $(TEST_FLAGS) ./...

@@ -3,6 +3,7 @@ package fieldmetrics
 import (
 	"fmt"
 	"maps"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -336,8 +337,9 @@ func (c *compiler) family(r *Resource, g *Generator, prefix, path string) *famil
 }
 
 func (c *compiler) each(m *Metric, typ, path string) evaluator {
+	// `gauge: null` (or {}) beside another is no second metric.
 	set := 0
-	for _, b := range []bool{m.Gauge != nil, m.StateSet != nil, m.Info != nil} {
+	for _, b := range []bool{m.Gauge != nil && !reflect.ValueOf(*m.Gauge).IsZero(), m.StateSet != nil && !reflect.ValueOf(*m.StateSet).IsZero(), m.Info != nil && !reflect.ValueOf(*m.Info).IsZero()} {
 		if b {
 			set++
 		}

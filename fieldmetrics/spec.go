@@ -32,20 +32,20 @@ type Resource struct {
 	GroupVersionKind GroupVersionKind `yaml:"groupVersionKind" json:"groupVersionKind"`
 	// MetricNamePrefix prefixes every metric name with PREFIX_; unset
 	// (nil) is kube_customresource, "" no prefix.
-	MetricNamePrefix *string `yaml:"metricNamePrefix" json:"metricNamePrefix,omitempty"`
+	MetricNamePrefix *string `yaml:"metricNamePrefix,omitempty" json:"metricNamePrefix,omitempty"`
 	// ResourcePlural is accepted for compatibility; the plural comes from
 	// discovery, as kube-state-metrics takes it from the CRD.
-	ResourcePlural string `yaml:"resourcePlural" json:"resourcePlural,omitempty"`
+	ResourcePlural string `yaml:"resourcePlural,omitempty" json:"resourcePlural,omitempty"`
 	// CommonLabels are added to every series of the resource.
-	CommonLabels map[string]string `yaml:"commonLabels" json:"commonLabels,omitempty"`
+	CommonLabels map[string]string `yaml:"commonLabels,omitempty" json:"commonLabels,omitempty"`
 	// LabelsFromPath are labels whose values are read from the object.
-	LabelsFromPath map[string][]string `yaml:"labelsFromPath" json:"labelsFromPath,omitempty"`
+	LabelsFromPath map[string][]string `yaml:"labelsFromPath,omitempty" json:"labelsFromPath,omitempty"`
 	// Metrics are the metric families.
 	Metrics []Generator `yaml:"metrics" json:"metrics"`
 	// ErrorLogV is the klog verbosity of kube-state-metrics at which
 	// evaluation errors are logged: 0 logs them at warning level, more at
 	// debug level. They are counted either way.
-	ErrorLogV int `yaml:"errorLogV" json:"errorLogV,omitempty"`
+	ErrorLogV int `yaml:"errorLogV,omitempty" json:"errorLogV,omitempty"`
 }
 
 // GroupVersionKind selects the resources of a Resource.
@@ -60,55 +60,55 @@ type Generator struct {
 	// Name is the metric name after the resource's prefix.
 	Name string `yaml:"name" json:"name"`
 	// Help is the family's HELP text.
-	Help string `yaml:"help" json:"help,omitempty"`
+	Help string `yaml:"help,omitempty" json:"help,omitempty"`
 	// Each says what series an object gives.
 	Each Metric `yaml:"each" json:"each"`
 	// CommonLabels and LabelsFromPath add to (and override) the
 	// resource's.
-	CommonLabels   map[string]string   `yaml:"commonLabels" json:"commonLabels,omitempty"`
-	LabelsFromPath map[string][]string `yaml:"labelsFromPath" json:"labelsFromPath,omitempty"`
+	CommonLabels   map[string]string   `yaml:"commonLabels,omitempty" json:"commonLabels,omitempty"`
+	LabelsFromPath map[string][]string `yaml:"labelsFromPath,omitempty" json:"labelsFromPath,omitempty"`
 	// ErrorLogV overrides the resource's when not 0.
-	ErrorLogV int `yaml:"errorLogV" json:"errorLogV,omitempty"`
+	ErrorLogV int `yaml:"errorLogV,omitempty" json:"errorLogV,omitempty"`
 }
 
 // Metric is a Gauge, a StateSet or an Info, as Type says
 // (case-insensitive).
 type Metric struct {
 	Type     string          `yaml:"type" json:"type"`
-	Gauge    *MetricGauge    `yaml:"gauge" json:"gauge,omitempty"`
-	StateSet *MetricStateSet `yaml:"stateSet" json:"stateSet,omitempty"`
-	Info     *MetricInfo     `yaml:"info" json:"info,omitempty"`
+	Gauge    *MetricGauge    `yaml:"gauge,omitempty" json:"gauge,omitempty"`
+	StateSet *MetricStateSet `yaml:"stateSet,omitempty" json:"stateSet,omitempty"`
+	Info     *MetricInfo     `yaml:"info,omitempty" json:"info,omitempty"`
 }
 
 // MetricGauge gives one series per value at Path: a number, a boolean, an
 // RFC 3339 timestamp, a quantity or a percentage; a list or a map gives a
 // series per item.
 type MetricGauge struct {
-	Path           []string            `yaml:"path" json:"path,omitempty"`
-	LabelsFromPath map[string][]string `yaml:"labelsFromPath" json:"labelsFromPath,omitempty"`
+	Path           []string            `yaml:"path,omitempty" json:"path,omitempty"`
+	LabelsFromPath map[string][]string `yaml:"labelsFromPath,omitempty" json:"labelsFromPath,omitempty"`
 	// ValueFrom is the path of the value under Path (under each item).
-	ValueFrom []string `yaml:"valueFrom" json:"valueFrom,omitempty"`
+	ValueFrom []string `yaml:"valueFrom,omitempty" json:"valueFrom,omitempty"`
 	// LabelFromKey names the label that holds the key, when Path is a
 	// map.
-	LabelFromKey string `yaml:"labelFromKey" json:"labelFromKey,omitempty"`
+	LabelFromKey string `yaml:"labelFromKey,omitempty" json:"labelFromKey,omitempty"`
 	// NilIsZero makes a missing value 0 instead of no series.
-	NilIsZero bool `yaml:"nilIsZero" json:"nilIsZero,omitempty"`
+	NilIsZero bool `yaml:"nilIsZero,omitempty" json:"nilIsZero,omitempty"`
 }
 
 // MetricStateSet gives one series per entry of List, 1 for the entry the
 // string at ValueFrom equals and 0 for the others.
 type MetricStateSet struct {
-	Path           []string            `yaml:"path" json:"path,omitempty"`
-	LabelsFromPath map[string][]string `yaml:"labelsFromPath" json:"labelsFromPath,omitempty"`
+	Path           []string            `yaml:"path,omitempty" json:"path,omitempty"`
+	LabelsFromPath map[string][]string `yaml:"labelsFromPath,omitempty" json:"labelsFromPath,omitempty"`
 	List           []string            `yaml:"list" json:"list"`
 	LabelName      string              `yaml:"labelName" json:"labelName"`
-	ValueFrom      []string            `yaml:"valueFrom" json:"valueFrom,omitempty"`
+	ValueFrom      []string            `yaml:"valueFrom,omitempty" json:"valueFrom,omitempty"`
 }
 
 // MetricInfo gives a series of value 1 whose labels are read from the
 // object.
 type MetricInfo struct {
-	Path           []string            `yaml:"path" json:"path,omitempty"`
-	LabelsFromPath map[string][]string `yaml:"labelsFromPath" json:"labelsFromPath,omitempty"`
-	LabelFromKey   string              `yaml:"labelFromKey" json:"labelFromKey,omitempty"`
+	Path           []string            `yaml:"path,omitempty" json:"path,omitempty"`
+	LabelsFromPath map[string][]string `yaml:"labelsFromPath,omitempty" json:"labelsFromPath,omitempty"`
+	LabelFromKey   string              `yaml:"labelFromKey,omitempty" json:"labelFromKey,omitempty"`
 }

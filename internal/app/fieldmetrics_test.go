@@ -109,7 +109,13 @@ func TestMetricsFromFields(t *testing.T) {
 			MetricsReady: func(a string) { addr <- a },
 		})
 	}()
-	url := "http://" + <-addr + "/metrics"
+	var url string
+	select {
+	case a := <-addr:
+		url = "http://" + a + "/metrics"
+	case err := <-done:
+		t.Fatalf("Run: %v\nlogs:\n%s", err, logs.String())
+	}
 	scrape := func() testenv.Series {
 		s, err := testenv.Scrape(url, "kube_customresource_")
 		if err != nil {
