@@ -60,14 +60,16 @@ controlplane: ## build kube-apiserver and etcd into bin/ (once; about 12 minutes
 
 # testdeps installs what the tests start besides the control plane:
 # PostgreSQL (the history's shared store), Chromium (its page) and
-# Alertmanager (the alertmanager action's receiver), from Debian's
-# packages, as root. No cluster is created at install (so no
-# server starts): the tests initialise and start their own.
+# Alertmanager (the alertmanager action's receiver) and Prometheus (it
+# scrapes the metrics from fields), from Debian's packages, as root. No
+# cluster is created at install (so no server starts): the tests
+# initialise and start their own.
 .PHONY: testdeps
-testdeps: ## install Debian's postgresql, chromium and prometheus-alertmanager for the tests, when missing (apt-get, as root)
+testdeps: ## install Debian's postgresql, chromium, prometheus and prometheus-alertmanager for the tests, when missing (apt-get, as root)
 	@missing=""; \
 	  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	  [ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
+	  [ -x /usr/bin/prometheus ] || missing="$$missing prometheus"; \
 	  [ -x /usr/bin/prometheus-alertmanager ] || missing="$$missing prometheus-alertmanager"; \
 	  if [ -n "$$missing" ]; then \
 	    echo "installing$$missing from Debian's packages"; \
@@ -276,7 +278,7 @@ bench-cluster: cluster-deps cluster-build image ## the cluster's benchmarks: mak
 	$(call with-cluster,$(GO) test -tags e2e -count=1 -run '^$$' -bench . -benchtime 1x -timeout 30m ./e2e/)
 
 .PHONY: bench
-bench: controlplane build ## fieldwatch vs a bare informer on a local control plane, CRD-count and object-count scenarios included: one table (about 30 minutes)
+bench: controlplane build ksm ## fieldwatch vs a bare informer on a local control plane, CRD-count and object-count scenarios included: one table (about 30 minutes)
 	$(GO) run ./hack/bench $(BENCH_FLAGS)
 
 .PHONY: bench-go

@@ -58,7 +58,7 @@ spec:
           help: The size.
           each: {type: Gauge, gauge: {path: [spec, size]}}
         - name: sprocket_phase
-          each: {type: StateSet, stateSet: {path: [status, phase], labelName: phase, list: [Pending, Ready]}}
+          each: {type: StateSet, stateSet: {path: [status, phase], labelName: phase, list: [Pending, Ready, Failed]}}
         - name: sprocket_ready
           each: {type: Gauge, gauge: {path: [status, conditions, "[type=Ready]", status]}}
     - groupVersionKind: {group: %[1]s, version: v1, kind: Cog}
@@ -138,7 +138,7 @@ func TestMetricsFromFields(t *testing.T) {
 			s[key("kube_customresource_sprocket_size", "b")] == 2 &&
 			s[`kube_customresource_sprocket_phase{customresource_group="fm.app.example.com",customresource_kind="Sprocket",customresource_version="v1",name="b",namespace="metrics-from-fields",phase="Ready"}`] == 1 &&
 			s[key("kube_customresource_sprocket_ready", "b")] == 1 &&
-			len(s.With("sprocket_phase")) == 4
+			len(s.With("sprocket_phase")) == 6
 	})
 
 	apply(sprocket("a", 5, "Ready", "True"))
@@ -151,7 +151,7 @@ func TestMetricsFromFields(t *testing.T) {
 		t.Fatal(err)
 	}
 	want("b's series gone", func(s testenv.Series) bool {
-		return len(s.With(`name="b"`)) == 0 && len(s.With(`name="a"`)) == 4
+		return len(s.With(`name="b"`)) == 0 && len(s.With(`name="a"`)) == 5
 	})
 
 	// A CRD the configuration names, created while serving.
