@@ -29,7 +29,7 @@ func valueCases(t *testing.T) []valueCase {
 	}
 	for _, f := range files {
 		c := valueCase{name: strings.TrimSuffix(filepath.Base(f), ".yaml")}
-		if c.name == "servicemonitor" {
+		if c.name == "servicemonitor" || c.name == "metrics" {
 			c.apiVersions = []string{serviceMonitorAPI}
 		}
 		cases = append(cases, c)

@@ -59,6 +59,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- default (printf "%s-rules" (include "fieldwatch.fullname" .)) .Values.rules.existingConfigMap }}
 {{- end }}
 
+{{/* The ConfigMap of the metrics from fields' CustomResourceStateMetrics file, "" for none. */}}
+{{- define "fieldwatch.metricsConfigMap" -}}
+{{- if .Values.metrics.existingConfigMap }}{{ .Values.metrics.existingConfigMap }}{{ else if .Values.metrics.config }}{{ printf "%s-metrics-config" (include "fieldwatch.fullname" .) }}{{ end }}
+{{- end }}
+
 {{/* The audit receiver's TLS Secret. */}}
 {{- define "fieldwatch.auditTLSSecret" -}}
 {{- default (printf "%s-audit-tls" (include "fieldwatch.fullname" .)) .Values.audit.tlsSecret }}
