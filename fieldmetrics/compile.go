@@ -75,6 +75,8 @@ type Set struct {
 	// index.
 	names   []string
 	nameIdx map[string]int
+	// byGroup indexes resources by their group (never "*").
+	byGroup map[string][]int
 }
 
 // resourceMetrics are the families of one configured resource.
@@ -115,6 +117,14 @@ type pathLabel struct {
 	path valuePath
 }
 
+// labelName returns the name of l.
+func (s *Set) labelName(l *label) string {
+	if l.name >= 0 {
+		return s.names[l.name]
+	}
+	return l.literal
+}
+
 // Resources returns the selectors of the resources the set reads: the
 // watcher must cache them.
 func (s *Set) Resources() []change.Selector {
@@ -136,8 +146,8 @@ func (s *Set) Selects(res change.Resource) bool {
 	if s == nil {
 		return false
 	}
-	for _, r := range s.resources {
-		if r.sel.Matches(res) {
+	for _, i := range s.byGroup[res.Group] {
+		if s.resources[i].sel.Matches(res) {
 			return true
 		}
 	}
@@ -188,6 +198,10 @@ func (c *compiler) finish() (*Set, error) {
 		return nil, err
 	}
 	s := c.set
+	s.byGroup = map[string][]int{}
+	for i, r := range s.resources {
+		s.byGroup[r.sel.Group] = append(s.byGroup[r.sel.Group], i)
+	}
 	slices.SortFunc(s.families, func(a, b *Family) int { return strings.Compare(a.Name, b.Name) })
 	for i, f := range s.families {
 		f.index = i

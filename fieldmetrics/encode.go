@@ -3,8 +3,6 @@ package fieldmetrics
 import (
 	"encoding/binary"
 	"math"
-	"slices"
-	"strings"
 	"unsafe"
 )
 
@@ -16,17 +14,27 @@ import (
 //	uvarint n, then n base labels (labelsFromPath of the resource and metric)
 //	uvarint m, then m series: uvarint k, k labels, 8 bytes of float64 bits
 //
-// where a label is uvarint name+1 (an index in Set.names) or 0 followed
-// by the name (uvarint length, bytes), then the value (uvarint length,
-// bytes). Names of the configuration cost a byte or two; the values are
+// where a series' labels are in their final order (sorted by name, each
+// name once) and each is a uvarint tag x<<2|kind: refName, a name of the
+// configuration (x, an index in Set.names) then the value (uvarint
+// length, bytes); refLiteral, the name then the value; refBase, the
+// section's base label x; refDefault, the family's default label x
+// (commonLabels and the resource labels, the same for every object). A
+// scrape decodes a series without merging nor sorting; the values are
 // copied, so an entry holds no reference into the object it was made of.
+const (
+	refName = iota
+	refLiteral
+	refBase
+	refDefault
+)
 
-// appendLabel appends l's encoding.
-func appendLabel(b []byte, l *label) []byte {
+// appendLabel appends l with its value: refName or refLiteral.
+func appendLabel(b []byte, _ *Set, l *label) []byte {
 	if l.name >= 0 {
-		b = binary.AppendUvarint(b, uint64(l.name)+1)
+		b = binary.AppendUvarint(b, uint64(l.name)<<2|refName)
 	} else {
-		b = binary.AppendUvarint(b, 0)
+		b = binary.AppendUvarint(b, refLiteral)
 		b = appendString(b, l.literal)
 	}
 	return appendString(b, l.value)
@@ -88,19 +96,35 @@ type outLabel struct {
 	Name, Value string
 }
 
-// readLabel reads one label into names and values, resolving indices with
-// s.
+// label reads a label written by appendLabel.
 func (r *reader) label(s *Set) outLabel {
-	idx := r.uvarint()
-	var name string
-	if idx == 0 {
-		name = r.str()
-	} else if idx-1 < len(s.names) {
-		name = s.names[idx-1]
-	} else {
-		r.bad = true
+	return r.ref(s, nil, nil)
+}
+
+// ref reads a label of a series, resolving references to base and
+// defaults.
+func (r *reader) ref(s *Set, base, defaults []outLabel) outLabel {
+	tag := r.uvarint()
+	x := tag >> 2
+	switch tag & 3 {
+	case refName:
+		if x < len(s.names) {
+			return outLabel{Name: s.names[x], Value: r.str()}
+		}
+	case refLiteral:
+		return outLabel{Name: r.str(), Value: r.str()}
+	case refBase:
+		if x < len(base) {
+			return base[x]
+		}
+	case refDefault:
+		if x < len(defaults) {
+			return defaults[x]
+		}
 	}
-	return outLabel{Name: name, Value: r.str()}
+	r.bad = true
+	r.off = len(r.b)
+	return outLabel{}
 }
 
 // skipSections moves past k sections.
@@ -109,19 +133,4 @@ func (r *reader) skipSections(k int) {
 		n := r.uvarint()
 		r.off = min(r.off+n, len(r.b))
 	}
-}
-
-// setDefault adds l to labels unless a label of its name is there.
-func setDefault(labels []outLabel, l outLabel) []outLabel {
-	for i := range labels {
-		if labels[i].Name == l.Name {
-			return labels
-		}
-	}
-	return append(labels, l)
-}
-
-// sortLabels sorts labels by name, as kube-state-metrics writes them.
-func sortLabels(labels []outLabel) {
-	slices.SortFunc(labels, func(a, b outLabel) int { return strings.Compare(a.Name, b.Name) })
 }

@@ -3,17 +3,20 @@ package fieldmetrics
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // chunkSize is how many series one encoded piece of a family holds: the
 // exposition's memory is bounded by it, whatever the number of series.
-const chunkSize = 512
+const chunkSize = 1024
 
 // Handler returns the HTTP handler of the series: the text format or
 // OpenMetrics, as the scraper asks (Accept), written with client_golang's
@@ -25,24 +28,99 @@ func (s *Scraper) Handler(src Source, serve func() bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		format := expfmt.NegotiateIncludingOpenMetrics(r.Header)
 		w.Header().Set("Content-Type", string(format))
-		cw := &continuation{w: w}
-		enc := expfmt.NewEncoder(cw, format)
+		p := newPipe(w)
+		cw := &continuation{w: p}
+		enc := newEncoder(cw, format)
 		if serve == nil || serve() {
 			ch := newChunker(enc, cw)
 			if err := s.scrape(r.Context(), src, ch); err == nil {
-				err = ch.flush()
+				_ = ch.flush()
 			}
 		}
 		if c, ok := enc.(expfmt.Closer); ok {
 			_ = c.Close()
 		}
+		_ = p.close()
 	})
+}
+
+// newEncoder returns expfmt's encoder of format, without the escaping
+// of names the format may ask for: every metric and label name a Set
+// exposes is a valid legacy name (Compile refuses others, and names read
+// from objects are sanitized), which no scheme changes, and checking
+// each series' names for it took a tenth of a scrape (BenchmarkScrape).
+func newEncoder(w io.Writer, format expfmt.Format) expfmt.Encoder {
+	return expfmt.NewEncoder(w, format.WithEscapingScheme(model.NoEscaping))
+}
+
+// The pipe's buffers: pipeBuffers of about pipeFlush bytes each.
+const (
+	pipeBuffers = 4
+	pipeFlush   = 256 << 10
+)
+
+// pipe hands what is written to it, in buffers of about pipeFlush bytes,
+// to a goroutine that writes them to w: encoding the next piece of a
+// scrape and writing the last to the network overlap. At most
+// pipeBuffers buffers exist. Once a write to w fails, Write fails too, so
+// that the scrape stops.
+type pipe struct {
+	cur    *bytes.Buffer
+	full   chan *bytes.Buffer
+	free   chan *bytes.Buffer
+	done   chan struct{}
+	err    error // the writer's first error, read once done is closed
+	failed atomic.Bool
+}
+
+func newPipe(w io.Writer) *pipe {
+	p := &pipe{full: make(chan *bytes.Buffer, pipeBuffers), free: make(chan *bytes.Buffer, pipeBuffers), done: make(chan struct{})}
+	for range pipeBuffers - 1 {
+		p.free <- bytes.NewBuffer(make([]byte, 0, pipeFlush+pipeFlush/4))
+	}
+	p.cur = bytes.NewBuffer(make([]byte, 0, pipeFlush+pipeFlush/4))
+	go func() {
+		defer close(p.done)
+		for b := range p.full {
+			if p.err == nil {
+				if _, p.err = w.Write(b.Bytes()); p.err != nil {
+					p.failed.Store(true)
+				}
+			}
+			b.Reset()
+			p.free <- b
+		}
+	}()
+	return p
+}
+
+func (p *pipe) Write(b []byte) (int, error) {
+	if p.failed.Load() {
+		return 0, errors.New("the scraper went away")
+	}
+	p.cur.Write(b)
+	if p.cur.Len() >= pipeFlush {
+		p.full <- p.cur
+		p.cur = <-p.free
+	}
+	return len(b), nil
+}
+
+// close writes what is left and waits for the writer; it returns its
+// error.
+func (p *pipe) close() error {
+	if p.cur.Len() > 0 {
+		p.full <- p.cur
+	}
+	close(p.full)
+	<-p.done
+	return p.err
 }
 
 // WriteTo writes the series to w in format (tests, `fieldwatch test`).
 func (s *Scraper) WriteTo(ctx context.Context, src Source, w io.Writer, format expfmt.Format) error {
 	cw := &continuation{w: w}
-	enc := expfmt.NewEncoder(cw, format)
+	enc := newEncoder(cw, format)
 	ch := newChunker(enc, cw)
 	err := s.scrape(ctx, src, ch)
 	if err == nil {

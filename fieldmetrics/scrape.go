@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,10 +34,10 @@ type Snapshot struct {
 // Source gives the objects series are computed from: the watcher's
 // cache, in fieldwatch.
 type Source interface {
-	// Snapshots returns the objects of each resource sel picks that the
-	// source holds all of (synced): none when the cluster serves no such
-	// resource.
-	Snapshots(sel change.Selector) []Snapshot
+	// Snapshots returns the objects of each resource want accepts that
+	// the source holds all of (synced): none when the cluster serves no
+	// such resource. A scrape calls it once.
+	Snapshots(want func(change.Resource) bool) []Snapshot
 }
 
 // Options bound what a Scraper keeps and exposes.
@@ -106,23 +107,61 @@ type memoKey struct {
 // resMemo is the memo of one resource as one configured resource reads
 // it.
 type resMemo struct {
-	rm   *resourceMetrics
-	res  change.Resource
+	rm  *resourceMetrics
+	res change.Resource
+	// key orders the resources in a scrape: res.String().
+	key  string
 	seen uint32
-	objs map[Object]*entry
+	// entries are the objects' series, dense so that a scrape reads them
+	// in order (scattered entries cost it a cache miss each,
+	// BenchmarkScrape); index finds an object's.
+	entries []entry
+	index   map[Object]int32
 	// common are the default labels of each family of rm on res.
 	common [][]outLabel
 }
 
 // entry is the encoded series of one object.
 type entry struct {
-	seen uint32
+	obj  Object
 	data []byte
-	// series is how many series each family section holds; truncated
-	// says a family's series were cut at its limit: the object is
-	// evaluated again at the next scrape.
-	series    []int32
+	// has has bit i set when family section i holds series (the
+	// sections past 64 are read to tell).
+	has  uint64
+	seen uint32
+	// truncated says a family's series were cut at its limit: the object
+	// is evaluated again at the next scrape.
 	truncated bool
+}
+
+// hasSeries reports whether section i of en holds series.
+func (en *entry) hasSeries(i int) bool {
+	if i < 64 {
+		return en.has&(1<<i) != 0
+	}
+	return true
+}
+
+// put keeps en, an object's new series, replacing its previous ones.
+func (m *resMemo) put(en entry) {
+	if i, ok := m.index[en.obj]; ok {
+		m.entries[i] = en
+		return
+	}
+	m.index[en.obj] = int32(len(m.entries))
+	m.entries = append(m.entries, en)
+}
+
+// remove forgets entry i, moving the last one into its place.
+func (m *resMemo) remove(i int) {
+	delete(m.index, m.entries[i].obj)
+	last := len(m.entries) - 1
+	if i != last {
+		m.entries[i] = m.entries[last]
+		m.index[m.entries[i].obj] = int32(i)
+	}
+	m.entries[last] = entry{}
+	m.entries = m.entries[:last]
 }
 
 // NewScraper returns a Scraper of set.
@@ -198,49 +237,59 @@ func (s *Scraper) update(src Source) {
 		s.memo = map[memoKey]*resMemo{}
 		clear(s.count)
 	}
+	byGroup := map[string][]Snapshot{}
+	for _, snap := range src.Snapshots(s.set.Selects) {
+		byGroup[snap.Resource.Group] = append(byGroup[snap.Resource.Group], snap)
+	}
 	unmatched := 0
 	for i, rm := range s.set.resources {
-		snaps := src.Snapshots(rm.sel)
-		if len(snaps) == 0 {
-			unmatched++
-		}
-		for _, snap := range snaps {
+		matched := false
+		for _, snap := range byGroup[rm.sel.Group] {
+			if !rm.sel.Matches(snap.Resource) {
+				continue
+			}
+			matched = true
 			k := memoKey{r: i, res: snap.Resource}
 			m := s.memo[k]
 			if m == nil {
-				m = &resMemo{rm: rm, res: snap.Resource, objs: map[Object]*entry{}, common: commonLabels(rm, snap.Resource)}
+				m = &resMemo{rm: rm, res: snap.Resource, key: snap.Resource.String(), index: map[Object]int32{}, common: commonLabels(rm, snap.Resource)}
 				s.memo[k] = m
 			}
 			m.seen = s.gen
 			for o := range snap.Objects {
-				en := m.objs[o]
-				if en == nil || en.truncated {
-					if en != nil {
-						s.forget(rm, en)
-					}
-					en = s.evaluate(rm, o)
-					m.objs[o] = en
+				i, ok := m.index[o]
+				if ok && !m.entries[i].truncated {
+					m.entries[i].seen = s.gen
+					continue
 				}
+				if ok {
+					s.forget(rm, &m.entries[i])
+				}
+				en := s.evaluate(m, o)
 				en.seen = s.gen
+				m.put(en)
 			}
-			for o, en := range m.objs {
-				if en.seen != s.gen {
-					s.forget(rm, en)
-					delete(m.objs, o)
+			for i := len(m.entries) - 1; i >= 0; i-- {
+				if m.entries[i].seen != s.gen {
+					s.forget(rm, &m.entries[i])
+					m.remove(i)
 				}
 			}
+		}
+		if !matched {
+			unmatched++
 		}
 	}
 	objects := 0
 	for k, m := range s.memo {
 		if m.seen != s.gen {
-			for _, en := range m.objs {
-				s.forget(m.rm, en)
+			for i := range m.entries {
+				s.forget(m.rm, &m.entries[i])
 			}
 			delete(s.memo, k)
 			continue
 		}
-		objects += len(m.objs)
+		objects += len(m.entries)
 	}
 	if m := s.opts.Metrics; m != nil {
 		m.objects.Set(float64(objects))
@@ -250,16 +299,25 @@ func (s *Scraper) update(src Source) {
 
 // forget takes en's series out of the families' counts.
 func (s *Scraper) forget(rm *resourceMetrics, en *entry) {
-	for i, f := range rm.families {
-		s.count[f.index] -= int(en.series[i])
+	r := reader{b: en.data}
+	for _, f := range rm.families {
+		n := r.uvarint()
+		sec := reader{b: r.b[r.off:min(r.off+n, len(r.b))]}
+		for range sec.uvarint() {
+			sec.label(s.set)
+		}
+		s.count[f.index] -= sec.uvarint()
+		r.off = min(r.off+n, len(r.b))
 	}
 }
 
-// evaluate computes the series of o for every family of rm and encodes
-// them.
-func (s *Scraper) evaluate(rm *resourceMetrics, o Object) *entry {
+// evaluate computes the series of o for every family of m's resource
+// and encodes them, each series' labels in their final order (see
+// encode.go): a scrape only decodes them.
+func (s *Scraper) evaluate(m *resMemo, o Object) entry {
+	rm := m.rm
 	obj := o.Map()
-	en := &entry{series: make([]int32, len(rm.families))}
+	en := entry{obj: o}
 	b := s.buf[:0]
 	out := &s.out
 	for fi, f := range rm.families {
@@ -271,15 +329,20 @@ func (s *Scraper) evaluate(rm *resourceMetrics, o Object) *entry {
 		nBase := len(out.labels)
 		f.each.values(f.each.eachPath().Get(obj), out)
 		s.logErrors(f, obj, out.errs)
+		s.sortByName(out.labels[:nBase])
+		for _, sr := range out.series {
+			s.sortByName(out.labels[sr.start:sr.end])
+		}
 
 		sec := s.sec[:0]
 		baseOK := s.fits(out.labels[:nBase])
 		if !baseOK {
 			nBase = 0
 		}
+		base := out.labels[:nBase]
 		sec = binary.AppendUvarint(sec, uint64(nBase))
-		for i := range out.labels[:nBase] {
-			sec = appendLabel(sec, &out.labels[i])
+		for i := range base {
+			sec = appendLabel(sec, s.set, &base[i])
 		}
 		keep := s.keep[:0]
 		for _, sr := range out.series {
@@ -296,13 +359,12 @@ func (s *Scraper) evaluate(rm *resourceMetrics, o Object) *entry {
 		}
 		sec = binary.AppendUvarint(sec, uint64(len(keep)))
 		for _, sr := range keep {
-			sec = binary.AppendUvarint(sec, uint64(sr.end-sr.start))
-			for i := sr.start; i < sr.end; i++ {
-				sec = appendLabel(sec, &out.labels[i])
-			}
+			sec = s.appendSeries(sec, out.labels[sr.start:sr.end], base, m.common[fi])
 			sec = binary.LittleEndian.AppendUint64(sec, math.Float64bits(sr.value))
 		}
-		en.series[fi] = int32(len(keep))
+		if len(keep) > 0 && fi < 64 {
+			en.has |= 1 << fi
+		}
 		b = binary.AppendUvarint(b, uint64(len(sec)))
 		b = append(b, sec...)
 		s.sec, s.keep = sec, keep
@@ -310,6 +372,68 @@ func (s *Scraper) evaluate(rm *resourceMetrics, o Object) *entry {
 	en.data = slices.Clone(b)
 	s.buf = b
 	return en
+}
+
+// appendSeries appends the labels of one series in their final order:
+// its own (sorted), then those of base and defaults (each sorted) whose
+// names it does not have, by name, base winning over defaults, as
+// kube-state-metrics gives each series its default labels.
+func (s *Scraper) appendSeries(b []byte, own, base []label, defaults []outLabel) []byte {
+	i, j, k := 0, 0, 0
+	n := 0
+	start := len(b)
+	b = append(b, 0) // the count, set below (under 128: one byte)
+	for i < len(own) || j < len(base) || k < len(defaults) {
+		name, from := "", -1
+		if i < len(own) {
+			name, from = s.set.labelName(&own[i]), 0
+		}
+		if j < len(base) {
+			if bn := s.set.labelName(&base[j]); from < 0 || bn < name {
+				name, from = bn, 1
+			}
+		}
+		if k < len(defaults) && (from < 0 || defaults[k].Name < name) {
+			name, from = defaults[k].Name, 2
+		}
+		switch from {
+		case 0:
+			b = appendLabel(b, s.set, &own[i])
+		case 1:
+			b = binary.AppendUvarint(b, uint64(j)<<2|refBase)
+		default:
+			b = binary.AppendUvarint(b, uint64(k)<<2|refDefault)
+		}
+		n++
+		if i < len(own) && s.set.labelName(&own[i]) == name {
+			i++
+		}
+		if j < len(base) && s.set.labelName(&base[j]) == name {
+			j++
+		}
+		if k < len(defaults) && defaults[k].Name == name {
+			k++
+		}
+	}
+	if n >= 0x80 {
+		// More labels than one byte counts: shift the labels right.
+		var cnt [binary.MaxVarintLen64]byte
+		c := binary.PutUvarint(cnt[:], uint64(n))
+		b = append(b, cnt[:c-1]...)
+		copy(b[start+c:], b[start+1:len(b)-(c-1)])
+		copy(b[start:], cnt[:c])
+		return b
+	}
+	b[start] = byte(n)
+	return b
+}
+
+// sortByName sorts labels by name.
+func (s *Scraper) sortByName(labels []label) {
+	if len(labels) < 2 {
+		return
+	}
+	slices.SortFunc(labels, func(a, b label) int { return strings.Compare(s.set.labelName(&a), s.set.labelName(&b)) })
 }
 
 // fits reports whether every label name read from the object and every
@@ -386,7 +510,7 @@ func (s *Scraper) emit(ctx context.Context, e emitter) error {
 		if a.r != b.r {
 			return a.r - b.r
 		}
-		return compareResources(a.res, b.res)
+		return strings.Compare(s.memo[a].key, s.memo[b].key)
 	})
 	labels := s.labs[:0]
 	defer func() { s.labs = labels[:0] }()
@@ -400,8 +524,9 @@ func (s *Scraper) emit(ctx context.Context, e emitter) error {
 				continue
 			}
 			defaults := m.common[pos]
-			for _, en := range m.objs {
-				if en.series[pos] == 0 {
+			for i := range m.entries {
+				en := &m.entries[i]
+				if !en.hasSeries(pos) {
 					continue
 				}
 				if err := ctx.Err(); err != nil {
@@ -419,19 +544,12 @@ func (s *Scraper) emit(ctx context.Context, e emitter) error {
 				for range r.uvarint() {
 					labels = labels[:0]
 					for range r.uvarint() {
-						labels = append(labels, r.label(s.set))
+						labels = append(labels, r.ref(s.set, base, defaults))
 					}
 					v := r.float()
 					if r.bad {
 						break
 					}
-					for _, l := range base {
-						labels = setDefault(labels, l)
-					}
-					for _, l := range defaults {
-						labels = setDefault(labels, l)
-					}
-					sortLabels(labels)
 					if !begun {
 						if err := e.begin(fam); err != nil {
 							return err
@@ -450,14 +568,4 @@ func (s *Scraper) emit(ctx context.Context, e emitter) error {
 		}
 	}
 	return nil
-}
-
-func compareResources(a, b change.Resource) int {
-	if a.String() < b.String() {
-		return -1
-	}
-	if a.String() > b.String() {
-		return 1
-	}
-	return 0
 }

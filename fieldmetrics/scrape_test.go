@@ -31,10 +31,10 @@ func (o *object) Map() map[string]any {
 // source is a Source of fixed objects, by resource.
 type source map[change.Resource][]Object
 
-func (s source) Snapshots(sel change.Selector) []Snapshot {
+func (s source) Snapshots(want func(change.Resource) bool) []Snapshot {
 	var out []Snapshot
 	for r, objs := range s {
-		if sel.Matches(r) {
+		if want(r) {
 			out = append(out, Snapshot{Resource: r, Objects: func(yield func(Object) bool) {
 				for _, o := range objs {
 					if !yield(o) {

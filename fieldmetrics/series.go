@@ -43,8 +43,8 @@ type oneObject struct {
 	obj map[string]any
 }
 
-func (o oneObject) Snapshots(sel change.Selector) []Snapshot {
-	if !sel.Matches(o.res) {
+func (o oneObject) Snapshots(want func(change.Resource) bool) []Snapshot {
+	if !want(o.res) {
 		return nil
 	}
 	return []Snapshot{{Resource: o.res, Objects: func(yield func(Object) bool) { yield(&mapObject{o.obj}) }}}

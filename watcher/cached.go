@@ -69,17 +69,19 @@ func (w *Watcher) Cached(gr schema.GroupResource) (Snapshot, error) {
 	return Snapshot{Resource: rw.res, Projection: rw.typ.projection, Objects: objs, Listed: mark.at, ResourceVersion: mark.resourceVersion}, nil
 }
 
-// Snapshots returns, for each resource sel picks among those the watcher
-// caches (for the handler or Config.Cache) whose informers have all
-// synced, the objects of this shard (a shard caches others' for keying
-// only: they are left out), gathered from every namespace it is watched
-// in. Objects are the cache's: immutable and shared. A resource whose
-// CRD is gone is no longer watched, and so absent.
-func (w *Watcher) Snapshots(sel change.Selector) []Snapshot {
+// Snapshots returns, for each resource want accepts among those the
+// watcher caches (for the handler or Config.Cache) whose informers have
+// all synced, the objects of this shard (a shard caches others' for
+// keying only: they are left out), gathered from every namespace it is
+// watched in. Objects are the cache's: immutable and shared. A resource
+// whose CRD is gone is no longer watched, and so absent. want is called
+// with the watcher's lock held: it must be quick and not call the
+// watcher.
+func (w *Watcher) Snapshots(want func(change.Resource) bool) []Snapshot {
 	w.mu.Lock()
 	byRes := map[schema.GroupVersionResource][]*resourceWatch{}
 	for key, rw := range w.watches {
-		if !rw.metaOnly && sel.Matches(rw.res) {
+		if !rw.metaOnly && want(rw.res) {
 			byRes[key.gvr] = append(byRes[key.gvr], rw)
 		}
 	}

@@ -51,7 +51,7 @@ func TestSnapshotsOfCachedResources(t *testing.T) {
 	})
 	sizes := func() map[string]any {
 		out := map[string]any{}
-		for _, s := range w.Snapshots(sel) {
+		for _, s := range w.Snapshots(sel.Matches) {
 			for _, o := range s.Objects {
 				m := o.Map()
 				spec, _ := m["spec"].(map[string]any)
@@ -77,5 +77,5 @@ func TestSnapshotsOfCachedResources(t *testing.T) {
 	if err := env.Dynamic(t).Resource(crds).Delete(ctx, "gizmos."+group, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 60*time.Second, "no snapshot once the CRD is gone", func() bool { return len(w.Snapshots(sel)) == 0 })
+	testenv.Eventually(t, 60*time.Second, "no snapshot once the CRD is gone", func() bool { return len(w.Snapshots(sel.Matches)) == 0 })
 }

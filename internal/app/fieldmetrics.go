@@ -136,13 +136,13 @@ func (a *app) serveMetrics() (*http.Server, net.Listener, error) {
 // watcherSource gives the scraper the watcher's cache.
 type watcherSource struct{ a *app }
 
-func (s watcherSource) Snapshots(sel change.Selector) []fieldmetrics.Snapshot {
+func (s watcherSource) Snapshots(want func(change.Resource) bool) []fieldmetrics.Snapshot {
 	w := s.a.watcher.Load()
 	if w == nil {
 		return nil
 	}
 	var out []fieldmetrics.Snapshot
-	for _, snap := range w.Snapshots(sel) {
+	for _, snap := range w.Snapshots(want) {
 		objs := snap.Objects
 		out = append(out, fieldmetrics.Snapshot{Resource: snap.Resource, Objects: func(yield func(fieldmetrics.Object) bool) {
 			for _, o := range objs {
