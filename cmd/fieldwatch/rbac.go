@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/fieldwatch/fieldwatch/fileerr"
+	"github.com/fieldwatch/fieldwatch/fieldmetrics"
 	"github.com/fieldwatch/fieldwatch/internal/rbac"
 	"github.com/fieldwatch/fieldwatch/rules"
 	"github.com/fieldwatch/fieldwatch/watcher"
@@ -24,7 +25,8 @@ func rbacCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		opts      rbac.Options
 	)
 	kube.register(fs)
-	fs.Var(&ruleFiles, "rules", "rules file (repeat for several). Required")
+	fs.Var(&ruleFiles, "rules", "rules file (repeat for several). Required, unless --metrics-config is given")
+	metricsConfig := fs.String("metrics-config", "", "also grant what this kube-state-metrics CustomResourceStateMetrics file reads (as the rules files' metrics sections are granted): list and watch on its resources")
 	fs.StringVar(&opts.Name, "name", "fieldwatch", "name of the ClusterRole and bindings")
 	fs.StringVar(&opts.Namespace, "namespace", "fieldwatch", "namespace of the service account")
 	fs.StringVar(&opts.ServiceAccount, "service-account", "fieldwatch", "service account to bind")
@@ -48,8 +50,8 @@ func rbacCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if len(ruleFiles) == 0 || fs.NArg() > 0 {
-		_, _ = fmt.Fprintln(stderr, "fieldwatch rbac: --rules FILE is required and no arguments are taken")
+	if (len(ruleFiles) == 0 && *metricsConfig == "") || fs.NArg() > 0 {
+		_, _ = fmt.Fprintln(stderr, "fieldwatch rbac: --rules FILE is required (or --metrics-config FILE) and no arguments are taken")
 		return 2
 	}
 	if *output != "yaml" && *output != "helm-values" && *output != "admission-webhook" {
@@ -73,10 +75,21 @@ func rbacCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	opts.Namespaces = slices.Compact(slices.Sorted(slices.Values(opts.Namespaces)))
-	set, err := rules.Load(ruleFiles...)
+	set, err := rules.Compile(rules.File{})
+	if len(ruleFiles) > 0 {
+		set, err = rules.Load(ruleFiles...)
+	}
 	if err != nil {
 		_, _ = fmt.Fprintln(stderr, err)
 		return 1
+	}
+	ms, err := fieldmetrics.Load(*metricsConfig, ruleFiles...)
+	if err != nil {
+		_, _ = fmt.Fprintln(stderr, err)
+		return 1
+	}
+	if !ms.Empty() {
+		opts.Metrics = ms.Resources()
 	}
 	if len(crds) > 0 {
 		if !*offline {

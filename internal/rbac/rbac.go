@@ -68,6 +68,10 @@ type Options struct {
 	// at its periodic discovery) and tells custom resources by their
 	// CRDs rather than by their group names.
 	ReadCRDs bool
+	// Metrics are the resources the metrics from fields read
+	// (fieldmetrics.Set.Resources): granted get, list and watch in every
+	// namespace (of Namespaces, for a namespaced install).
+	Metrics []change.Selector
 }
 
 // Permissions are the RBAC rules `fieldwatch run` needs for a rules Set:
@@ -219,6 +223,25 @@ func Compute(set *rules.Set, opts Options) (*Permissions, error) {
 						res = subresources(res, act.Patch.Subresource)
 					}
 					grant(t, res, "patch")
+				}
+			}
+		}
+	}
+	for _, s := range opts.Metrics {
+		ts, err := resolve(s, opts)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("metrics of %s: %w", metricsText(s), err))
+		}
+		for _, t := range ts {
+			switch {
+			case !namespaced:
+				g.add(t.groups, t.resources, "get", "list", "watch")
+			case !t.cluster:
+				for _, ns := range opts.Namespaces {
+					if inNS[ns] == nil {
+						inNS[ns] = grants{}
+					}
+					inNS[ns].add(t.groups, t.resources, "get", "list", "watch")
 				}
 			}
 		}
@@ -515,6 +538,16 @@ func resolve(s change.Selector, opts Options) ([]target, error) {
 	}
 	t.cluster = clusterScoped(t, discovered)
 	return []target{t}, nil
+}
+
+// metricsText names the resource of a metrics configuration for an
+// error: group/version/kind, "*" where any.
+func metricsText(s change.Selector) string {
+	kind := s.Kind
+	if kind == "" {
+		kind = "*"
+	}
+	return s.Group + "/" + s.Version + "/" + kind
 }
 
 // groupText names a selector's group for an error.

@@ -411,3 +411,40 @@ func TestHelmValues(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsGrants: the resources of the metrics from fields are granted
+// get, list and watch everywhere, or in each namespace of a namespaced
+// install.
+func TestMetricsGrants(t *testing.T) {
+	none, err := rules.Compile(rules.File{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs := change.Selector{Group: "cert-manager.io", Version: "*", Kind: "Certificate", Custom: true}
+	has := func(rs []rbacv1.PolicyRule) bool {
+		for _, r := range rs {
+			if slices.Contains(r.APIGroups, "cert-manager.io") && slices.Contains(r.Resources, "certificates") &&
+				slices.Equal(r.Verbs, []string{"get", "list", "watch"}) {
+				return true
+			}
+		}
+		return false
+	}
+	p, err := Compute(none, Options{Metrics: []change.Selector{certs}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !has(p.Cluster) {
+		t.Errorf("cluster-wide: certificates not granted: %+v", p.Cluster)
+	}
+	p, err = Compute(none, Options{Metrics: []change.Selector{certs}, Namespaces: []string{"a", "b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if has(p.Cluster) || !has(p.Namespaced["a"]) || !has(p.Namespaced["b"]) {
+		t.Errorf("namespaced: cluster %+v, roles %+v", p.Cluster, p.Namespaced)
+	}
+	if _, err := Compute(none, Options{Metrics: []change.Selector{{Group: "example.com", Version: "*", Custom: true}}}); err != nil {
+		t.Errorf("every kind of one group, offline: %v", err)
+	}
+}
