@@ -101,14 +101,24 @@ func TestMetricsFromFields(t *testing.T) {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	addr := make(chan string, 1)
+	httpAddr := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(runCtx, Config{
 			Rest: env.Config(), Stdout: io.Discard, Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+			HTTPAddr: "127.0.0.1:0", Ready: func(a string) { httpAddr <- a },
 			Metrics:      MetricsConfig{File: crs, Addr: "127.0.0.1:0"},
 			MetricsReady: func(a string) { addr <- a },
 		})
 	}()
+	own := "http://" + <-httpAddr + "/metrics"
+	unmatched := func() float64 {
+		s, err := testenv.Scrape(own, "fieldwatch_field_metrics_unmatched_resources")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s["fieldwatch_field_metrics_unmatched_resources{}"]
+	}
 	var url string
 	select {
 	case a := <-addr:
@@ -154,12 +164,19 @@ func TestMetricsFromFields(t *testing.T) {
 		return len(s.With(`name="b"`)) == 0 && len(s.With(`name="a"`)) == 5
 	})
 
-	// A CRD the configuration names, created while serving.
+	// A CRD the configuration names, created while serving: until then
+	// its resource is counted as matching nothing the cluster serves.
+	if n := unmatched(); n != 1 {
+		t.Errorf("unmatched resources before the Cog CRD: %v, want 1", n)
+	}
 	apply(sprocketCRD(group, "Cog"))
 	apply(fmt.Sprintf("apiVersion: %s/v1\nkind: Cog\nmetadata: {name: c, namespace: %s}\nspec: {teeth: 12}\n", group, ns))
 	want("the new Cog's series", func(s testenv.Series) bool {
 		return s[`kube_customresource_cog_teeth{customresource_group="fm.app.example.com",customresource_kind="Cog",customresource_version="v1",name="c"}`] == 12
 	})
+	if n := unmatched(); n != 0 {
+		t.Errorf("unmatched resources once the Cog CRD is served: %v, want 0", n)
+	}
 
 	crds := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 	if err := env.Dynamic(t).Resource(crds).Delete(ctx, "sprockets."+group, metav1.DeleteOptions{}); err != nil {
