@@ -107,6 +107,7 @@ type memoKey struct {
 // resMemo is the memo of one resource as one configured resource reads
 // it.
 type resMemo struct {
+	r   int // index in Set.resources
 	rm  *resourceMetrics
 	res change.Resource
 	// key orders the resources in a scrape: res.String().
@@ -252,7 +253,7 @@ func (s *Scraper) update(src Source) {
 			k := memoKey{r: i, res: snap.Resource}
 			m := s.memo[k]
 			if m == nil {
-				m = &resMemo{rm: rm, res: snap.Resource, key: snap.Resource.String(), index: map[Object]int32{}, common: commonLabels(rm, snap.Resource)}
+				m = &resMemo{r: i, rm: rm, res: snap.Resource, key: snap.Resource.String(), index: map[Object]int32{}, common: commonLabels(rm, snap.Resource)}
 				s.memo[k] = m
 			}
 			m.seen = s.gen
@@ -506,19 +507,22 @@ func commonLabels(rm *resourceMetrics, res change.Resource) [][]outLabel {
 
 // emit hands the memo's series to e, family by family.
 func (s *Scraper) emit(ctx context.Context, e emitter) error {
-	keys := slices.SortedFunc(maps.Keys(s.memo), func(a, b memoKey) int {
+	memos := make([]*resMemo, 0, len(s.memo))
+	for _, m := range s.memo {
+		memos = append(memos, m)
+	}
+	slices.SortFunc(memos, func(a, b *resMemo) int {
 		if a.r != b.r {
 			return a.r - b.r
 		}
-		return strings.Compare(s.memo[a].key, s.memo[b].key)
+		return strings.Compare(a.key, b.key)
 	})
 	labels := s.labs[:0]
 	defer func() { s.labs = labels[:0] }()
 	for _, fam := range s.set.families {
 		begun := false
 		exposed := 0
-		for _, k := range keys {
-			m := s.memo[k]
+		for _, m := range memos {
 			pos := slices.IndexFunc(m.rm.families, func(f *family) bool { return f.Family == fam })
 			if pos < 0 {
 				continue
