@@ -29,7 +29,12 @@
 //   - the object-count scenario (objects): 100,000 and 300,000 ConfigMaps
 //     with a rule reading one field, settled RSS and heap per object of
 //     fieldwatch and a bare informer, and what each object adds between
-//     the counts.
+//     the counts;
+//   - the kube-state-metrics scenario (ksm): the same
+//     CustomResourceStateMetrics file served by kube-state-metrics and by
+//     fieldwatch --metrics-config, over 100,000 custom resources (five
+//     series each) and over 3,000 CRDs with one object each: start to the
+//     first full scrape, settled and peak RSS, scrape time.
 //
 // The bare informers run as `bench -child bare` and `bench -child
 // bare-crds`, one after the other with fieldwatch, never at once.
@@ -82,7 +87,7 @@ func main() {
 	flag.IntVar(&o.drain, "drain", 5000, "firings queued for the webhook drain measurement")
 	flag.IntVar(&o.drainRuns, "drain-runs", 1, "drains to the lean receiver, each its own row (profiles of several drains merge with go tool pprof)")
 	flag.StringVar(&o.drainProfile, "drain-profile", "", "a directory for profiles of fieldwatch from its --pprof (events section): its heap as the drain starts (after a collection, which the drain then does not make: its rate is not comparable with unprofiled drains) and its CPU during the drain")
-	flag.StringVar(&o.sections, "sections", "memory,events,history,audit,startup,cbor,crds,objects", "which measurements to run (events and history update the ConfigMaps memory creates, or create them)")
+	flag.StringVar(&o.sections, "sections", "memory,events,history,audit,startup,cbor,crds,objects,ksm", "which measurements to run (events and history update the ConfigMaps memory creates, or create them)")
 	flag.StringVar(&o.compare, "compare", "", "another fieldwatch binary to run beside bin/fieldwatch in the events section (CPU per change with a webhook, the drain), the CRD-count (deploy/ rules) and object-count scenarios, for a change's before and after in one run")
 	crdCounts := flag.String("crd-counts", "100,1000,3000", "CRD counts of the CRD-count scenario (crds), ascending")
 	objectCounts := flag.String("object-counts", "100000,300000", "ConfigMap counts of the object-count scenario (objects), ascending")

@@ -114,7 +114,7 @@ func run(ctx context.Context, o options) error {
 		name string
 		run  func(context.Context) error
 	}{{"memory", b.memory}, {"events", b.events}, {"history", b.historySection}, {"audit", b.auditSection}, {"startup", b.startup}, {"cbor", b.cborSection},
-		{"crds", b.crdCount}, {"objects", b.objectCount}}
+		{"crds", b.crdCount}, {"objects", b.objectCount}, {"ksm", b.ksmSection}}
 	want := strings.Split(o.sections, ",")
 	created := slices.Contains(want, "memory")
 	for _, s := range all {
