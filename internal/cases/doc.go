@@ -8,6 +8,10 @@
 //		fmt.Println(r.Name, r.Pass, r.Diff)
 //	}
 //
+// RunMetrics also computes the series of the metrics from fields
+// (package fieldmetrics) each case's objects give, checked against
+// expect.series and expect.oldSeries.
+//
 // Run reports each case as passed or failed, with a line diff (LineDiff) of
 // what differs and the payloads of what fired.
 //
