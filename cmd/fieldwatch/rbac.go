@@ -9,8 +9,8 @@ import (
 	"os"
 	"slices"
 
-	"github.com/fieldwatch/fieldwatch/fileerr"
 	"github.com/fieldwatch/fieldwatch/fieldmetrics"
+	"github.com/fieldwatch/fieldwatch/fileerr"
 	"github.com/fieldwatch/fieldwatch/internal/rbac"
 	"github.com/fieldwatch/fieldwatch/rules"
 	"github.com/fieldwatch/fieldwatch/watcher"
