@@ -81,7 +81,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"cluster-scoped resources are not watched, a rule without match.namespaces watches all of these, and rules that name another namespace or select cluster-scoped resources are refused")
 	fs.DurationVar(&cfg.DiscoveryInterval, "discovery-interval", app.DefaultDiscoveryInterval, "how often discovery runs besides when CRDs or APIServices change; without the right to list those (a namespaced install without --read-crds RBAC) it is how soon the resources of a new CRD are watched")
 	fs.StringVar(&cfg.Metrics.File, "metrics-config", "", "metrics from fields: a kube-state-metrics CustomResourceStateMetrics file; its series, and those of the rules files' metrics sections, are served on --metrics-addr")
-	fs.StringVar(&cfg.Metrics.Addr, "metrics-addr", ":8081", "address serving the metrics from fields at /metrics, when any are configured (\"\" to disable); with --leader-elect only the leader serves them")
+	fs.StringVar(&cfg.Metrics.Addr, "metrics-addr", ":8082", "address serving the metrics from fields at /metrics, when any are configured (\"\" to disable); with --leader-elect only the leader serves them")
 	fs.IntVar(&cfg.Metrics.SeriesLimit, "metrics-series-limit", fieldmetrics.DefaultSeriesLimit, "metrics from fields: series one metric family keeps at most; past it series are skipped and counted")
 	fs.IntVar(&cfg.Metrics.MaxLabelValueBytes, "metrics-max-label-bytes", fieldmetrics.DefaultMaxLabelValueBytes, "metrics from fields: longest label value (and label name read from an object); a series with a longer one is skipped and counted")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
