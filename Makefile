@@ -167,7 +167,28 @@ examples: build ## run every example's cases through `fieldwatch test`
 	done
 
 # FUZZ_TARGETS are package:Fuzz pairs; go test -fuzz takes one at a time.
-FUZZ_TARGETS := ./rules:FuzzLoad ./rules:FuzzCompilePath ./internal/fieldpath:FuzzParse ./rules:FuzzAppendJSON ./rules:FuzzRedaction ./rules:FuzzChangesApply ./internal/yamlstrict:FuzzUnmarshal ./action:FuzzParseRetryAfter ./action:FuzzVerifySignature ./action:FuzzQuickResponse ./crd/diff:FuzzCompare ./crd/diff:FuzzParse ./crd/validate:FuzzValidate ./internal/audit:FuzzDecodeEventList ./internal/history:FuzzParsePayload ./internal/jsonscan:FuzzFramer ./internal/jsonscan:FuzzDecode ./watcher:FuzzEventStream ./payload:FuzzUnmarshal ./internal/history/web:FuzzShorten ./fieldmetrics:FuzzParse
+FUZZ_TARGETS := \
+	./rules:FuzzLoad \
+	./rules:FuzzCompilePath \
+	./internal/fieldpath:FuzzParse \
+	./rules:FuzzAppendJSON \
+	./rules:FuzzRedaction \
+	./rules:FuzzChangesApply \
+	./internal/yamlstrict:FuzzUnmarshal \
+	./action:FuzzParseRetryAfter \
+	./action:FuzzVerifySignature \
+	./action:FuzzQuickResponse \
+	./crd/diff:FuzzCompare \
+	./crd/diff:FuzzParse \
+	./crd/validate:FuzzValidate \
+	./internal/audit:FuzzDecodeEventList \
+	./internal/history:FuzzParsePayload \
+	./internal/jsonscan:FuzzFramer \
+	./internal/jsonscan:FuzzDecode \
+	./watcher:FuzzEventStream \
+	./payload:FuzzUnmarshal \
+	./internal/history/web:FuzzShorten \
+	./fieldmetrics:FuzzParse
 
 .PHONY: fuzz-short
 fuzz-short: ## run every fuzz target briefly (FUZZ_TIME executions, default 5000x; FUZZ_MINIMIZE per new input)
