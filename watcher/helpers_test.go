@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -24,7 +25,14 @@ import (
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{}) }
+// TestMain runs the tests on a shared control plane, or, started by
+// BenchmarkInformer as its writer process, that process's job.
+func TestMain(m *testing.M) {
+	if code, ok := benchWriterMain(); ok {
+		os.Exit(code)
+	}
+	testenv.Main(m, testenv.Options{})
+}
 
 var (
 	configMaps = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}

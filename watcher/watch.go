@@ -70,7 +70,7 @@ type resourceWatch struct {
 	metaOnly bool
 	// source fills the store until its context ends: listAndWatch (a
 	// benchmark puts a fake in).
-	source  func(ctx context.Context)
+	source  source
 	deliver atomic.Bool     // hand changes to the watcher's handler
 	observe func(c *Change) // internal observer (CRD tracking), may be nil
 	// listed is the last list that filled the cache (nil before the

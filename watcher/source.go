@@ -1,0 +1,18 @@
+package watcher
+
+import "context"
+
+// source fills a resourceWatch's cache (its objectStore) from the
+// apiserver and keeps it current until ctx ends, in one goroutine,
+// through the store's client-go cache.ReflectorStore methods, so that a
+// client-go cache.Reflector on the store is a source too (the queueing
+// benchmark uses one). The watcher's own source is listAndWatch
+// (listwatch.go, with decode.go and dial.go): it decodes of each watch
+// event only what the projection keeps, straight from the stream into
+// the compact cache, with no DeltaFIFO, indexer or goroutine of its own
+// besides the stream's. It is kept in place of client-go's informer
+// because BenchmarkInformer, side by side with client-go's dynamic
+// informer whose SetTransform keeps the same projection (its fair peer),
+// measures it well over 1.5x better in heap per cached object, and in
+// CPU per object listed; CPU per change it measures at about 1.5x.
+type source func(ctx context.Context)
