@@ -46,7 +46,7 @@ const (
 
 // directTarget is where a webhook posts with the direct client.
 type directTarget struct {
-	pool *directPool
+	pool poster
 	// requestURI is the URL's path and query; host the Host header.
 	requestURI, host string
 }

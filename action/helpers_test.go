@@ -29,8 +29,12 @@ import (
 // in the worker processes of `go test -fuzz`: they run only the fuzz
 // target, which needs no Kubernetes, and a control plane started in each
 // of them stalls the fuzzer (its workers do not answer in time; their
-// control planes are left behind).
+// control planes are left behind). Started as a benchmark's receiver
+// process, it runs that instead.
 func TestMain(m *testing.M) {
+	if code, ok := benchReceiverMain(); ok {
+		os.Exit(code)
+	}
 	flag.Parse()
 	if f := flag.Lookup("test.fuzzworker"); f != nil && f.Value.String() == "true" {
 		os.Exit(m.Run())
