@@ -82,6 +82,24 @@ func bareCacher(dyn dynamic.Interface, gvr schema.GroupVersionResource, ns strin
 	}
 }
 
+// peerCacher is the fair peer: a client-go dynamic informer on one
+// namespace whose transform keeps what fieldwatch's cache keeps under a
+// rule reading paths.
+func peerCacher(dyn dynamic.Interface, gvr schema.GroupVersionResource, ns string, paths ...string) cacher {
+	return func(ctx context.Context) (func() int, func() bool, <-chan struct{}, error) {
+		inf := dynamicinformer.NewFilteredDynamicInformer(dyn, gvr, ns, 0, cache.Indexers{}, nil).Informer()
+		if err := inf.SetTransform(projectTransform(paths)); err != nil {
+			return nil, nil, nil, err
+		}
+		stopped := make(chan struct{})
+		go func() {
+			defer close(stopped)
+			inf.RunWithContext(ctx)
+		}()
+		return func() int { return len(inf.GetStore().ListKeys()) }, inf.HasSynced, stopped, nil
+	}
+}
+
 // fieldwatchCacher is fieldwatch's watcher on one resource, caching what
 // the rules read (the projection the command computes).
 func fieldwatchCacher(config *rest.Config, sel change.Selector, set *rules.Set) cacher {

@@ -27,9 +27,11 @@ import (
 var configMapsGVR = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 
 // runBareChild is the bare informer: a client-go dynamic informer on the
-// ConfigMaps of one namespace that only counts update events. It prints
+// ConfigMaps of one namespace that only counts update events; with paths,
+// the fair peer: the same with a transform that keeps what fieldwatch's
+// cache keeps under a rule reading paths (projectTransform). It prints
 // "synced" once synced, then "count N" as the count grows.
-func runBareChild(ctx context.Context, kubeconfig, namespace string, gvr schema.GroupVersionResource) error {
+func runBareChild(ctx context.Context, kubeconfig, namespace string, gvr schema.GroupVersionResource, paths []string) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return err
@@ -41,6 +43,11 @@ func runBareChild(ctx context.Context, kubeconfig, namespace string, gvr schema.
 	}
 	var updates atomic.Int64
 	inf := dynamicinformer.NewFilteredDynamicInformer(dyn, gvr, namespace, 0, cache.Indexers{}, nil).Informer()
+	if len(paths) > 0 {
+		if err := inf.SetTransform(projectTransform(paths)); err != nil {
+			return err
+		}
+	}
 	lat := make(chan time.Duration, 100000)
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, obj any) {
 		updates.Add(1)
@@ -101,15 +108,23 @@ func startBare(kubeconfig, namespace, resource string) (*process, error) {
 	return startBareChild(kubeconfig, "bare", namespace, resource)
 }
 
+// startPeer starts the fair peer: the bare informer child on resource,
+// with a transform keeping what fieldwatch's cache keeps under a rule
+// reading paths.
+func startPeer(kubeconfig, namespace, resource string, paths ...string) (*process, error) {
+	return startBareChild(kubeconfig, "bare", namespace, resource, "-child-fields", strings.Join(paths, ","))
+}
+
 // startBareChild starts a bare child: "bare" on one resource, or
-// "bare-crds" on every custom resource.
-func startBareChild(kubeconfig, child, namespace, resource string) (*process, error) {
+// "bare-crds" on every custom resource; extra are more flags.
+func startBareChild(kubeconfig, child, namespace, resource string, extra ...string) (*process, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	p := &process{name: child, synced: make(chan struct{}), done: make(chan struct{}), lat: make(chan time.Duration, 100000), stats: map[string]int{}}
-	p.cmd = exec.Command(self, "-child", child, "-child-kubeconfig", kubeconfig, "-child-namespace", namespace, "-child-resource", resource)
+	args := append([]string{"-child", child, "-child-kubeconfig", kubeconfig, "-child-namespace", namespace, "-child-resource", resource}, extra...)
+	p.cmd = exec.Command(self, args...)
 	return p, p.start(func(line string) {
 		name, value, _ := strings.Cut(line, " ")
 		switch name {

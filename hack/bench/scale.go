@@ -361,6 +361,10 @@ func (b *bench) objectCount(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		peer, err := b.runBareObjects(kubeconfig, n, "-child-fields", "data.owner")
+		if err != nil {
+			return err
+		}
 		fw, err := b.runFieldwatchObjects(b.binary, kubeconfig, rulesFile, n)
 		if err != nil {
 			return err
@@ -379,6 +383,11 @@ func (b *bench) objectCount(ctx context.Context) error {
 			fmt.Sprintf("%.0f MiB, %.0f B", mib(fw.rss), fw.heapPerObject),
 			fmt.Sprintf("%.2fx, %.2fx", float64(fw.rss)/float64(bare.rss), fw.heapPerObject/bare.heapPerObject),
 			fmt.Sprintf("all in %.0f B an object (bare %.0f)", float64(fw.rss)/float64(n), float64(bare.rss)/float64(n)))
+		b.t.add("  same, fair peer: informer with a projecting transform (data.owner)",
+			fmt.Sprintf("%.0f MiB, %.0f B", mib(peer.rss), peer.heapPerObject),
+			fmt.Sprintf("%.0f MiB, %.0f B", mib(fw.rss), fw.heapPerObject),
+			fmt.Sprintf("%.2fx, %.2fx", float64(fw.rss)/float64(peer.rss), fw.heapPerObject/peer.heapPerObject),
+			fmt.Sprintf("peer all in %.0f B an object", float64(peer.rss)/float64(n)))
 		if prevFW.objects > 0 {
 			d := float64(n - prevFW.objects)
 			b.t.add(fmt.Sprintf("  RSS each object adds, %d to %d ConfigMaps", prevFW.objects, n),
@@ -401,8 +410,8 @@ func scaleConfigMap(i int) *unstructured.Unstructured {
 	}}
 }
 
-func (b *bench) runBareObjects(kubeconfig string, n int) (scaleResult, error) {
-	p, err := startBareChild(kubeconfig, "bare", scaleNS, "configmaps")
+func (b *bench) runBareObjects(kubeconfig string, n int, extra ...string) (scaleResult, error) {
+	p, err := startBareChild(kubeconfig, "bare", scaleNS, "configmaps", extra...)
 	if err != nil {
 		return scaleResult{}, err
 	}
