@@ -10,9 +10,9 @@
 //   - changes per second and CPU per change, with fieldwatch and a bare
 //     informer running as separate processes on the same stream of updates
 //     (CPU read from /proc), to a log action and to a webhook on 127.0.0.1;
-//   - webhook POSTs per second draining a backlog of 4 KB bodies, to
-//     Go's net/http server and to a lean HTTP/1.1 receiver (receiver.go, lean.go: one epoll loop),
-//     with the CPU per POST of fieldwatch and of the receiver;
+//   - webhook POSTs per second draining a backlog of 4 KB bodies to Go's
+//     net/http server (receiver.go), with the CPU per POST of fieldwatch
+//     and of the receiver;
 //   - the history (a state directory with and without it): CPU per
 //     change with a log action, and bytes on disk per entry;
 //   - attribution from the audit stream on against off: CPU per change
@@ -61,7 +61,7 @@ type options struct {
 	crds, objectsPerCRD int
 	latencySeconds      int
 	drain               int
-	// drainRuns repeats the drain to the lean receiver; drainProfile,
+	// drainRuns repeats the drain; drainProfile,
 	// when set, is a directory for fieldwatch's heap and CPU profiles of
 	// each drain.
 	drainRuns    int
@@ -89,7 +89,7 @@ func main() {
 	flag.IntVar(&o.objectsPerCRD, "objects-per-crd", 500, "objects of each CRD for the start-up measurement")
 	flag.IntVar(&o.latencySeconds, "latency-seconds", 10, "how long to measure latency at half the maximum rate")
 	flag.IntVar(&o.drain, "drain", 5000, "firings queued for the webhook drain measurement")
-	flag.IntVar(&o.drainRuns, "drain-runs", 1, "drains to the lean receiver, each its own row (profiles of several drains merge with go tool pprof)")
+	flag.IntVar(&o.drainRuns, "drain-runs", 1, "drains, each its own row (profiles of several drains merge with go tool pprof)")
 	flag.StringVar(&o.drainProfile, "drain-profile", "", "a directory for profiles of fieldwatch from its --pprof (events section): its heap as the drain starts (after a collection, which the drain then does not make: its rate is not comparable with unprofiled drains) and its CPU during the drain")
 	flag.StringVar(&o.sections, "sections", "memory,events,history,audit,startup,cbor,crds,objects,ksm", "which measurements to run (events and history update the ConfigMaps memory creates, or create them)")
 	flag.StringVar(&o.compare, "compare", "", "another fieldwatch binary to run beside bin/fieldwatch in the events section (CPU per change with a webhook, the drain), the CRD-count (deploy/ rules) and object-count scenarios, for a change's before and after in one run")

@@ -556,24 +556,22 @@ func percentiles(ds []time.Duration) (p50, p99 time.Duration) {
 // 4 KB (the value, and the payload around it).
 var drainPadding = strings.Repeat("x", 3500)
 
-// drains measures fw's drain twice: to the receiver's net/http server,
-// then to its lean one (see receiver), the values set short again in
-// between (a change's payload holds the old value too).
+// drains measures fw's drain -drain-runs times, the values set short
+// again in between (a change's payload holds the old value too).
 func (b *bench) drains(ctx context.Context, rec *receiver, cms dynamic.ResourceInterface, fw *process, label string) error {
-	if err := b.drain(ctx, rec, cms, fw, false, label); err != nil {
-		return err
-	}
 	d := min(b.o.drain, b.o.configMaps)
-	for range max(b.o.drainRuns, 1) {
-		rec.reset(nil, nil)
-		run := time.Now().UnixNano()
-		if err := patchUpdates(ctx, cms, d, func(i int) string { return fmt.Sprintf("%d-reset-%d", run, i) }); err != nil {
-			return err
+	for i := range max(b.o.drainRuns, 1) {
+		if i > 0 {
+			rec.reset(nil, nil)
+			run := time.Now().UnixNano()
+			if err := patchUpdates(ctx, cms, d, func(i int) string { return fmt.Sprintf("%d-reset-%d", run, i) }); err != nil {
+				return err
+			}
+			if _, err := rec.waitReceived(d, 2*time.Minute); err != nil {
+				return err
+			}
 		}
-		if _, err := rec.waitReceived(d, 2*time.Minute); err != nil {
-			return err
-		}
-		if err := b.drain(ctx, rec, cms, fw, true, label); err != nil {
+		if err := b.drain(ctx, rec, cms, fw, label); err != nil {
 			return err
 		}
 	}
@@ -638,11 +636,9 @@ func fetchProfile(url, path string) error {
 
 // drain holds the receiver while a backlog builds up, then measures how
 // fast fieldwatch empties it, with POST bodies of about 4 KB, to the
-// receiver's lean server or its net/http one.
-func (b *bench) drain(ctx context.Context, rec *receiver, cms dynamic.ResourceInterface, fw *process, lean bool, label string) error {
+// receiver.
+func (b *bench) drain(ctx context.Context, rec *receiver, cms dynamic.ResourceInterface, fw *process, label string) error {
 	d := min(b.o.drain, b.o.configMaps)
-	rec.setLean(lean)
-	defer rec.setLean(false)
 	gate := make(chan struct{})
 	rec.reset(gate, nil)
 	before := fw.metric(`fieldwatch_watcher_events_total{group="",resource="configmaps",type="updated",version="v1"}`)
@@ -657,10 +653,7 @@ func (b *bench) drain(ctx context.Context, rec *receiver, cms dynamic.ResourceIn
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	server := "net/http"
-	if lean {
-		server = "lean"
-	}
+	const server = "net/http"
 	waited, quiet := waitQuiet(20*time.Second, fw)
 	profiled := b.profileDrain(fw, server)
 	// The metrics first: serving them is not the drain's work.
