@@ -238,7 +238,8 @@ image: ## build the image without Docker into bin/fieldwatch-image.tar (fieldwat
 # The one-node cluster (hack/cluster): etcd and kube-apiserver (make
 # controlplane), kube-controller-manager, kube-scheduler, kubelet,
 # kube-proxy and kubectl (k8s.io/kubernetes v1.37.2), containerd v2.4.2
-# with Debian's runc and CNI plugins. Root only; one per machine.
+# with Debian's runc and CNI plugins, CoreDNS v1.15.0 as the cluster DNS.
+# Root only; one per machine.
 CLUSTER := $(BIN)/fieldwatch-cluster
 PAUSE_IMAGE := fieldwatch.local/pause:3.10
 CLUSTER_DEPS := runc containernetworking-plugins iptables conntrack socat iproute2 mount

@@ -112,3 +112,33 @@ func TestCNIConfig(t *testing.T) {
 		t.Errorf("routes %v, want the Service range only", routes)
 	}
 }
+
+// TestCorefile: the cluster DNS binds the address it is given in every
+// server block, answers cluster.local from the kubernetes plugin as the
+// kubeconfig's user, and forwards nothing (every other name is
+// NXDOMAIN).
+func TestCorefile(t *testing.T) {
+	conf := corefile(nodeIP, "53", "/run/dns.kubeconfig")
+	var blocks []string
+	for _, line := range strings.Split(conf, "\n") {
+		if strings.HasSuffix(line, "{") && !strings.HasPrefix(line, " ") {
+			blocks = append(blocks, strings.TrimSuffix(line, " {"))
+		}
+	}
+	if !slices.Equal(blocks, []string{"cluster.local:53", ".:53"}) {
+		t.Errorf("server blocks %q, want cluster.local:53 and .:53", blocks)
+	}
+	for _, want := range []string{"kubeconfig /run/dns.kubeconfig", "kubernetes cluster.local {", "rcode NXDOMAIN"} {
+		if !strings.Contains(conf, want) {
+			t.Errorf("the Corefile has no %q:\n%s", want, conf)
+		}
+	}
+	if n := strings.Count(conf, "bind "+nodeIP+"\n"); n != len(blocks) {
+		t.Errorf("%d server blocks bind %s, want all %d:\n%s", n, nodeIP, len(blocks), conf)
+	}
+	for _, plugin := range []string{"forward", "proxy", "grpc"} {
+		if strings.Contains(conf, plugin) {
+			t.Errorf("the Corefile uses %s: no query may leave the machine:\n%s", plugin, conf)
+		}
+	}
+}

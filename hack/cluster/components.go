@@ -78,7 +78,7 @@ func daemonFor(p paths, name, self string) daemon {
 	case "provisioner":
 		return daemon{name: name, path: self, args: []string{"provision", "--kubeconfig=" + p.conf("provisioner.kubeconfig")}}
 	case "dns":
-		return daemon{name: name, path: self, args: []string{"dns", "--kubeconfig=" + p.conf("dns.kubeconfig")}}
+		return daemon{name: name, path: p.binary("coredns"), args: []string{"-conf=" + p.conf("Corefile")}}
 	}
 	panic("unknown component " + name)
 }

@@ -136,7 +136,7 @@ authentication:
 authorization:
   mode: Webhook
 containerRuntimeEndpoint: unix://%[5]s
-# The pods' name server: the cluster DNS (fieldwatch-cluster dns) on the
+# The pods' name server: the cluster DNS (CoreDNS, Corefile) on the
 # bridge's address. resolvConf is empty: no search domain or name server
 # of the machine reaches the pods.
 clusterDNS: [%[1]s]
@@ -185,6 +185,36 @@ conntrack:
 `, p.conf("kube-proxy.kubeconfig"), nodeName, podCIDR, proxyHealthzPort, proxyMetricsPort, nodeIP)
 }
 
+// clusterDomain is the cluster's DNS domain (the kubelet's clusterDomain):
+// the cluster DNS answers for it alone.
+const clusterDomain = "cluster.local"
+
+// corefile is the cluster DNS's configuration: CoreDNS on addr (the
+// bridge's address, port 53, UDP and TCP), answering for clusterDomain
+// from the Services and EndpointSlices it follows with its kubernetes
+// plugin as the user of kubeconfig (TTL 5 s: a Service's endpoints change
+// with its pods), and NXDOMAIN for every other name: it forwards nothing,
+// so no query leaves the machine.
+func corefile(addr, port, kubeconfig string) string {
+	return fmt.Sprintf(`# make cluster: the cluster DNS, CoreDNS (hack/cluster/coredns).
+%[1]s:%[2]s {
+    bind %[3]s
+    errors
+    kubernetes %[1]s {
+        kubeconfig %[4]s
+        ttl 5
+    }
+}
+.:%[2]s {
+    bind %[3]s
+    errors
+    template ANY ANY {
+        rcode NXDOMAIN
+    }
+}
+`, clusterDomain, port, addr, kubeconfig)
+}
+
 // auditWebhookConfig is deploy/audit/webhook-kubeconfig.yaml as a user
 // copies it to a control-plane node: the files it names under
 // /etc/kubernetes/fieldwatch-audit/ are bin/cluster/audit's.
@@ -223,6 +253,7 @@ func writeConfigs(p paths) error {
 		p.conf("kube-proxy.yaml"):          kubeProxyConfig(p),
 		p.conf("audit-webhook.kubeconfig"): audit,
 		p.conf("audit-policy.yaml"):        string(policy),
+		p.conf("Corefile"):                 corefile(nodeIP, "53", p.conf("dns.kubeconfig")),
 	}
 	for path, content := range files {
 		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {

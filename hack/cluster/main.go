@@ -4,7 +4,7 @@
 // kubelet and kube-proxy (k8s.io/kubernetes, hack/cluster/kubernetes),
 // containerd with Debian's runc and CNI bridge plugin
 // (hack/cluster/containerd), the pause image built here, a local volume
-// provisioner and the cluster DNS. It binds and advertises only on
+// provisioner and the cluster DNS (CoreDNS, hack/cluster/coredns). It binds and advertises only on
 // loopback and on the bridge it creates, and keeps the pods' and
 // Services' traffic on the machine with filter rules installed before
 // anything starts.
@@ -15,7 +15,6 @@
 //	fieldwatch-cluster load FILE.tar...          import images into its containerd
 //	fieldwatch-cluster ctr ARGS...               ctr on its containerd's socket
 //	fieldwatch-cluster provision --kubeconfig F  the volume provisioner (up starts it)
-//	fieldwatch-cluster dns --kubeconfig F        the cluster DNS on 10.244.0.1:53 (up starts it)
 //
 // Run from the repository (bin/cluster holds the kubeconfig, the logs and
 // the certificates); it needs root.
@@ -54,7 +53,7 @@ func (f *imageFlags) Set(v string) error { *f = append(*f, v); return nil }
 
 func runCmd(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: fieldwatch-cluster up|down|status|load|ctr|provision|dns")
+		return errors.New("usage: fieldwatch-cluster up|down|status|load|ctr|provision")
 	}
 	root, err := testenv.RepoRoot()
 	if err != nil {
@@ -102,16 +101,6 @@ func runCmd(ctx context.Context, args []string) error {
 			return err
 		}
 		return provision(ctx, cs, slog.New(slog.NewJSONHandler(os.Stderr, nil)))
-	case "dns":
-		kubeconfig := fs.String("kubeconfig", "", "the cluster DNS's kubeconfig")
-		if err := fs.Parse(args[1:]); err != nil {
-			return err
-		}
-		cs, err := clientset(*kubeconfig)
-		if err != nil {
-			return err
-		}
-		return serveDNS(ctx, cs, slog.New(slog.NewJSONHandler(os.Stderr, nil)))
 	}
 	return fmt.Errorf("unknown command %q", args[0])
 }

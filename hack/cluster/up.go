@@ -24,7 +24,7 @@ import (
 )
 
 // requiredBinaries are what up needs in bin/ (make cluster builds them).
-var requiredBinaries = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "kubectl", "containerd", "containerd-shim-runc-v2", "ctr"}
+var requiredBinaries = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "kubectl", "containerd", "containerd-shim-runc-v2", "ctr", "coredns"}
 
 // requiredTools are what up needs from the machine (make cluster-deps
 // installs them from Debian's packages).
@@ -322,7 +322,7 @@ func setUpCluster(ctx context.Context, cs kubernetes.Interface) error {
 	dnsRole := &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: dnsUser},
 		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"list", "watch"}},
+			{APIGroups: []string{""}, Resources: []string{"services", "namespaces"}, Verbs: []string{"list", "watch"}},
 			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
 		},
 	}
