@@ -45,7 +45,7 @@ func handler(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// p.ID is the same on a redelivery: drop duplicates by it.
-	fmt.Fprintln(w, "ok", p.ID)
+	_, _ = fmt.Fprintln(w, "ok", p.ID)
 }
 
 func Example_receiver() {

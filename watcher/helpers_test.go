@@ -3,7 +3,6 @@ package watcher
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -123,11 +122,11 @@ func testLogger(t *testing.T) *slog.Logger {
 	if testing.Verbose() {
 		return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
+	return slog.New(slog.DiscardHandler)
 }
 
 // testLoggerB discards, for benchmarks.
-func testLoggerB() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func testLoggerB() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 type tWriter struct{ t *testing.T }
 

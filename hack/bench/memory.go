@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"runtime"
 	"time"
@@ -108,7 +107,7 @@ func fieldwatchCacher(config *rest.Config, sel change.Selector, set *rules.Set) 
 			Selectors:  []change.Selector{sel},
 			Projection: set.Projection,
 			Handler:    watcher.HandlerFunc(func(context.Context, *watcher.Change) error { return nil }),
-			Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Logger:     slog.New(slog.DiscardHandler),
 		})
 		if err != nil {
 			return nil, nil, nil, err

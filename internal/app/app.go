@@ -611,7 +611,7 @@ func (a *app) serveHTTP() (*http.Server, net.Listener, error) {
 		a.serveHistory(mux)
 	}
 	// The bound address: with port 0 the log is where to learn it.
-	a.log.Info("http server listening", "addr", ln.Addr().String(), "max_connections", ln.Max())
+	a.log.Info("http server listening", "addr", ln.Addr().String(), "maxConnections", ln.Max())
 	if a.cfg.Ready != nil {
 		a.cfg.Ready(ln.Addr().String())
 	}
@@ -634,7 +634,7 @@ func (a *app) servePprof() (*http.Server, net.Listener, error) {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	a.log.Info("serving Go profiles on a loopback address", "addr", ln.Addr().String(), "max_connections", ln.Max())
+	a.log.Info("serving Go profiles on a loopback address", "addr", ln.Addr().String(), "maxConnections", ln.Max())
 	// A CPU profile or a trace takes as long as it is asked to
 	// (?seconds=): up to a little less than the write timeout.
 	return a.httpServer(ln, mux, pprofWriteTimeout), ln, nil

@@ -176,7 +176,7 @@ func (a *app) startAuditWebhook(ctx context.Context, bg interface{ Go(func()) })
 	if err != nil {
 		return fmt.Errorf("audit webhook: %w", err)
 	}
-	a.log.Info("audit webhook listening", "addr", ln.Addr().String(), "max_connections", a.connCaps[audit.ServerName])
+	a.log.Info("audit webhook listening", "addr", ln.Addr().String(), "maxConnections", a.connCaps[audit.ServerName])
 	if c.WebhookReady != nil {
 		c.WebhookReady(ln.Addr().String())
 	}

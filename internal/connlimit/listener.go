@@ -118,7 +118,7 @@ func (l *Listener) admit(c net.Conn) *conn {
 
 func (l *Listener) warnFull(what string) {
 	l.warn.Do(func() {
-		l.log.Warn("http server: connection limit reached; "+what, "server", l.name, "max_connections", l.max)
+		l.log.Warn("http server: connection limit reached; "+what, "server", l.name, "maxConnections", l.max)
 	})
 }
 
