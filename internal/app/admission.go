@@ -182,7 +182,7 @@ func (a *app) serveAdmission(ctx context.Context, bg interface{ Go(func()) }, ce
 	if err != nil {
 		return fmt.Errorf("admission webhook: %w", err)
 	}
-	a.log.Info("admission webhook listening", "addr", ln.Addr().String(), "path", audit.AdmissionPath, "max_connections", a.connCaps[audit.AdmissionServerName])
+	a.log.Info("admission webhook listening", "addr", ln.Addr().String(), "path", audit.AdmissionPath, "maxConnections", a.connCaps[audit.AdmissionServerName])
 	if c.Ready != nil {
 		c.Ready(ln.Addr().String())
 	}

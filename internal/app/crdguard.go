@@ -77,7 +77,7 @@ func (a *app) startCRDGuard(ctx context.Context, bg *sync.WaitGroup) error {
 			a.log.Error("the storage-version ledger stopped", "error", err)
 		}
 	})
-	a.log.Info("CRD guard on", "mode", cfg.Mode, "policy", cfg.PolicyFile, "max_objects", a.cfg.CRDImpactMaxObjects)
+	a.log.Info("CRD guard on", "mode", cfg.Mode, "policy", cfg.PolicyFile, "maxObjects", a.cfg.CRDImpactMaxObjects)
 	return nil
 }
 

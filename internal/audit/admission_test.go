@@ -274,7 +274,9 @@ func TestAdmissionPeers(t *testing.T) {
 		go func() { done <- a.Serve(ctx, lns[i]) }()
 		t.Cleanup(func() {
 			cancel()
-			<-done
+			if err := <-done; err != nil {
+				t.Logf("admission server %d: %v", i, err)
+			}
 		})
 		urls[i] = "https://" + lns[i].Addr().String()
 	}
