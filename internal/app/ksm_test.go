@@ -104,6 +104,7 @@ status:
 // proxy by make ksm (hack/ksm: a module of its own).
 func kubeStateMetrics(t *testing.T) string {
 	t.Helper()
+	testenv.SkipShort(t, testenv.NeedsProcesses)
 	path, err := filepath.Abs("../../bin/kube-state-metrics")
 	if err != nil {
 		t.Fatal(err)
