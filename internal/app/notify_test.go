@@ -100,6 +100,7 @@ func TestNotifyBurst(t *testing.T) {
 	fw := runFieldwatch(t, plane, rules, func(c *Config) {
 		c.StateDir = t.TempDir()
 		c.ExternalURL = "https://fieldwatch.example.com"
+		c.History.InsecureLoopback = true
 		c.Ready = func(addr string) { httpAddr <- addr }
 	})
 	admin := historyClient{base: "http://" + <-httpAddr}

@@ -25,7 +25,7 @@ import (
 )
 
 // startPrometheus runs Debian's prometheus (make testdeps installs it) on
-// a loopback port, scraping target every second, and returns the base URL
+// a loopback port, scraping target every 5 seconds, and returns the base URL
 // of its HTTP API. It is stopped by its PID when the test ends.
 func startPrometheus(t *testing.T, target string) string {
 	t.Helper()
@@ -35,7 +35,9 @@ func startPrometheus(t *testing.T, target string) string {
 	}
 	dir := t.TempDir()
 	config := filepath.Join(dir, "prometheus.yml")
-	if err := os.WriteFile(config, []byte(fmt.Sprintf(`global: {scrape_interval: 1s, scrape_timeout: 1s}
+	// A scrape of 50,000 series under -race on a loaded machine takes
+	// seconds: a short timeout would fail every scrape, not the test.
+	if err := os.WriteFile(config, []byte(fmt.Sprintf(`global: {scrape_interval: 5s, scrape_timeout: 5s}
 scrape_configs:
   - job_name: fieldwatch
     static_configs: [{targets: [%q]}]
@@ -177,7 +179,8 @@ func TestPrometheusScrapesMetricsFromFields(t *testing.T) {
 		t.Helper()
 		var got float64
 		if !testenv.Poll(2*time.Minute, func() bool { v, ok := one(q); got = v; return ok && v == want }) {
-			t.Fatalf("timed out waiting for %s: %s = %v, want %v\nfieldwatch logs:\n%s", what, q, got, want, logs.String())
+			t.Fatalf("timed out waiting for %s: %s = %v, want %v\nscrapes: up %v, duration %v s, samples %v\nfieldwatch logs:\n%s",
+				what, q, got, want, promQuery(prom, "up"), promQuery(prom, "scrape_duration_seconds"), promQuery(prom, "scrape_samples_scraped"), logs.String())
 		}
 	}
 	wantValue("every object's size", `count(kube_customresource_sprocket_size)`, n)
