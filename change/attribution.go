@@ -81,6 +81,38 @@ type Attribution struct {
 	// Candidates are the usernames (impersonated ones where a request
 	// impersonated) of an ambiguous match, sorted.
 	Candidates []string `json:"candidates,omitempty"`
+	// Guard is set when the change is a CRD change that fieldwatch's CRD
+	// guard refused in deny mode and its annotation let through: what
+	// admission told of the request that made it (exact admission matches
+	// only). A payload writes it as its own "guard" key beside actor,
+	// never inside actor.
+	Guard *GuardOverride `json:"-"`
+}
+
+// GuardOverride records that fieldwatch's CRD guard refused a change of a
+// CustomResourceDefinition in deny mode and the fieldwatch.io/allow-breaking
+// annotation let it through: who made the request and why. The payload
+// of that change carries it as "guard", its fields in this order.
+type GuardOverride struct {
+	// Overridden is always true: the guard refused and was overridden.
+	Overridden bool `json:"overridden"`
+	// Reason is the annotation's value.
+	Reason string `json:"reason"`
+	// User and Groups are who made the request (its userInfo): the
+	// identity it acted as.
+	User   string   `json:"user"`
+	Groups []string `json:"groups,omitempty"`
+	// Operation is UPDATE or DELETE, RequestUID the admission request's
+	// uid.
+	Operation  string `json:"operation"`
+	RequestUID string `json:"requestUID"`
+	// Checks are what deny mode refused, each once: check names,
+	// crd-removed for a deletion, incomplete for a check that could not
+	// finish.
+	Checks []string `json:"checks"`
+	// Objects is how many objects the change strands (a lower bound when
+	// the check was incomplete).
+	Objects int `json:"objects"`
 }
 
 // Effective returns the identity the change was made as: the impersonated

@@ -20,3 +20,7 @@ type Actor struct {
 	// Fields added to change.Attribution appear here.
 	change.Attribution
 }
+
+// Guard is the payload's guard: change.GuardOverride, whose doc comments
+// say each key.
+type Guard = change.GuardOverride

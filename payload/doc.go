@@ -21,7 +21,7 @@
 // again, so that the type and the bytes cannot drift apart.
 //
 // Package payload must import nothing of Kubernetes and nothing of
-// fieldwatch but package change, whose types (Type, Observed, Attribution)
-// it reuses, so that a receiver pulls in no client-go: TestDependencies
-// keeps it so.
+// fieldwatch but package change, whose types (Type, Observed, Attribution,
+// GuardOverride) it reuses, so that a receiver pulls in no client-go:
+// TestDependencies keeps it so.
 package payload

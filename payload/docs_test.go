@@ -17,7 +17,8 @@ var docTables = map[string]string{
 	"Resource":              "resource.",
 	"Changes":               "changes[].",
 	"The user, from the audit stream or admission": "actor.",
-	"crd": "crd.",
+	"guard": "guard.",
+	"crd":   "crd.",
 }
 
 // TestDocsFields keeps docs/payload.md and the type to each other: every

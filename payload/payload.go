@@ -55,6 +55,13 @@ type Payload struct {
 	// Actor is who made the change; nil when nothing can tell (always for
 	// a deletion without an audit source).
 	Actor *Actor `json:"actor,omitempty"`
+	// Guard says that fieldwatch's CRD guard refused this change of a
+	// CustomResourceDefinition in deny mode and the
+	// fieldwatch.io/allow-breaking annotation let it through: who made the
+	// request, why, and what the guard refused. Only on a CRD change
+	// attributed exactly from admission (the request the guard answered);
+	// absent otherwise.
+	Guard *Guard `json:"guard,omitempty"`
 	// CRD is the CRD upgrade safety check of a change of a
 	// CustomResourceDefinition, for rules with the crd key or whose when
 	// reads crd; nil otherwise.

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/fieldwatch/fieldwatch/change"
@@ -219,6 +220,35 @@ func appendActor(b []byte, mf managerActor, hasMF bool, a *change.Attribution) (
 		}
 	}
 	return append(b, '}'), true
+}
+
+// appendGuard appends the payload's "guard" key (payload.Guard), the CRD
+// guard's override of the request that made the change, when a says there
+// was one.
+func appendGuard(b []byte, a *change.Attribution) []byte {
+	if a == nil || a.Guard == nil {
+		return b
+	}
+	g := a.Guard
+	b = append(b, `,"guard":{"overridden":`...)
+	b = strconv.AppendBool(b, g.Overridden)
+	b = append(b, `,"reason":`...)
+	b = appendJSONString(b, g.Reason)
+	b = append(b, `,"user":`...)
+	b = appendJSONString(b, g.User)
+	if len(g.Groups) > 0 {
+		b = append(b, `,"groups":`...)
+		b = appendStrings(b, g.Groups)
+	}
+	b = append(b, `,"operation":`...)
+	b = appendJSONString(b, g.Operation)
+	b = append(b, `,"requestUID":`...)
+	b = appendJSONString(b, g.RequestUID)
+	b = append(b, `,"checks":`...)
+	b = appendStrings(b, g.Checks)
+	b = append(b, `,"objects":`...)
+	b = strconv.AppendInt(b, int64(g.Objects), 10)
+	return append(b, '}')
 }
 
 // appendUser appends a user as {"username", "uid", "groups"}, the last two

@@ -130,6 +130,7 @@ func (r *Rule) firing(st *evalState, ops []patchOp) (Firing, error) {
 	}
 	b = append(b, ']')
 	b, _ = appendActor(b, actor, hasActor, c.Attribution)
+	b = appendGuard(b, c.Attribution)
 	if r.crd != crdNone {
 		v, err := st.crdView(r.crd == crdImpact, r.crdPolicy)
 		if err != nil {

@@ -100,8 +100,9 @@ func TestCRDTypeMatchesDiff(t *testing.T) {
 }
 
 // typeCoverage returns the firings of changes that give what no case file
-// does: an observed change with every key of the attribution, and a CRD
-// comparison whose impact has every key.
+// does: an observed change with every key of the attribution, a CRD
+// comparison whose impact has every key, and a CRD change the guard's
+// annotation let through.
 func typeCoverage(t *testing.T) map[string]rules.Firing {
 	t.Helper()
 	set, err := rules.Parse("coverage.yaml", []byte(`rules:
@@ -148,6 +149,11 @@ func typeCoverage(t *testing.T) map[string]rules.Firing {
 		"observed, attributed": {Type: change.Updated, Resource: widgets, Old: widget("1", 1), New: widget("2", 3), Time: at,
 			Observed: change.ObservedRelist, Attribution: everyone},
 		"crd impact": {Type: change.Updated, Resource: crds, Old: crd("1", "red", "green"), New: crd("2", "red"), Time: at, CRD: comparison},
+		"crd guard overridden": {Type: change.Updated, Resource: crds, Old: crd("1", "red", "green"), New: crd("2", "red"), Time: at, CRD: comparison,
+			Attribution: &change.Attribution{Match: change.MatchExact, Source: change.SourceAdmission, Verb: "update",
+				User: &change.UserInfo{Username: "alice", Groups: []string{"sre"}},
+				Guard: &change.GuardOverride{Overridden: true, Reason: "colors retired, objects migrated", User: "alice", Groups: []string{"sre"},
+					Operation: "UPDATE", RequestUID: "r1", Checks: []string{"enum-values-removed"}, Objects: 1}}},
 	}
 	out := map[string]rules.Firing{}
 	for name, c := range changes {

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 
+	"github.com/fieldwatch/fieldwatch/change"
 	"github.com/fieldwatch/fieldwatch/crd/diff"
 )
 
@@ -182,27 +183,11 @@ type Decision struct {
 	Override *Override
 }
 
-// Override records that the annotation let a change through deny mode.
-// The admission endpoint keeps it with its record of the request, so that
-// the payload of the CRD change it is matched to carries it (as "guard").
-type Override struct {
-	// Overridden is always true: the guard refused and was overridden.
-	Overridden bool `json:"overridden"`
-	// Reason is the annotation's value.
-	Reason string `json:"reason"`
-	// User and Groups are who made the request (userInfo).
-	User   string   `json:"user"`
-	Groups []string `json:"groups,omitempty"`
-	// Operation is UPDATE or DELETE, RequestUID the request's uid.
-	Operation  string `json:"operation"`
-	RequestUID string `json:"requestUID"`
-	// Checks are what deny mode refused: check names, crd-removed for a
-	// deletion, incomplete for a check that could not finish.
-	Checks []string `json:"checks"`
-	// Objects is how many objects the change strands (a lower bound when
-	// the check was incomplete).
-	Objects int `json:"objects"`
-}
+// Override records that the annotation let a change through deny mode:
+// change.GuardOverride, which the admission endpoint keeps with its record
+// of the request, so that the payload of the CRD change it is matched to
+// carries it (as "guard").
+type Override = change.GuardOverride
 
 // Review answers one admission request. Requests the guard does not
 // handle (Handles), and every request in Off mode, are allowed at once.
@@ -336,7 +321,7 @@ func (g *Guard) conclude(req *admissionv1.AdmissionRequest, annotated *apiextens
 	if g.mode != Deny || !refuse {
 		return d
 	}
-	refused := v.refused
+	refused := uniqueChecks(v.refused)
 	if len(refused) == 0 {
 		refused = []string{"incomplete"}
 	}
@@ -365,6 +350,20 @@ func (g *Guard) conclude(req *admissionv1.AdmissionRequest, annotated *apiextens
 		Details: &metav1.StatusDetails{Name: req.Name, Group: CRDResource.Group, Kind: "CustomResourceDefinition", Causes: v.causes},
 	}
 	return d
+}
+
+// uniqueChecks returns the check names of checks, each once, in the order
+// they first appear.
+func uniqueChecks(checks []string) []string {
+	seen := make(map[string]bool, len(checks))
+	out := make([]string, 0, len(checks))
+	for _, c := range checks {
+		if !seen[c] {
+			seen[c] = true
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // allowReason returns the reason AllowAnnotation gives on crd, "" when
