@@ -83,6 +83,11 @@ type AdmissionOptions struct {
 	// Keep, when set, says which resources' reviews to keep (those the
 	// rules select); the others are allowed and dropped at once.
 	Keep func(group, resource string) bool
+	// Guard, when set, answers the reviews it takes (the CRD guard),
+	// whatever Keep says; GuardTimeout is the longest its answer takes
+	// (the connections' write deadline allows for it).
+	Guard        AdmissionGuard
+	GuardTimeout time.Duration
 	// Peers are the other replicas' endpoints, host:port (as
 	// WebhookOptions.Peers): each record this endpoint keeps is forwarded
 	// to them in the background, in batches, so that every replica holds
@@ -106,7 +111,9 @@ type AdmissionOptions struct {
 // AdmissionReviews of admission.k8s.io/v1 over HTTPS on AdmissionPath,
 // keeps of each write it is sent who made it, on which object, from
 // which resourceVersion, and a digest of the content it stores (Record),
-// and answers allowed at once.
+// and answers allowed at once; the reviews its Guard takes (CRD updates
+// and deletions) get the guard's answer instead, which may warn or refuse
+// and take seconds, and their records wait for it.
 //
 // It never denies a write and never slows one down for its own trouble:
 // every review it can read is answered allowed as soon as it is read,
@@ -188,7 +195,7 @@ func (a *Admission) Serve(ctx context.Context, ln net.Listener) error {
 		TLSConfig:         a.TLSConfig(),
 		ReadHeaderTimeout: admissionReadHeaderTimeout,
 		ReadTimeout:       admissionReadTimeout,
-		WriteTimeout:      admissionWriteTimeout,
+		WriteTimeout:      admissionWriteTimeout + a.opts.GuardTimeout,
 		IdleTimeout:       a.opts.IdleTimeout,
 		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
 	}
@@ -277,7 +284,8 @@ func (a *Admission) forward(ctx context.Context) {
 	}
 }
 
-// ServeHTTP answers an AdmissionReview: allowed, at once.
+// ServeHTTP answers an AdmissionReview: allowed, at once, or what the
+// Guard answers for the reviews it takes.
 func (a *Admission) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		rw.Header().Set("Allow", http.MethodPost)
@@ -315,6 +323,13 @@ func (a *Admission) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		a.refuse(rw, r, http.StatusBadRequest, err.Error())
 		return
 	}
+	var answer *GuardAnswer
+	if a.opts.Guard != nil && a.opts.Guard.Takes(rv.group, rv.resource, rv.subResource, rv.operation) {
+		answer = a.guard(r.Context(), body, &rv)
+		// The record stands for changes watched after the answer, the
+		// earliest the write can be stored.
+		now = a.opts.Clock.Now()
+	}
 	rec, result, err := recordOf(&rv, a.opts.Keep, now)
 	switch {
 	case err != nil:
@@ -325,7 +340,12 @@ func (a *Admission) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			a.log.Warn("admission webhook: cannot read the object of a review; allowed, not kept", "error", truncate(err.Error(), 512),
 				"resource", rv.resource, "namespace", rv.namespace, "name", rv.name, "suppressed", suppressed)
 		}
+	case result == reviewKept && answer != nil && !answer.Allowed:
+		result = reviewRefused // no change can be its
 	case result == reviewKept:
+		if answer != nil {
+			rec.Guard = answer.Override
+		}
 		select {
 		case a.queue <- rec:
 		default:
@@ -333,7 +353,36 @@ func (a *Admission) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		}
 	}
 	a.m.review(result)
+	if answer != nil {
+		a.write(rw, answer.Review)
+		return
+	}
 	a.allow(rw, rv.uid)
+}
+
+// guard asks the Guard for its answer to the review body; nil when it
+// has none (an error, logged: the review is then allowed).
+func (a *Admission) guard(ctx context.Context, body []byte, rv *review) *GuardAnswer {
+	ans, err := a.opts.Guard.Review(ctx, body)
+	if err == nil && len(ans.Review) > 0 {
+		return &ans
+	}
+	if err == nil {
+		err = errors.New("no answer")
+	}
+	if suppressed, ok := a.refusals.allow("guard", a.opts.Clock.Now()); ok {
+		a.log.Warn("admission webhook: the CRD guard could not answer a review; allowed", "error", truncate(err.Error(), 512),
+			"resource", rv.resource, "name", rv.name, "operation", rv.operation, "suppressed", suppressed)
+	}
+	return nil
+}
+
+// write writes the AdmissionReview review, the answer to a review.
+func (a *Admission) write(rw http.ResponseWriter, review []byte) {
+	rw.Header().Set("Content-Type", "application/json")
+	a.m.code(http.StatusOK)
+	rw.WriteHeader(http.StatusOK)
+	_, _ = rw.Write(review)
 }
 
 // readBody reads a review's body, within the limits: a body over

@@ -192,6 +192,7 @@ const (
 	reviewNotWrite = "not_a_write" // CONNECT, a create of a subresource
 	reviewDropped  = "dropped"     // the queue to the index was full
 	reviewTooLarge = "too_large"   // its user, groups and names keep more than MaxEventBytes
+	reviewRefused  = "refused"     // the Guard refused the write
 )
 
 // recordOf turns a review into the record attribution keeps, or says why

@@ -273,7 +273,8 @@ func (ix *Index) consumeAdmissionLocked(c *Change) {
 // same effect, two sources that disagree): never a guess. The records
 // c's kind ends are consumed, and of a single answer the audit event
 // that agreed (or, when none is held yet, the event is awaited as an
-// echo).
+// echo). A single answer carries the CRD guard's override of a record
+// that has one (Record.Guard); an ambiguous one never does.
 func (ix *Index) matchAdmissionLocked(c *Change, adm, audit []*entry) change.Attribution {
 	names := make([]string, 0, len(adm)+len(audit))
 	for _, e := range adm {
@@ -297,6 +298,12 @@ func (ix *Index) matchAdmissionLocked(c *Change, adm, audit []*entry) change.Att
 	am.matchExact.Inc()
 	a := attribution(change.MatchExact, adm[0], adm)
 	a.Source = change.SourceAdmission
+	for _, e := range adm {
+		if e.rec.Guard != nil {
+			a.Guard = e.rec.Guard // the CRD guard's annotation let this write through
+			break
+		}
+	}
 	a.UserAgent, a.SourceIPs = "", nil
 	if len(audit) > 0 {
 		// The audit stream agrees: its event is this write's.

@@ -56,7 +56,7 @@ func NewAdmissionMetrics(reg prometheus.Registerer) *AdmissionMetrics {
 		}, []string{"reason"}),
 		reviews: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "reviews_total",
-			Help: "AdmissionReviews read, by result: kept (a write's record held for matching), dry_run, filtered (a resource no rule selects), not_a_write (CONNECT, a subresource's create), too_large (its user and names keep over 64 KiB), dropped (the queue to the index was full, or no replica runs), malformed, version, body_limit, busy; peer and duplicate for records forwarded by peers.",
+			Help: "AdmissionReviews read, by result: kept (a write's record held for matching), dry_run, filtered (a resource no rule selects), not_a_write (CONNECT, a subresource's create), too_large (its user and names keep over 64 KiB), refused (the CRD guard refused the write), dropped (the queue to the index was full, or no replica runs), malformed, version, body_limit, busy; peer and duplicate for records forwarded by peers.",
 		}, []string{"result"}),
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "pending",
@@ -92,7 +92,7 @@ func NewAdmissionMetrics(reg prometheus.Registerer) *AdmissionMetrics {
 		m.refusedBy[r] = m.refused.WithLabelValues(r)
 	}
 	m.reviewBy = map[string]prometheus.Counter{}
-	for _, r := range []string{reviewKept, reviewDryRun, reviewFiltered, reviewNotWrite, reviewDropped, reviewTooLarge,
+	for _, r := range []string{reviewKept, reviewDryRun, reviewFiltered, reviewNotWrite, reviewDropped, reviewTooLarge, reviewRefused,
 		reviewMalformed, reviewVersion, reviewBody, reviewBusy, reviewPeer, reviewDuplicate} {
 		m.reviewBy[r] = m.reviews.WithLabelValues(r)
 	}

@@ -86,6 +86,10 @@ type Record struct {
 	// update stores; "" when the request's object is not the resource's
 	// own (a Scale of a scale subresource).
 	ContentHash string `json:",omitempty"`
+	// Guard is set when the CRD guard answered the review in deny mode
+	// and its annotation let the write through (AdmissionGuard): an exact
+	// match of this record carries it to the change's attribution.
+	Guard *change.GuardOverride `json:",omitempty"`
 }
 
 // Username returns the identity the request acted as: the impersonated
@@ -107,11 +111,13 @@ func (r *Record) identity() string {
 }
 
 // recordBytes is what a Record takes besides the bytes of its strings and
-// lists; stringBytes a string header, userBytes an impersonated user.
+// lists; stringBytes a string header, userBytes an impersonated user,
+// guardBytes a guard override.
 const (
 	recordBytes = int(unsafe.Sizeof(Record{}))
 	stringBytes = int(unsafe.Sizeof(""))
 	userBytes   = int(unsafe.Sizeof(change.UserInfo{}))
+	guardBytes  = int(unsafe.Sizeof(change.GuardOverride{}))
 )
 
 // keptBytes is what r holds beside the Record itself: the bytes of its
@@ -125,6 +131,9 @@ func (r *Record) keptBytes() int {
 		len(r.OldResourceVersion) + len(r.ContentHash)
 	if r.ImpersonatedUser != nil {
 		n += userBytes + userInfoBytes(r.ImpersonatedUser)
+	}
+	if g := r.Guard; g != nil {
+		n += guardBytes + len(g.Reason) + len(g.User) + listBytes(g.Groups) + len(g.Operation) + len(g.RequestUID) + listBytes(g.Checks)
 	}
 	return n
 }
