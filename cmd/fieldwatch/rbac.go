@@ -8,6 +8,9 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 
 	"github.com/fieldwatch/fieldwatch/fieldmetrics"
 	"github.com/fieldwatch/fieldwatch/fileerr"
@@ -40,13 +43,19 @@ func rbacCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"rules that name another namespace or select cluster-scoped resources are refused")
 	fs.BoolVar(&opts.AdmissionCerts, "admission-certs", false, "add what fieldwatch needs to keep its admission webhook's certificate itself (fieldwatch run --admission-cert-secret): update Secret <name>-admission-tls in --namespace and the caBundle of ValidatingWebhookConfiguration <name>")
 	fs.BoolVar(&opts.ReadCRDs, "read-crds", false, "with --namespaces: add a ClusterRole that reads CustomResourceDefinitions, so that new CRDs are followed at once rather than by the periodic discovery")
-	output := fs.String("o", "yaml", "output: yaml (RBAC manifests to apply), helm-values (the rbac and admission.rules values, and watchNamespaces, of the Helm chart charts/fieldwatch, which makes the leader election Role itself) "+
+	output := fs.String("o", "yaml", "output: yaml (RBAC manifests to apply), helm-values (the rbac, admission.rules and crdGuard values, and watchNamespaces, of the Helm chart charts/fieldwatch, which makes the leader election Role itself) "+
 		"or admission-webhook (the ValidatingWebhookConfiguration of fieldwatch's admission webhook, fieldwatch run --admission-addr, for the writes the rules may be asked about)")
 	var webhook rbac.WebhookOptions
 	fs.StringVar(&webhook.Service, "admission-service", "", "with -o admission-webhook: the admission endpoint's Service in --namespace (default <name>-admission)")
 	port := fs.Int("admission-port", 443, "with -o admission-webhook: the Service's port")
 	caBundle := fs.String("admission-ca-bundle", "", "with -o admission-webhook: a PEM file of the CA of the endpoint's certificate, for caBundle (default none: fieldwatch's certificate rotation, --admission-cert-secret, or cert-manager fills it in)")
 	certManager := fs.String("admission-cert-manager-certificate", "", "with -o admission-webhook: NAMESPACE/NAME of the cert-manager Certificate whose CA cert-manager's CA injector keeps in caBundle")
+	var guard optionalBool
+	fs.Var(&guard, "crd-guard", "the CRD guard of fieldwatch run --admission-addr (--crd-guard, warn by default): -o admission-webhook adds its webhook for the updates and deletions of every CRD, "+
+		"and the RBAC grants it list on the custom resources discovery (or --crds) shows. Default true with -o admission-webhook, -o helm-values or --admission-certs (an admission install), unless --namespaces")
+	guardPolicy := fs.String("crd-guard-failure-policy", "Ignore", "with -o admission-webhook or helm-values: the CRD guard webhook's failurePolicy: Ignore (a CRD change made while no replica answers goes through unchecked) "+
+		"or Fail (it is refused until one answers; the apiserver's own upkeep of CRDs is never sent)")
+	guardTimeout := fs.Int("crd-guard-timeout-seconds", rbac.DefaultGuardTimeoutSeconds, "with -o admission-webhook or helm-values: the CRD guard webhook's timeoutSeconds (3-30); run fieldwatch with --crd-guard-timeout 2 s below it")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -75,6 +84,17 @@ func rbacCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	opts.Namespaces = slices.Compact(slices.Sorted(slices.Values(opts.Namespaces)))
+	if !guard.set {
+		guard.value = (*output == "admission-webhook" || *output == "helm-values" || opts.AdmissionCerts) && len(opts.Namespaces) == 0
+	}
+	if *guardPolicy != "Ignore" && *guardPolicy != "Fail" {
+		_, _ = fmt.Fprintf(stderr, "fieldwatch rbac: --crd-guard-failure-policy %q: want Ignore or Fail\n", *guardPolicy)
+		return 2
+	}
+	opts.CRDGuard = guard.value
+	webhook.CRDGuard = guard.value
+	webhook.CRDFailurePolicy = admissionregistrationv1.FailurePolicyType(*guardPolicy)
+	webhook.CRDTimeoutSeconds = int32(*guardTimeout)
 	set, err := rules.Compile(rules.File{})
 	if len(ruleFiles) > 0 {
 		set, err = rules.Load(ruleFiles...)
@@ -129,6 +149,12 @@ func rbacCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			adm, err = rbac.AdmissionHelmValues(set, opts)
 			out = append(out, adm...)
 		}
+		if err == nil && len(opts.Namespaces) == 0 {
+			// The chart runs no guard in a namespaced install.
+			var g []byte
+			g, err = rbac.GuardHelmValues(webhook)
+			out = append(out, g...)
+		}
 	case "admission-webhook":
 		out, err = rbac.AdmissionWebhook(set, opts, webhook)
 	default:
@@ -141,3 +167,26 @@ func rbacCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	_, _ = stdout.Write(out)
 	return 0
 }
+
+// optionalBool is a boolean flag that knows whether it was given, so that
+// its default can depend on other flags.
+type optionalBool struct{ set, value bool }
+
+func (b *optionalBool) String() string {
+	if b == nil || !b.set {
+		return ""
+	}
+	return strconv.FormatBool(b.value)
+}
+
+func (b *optionalBool) Set(v string) error {
+	x, err := strconv.ParseBool(v)
+	if err != nil {
+		return err
+	}
+	b.set, b.value = true, x
+	return nil
+}
+
+// IsBoolFlag lets the flag be given without a value (--crd-guard).
+func (b *optionalBool) IsBoolFlag() bool { return true }

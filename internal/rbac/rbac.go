@@ -62,6 +62,15 @@ type Options struct {
 	// <Name>'s caBundle. The chart adds the same when it runs admission
 	// with admission.certificate.source fieldwatch.
 	AdmissionCerts bool
+	// CRDGuard adds what fieldwatch's CRD guard needs (fieldwatch run
+	// --admission-addr, whose --crd-guard is warn by default): list on the
+	// custom resources of every CRD it may review, cluster-wide, those
+	// discovery shows (offline, those of CRDs). The guard reads a CRD's
+	// objects to count what a change strands; a CRD the grant misses
+	// (installed later, or not given offline) is listed as forbidden, and
+	// its reviews say the check is incomplete. Not with Namespaces: the
+	// guard reviews cluster-scoped CRDs.
+	CRDGuard bool
 	// ReadCRDs adds to a namespaced install's RBAC a ClusterRole that
 	// reads CustomResourceDefinitions, its only cluster-wide right: the
 	// watcher then follows CRDs as they come and go at once (instead of
@@ -140,6 +149,9 @@ func Compute(set *rules.Set, opts Options) (*Permissions, error) {
 		if err := set.CheckNamespaced(rules.Namespaced{Namespaces: opts.Namespaces, Resources: resources}); err != nil {
 			return nil, err
 		}
+	}
+	if namespaced && opts.CRDGuard {
+		return nil, errors.New("the CRD guard reviews CRDs, cluster-wide: a namespaced install (--namespaces) runs without it (fieldwatch run --crd-guard off)")
 	}
 	g := grants{}
 	switch {
@@ -249,6 +261,10 @@ func Compute(set *rules.Set, opts Options) (*Permissions, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	var guardNote []string
+	if opts.CRDGuard {
+		guardNote = grantGuard(g, opts)
+	}
 	p := &Permissions{Cluster: g.rules(), Namespaced: map[string][]rbacv1.PolicyRule{}}
 	for ns, gr := range inNS {
 		p.Namespaced[ns] = gr.rules()
@@ -265,6 +281,7 @@ func Compute(set *rules.Set, opts Options) (*Permissions, error) {
 			"`fieldwatch rbac` against your cluster, or with your CRDs, for the ones it serves.",
 		}
 	}
+	p.notes = append(p.notes, guardNote...)
 	if namespaced {
 		p.notes = append(p.notes,
 			"A namespaced install (fieldwatch run --namespaces "+strings.Join(opts.Namespaces, ",")+"): Roles in those namespaces only.")
@@ -274,6 +291,39 @@ func Compute(set *rules.Set, opts Options) (*Permissions, error) {
 		}
 	}
 	return p, nil
+}
+
+// grantGuard grants the CRD guard list on the custom resources opts
+// knows (discovery's, or offline the CRDs given), and returns the note
+// that says what it rests on.
+func grantGuard(g grants, opts Options) []string {
+	known := opts.Resources
+	if known == nil {
+		known = opts.CRDs
+	}
+	n := 0
+	for _, r := range known {
+		if r.Custom {
+			g.add([]string{r.Group}, []string{r.Resource}, "list")
+			n++
+		}
+	}
+	if n == 0 {
+		return []string{
+			"The CRD guard may list no custom resource (none known: offline without --crds): its reviews",
+			"of CRDs with objects say the check is incomplete. Run `fieldwatch rbac` against the cluster.",
+		}
+	}
+	if opts.Resources == nil {
+		return []string{
+			"The CRD guard lists the custom resources of the CRDs given (--crds): the reviews of other CRDs",
+			"with objects say the check is incomplete (their list is forbidden).",
+		}
+	}
+	return []string{
+		"The CRD guard lists the custom resources of the CRDs there are now: a CRD installed later is",
+		"reviewed as incomplete (its list is forbidden) until `fieldwatch rbac` runs again.",
+	}
 }
 
 // namespaces returns the namespaces of the Roles, sorted.
