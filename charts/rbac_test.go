@@ -79,7 +79,7 @@ func policyRules(t *testing.T, obj *unstructured.Unstructured) []rbacv1.PolicyRu
 // CRDs.
 func TestRBACFromHelmValues(t *testing.T) {
 	for _, opts := range []rbac.Options{
-		{Resources: served, Namespace: releaseNamespace, LeaderElection: true, HistoryAPI: true, AdmissionCerts: true},
+		{Resources: served, Namespace: releaseNamespace, LeaderElection: true, HistoryAPI: true, AdmissionCerts: true, CRDGuard: true},
 		{Resources: served, Namespace: releaseNamespace, LeaderElection: true, Namespaces: []string{"shop", "staging"}},
 		{Resources: served, Namespace: releaseNamespace, LeaderElection: true, Namespaces: []string{"shop", "staging"}, ReadCRDs: true},
 	} {

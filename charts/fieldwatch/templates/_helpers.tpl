@@ -77,6 +77,12 @@ itself. */}}
 {{- if and .Values.admission.enabled (or (not .Values.audit.enabled) .Values.admission.alongsideAudit) (or (not .Values.watchNamespaces) (ne .Values.admission.certificate.source "fieldwatch")) }}true{{ end }}
 {{- end }}
 
+{{/* "true" when the CRD guard runs: on the admission endpoint of a
+cluster-wide install, crdGuard.mode not off. */}}
+{{- define "fieldwatch.crdGuard" -}}
+{{- if and (include "fieldwatch.admission" .) (ne .Values.crdGuard.mode "off") (not .Values.watchNamespaces) }}true{{ end }}
+{{- end }}
+
 {{/* The admission endpoint's TLS Secret. */}}
 {{- define "fieldwatch.admissionTLSSecret" -}}
 {{- if eq .Values.admission.certificate.source "secret" }}{{ .Values.admission.certificate.secretName }}{{ else }}{{ include "fieldwatch.fullname" . }}-admission-tls{{ end }}
