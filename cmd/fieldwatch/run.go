@@ -91,7 +91,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"most custom resources one CRD change's impact scan reads (rules with crd: {impact: true}); beyond, the payload says the counts are lower bounds")
 	fs.DurationVar(&cfg.CRDImpactTimeout, "crd-impact-timeout", app.DefaultCRDImpactTimeout,
 		"longest one CRD change's impact scan runs, list included; beyond, the payload says the counts are lower bounds")
-	guardMode := fs.String("crd-guard", "off", "CRD guard on the admission endpoint: off, warn (allowed, with a warning per breaking check and the objects it strands) or deny (refused unless the CRD carries fieldwatch.io/allow-breaking); on also runs the storage-version ledger (docs/crd-checks.md)")
+	guardMode := fs.String("crd-guard", "", "CRD guard on the admission endpoint: off, warn (allowed, with a warning per breaking check and the objects it strands) or deny (refused unless the CRD carries fieldwatch.io/allow-breaking); on also runs the storage-version ledger (docs/crd-checks.md). Default warn with --admission-addr, else off")
 	fs.StringVar(&cfg.CRDGuard.PolicyFile, "crd-guard-policy", "", "the CRD guard's per-check policy (crd-diff --policy's file: fieldwatch's checks: or crdify's configuration)")
 	fs.BoolVar(&cfg.CRDGuard.DenyIncomplete, "crd-guard-deny-incomplete", false, "deny mode: refuse a CRD change whose check could not finish (by default it is allowed with a warning)")
 	fs.DurationVar(&cfg.CRDGuard.Timeout, "crd-guard-timeout", crdguard.DefaultTimeout, "longest one CRD review runs; keep it below the webhook's timeoutSeconds for CRDs")
@@ -160,6 +160,13 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if !*pprof {
 		cfg.PprofAddr = ""
+	}
+	if *guardMode == "" {
+		// The guard answers on the admission endpoint: on with it.
+		*guardMode = string(crdguard.Off)
+		if ad.Addr != "" {
+			*guardMode = string(crdguard.Warn)
+		}
 	}
 	if cfg.CRDGuard.Mode, err = crdguard.ParseMode(*guardMode); err != nil {
 		_, _ = fmt.Fprintf(stderr, "fieldwatch run: --crd-guard: %v\n", err)

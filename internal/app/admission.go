@@ -159,14 +159,22 @@ func (a *app) startAdmission(ctx context.Context, bg interface{ Go(func()) }) er
 }
 
 // serveAdmission listens on the endpoint's address and serves it with
-// the certificate files given.
+// the certificate files given; the CRD guard, when on, answers the
+// reviews of CRD updates and deletions there.
 func (a *app) serveAdmission(ctx context.Context, bg interface{ Go(func()) }, certFile, keyFile string) error {
 	c := &a.cfg.Admission
+	var guard audit.AdmissionGuard
+	var guardTimeout time.Duration
+	if g := a.crdGuard(); g != nil {
+		guard, guardTimeout = guardReviews{g}, a.cfg.CRDGuard.timeout()
+	}
 	adm, err := audit.NewAdmission(audit.AdmissionOptions{
 		CertFile: certFile, KeyFile: keyFile,
 		ClientCAFile: c.ClientCAFile, ClientNames: c.ClientNames, TokenFile: c.TokenFile,
 		MaxBodyBytes: c.MaxBodyBytes,
 		Keep:         func(group, resource string) bool { return a.auditScope.Load().keeps(group, resource) },
+		Guard:        guard,
+		GuardTimeout: guardTimeout,
 		Peers:        c.Peers,
 		Logger:       a.log,
 		Metrics:      a.admissionMetrics,

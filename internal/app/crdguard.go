@@ -2,13 +2,18 @@ package app
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/metadata"
 
 	"github.com/fieldwatch/fieldwatch/crd/diff"
+	"github.com/fieldwatch/fieldwatch/internal/audit"
 	"github.com/fieldwatch/fieldwatch/internal/crdguard"
 )
 
@@ -33,6 +38,14 @@ type CRDGuardConfig struct {
 }
 
 func (c CRDGuardConfig) enabled() bool { return c.Mode != "" && c.Mode != crdguard.Off }
+
+// timeout is the longest one review takes.
+func (c CRDGuardConfig) timeout() time.Duration {
+	if c.Timeout > 0 {
+		return c.Timeout
+	}
+	return crdguard.DefaultTimeout
+}
 
 // startCRDGuard builds the guard and starts its ledger, which runs until
 // ctx ends; it does nothing when the guard is off.
@@ -82,5 +95,39 @@ func (a *app) startCRDGuard(ctx context.Context, bg *sync.WaitGroup) error {
 }
 
 // crdGuard returns the CRD guard, nil when it is off: the admission
-// endpoint answers the reviews crdguard.Handles takes with its Review.
+// endpoint answers the reviews crdguard.Handles takes with its Review
+// (guardReviews).
 func (a *app) crdGuard() *crdguard.Guard { return a.guard.Load() }
+
+// guardReviews lets the admission endpoint hand the CRD guard the reviews
+// it takes (audit.AdmissionGuard): it decodes the whole AdmissionReview,
+// which the endpoint itself never does, and encodes the guard's answer.
+type guardReviews struct{ g *crdguard.Guard }
+
+var _ audit.AdmissionGuard = guardReviews{}
+
+// Takes reports whether crdguard.Handles takes such a review.
+func (r guardReviews) Takes(group, resource, subresource, operation string) bool {
+	return crdguard.Handles(&admissionv1.AdmissionRequest{
+		Resource: metav1.GroupVersionResource{Group: group, Resource: resource}, SubResource: subresource,
+		Operation: admissionv1.Operation(operation),
+	})
+}
+
+// Review answers body with the guard's Decision.
+func (r guardReviews) Review(ctx context.Context, body []byte) (audit.GuardAnswer, error) {
+	var review admissionv1.AdmissionReview
+	if err := json.Unmarshal(body, &review); err != nil {
+		return audit.GuardAnswer{}, fmt.Errorf("decode the AdmissionReview: %w", err)
+	}
+	if review.Request == nil {
+		return audit.GuardAnswer{}, errors.New("an AdmissionReview without a request")
+	}
+	d := r.g.Review(ctx, review.Request)
+	out := admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: d.Response}
+	b, err := json.Marshal(&out)
+	if err != nil {
+		return audit.GuardAnswer{}, fmt.Errorf("encode the answer: %w", err)
+	}
+	return audit.GuardAnswer{Review: b, Allowed: d.Response.Allowed, Override: d.Override}, nil
+}
