@@ -183,9 +183,10 @@ func NewAdmission(opts AdmissionOptions, sink Sink) (*Admission, error) {
 }
 
 // Serve serves HTTPS on ln until ctx ends, then shuts down gracefully;
-// meanwhile it hands the records to the sink (and the peers). It holds
+// meanwhile it hands the records to the sink (and the peers), and before
+// it returns it hands on those of the last reviews it answered. It holds
 // at most MaxConnections connections of ln, and closes idle ones after
-// IdleTimeout.
+// IdleTimeout. Call it once.
 func (a *Admission) Serve(ctx context.Context, ln net.Listener) error {
 	limited := connlimit.NewListener(ln, connlimit.Options{
 		Name: AdmissionServerName, Max: a.opts.MaxConnections, Metrics: a.opts.ConnMetrics, Logger: a.log,
@@ -201,13 +202,13 @@ func (a *Admission) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	limited.Hook(srv)
 	var bg sync.WaitGroup
+	// The feed stops once the server has: it hands on what the last
+	// reviews queued, and the forwarder sends it to the peers (within
+	// their timeout) before Serve returns.
 	defer bg.Wait()
 	feedCtx, stopFeed := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopFeed()
 	bg.Go(func() { a.feed(feedCtx) })
-	if a.forwards != nil {
-		bg.Go(func() { a.forward(feedCtx) })
-	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(limited, "", "") }()
 	select {
@@ -230,57 +231,90 @@ func (a *Admission) Serve(ctx context.Context, ln net.Listener) error {
 const feedBatch = 256
 
 // feed hands the queued records to the sink, in batches of what is
-// queued, and to the peers' forwarder, until ctx ends.
+// queued, and to the peers' forwarder (which it runs), until ctx ends;
+// then it hands on what is still queued and waits for the forwarder to
+// send what it was handed.
 func (a *Admission) feed(ctx context.Context) {
+	if a.forwards != nil {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			a.forward()
+		}()
+		defer func() {
+			close(a.forwards)
+			<-done
+		}()
+	}
 	batch := make([]Record, 0, feedBatch)
 	for {
 		select {
 		case <-ctx.Done():
+			a.drainQueue(batch)
 			return
 		case rec := <-a.queue:
 			batch = append(batch[:0], rec)
 		}
-	more:
-		for len(batch) < feedBatch {
-			select {
-			case rec := <-a.queue:
-				batch = append(batch, rec)
-			default:
-				break more
-			}
-		}
-		if a.forwards != nil {
-			select {
-			case a.forwards <- append([]Record(nil), batch...):
-			default:
-				a.m.peerFailed.Inc() // the peers are slower than the writes: they miss these
-			}
-		}
-		a.sink.Add(SourceAdmission, batch, 0)
+		a.hand(a.more(batch))
 		clear(batch)
 	}
 }
 
-// forward sends the batches feed hands it to the peers, one at a time,
-// merging what waits.
-func (a *Admission) forward(ctx context.Context) {
-	for {
-		var recs []Record
+// more adds to batch what is queued, up to feedBatch records.
+func (a *Admission) more(batch []Record) []Record {
+	for len(batch) < feedBatch {
 		select {
-		case <-ctx.Done():
-			return
-		case recs = <-a.forwards:
+		case rec := <-a.queue:
+			batch = append(batch, rec)
+		default:
+			return batch
 		}
+	}
+	return batch
+}
+
+// drainQueue hands on every record still queued, in batches.
+func (a *Admission) drainQueue(batch []Record) {
+	for {
+		batch = a.more(batch[:0])
+		if len(batch) == 0 {
+			return
+		}
+		a.hand(batch)
+		clear(batch)
+	}
+}
+
+// hand gives batch to the peers' forwarder and to the sink.
+func (a *Admission) hand(batch []Record) {
+	if a.forwards != nil {
+		select {
+		case a.forwards <- append([]Record(nil), batch...):
+		default:
+			a.m.peerFailed.Inc() // the peers are slower than the writes: they miss these
+		}
+	}
+	a.sink.Add(SourceAdmission, batch, 0)
+}
+
+// forward sends the batches feed hands it to the peers, one at a time,
+// merging what waits, until feed closes the channel. Each send is
+// bounded by the peers' timeout, also after the endpoint stopped.
+func (a *Admission) forward() {
+	for recs := range a.forwards {
 	more:
 		for len(recs) < 4*feedBatch {
 			select {
-			case more := <-a.forwards:
-				recs = append(recs, more...)
+			case next, ok := <-a.forwards:
+				if !ok {
+					break more
+				}
+				recs = append(recs, next...)
 			default:
 				break more
 			}
 		}
-		a.peers.forward(ctx, recs)
+		a.peers.forward(context.Background(), recs)
 	}
 }
 
