@@ -91,7 +91,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"most custom resources one CRD change's impact scan reads (rules with crd: {impact: true}); beyond, the payload says the counts are lower bounds")
 	fs.DurationVar(&cfg.CRDImpactTimeout, "crd-impact-timeout", app.DefaultCRDImpactTimeout,
 		"longest one CRD change's impact scan runs, list included; beyond, the payload says the counts are lower bounds")
-	guardMode := fs.String("crd-guard", "", "CRD guard on the admission endpoint: off, warn (allowed, with a warning per breaking check and the objects it strands) or deny (refused unless the CRD carries fieldwatch.io/allow-breaking); on also runs the storage-version ledger (docs/crd-checks.md). Default warn with --admission-addr, else off")
+	guardMode := fs.String("crd-guard", "", "CRD guard on the admission endpoint: off, warn (allowed, with a warning per breaking check and the objects it strands) or deny (refused unless the CRD carries fieldwatch.io/allow-breaking); on also runs the storage-version ledger (docs/crd-checks.md). Default warn with --admission-addr (not with --namespaces), else off")
 	fs.StringVar(&cfg.CRDGuard.PolicyFile, "crd-guard-policy", "", "the CRD guard's per-check policy (crd-diff --policy's file: fieldwatch's checks: or crdify's configuration)")
 	fs.BoolVar(&cfg.CRDGuard.DenyIncomplete, "crd-guard-deny-incomplete", false, "deny mode: refuse a CRD change whose check could not finish (by default it is allowed with a warning)")
 	fs.DurationVar(&cfg.CRDGuard.Timeout, "crd-guard-timeout", crdguard.DefaultTimeout, "longest one CRD review runs; keep it below the webhook's timeoutSeconds for CRDs")
@@ -153,6 +153,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&ad.WebhookConfig, "admission-webhook-config", "", "attribution, with --admission-cert-secret: the ValidatingWebhookConfiguration whose caBundle is kept in step")
 	fs.Var((*nameList)(&ad.CertDNSNames), "admission-cert-dns-names", "attribution, with --admission-cert-secret: the DNS names of the serving certificate, the Service's first (<service>.<namespace>.svc)")
 	fs.StringVar(&ad.CertDir, "admission-cert-dir", "", "attribution, with --admission-cert-secret: where the serving certificate is written (default a directory in $TMPDIR)")
+	fs.DurationVar(&ad.Linger, "admission-linger", app.DefaultAdmissionLinger, "attribution: on SIGTERM, how long the admission webhook keeps answering (overlapping the drain) while the Service stops sending this replica the apiserver's calls, which would otherwise let writes through unrecorded and CRD changes unchecked")
 	fs.DurationVar(&ad.Wait, "admission-wait", app.DefaultAdmissionWait, "attribution, with admission as the only source: how long a change waits at most for its admission record (one forwarded by a peer)")
 	err := fs.Parse(args)
 	if err != nil {
@@ -162,9 +163,10 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cfg.PprofAddr = ""
 	}
 	if *guardMode == "" {
-		// The guard answers on the admission endpoint: on with it.
+		// The guard answers on the admission endpoint, on with it, and
+		// reviews CRDs, cluster-wide: not in a namespaced install.
 		*guardMode = string(crdguard.Off)
-		if ad.Addr != "" {
+		if ad.Addr != "" && len(cfg.Namespaces) == 0 {
 			*guardMode = string(crdguard.Warn)
 		}
 	}

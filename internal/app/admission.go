@@ -55,10 +55,22 @@ type AdmissionConfig struct {
 	CertSecret, WebhookConfig string
 	CertDNSNames              []string
 	CertDir                   string
+	// Linger keeps the endpoint answering on shutdown until this long
+	// after the run's context ended (SIGTERM), overlapping the drain,
+	// while the Service stops sending this replica the apiserver's calls:
+	// a call to a replica that no longer listens lets its write through
+	// unrecorded (failurePolicy Ignore), and a CRD change unchecked. Zero
+	// lingers not at all.
+	Linger time.Duration
 	// Ready, if set, is called with the endpoint's address once it listens
 	// (tests use it with Addr "127.0.0.1:0").
 	Ready func(addr string)
 }
+
+// DefaultAdmissionLinger is `fieldwatch run`'s --admission-linger: a few
+// seconds for the endpoints of a terminating pod to leave kube-proxy's
+// rules.
+const DefaultAdmissionLinger = 5 * time.Second
 
 // enabled reports whether the admission endpoint runs.
 func (c *AdmissionConfig) enabled() bool { return c.Addr != "" }
@@ -191,6 +203,7 @@ func (a *app) serveAdmission(ctx context.Context, bg interface{ Go(func()) }, ce
 		return fmt.Errorf("admission webhook: %w", err)
 	}
 	a.log.Info("admission webhook listening", "addr", ln.Addr().String(), "path", audit.AdmissionPath, "maxConnections", a.connCaps[audit.AdmissionServerName])
+	a.admissionListening.Store(true)
 	if c.Ready != nil {
 		c.Ready(ln.Addr().String())
 	}
@@ -200,4 +213,30 @@ func (a *app) serveAdmission(ctx context.Context, bg interface{ Go(func()) }, ce
 		}
 	})
 	return nil
+}
+
+// lingerAdmission, deferred by run, keeps the admission endpoint up until
+// Linger has passed since parent ended, when it did: the endpoint stops
+// after it returns.
+func (a *app) lingerAdmission(parent context.Context) func() {
+	c := &a.cfg.Admission
+	if !c.enabled() || c.Linger <= 0 {
+		return func() {}
+	}
+	stopped := make(chan time.Time, 1)
+	stop := context.AfterFunc(parent, func() { stopped <- time.Now() })
+	return func() {
+		if stop() {
+			return // run ended for another reason: no one is told to go elsewhere
+		}
+		at := <-stopped
+		wait := time.Until(at.Add(c.Linger))
+		if wait <= 0 {
+			return
+		}
+		a.log.Info("admission webhook: answering until the Service sends elsewhere", "for", wait.Round(time.Millisecond).String())
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		<-t.C
+	}
 }

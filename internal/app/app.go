@@ -207,6 +207,10 @@ type app struct {
 	// it (nil without one).
 	metricSet atomic.Pointer[fieldmetrics.Set]
 	fields    *fieldMetrics
+	// admissionListening is set once the admission endpoint listens: a
+	// replica is not ready before (the Service would send it the
+	// apiserver's calls).
+	admissionListening atomic.Bool
 }
 
 // Run runs fieldwatch until ctx ends (SIGTERM): it stops watching, lets the
@@ -278,6 +282,7 @@ func newApp(ctx context.Context, cfg Config) (*app, error) {
 func (a *app) run(ctx context.Context) error {
 	var bg sync.WaitGroup
 	defer bg.Wait()
+	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -353,6 +358,7 @@ func (a *app) run(ctx context.Context) error {
 	if err := a.startAdmission(auditCtx, &bg); err != nil {
 		return err
 	}
+	defer a.lingerAdmission(parent)() // before stopAudit
 
 	if !a.cfg.LeaderElect {
 		a.metrics.leader.Set(1)
@@ -660,6 +666,8 @@ func (a *app) ready() (bool, string) {
 		return false, "standby: informers syncing"
 	case !w.Started():
 		return false, "informers syncing"
+	case a.cfg.Admission.enabled() && !a.admissionListening.Load():
+		return false, "the admission webhook does not listen yet"
 	}
 	why := "ok"
 	if standby {
