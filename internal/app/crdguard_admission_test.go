@@ -282,6 +282,9 @@ func TestCRDGuardAdmission(t *testing.T) {
 			return g != nil && g["operation"] == "DELETE"
 		})
 		isAlice(t, "the annotated deletion", p, "delete")
+		if p["type"] != "updated" {
+			t.Errorf("the annotated deletion's guard is on a change of type %v, want the update that starts it", p["type"])
+		}
 		if g, _ := p["guard"].(map[string]any); g["reason"] != "retired" || fmt.Sprint(g["checks"]) != "[crd-removed]" || g["objects"] != 3.0 {
 			t.Errorf("the annotated deletion's guard %v", g)
 		}
