@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -347,9 +348,25 @@ func (g *Guard) conclude(req *admissionv1.AdmissionRequest, annotated *apiextens
 	d.Response.Warnings = nil
 	d.Response.Result = &metav1.Status{
 		Status: metav1.StatusFailure, Code: 422, Reason: metav1.StatusReasonInvalid, Message: msg,
-		Details: &metav1.StatusDetails{Name: req.Name, Group: CRDResource.Group, Kind: "CustomResourceDefinition", Causes: v.causes},
+		Details: &metav1.StatusDetails{Name: req.Name, Group: CRDResource.Group, Kind: "CustomResourceDefinition", Causes: refusalCauses(v, warnings)},
 	}
 	return d
+}
+
+// refusalCauses are the causes of a refusal: kubectl prints an Invalid
+// status by its kind, name and causes only, without its message, so they
+// say it all. A check's cause names its field; a refusal without them (a
+// deletion, an incomplete check) gets one per warning line, on the CRD's
+// name; the last says how to go ahead anyway.
+func refusalCauses(v verdict, warnings []string) []metav1.StatusCause {
+	causes := slices.Clone(v.causes)
+	if len(causes) == 0 {
+		for _, w := range warnings {
+			causes = append(causes, metav1.StatusCause{Type: metav1.CauseTypeForbidden, Field: "metadata.name", Message: strings.TrimPrefix(w, prefix)})
+		}
+	}
+	return append(causes, metav1.StatusCause{Type: metav1.CauseTypeFieldValueRequired, Field: "metadata.annotations[" + AllowAnnotation + "]",
+		Message: `set it to "<reason>" on the CRD to go ahead anyway (fieldwatch's CRD guard)`})
 }
 
 // uniqueChecks returns the check names of checks, each once, in the order
