@@ -289,7 +289,7 @@ endef
 E2E_FLAGS ?= -race -count=1 -timeout 40m -v
 E2E_PKGS ?= e2e charts
 .PHONY: e2e
-e2e: cluster-deps cluster-build image ## end-to-end tests on the one-node cluster: deploy/ applied, failover, reload, rollout, audit, OOM; the chart installed, upgraded, rolled back, uninstalled
+e2e: cluster-deps cluster-build image helm ## end-to-end tests on the one-node cluster: deploy/ applied, failover, reload, rollout, audit, OOM; the chart installed, upgraded, rolled back, uninstalled; admission and the CRD guard
 	$(call with-cluster,{ status=0; \
 	  if [[ " $(E2E_PKGS) " == *" e2e "* ]]; then $(GO) test -tags e2e $(E2E_FLAGS) ./e2e/ || status=1; fi; \
 	  if [[ " $(E2E_PKGS) " == *" charts "* ]]; then (cd charts && $(GO) test -tags e2e $(E2E_FLAGS) ./e2e/) || status=1; fi; \

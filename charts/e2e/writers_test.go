@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/fieldwatch/fieldwatch/internal/losscheck"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
@@ -21,7 +22,13 @@ var (
 // (testenv.WidgetWriters, as ../../e2e's).
 func startWriter(t testing.TB, ns string, interval time.Duration) *testenv.WidgetWriters {
 	t.Helper()
-	return testenv.StartWidgetWriters(t, ns, interval, testenv.WidgetWriter{Prefix: "w", Client: c.dyn})
+	return startWriterAs(t, c.dyn, ns, interval)
+}
+
+// startWriterAs starts one writer in ns writing with dyn (as its user).
+func startWriterAs(t testing.TB, dyn dynamic.Interface, ns string, interval time.Duration) *testenv.WidgetWriters {
+	t.Helper()
+	return testenv.StartWidgetWriters(t, ns, interval, testenv.WidgetWriter{Prefix: "w", Client: dyn})
 }
 
 // settle stops the writer, waits until every write is covered by the

@@ -207,6 +207,7 @@ type app struct {
 	// it (nil without one).
 	metricSet atomic.Pointer[fieldmetrics.Set]
 	fields    *fieldMetrics
+
 	// admissionListening is set once the admission endpoint listens: a
 	// replica is not ready before (the Service would send it the
 	// apiserver's calls).
