@@ -17,11 +17,12 @@
 // (pipeline.go, audit.go; docs/attribution.md). With Config.Admission it
 // also, or instead, serves fieldwatch's own validating admission webhook,
 // which every cluster can call, keeping its certificate itself if asked
-// (admission.go, admissioncert.go). With a state directory or
-// a PostgreSQL DSN (Config.History) it keeps the history of what fired,
-// recorded once each firing's actions are done (a standby records what the
-// leader's watermarks confirm), and serves it on the HTTP server
-// (history.go; package internal/history; docs/history.md).
+// (admission.go, admissioncert.go), and on it the CRD guard of
+// Config.CRDGuard (crdguard.go; package internal/crdguard). With a state
+// directory or a PostgreSQL DSN (Config.History) it keeps the history of
+// what fired, recorded once each firing's actions are done (a standby
+// records what the leader's watermarks confirm), and serves it on the
+// HTTP server (history.go; package internal/history; docs/history.md).
 //
 // The logic of run lives here rather than in cmd/fieldwatch so that tests
 // call Run in process against the real control plane and get what the

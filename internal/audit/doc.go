@@ -26,8 +26,11 @@
 // guesses) or none; Attributor says how each is decided, Record what each
 // audit level tells, Webhook and Admission what the apiserver must be
 // told, admissionFits how an admission record is matched and why it can
-// be exact. docs/attribution.md documents it for users, with the threat
-// model of the admission endpoint.
+// be exact. The admission endpoint hands the reviews an AdmissionGuard
+// takes (fieldwatch's CRD guard, package crdguard, wired by internal/app)
+// to it for their answer, and carries its override to the record.
+// docs/attribution.md documents it for users, with the threat model of
+// the admission endpoint.
 //
 // audit must not import fieldwatch's rules, watcher or app packages, nor
 // client-go (TestDependencies keeps it so): it works on plain values
