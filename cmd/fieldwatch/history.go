@@ -25,8 +25,10 @@ const historyUsage = `usage: fieldwatch history [--server URL [--token-file FILE
                           [--since T] [--until T] [--limit N] [--cursor C] [--all] [-o table|json]
 
 Prints what fieldwatch fired, newest first: from a running fieldwatch's
-/api/v1/history (--server, default http://127.0.0.1:8080, as after
-kubectl -n fieldwatch port-forward pod/fieldwatch-0 8080), or offline
+/api/v1/history (--server, default http://127.0.0.1:8081, the chart's
+and deploy/'s history port, as after kubectl -n fieldwatch port-forward
+pod/fieldwatch-0 8081; a fieldwatch run without --history-addr serves it
+on --http-addr, :8080), or offline
 from a state directory copied out of a pod (--state-dir; read only) or
 the PostgreSQL database of --history-dsn (--dsn). A server answers with
 what the token's user may read (--token-file; without one, only a server
@@ -52,7 +54,7 @@ func historyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fs.PrintDefaults()
 	}
 	var o historyOptions
-	fs.StringVar(&o.server, "server", "", "a running fieldwatch's HTTP address (default http://127.0.0.1:8080)")
+	fs.StringVar(&o.server, "server", "", "a running fieldwatch's history address (default http://127.0.0.1:8081, the chart's and deploy/'s history port)")
 	fs.StringVar(&o.tokenFile, "token-file", "", "a file holding the bearer token to send to --server (such as `kubectl create token NAME > FILE`)")
 	fs.StringVar(&o.stateDir, "state-dir", "", "read DIR/history.db offline instead of asking a server")
 	fs.StringVar(&o.dsn, "dsn", "", "read the PostgreSQL history of --history-dsn offline (password from $PGPASSWORD or a passfile)")
@@ -168,7 +170,7 @@ func (o *historyOptions) source(ctx context.Context) (historySource, error) {
 	}
 	server := o.server
 	if server == "" {
-		server = "http://127.0.0.1:8080"
+		server = "http://127.0.0.1:8081"
 	}
 	u, err := url.Parse(server)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
