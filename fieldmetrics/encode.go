@@ -32,7 +32,7 @@ const (
 // appendLabel appends l with its value: refName or refLiteral.
 func appendLabel(b []byte, _ *Set, l *label) []byte {
 	if l.name >= 0 {
-		b = binary.AppendUvarint(b, uint64(l.name)<<2|refName)
+		b = binary.AppendUvarint(b, uint64(l.name)<<2) // kind refName, 0
 	} else {
 		b = binary.AppendUvarint(b, refLiteral)
 		b = appendString(b, l.literal)

@@ -79,16 +79,6 @@ func (o *evalOut) set(l label) {
 	o.labels = append(o.labels, l)
 }
 
-// has reports whether the series being built has a label named like l.
-func (o *evalOut) has(l label) bool {
-	for i := o.open; i < len(o.labels); i++ {
-		if sameName(&o.labels[i], &l) {
-			return true
-		}
-	}
-	return false
-}
-
 func sameName(a, b *label) bool {
 	if a.name >= 0 || b.name >= 0 {
 		return a.name == b.name

@@ -3,7 +3,6 @@ package fieldmetrics
 import (
 	"bytes"
 	"context"
-	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -22,7 +21,7 @@ func (s *Set) Series(res change.Resource, obj map[string]any) ([]string, []error
 		return nil, nil
 	}
 	var errs []error
-	sc := NewScraper(s, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), onError: func(err error) { errs = append(errs, err) }})
+	sc := NewScraper(s, Options{Logger: slog.New(slog.DiscardHandler), onError: func(err error) { errs = append(errs, err) }})
 	var b bytes.Buffer
 	if err := sc.WriteTo(context.Background(), oneObject{res, obj}, &b, expfmt.NewFormat(expfmt.TypeTextPlain)); err != nil {
 		return nil, append(errs, err)

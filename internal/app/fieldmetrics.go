@@ -125,7 +125,7 @@ func (a *app) serveMetrics() (*http.Server, net.Listener, error) {
 	mux.Handle("/metrics", a.fields.scraper.Handler(watcherSource{a}, func() bool {
 		return a.watcher.Load() != nil && !a.standby.Load()
 	}))
-	a.log.Info("metrics from fields listening", "addr", ln.Addr().String(), "max_connections", ln.Max())
+	a.log.Info("metrics from fields listening", "addr", ln.Addr().String(), "maxConnections", ln.Max())
 	if a.cfg.MetricsReady != nil {
 		a.cfg.MetricsReady(ln.Addr().String())
 	}

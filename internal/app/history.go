@@ -233,6 +233,6 @@ func (a *app) serveHistoryHTTP() (*http.Server, net.Listener, error) {
 	}
 	mux := http.NewServeMux()
 	a.serveHistory(mux)
-	a.log.Info("history server listening", "addr", ln.Addr().String(), "max_connections", ln.Max())
+	a.log.Info("history server listening", "addr", ln.Addr().String(), "maxConnections", ln.Max())
 	return a.httpServer(ln, mux, 30*time.Second), ln, nil
 }

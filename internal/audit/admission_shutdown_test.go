@@ -37,7 +37,9 @@ func TestAdmissionShutdownHandsOn(t *testing.T) {
 	go func() { peerDone <- peer.Serve(peerCtx, peerLn) }()
 	defer func() {
 		stopPeer()
-		<-peerDone
+		if err := <-peerDone; err != nil {
+			t.Errorf("peer: %v", err)
+		}
 	}()
 
 	// The sink holds its first batch until released: the records of the
