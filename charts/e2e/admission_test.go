@@ -79,10 +79,7 @@ func TestChartAdmission(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.removeGizmos)
-	for _, step := range []struct {
-		name string
-		run  func(*testing.T)
-	}{
+	runSteps(t, []step{
 		{"Install", s.install},
 		{"NetworkPolicy", s.networkPolicy},
 		{"GuardWarns", s.guardWarns},
@@ -90,14 +87,7 @@ func TestChartAdmission(t *testing.T) {
 		{"GuardDenies", s.guardDenies},
 		{"DeleteRefused", s.deleteRefused},
 		{"Uninstall", s.uninstall},
-	} {
-		start := time.Now()
-		ok := t.Run(step.name, step.run)
-		t.Logf("%s: %s", step.name, time.Since(start).Round(100*time.Millisecond))
-		if !ok {
-			t.FailNow()
-		}
-	}
+	})
 }
 
 // install installs the chart with its defaults (admission on, the guard

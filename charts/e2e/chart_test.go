@@ -63,6 +63,26 @@ type chartSteps struct {
 	vals map[string]any
 }
 
+// step is one named part of a test that runs its parts in order.
+type step struct {
+	name string
+	run  func(*testing.T)
+}
+
+// runSteps runs steps in order as subtests, logging how long each took,
+// and stops at the first that fails: each builds on the one before.
+func runSteps(t *testing.T, steps []step) {
+	t.Helper()
+	for _, st := range steps {
+		start := time.Now()
+		ok := t.Run(st.name, st.run)
+		t.Logf("%s: %s", st.name, time.Since(start).Round(100*time.Millisecond))
+		if !ok {
+			t.FailNow()
+		}
+	}
+}
+
 // TestChart installs the chart as its users do, with Helm's SDK, and takes
 // it through a release's life on the cluster, in order: install (both
 // pods ready, a custom resource fires), an upgrade with new rules (the
@@ -76,24 +96,14 @@ func TestChart(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := &chartSteps{cfg: cfg, vals: map[string]any{"image": imageValues(c.image)}}
-	for _, step := range []struct {
-		name string
-		run  func(*testing.T)
-	}{
+	runSteps(t, []step{
 		{"Install", s.install},
 		{"CustomResourceFires", s.fires},
 		{"UpgradeRules", s.upgradeRules},
 		{"UpgradeImage", s.upgradeImage},
 		{"Rollback", s.rollback},
 		{"Uninstall", s.uninstall},
-	} {
-		start := time.Now()
-		ok := t.Run(step.name, step.run)
-		t.Logf("%s: %s", step.name, time.Since(start).Round(100*time.Millisecond))
-		if !ok {
-			t.FailNow()
-		}
-	}
+	})
 }
 
 // install runs helm install --wait with the image make image built, and
