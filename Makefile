@@ -177,7 +177,7 @@ FUZZ_TARGETS := \
 	./internal/yamlstrict:FuzzUnmarshal \
 	./action:FuzzParseRetryAfter \
 	./action:FuzzVerifySignature \
-	./action:FuzzQuickResponse \
+	./action/internal/directhttp:FuzzQuickResponse \
 	./crd/diff:FuzzCompare \
 	./crd/diff:FuzzParse \
 	./crd/validate:FuzzValidate \

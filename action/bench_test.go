@@ -155,7 +155,7 @@ func BenchmarkWebhook(b *testing.B) {
 // default write buffer (4 KiB), tuned as fieldwatch builds it
 // (httpClients: idle connections for every worker, a 16 KiB write
 // buffer), the same speaking HTTP/2 with prior knowledge, and the direct
-// client (direct.go); over TLS: the tuned Transport held to HTTP/1.1, the
+// client (package directhttp); over TLS: the tuned Transport held to HTTP/1.1, the
 // same speaking HTTP/2 (ALPN), and the direct client. Compare with
 // `benchstat -col /client`.
 func BenchmarkWebhook4KB(b *testing.B) {

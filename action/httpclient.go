@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fieldwatch/fieldwatch/action/internal/directhttp"
 	"github.com/fieldwatch/fieldwatch/rules"
 )
 
@@ -30,13 +31,18 @@ type tlsFiles struct {
 // BenchmarkWebhook4KB measures both sizes side by side.
 var webhookWriteBuffer = 16 << 10
 
-// httpClients holds one client per distinct tlsFiles.
+// directPosts sends a webhook's POSTs through directhttp where its URL
+// allows; benchmarks turn it off to compare (BenchmarkWebhook4KB).
+var directPosts = true
+
+// httpClients holds one net/http client and one directhttp client per
+// distinct tlsFiles.
 type httpClients struct {
 	idlePerHost int
-	direct      *directPools
 
-	mu sync.Mutex
-	m  map[tlsFiles]*http.Client
+	mu     sync.Mutex
+	m      map[tlsFiles]*http.Client
+	direct map[tlsFiles]*directhttp.Client
 }
 
 func newHTTPClients(workers int) *httpClients {
@@ -44,7 +50,23 @@ func newHTTPClients(workers int) *httpClients {
 	// transport: keep room for more idle connections than one action's
 	// workers, so that none is closed only to be dialled again.
 	idle := max(4*workers, 64)
-	return &httpClients{idlePerHost: idle, direct: &directPools{idle: idle}, m: map[tlsFiles]*http.Client{}}
+	return &httpClients{idlePerHost: idle, m: map[tlsFiles]*http.Client{}, direct: map[tlsFiles]*directhttp.Client{}}
+}
+
+// directTarget returns directhttp's target for a webhook's URL raw, or nil
+// when its POSTs go through net/http (directhttp.Client.Target).
+func (c *httpClients) directTarget(raw string, files tlsFiles) (*directhttp.Target, error) {
+	if !directPosts {
+		return nil, nil
+	}
+	c.mu.Lock()
+	dc, ok := c.direct[files]
+	if !ok {
+		dc = directhttp.New(directhttp.Options{MaxIdle: c.idlePerHost, WriteBuffer: webhookWriteBuffer, TLSConfig: files.config})
+		c.direct[files] = dc
+	}
+	c.mu.Unlock()
+	return dc.Target(raw)
 }
 
 // get returns the client for files, building it on first use.
@@ -86,11 +108,13 @@ func (c *httpClients) get(files tlsFiles) (*http.Client, error) {
 
 // closeIdle closes the idle connections of every client.
 func (c *httpClients) closeIdle() {
-	c.direct.closeIdle()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, cl := range c.m {
 		cl.CloseIdleConnections()
+	}
+	for _, dc := range c.direct {
+		dc.CloseIdle()
 	}
 }
 

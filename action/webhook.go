@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fieldwatch/fieldwatch/action/internal/directhttp"
 	"github.com/fieldwatch/fieldwatch/rules"
 )
 
@@ -22,9 +23,9 @@ type webhook struct {
 	spec      *rules.WebhookAction
 	clients   *httpClients
 	tls       tlsFiles
-	direct    atomic.Pointer[directTarget] // set on first use, or
-	client    atomic.Pointer[http.Client]  // this one
-	url       string                       // scheme and host only, for errors and logs
+	direct    atomic.Pointer[directhttp.Target] // set on first use, or
+	client    atomic.Pointer[http.Client]       // this one
+	url       string                            // scheme and host only, for errors and logs
 	timeout   time.Duration
 	header    http.Header // the rule's headers, canonical
 	host      string      // a Host header of the rule
@@ -117,15 +118,14 @@ func (w *webhook) attempt(ctx context.Context, it *item) error {
 		// The connection's deadline is the timeout: no context with
 		// a timer of its own for each POST.
 		deadline := time.Now().Add(w.timeout)
-		var h headerLines
+		var h directhttp.Header
 		if err := w.setHeaders(&h, it, body); err != nil {
 			return err
 		}
-		host := direct.host
-		if w.host != "" {
-			host = w.host
+		resp, release, err := direct.Post(ctx, deadline, w.host, h, body)
+		if errors.Is(err, directhttp.ErrInvalidHeader) {
+			return permanent(fmt.Errorf("post %s: %w", w.url, err))
 		}
-		resp, release, err := direct.pool.post(ctx, deadline, direct.requestURI, host, h, body)
 		if err != nil {
 			return fmt.Errorf("post %s: %w", w.url, err)
 		}
@@ -168,16 +168,16 @@ func (w *webhook) outcome(resp *http.Response) error {
 	return w.statusError(resp)
 }
 
-// transport returns how w posts: the direct client's target when its URL
-// allows (direct.go), else net/http's client. Either is kept once built.
-func (w *webhook) transport() (*directTarget, *http.Client, error) {
+// transport returns how w posts: directhttp's target when its URL allows,
+// else net/http's client. Either is kept once built.
+func (w *webhook) transport() (*directhttp.Target, *http.Client, error) {
 	if t := w.direct.Load(); t != nil {
 		return t, nil, nil
 	}
 	if c := w.client.Load(); c != nil {
 		return nil, c, nil
 	}
-	t, err := directTargetFor(w.spec.URL, w.clients.direct, w.tls)
+	t, err := w.clients.directTarget(w.spec.URL, w.tls)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -191,6 +191,13 @@ func (w *webhook) transport() (*directTarget, *http.Client, error) {
 	}
 	w.client.Store(c)
 	return nil, c, nil
+}
+
+// headerSink is where a webhook sets a request's headers: net/http's
+// http.Header, or directhttp's Header.
+type headerSink interface {
+	Set(key, value string)
+	Add(key, value string)
 }
 
 func (w *webhook) setHeaders(h headerSink, it *item, body []byte) error {

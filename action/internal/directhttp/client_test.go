@@ -1,12 +1,16 @@
-package action
+package directhttp
 
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,9 +20,9 @@ import (
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
-// directServer is a local HTTP server that counts the connections it
+// testServer is a local HTTP server that counts the connections it
 // accepted and records each request.
-type directServer struct {
+type testServer struct {
 	url     string
 	srv     *http.Server
 	conns   atomic.Int64 // accepted
@@ -29,13 +33,13 @@ type directServer struct {
 	respond func(w http.ResponseWriter, r *http.Request)
 }
 
-func newDirectServer(t *testing.T, respond func(w http.ResponseWriter, r *http.Request), configure ...func(*http.Server)) *directServer {
+func newTestServer(t *testing.T, respond func(w http.ResponseWriter, r *http.Request), configure ...func(*http.Server)) *testServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &directServer{url: "http://" + ln.Addr().String(), respond: respond}
+	s := &testServer{url: "http://" + ln.Addr().String(), respond: respond}
 	s.srv = &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			body, _ := io.ReadAll(r.Body)
@@ -64,21 +68,21 @@ func newDirectServer(t *testing.T, respond func(w http.ResponseWriter, r *http.R
 	return s
 }
 
-func (s *directServer) requests() int {
+func (s *testServer) requests() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.reqs)
 }
 
-// directPost posts body to url through a direct target, reading the
+// post posts body to url through its Target, reading the
 // response to its end; it returns the status.
-func directPost(t *testing.T, ctx context.Context, pools *directPools, url string, h http.Header, body string) (int, error) {
+func post(t *testing.T, ctx context.Context, c *Client, url string, h http.Header, body string) (int, error) {
 	t.Helper()
-	target, err := directTargetFor(url, pools, tlsFiles{})
+	target, err := c.Target(url)
 	if err != nil || target == nil {
-		t.Fatalf("direct target for %s: %v, %v", url, target, err)
+		t.Fatalf("target for %s: %v, %v", url, target, err)
 	}
-	var lines headerLines
+	var lines Header
 	for k, vs := range h {
 		for _, v := range vs {
 			lines.Add(k, v)
@@ -88,7 +92,7 @@ func directPost(t *testing.T, ctx context.Context, pools *directPools, url strin
 	if !ok {
 		deadline = time.Now().Add(time.Minute)
 	}
-	resp, release, err := target.pool.post(ctx, deadline, target.requestURI, target.host, lines, []byte(body))
+	resp, release, err := target.Post(ctx, deadline, "", lines, []byte(body))
 	if err != nil {
 		return 0, err
 	}
@@ -96,18 +100,18 @@ func directPost(t *testing.T, ctx context.Context, pools *directPools, url strin
 	return resp.StatusCode, nil
 }
 
-// TestDirectPost: the request arrives as net/http would send it (method,
+// TestPost: the request arrives as net/http would send it (method,
 // path and query, Host, Content-Length, headers, body), and sequential
 // requests share one kept-alive connection.
-func TestDirectPost(t *testing.T) {
-	s := newDirectServer(t, nil)
-	pools := &directPools{idle: 4}
+func TestPost(t *testing.T) {
+	s := newTestServer(t, nil)
+	c := New(Options{MaxIdle: 4})
 	h := http.Header{}
 	h.Set("Content-Type", "application/json")
 	h.Set("Idempotency-Key", "uid/1/rule")
 	h.Set("Content-Length", "999") // the client writes its own
 	for i := range 50 {
-		code, err := directPost(t, context.Background(), pools, s.url+"/hook/a%20b?token=x", h, `{"n":`+string(rune('0'+i%10))+`}`)
+		code, err := post(t, context.Background(), c, s.url+"/hook/a%20b?token=x", h, `{"n":`+string(rune('0'+i%10))+`}`)
 		if err != nil || code != http.StatusOK {
 			t.Fatalf("post %d: %d, %v", i, code, err)
 		}
@@ -122,14 +126,14 @@ func TestDirectPost(t *testing.T) {
 	}
 }
 
-// TestDirectStaleConnection: a kept-alive connection the receiver closed
+// TestStaleConnection: a kept-alive connection the receiver closed
 // while it was idle is replaced and the request sent again; it arrives
 // once.
-func TestDirectStaleConnection(t *testing.T) {
-	s := newDirectServer(t, nil, func(srv *http.Server) { srv.IdleTimeout = 50 * time.Millisecond })
-	pools := &directPools{idle: 4}
+func TestStaleConnection(t *testing.T) {
+	s := newTestServer(t, nil, func(srv *http.Server) { srv.IdleTimeout = 50 * time.Millisecond })
+	c := New(Options{MaxIdle: 4})
 	for i := range 3 {
-		if code, err := directPost(t, context.Background(), pools, s.url, nil, "x"); err != nil || code != http.StatusOK {
+		if code, err := post(t, context.Background(), c, s.url, nil, "x"); err != nil || code != http.StatusOK {
 			t.Fatalf("post %d: %d, %v", i, code, err)
 		}
 		want := int64(i + 1)
@@ -140,10 +144,10 @@ func TestDirectStaleConnection(t *testing.T) {
 	}
 }
 
-// TestDirectConnectionKept: a connection is kept after a chunked response
-// and a response within directMaxDrain, and not after one asking to close
-// it or a body past directMaxDrain.
-func TestDirectConnectionKept(t *testing.T) {
+// TestConnectionKept: a connection is kept after a chunked response
+// and a response within maxDrain, and not after one asking to close
+// it or a body past maxDrain.
+func TestConnectionKept(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		respond func(w http.ResponseWriter, r *http.Request)
@@ -157,14 +161,14 @@ func TestDirectConnectionKept(t *testing.T) {
 		}, 1},
 		{"connection-close", func(w http.ResponseWriter, _ *http.Request) { w.Header().Set("Connection", "close") }, 3},
 		{"large-body", func(w http.ResponseWriter, _ *http.Request) {
-			_, _ = w.Write([]byte(strings.Repeat("x", directMaxDrain+1)))
+			_, _ = w.Write([]byte(strings.Repeat("x", maxDrain+1)))
 		}, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newDirectServer(t, tc.respond)
-			pools := &directPools{idle: 4}
+			s := newTestServer(t, tc.respond)
+			c := New(Options{MaxIdle: 4})
 			for i := range 3 {
-				if code, err := directPost(t, context.Background(), pools, s.url, nil, "x"); err != nil || code != http.StatusOK {
+				if code, err := post(t, context.Background(), c, s.url, nil, "x"); err != nil || code != http.StatusOK {
 					t.Fatalf("post %d: %d, %v", i, code, err)
 				}
 			}
@@ -208,30 +212,30 @@ func rawServer(t *testing.T, reply string) string {
 	return "http://" + ln.Addr().String()
 }
 
-// TestDirectInformational: an informational response (103 Early Hints)
+// TestInformational: an informational response (103 Early Hints)
 // before the final one is skipped; a malformed response is an error.
-func TestDirectInformational(t *testing.T) {
-	pools := &directPools{idle: 4}
+func TestInformational(t *testing.T) {
+	c := New(Options{MaxIdle: 4})
 	url := rawServer(t, "HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\nHTTP/1.1 202 Accepted\r\nContent-Length: 2\r\n\r\nok")
 	for i := range 2 {
-		if code, err := directPost(t, context.Background(), pools, url, nil, "x"); err != nil || code != http.StatusAccepted {
+		if code, err := post(t, context.Background(), c, url, nil, "x"); err != nil || code != http.StatusAccepted {
 			t.Fatalf("post %d: %d, %v; want 202", i, code, err)
 		}
 	}
 	bad := rawServer(t, "SMTP ready\r\n\r\n")
-	if code, err := directPost(t, context.Background(), pools, bad, nil, "x"); err == nil {
+	if code, err := post(t, context.Background(), c, bad, nil, "x"); err == nil {
 		t.Errorf("a malformed response: status %d, no error", code)
 	}
 }
 
-// TestDirectCancel: ending the request's context ends a request the
+// TestCancel: ending the request's context ends a request the
 // receiver holds, at once, with the context's error; the connection is
 // not kept.
-func TestDirectCancel(t *testing.T) {
+func TestCancel(t *testing.T) {
 	hold := make(chan struct{})
 	defer close(hold)
 	held := make(chan struct{}, 1)
-	s := newDirectServer(t, func(_ http.ResponseWriter, r *http.Request) {
+	s := newTestServer(t, func(_ http.ResponseWriter, r *http.Request) {
 		select {
 		case held <- struct{}{}:
 		default:
@@ -241,67 +245,67 @@ func TestDirectCancel(t *testing.T) {
 		case <-r.Context().Done():
 		}
 	})
-	pools := &directPools{idle: 4}
+	c := New(Options{MaxIdle: 4})
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-held; cancel() }() // once the receiver holds the request
 	// The receiver holds the request until the test ends: only the
 	// cancellation can end it.
-	_, err := directPost(t, ctx, pools, s.url, nil, "x")
+	_, err := post(t, ctx, c, s.url, nil, "x")
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled while the receiver held the request: error %v, want context.Canceled", err)
 	}
 	ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	if _, err := directPost(t, ctx, pools, s.url, nil, "x"); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := post(t, ctx, c, s.url, nil, "x"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("past the deadline: error %v, want context.DeadlineExceeded", err)
 	}
-	if n := len(pools.m); n != 1 {
-		t.Fatalf("%d pools", n)
+	if n := len(c.pools); n != 1 {
+		t.Fatalf("%d c", n)
 	}
-	for _, p := range pools.m {
+	for _, p := range c.pools {
 		if n := p.idleCount(); n != 0 {
 			t.Errorf("%d connections kept after requests that ended early", n)
 		}
 	}
 }
 
-// TestDirectRefuses: a header value net/http would refuse is a permanent
-// error; URLs with user info or a non-ASCII host go through net/http.
-func TestDirectRefuses(t *testing.T) {
-	s := newDirectServer(t, nil)
-	pools := &directPools{idle: 4}
+// TestRefuses: a header value net/http would refuse is an
+// ErrInvalidHeader, nothing sent; URLs with user info or a non-ASCII host go through net/http.
+func TestRefuses(t *testing.T) {
+	s := newTestServer(t, nil)
+	c := New(Options{MaxIdle: 4})
 	h := http.Header{"X-Bad": {"a\r\nInjected: yes"}}
-	if _, err := directPost(t, context.Background(), pools, s.url, h, "x"); err == nil || !isPermanent(err) {
-		t.Errorf("a header value with CR LF: error %v, want a permanent one", err)
+	if _, err := post(t, context.Background(), c, s.url, h, "x"); !errors.Is(err, ErrInvalidHeader) {
+		t.Errorf("a header value with CR LF: error %v, want ErrInvalidHeader", err)
 	}
 	if s.requests() != 0 {
 		t.Errorf("%d requests sent with a bad header", s.requests())
 	}
 	for _, url := range []string{"http://user:secret@127.0.0.1:1/hook", "http://bücher.example/hook", "ftp://127.0.0.1/x"} {
-		if target, err := directTargetFor(url, pools, tlsFiles{}); target != nil || err != nil {
-			t.Errorf("%s: direct target %v, %v; want net/http's", url, target, err)
+		if target, err := c.Target(url); target != nil || err != nil {
+			t.Errorf("%s: target %v, %v; want none (net/http)", url, target, err)
 		}
 	}
 }
 
-func (p *directPool) idleCount() int {
+func (p *pool) idleCount() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.idle)
 }
 
-// TestDirectIdleTimeout: a connection idle for the pool's idle timeout is
+// TestIdleTimeout: a connection idle for the pool's idle timeout is
 // closed by the pool, with no request to the pool after it (a webhook
 // whose URL changed leaves its pool for good).
-func TestDirectIdleTimeout(t *testing.T) {
-	s := newDirectServer(t, nil)
-	pools := &directPools{idle: 4, idleTimeout: 200 * time.Millisecond}
+func TestIdleTimeout(t *testing.T) {
+	s := newTestServer(t, nil)
+	c := New(Options{MaxIdle: 4, IdleTimeout: 200 * time.Millisecond})
 	var wg sync.WaitGroup
 	hold := make(chan struct{})
 	for range 3 { // three connections at once, then idle
 		wg.Go(func() {
 			<-hold
-			if code, err := directPost(t, context.Background(), pools, s.url, nil, "x"); err != nil || code != http.StatusOK {
+			if code, err := post(t, context.Background(), c, s.url, nil, "x"); err != nil || code != http.StatusOK {
 				t.Errorf("post: %d, %v", code, err)
 			}
 		})
@@ -310,12 +314,63 @@ func TestDirectIdleTimeout(t *testing.T) {
 	wg.Wait()
 	opened := s.conns.Load()
 	testenv.Eventually(t, 10*time.Second, "the pool to close its idle connections", func() bool { return s.closed.Load() == opened })
-	for _, p := range pools.m {
+	for _, p := range c.pools {
 		if n := p.idleCount(); n != 0 {
 			t.Errorf("%d idle connections left in the pool", n)
 		}
 	}
-	if code, err := directPost(t, context.Background(), pools, s.url, nil, "x"); err != nil || code != http.StatusOK {
+	if code, err := post(t, context.Background(), c, s.url, nil, "x"); err != nil || code != http.StatusOK {
 		t.Errorf("post after the sweep: %d, %v", code, err)
+	}
+}
+
+// TestTLS: an https target dials with Options.TLSConfig (here trusting the
+// test server's certificate alone), speaks HTTP/1.1 over it, and sends the
+// Host the caller gives in place of the URL's.
+func TestTLS(t *testing.T) {
+	var hosts []string
+	var mu sync.Mutex
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hosts = append(hosts, r.Host+" "+r.Proto)
+		mu.Unlock()
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	roots := x509.NewCertPool()
+	roots.AddCert(srv.Certificate())
+	calls := 0
+	c := New(Options{MaxIdle: 4, TLSConfig: func() (*tls.Config, error) {
+		calls++
+		return &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}, nil
+	}})
+	target, err := c.Target(srv.URL + "/hook")
+	if err != nil || target == nil {
+		t.Fatalf("target for %s: %v, %v", srv.URL, target, err)
+	}
+	for _, host := range []string{"", "receiver.example"} {
+		resp, release, err := target.Post(context.Background(), time.Now().Add(time.Minute), host, nil, []byte("x"))
+		if err != nil {
+			t.Fatalf("post with Host %q: %v", host, err)
+		}
+		release()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("post with Host %q: status %d", host, resp.StatusCode)
+		}
+	}
+	want := []string{strings.TrimPrefix(srv.URL, "https://") + " HTTP/1.1", "receiver.example HTTP/1.1"}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(hosts, want) || calls != 1 {
+		t.Errorf("requests %q with TLSConfig called %d times, want %q and once", hosts, calls, want)
+	}
+
+	bad := New(Options{MaxIdle: 4, TLSConfig: func() (*tls.Config, error) { return nil, errors.New("no CA bundle") }})
+	if target, err := bad.Target(srv.URL); target != nil || err == nil {
+		t.Errorf("a TLSConfig that fails: target %v, error %v; want its error", target, err)
+	}
+	if target, err := bad.Target("http://127.0.0.1:1/hook"); target == nil || err != nil {
+		t.Errorf("a plain HTTP target with a TLSConfig that fails: %v, %v; want the target", target, err)
 	}
 }

@@ -1,4 +1,4 @@
-package action
+package directhttp
 
 import (
 	"bufio"
@@ -12,7 +12,7 @@ import (
 // response of the shape a receiver answers a webhook with: HTTP/1.1, a
 // 2xx status, a Content-Length (none needed for 204), no
 // Transfer-Encoding or Trailer, headers of one line each. Its body, up to
-// directMaxDrain, is read too: the response has none left (Body
+// maxDrain, is read too: the response has none left (Body
 // http.NoBody) and Close says whether its connection can serve another
 // request. For any other response it returns false having read nothing,
 // and http.ReadResponse reads it. What it accepts, http.ReadResponse
@@ -66,7 +66,7 @@ func quickResponse(br *bufio.Reader) (*http.Response, bool) {
 		ContentLength: length, Close: closing, Body: http.NoBody,
 	}
 	_, _ = br.Discard(end + 4)
-	if length > directMaxDrain {
+	if length > maxDrain {
 		resp.Close = true // the connection goes rather than the time to read it
 		return resp, true
 	}

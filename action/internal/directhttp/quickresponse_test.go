@@ -1,4 +1,4 @@
-package action
+package directhttp
 
 import (
 	"bufio"
@@ -66,9 +66,9 @@ func FuzzQuickResponse(f *testing.F) {
 			t.Fatalf("%q: read quickly as %q %d, length %d; http.ReadResponse %q %d, length %d",
 				data, resp.Status, resp.StatusCode, resp.ContentLength, ref.Status, ref.StatusCode, ref.ContentLength)
 		}
-		if resp.ContentLength > directMaxDrain {
+		if resp.ContentLength > maxDrain {
 			if !resp.Close {
-				t.Fatalf("%q: a body over directMaxDrain, the connection kept", data)
+				t.Fatalf("%q: a body over maxDrain, the connection kept", data)
 			}
 			return // its body is not read: the connection goes
 		}
