@@ -185,7 +185,7 @@ FUZZ_TARGETS := \
 	./internal/history:FuzzParsePayload \
 	./internal/jsonscan:FuzzFramer \
 	./internal/jsonscan:FuzzDecode \
-	./watcher:FuzzEventStream \
+	./watcher/internal/watchstream:FuzzEventStream \
 	./payload:FuzzUnmarshal \
 	./internal/history/web:FuzzShorten \
 	./fieldmetrics:FuzzParse

@@ -36,7 +36,10 @@
 // and no read buffer until an event arrives, so that clusters
 // with thousands of CRDs, most holding few objects, cost little each.
 //
+// The informer's watch plumbing (its client and transport, the watch
+// stream's reader, the projected decoder) is internal/watchstream's.
+//
 // watcher knows nothing of rules or actions: of fieldwatch it imports
-// package change and the JSON scanner internal/jsonscan only
-// (TestDependencies keeps it so).
+// package change, the JSON scanner internal/jsonscan and its own
+// internal/watchstream only (TestDependencies keeps it so).
 package watcher

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/fieldwatch/fieldwatch/internal/jsonscan"
+	"github.com/fieldwatch/fieldwatch/watcher/internal/watchstream"
 )
 
 // objectStore is the cache of one resourceWatch: its informer
@@ -266,7 +267,7 @@ func (s *objectStore) admit(o *Object) bool {
 // stream carried it (jsonscan.ObjectHash), when Config.ContentHash asks
 // for it; "" otherwise, or when the object is not raw JSON.
 func (rw *resourceWatch) contentHash(obj any) string {
-	raw, ok := obj.(rawObject)
+	raw, ok := obj.(watchstream.RawObject)
 	if !ok || !rw.w.cfg.ContentHash {
 		return ""
 	}

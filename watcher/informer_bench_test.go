@@ -29,8 +29,8 @@ import (
 const benchUpdates = 4000
 
 // BenchmarkInformer puts the watcher's own informer (listwatch.go,
-// informer.go, decode.go) beside its fair peer, client-go's dynamic
-// informer with a SetTransform that keeps what the watcher keeps (the
+// informer.go, internal/watchstream) beside its fair peer, client-go's
+// dynamic informer with a SetTransform that keeps what the watcher keeps (the
 // same projection: identity, kept metadata, reduced managedFields and the
 // fields the rule reads), on the 20,000 ConfigMaps of about 1 KiB of
 // benchConfigMaps. Each iteration runs both, one after the other, in an

@@ -1,9 +1,7 @@
 package watcher
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,14 +10,11 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/dynamic"
 	clientfeatures "k8s.io/client-go/features"
-	"k8s.io/client-go/rest"
 
-	"github.com/fieldwatch/fieldwatch/internal/jsonscan"
+	"github.com/fieldwatch/fieldwatch/watcher/internal/watchstream"
 )
 
 // The informer of a resource is one goroutine, listAndWatch: it fills the
@@ -39,43 +34,6 @@ import (
 // Gone, too old) relists; other failures relist after a backoff
 // (800 ms doubling to 30 s, with jitter), connection refused and 429 only
 // rewatch.
-
-// newStreamClient returns the REST client informers list and watch with:
-// the dynamic client's configuration (JSON), without client-side
-// throttling. client-go never throttles watches, and so not a watch-list,
-// which is how an informer starts where the apiserver serves it; the
-// paginated lists of a replay from the watermark, or of an apiserver
-// without watch-lists, go unthrottled too, so that a start with thousands
-// of resources is not paced by --kube-qps: the apiserver's priority and
-// fairness paces them (429, which the informer retries after a backoff).
-// --kube-qps bounds every other request. Its HTTP/2 connections are
-// shared by every watch (its transport is its own: uncompressed, and a
-// request dials only when the connections there are cannot take it, one
-// at a time, see dial.go).
-func newStreamClient(config *rest.Config) (rest.Interface, error) {
-	cfg := dynamic.ConfigFor(config)
-	cfg.QPS, cfg.Burst, cfg.RateLimiter = -1, 0, nil
-	// Uncompressed: the apiserver gzips a watch stream for a client that
-	// accepts it, and each open stream's reader then holds its window and
-	// buffers for the stream's life, most of the heap a quiet watch
-	// costs, to save bandwidth on events of a few KiB (`make bench
-	// -sections crds` measures the heap a watched resource).
-	cfg.DisableCompression = true
-	gt, err := newGatedTransport(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("watch client: %w", err)
-	}
-	if gt != nil {
-		// The transport holds the TLS settings (see dial.go).
-		cfg.Transport = gt
-		cfg.TLSClientConfig = rest.TLSClientConfig{}
-	}
-	rc, err := rest.UnversionedRESTClientFor(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("watch client: %w", err)
-	}
-	return rc, nil
-}
 
 // Watch timeouts, as client-go's Reflector sets them: a random time
 // between the two, so that the watches of many resources do not all end
@@ -125,7 +83,7 @@ func (rw *resourceWatch) listAndWatch(ctx context.Context) {
 			continue
 		}
 		n, err := rw.consume(ctx, stream, nil)
-		stream.close()
+		stream.Close()
 		if rw.watchEnded(ctx, lw, n, err) {
 			return
 		}
@@ -145,8 +103,8 @@ type lwState struct {
 // consume; nil after a failure (it waited its backoff).
 //
 //go:noinline
-func (rw *resourceWatch) nextStream(ctx context.Context, lw *lwState) eventSource {
-	var stream eventSource
+func (rw *resourceWatch) nextStream(ctx context.Context, lw *lwState) watchstream.Source {
+	var stream watchstream.Source
 	if lw.relist {
 		var err error
 		stream, err = rw.sync(ctx, &lw.watchList)
@@ -219,7 +177,7 @@ func isExpired(err error) bool {
 // sync fills the cache: with a watch-list, whose stream it returns to
 // go on as the watch, where the apiserver serves one (*watchList is
 // cleared when it does not); with a list otherwise.
-func (rw *resourceWatch) sync(ctx context.Context, watchList *bool) (eventSource, error) {
+func (rw *resourceWatch) sync(ctx context.Context, watchList *bool) (watchstream.Source, error) {
 	rv := rw.store.lastRV()
 	if rw.store.rvGone {
 		rv = ""
@@ -238,7 +196,7 @@ func (rw *resourceWatch) sync(ctx context.Context, watchList *bool) (eventSource
 				rw.store.rvGone = false
 				return stream, nil
 			}
-			stream.close()
+			stream.Close()
 		}
 		switch {
 		case ctx.Err() != nil:
@@ -307,7 +265,7 @@ func (rw *resourceWatch) listAll(ctx context.Context, rv string) error {
 // stream is read in the informer's goroutine, as JSON, unless client-go's
 // CBOR is allowed (ClientsAllowCBOR): then client-go's watch decodes it,
 // in a goroutine of its own.
-func (rw *resourceWatch) openWatch(ctx context.Context, rv string, initial bool) (eventSource, error) {
+func (rw *resourceWatch) openWatch(ctx context.Context, rv string, initial bool) (watchstream.Source, error) {
 	timeout := int64((minWatchTimeout + time.Duration(rand.Int64N(int64(maxWatchTimeout-minWatchTimeout)))).Seconds())
 	opts := metav1.ListOptions{Watch: true, ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: &timeout}
 	if initial {
@@ -323,7 +281,7 @@ func (rw *resourceWatch) openWatch(ctx context.Context, rv string, initial bool)
 			rw.observeError(err)
 			return nil, err
 		}
-		return watchSource{wi}, nil
+		return watchstream.FromWatch(wi), nil
 	}
 	body, err := rw.w.streams.Get().AbsPath(rw.path()...).
 		SpecificallyVersionedParams(&opts, metav1.ParameterCodec, metav1.SchemeGroupVersion).
@@ -333,14 +291,7 @@ func (rw *resourceWatch) openWatch(ctx context.Context, rv string, initial bool)
 		rw.observeError(err)
 		return nil, err
 	}
-	return newEventStream(body), nil
-}
-
-// eventSource is an open watch: next returns its events one by one, with
-// io.EOF once it ended, and the API error of an ERROR event.
-type eventSource interface {
-	next(ctx context.Context) (watch.EventType, any, error)
-	close()
+	return watchstream.NewStream(body), nil
 }
 
 // accept is what the informer's watch asks for: the objects, or their
@@ -367,170 +318,6 @@ func (rw *resourceWatch) path() []string {
 	return append(p, rw.res.Resource)
 }
 
-// eventStream is an open watch: its body, read as the apiserver writes
-// it (JSON objects one after the other), framed with jsonscan. A watch
-// that waits for its next event holds idle, not a buffer the size of its
-// largest event (as a json.Decoder would keep); an event larger than idle
-// is read into a buffer of its own, twice what it holds at most, dropped
-// once its events are handed on. (Not a pool's: at a start thousands of watches wait, each within
-// its initial events, and a pool's buffers outlive the start.)
-type eventStream struct {
-	body  io.ReadCloser
-	frame jsonscan.Framer
-	// buf[off:] is what was read and not handed on: in idle, or in a
-	// buffer of its own (grown).
-	buf   []byte
-	off   int
-	grown bool
-	// err is the error of a read that returned bytes too, for when
-	// they are handed on.
-	err  error
-	idle [idleRead]byte
-}
-
-const (
-	// idleRead is what a watch waiting for an event reads into: a
-	// bookmark, a deletion or a small object's event fits.
-	idleRead = 512
-	// maxEvent bounds a watch event (the apiserver's objects are at most
-	// a few MiB): a stream that sends a larger one is read no further.
-	maxEvent = 128 << 20
-)
-
-func newEventStream(body io.ReadCloser) *eventStream { return &eventStream{body: body} }
-
-func (s *eventStream) close() {
-	_ = s.body.Close()
-	s.drop()
-}
-
-// next returns the next event, its object as rawObject: decoding it is
-// the projection's (decodeProjected).
-func (s *eventStream) next(context.Context) (watch.EventType, any, error) {
-	for {
-		if s.off < len(s.buf) {
-			n, err := s.frame.Next(s.buf[s.off:])
-			if err != nil {
-				return "", nil, err
-			}
-			if n > 0 {
-				event := s.buf[s.off : s.off+n]
-				s.off += n
-				typ, obj, err := decodeEvent(event)
-				if s.off == len(s.buf) {
-					s.drop()
-				}
-				return typ, obj, err
-			}
-		}
-		if err := s.fill(); err != nil {
-			return "", nil, err
-		}
-	}
-}
-
-// fill reads more of the stream: into idle when nothing is under way
-// (what is left is whitespace between events), else into the buffer's
-// free room, taking a buffer, or a larger one, when it has too little.
-func (s *eventStream) fill() error {
-	if s.err != nil {
-		return s.endErr()
-	}
-	if len(bytes.TrimLeft(s.buf[s.off:], " \t\r\n")) == 0 {
-		s.drop()
-		n, err := s.body.Read(s.idle[:])
-		s.buf, s.off, s.err = s.idle[:n], 0, err
-		if n == 0 && err != nil {
-			return s.endErr()
-		}
-		return nil
-	}
-	if s.grown && s.off > 0 {
-		s.buf = s.buf[:copy(s.buf, s.buf[s.off:])]
-		s.off = 0
-	}
-	if rest := len(s.buf) - s.off; !s.grown || cap(s.buf)-len(s.buf) < idleRead {
-		if rest > maxEvent {
-			return fmt.Errorf("a watch event of more than %d MiB", maxEvent>>20)
-		}
-		b := append(make([]byte, 0, 2*(rest+idleRead)), s.buf[s.off:]...)
-		s.buf, s.off, s.grown = b, 0, true
-	}
-	n, err := s.body.Read(s.buf[len(s.buf):cap(s.buf)])
-	s.buf, s.err = s.buf[:len(s.buf)+n], err
-	if n == 0 && err != nil {
-		return s.endErr()
-	}
-	return nil
-}
-
-// endErr is the error that ends the stream: io.ErrUnexpectedEOF when it
-// ended inside an event.
-func (s *eventStream) endErr() error {
-	if errors.Is(s.err, io.EOF) && len(bytes.TrimSpace(s.buf[s.off:])) > 0 {
-		return io.ErrUnexpectedEOF
-	}
-	return s.err
-}
-
-// drop lets the buffer go (its content was handed on).
-func (s *eventStream) drop() { s.buf, s.off, s.grown = nil, 0, false }
-
-// decodeEvent returns the type of a watch event and its object, a copy
-// (the event's bytes are the stream's buffer); an ERROR event's Status as
-// its API error.
-func decodeEvent(event []byte) (watch.EventType, any, error) {
-	var typ string
-	var obj []byte
-	err := jsonscan.EachKey(event, func(key string, value []byte) error {
-		switch key {
-		case "type":
-			if len(value) < 2 || value[0] != '"' {
-				return jsonscan.ErrSyntax
-			}
-			t, err := jsonscan.Key(value)
-			typ = t
-			return err
-		case "object":
-			obj = value
-		}
-		return nil
-	})
-	switch {
-	case err != nil:
-		return "", nil, fmt.Errorf("a watch event: %w", err)
-	case obj == nil:
-		return "", nil, fmt.Errorf("a watch event of type %q without its object", typ)
-	case typ == string(watch.Error):
-		return "", nil, statusError(obj)
-	}
-	return watch.EventType(typ), rawObject(bytes.Clone(obj)), nil
-}
-
-// watchSource is a client-go watch as an eventSource.
-type watchSource struct{ wi watch.Interface }
-
-func (s watchSource) close() { s.wi.Stop() }
-
-func (s watchSource) next(ctx context.Context) (watch.EventType, any, error) {
-	select {
-	case <-ctx.Done():
-		return "", nil, io.EOF
-	case e, ok := <-s.wi.ResultChan():
-		switch {
-		case !ok:
-			return "", nil, io.EOF
-		case e.Type == watch.Error:
-			return "", nil, apierrors.FromObject(e.Object)
-		}
-		obj, ok := e.Object.(*unstructured.Unstructured)
-		if !ok {
-			return "", nil, fmt.Errorf("a watch event of type %T", e.Object)
-		}
-		return e.Type, obj, nil
-	}
-}
-
 // errListed ends the initial events of a watch-list: the bookmark that
 // closes them came, and the cache holds them.
 var errListed = errors.New("watch-list: initial events done")
@@ -540,10 +327,10 @@ var errListed = errors.New("watch-list: initial events done")
 // are collected there until the bookmark that ends them, which replaces
 // the cache's content and returns errListed. It returns how many events
 // it read.
-func (rw *resourceWatch) consume(ctx context.Context, s eventSource, listed *[]*Object) (int, error) {
+func (rw *resourceWatch) consume(ctx context.Context, s watchstream.Source, listed *[]*Object) (int, error) {
 	n := 0
 	for {
-		typ, obj, err := s.next(ctx)
+		typ, obj, err := s.Next(ctx)
 		if err = rw.apply(ctx, typ, obj, err, listed, &n); err != nil {
 			if err == errStreamEnd {
 				err = nil
@@ -574,7 +361,7 @@ func (rw *resourceWatch) apply(ctx context.Context, typ watch.EventType, obj any
 	*n++
 	switch typ {
 	case watch.Bookmark:
-		rv, initialEnd, err := bookmark(obj)
+		rv, initialEnd, err := watchstream.Bookmark(obj)
 		if err != nil {
 			return fmt.Errorf("a bookmark of %s: %w", rw.res, err)
 		}
@@ -613,34 +400,4 @@ func (rw *resourceWatch) apply(ctx context.Context, typ watch.EventType, obj any
 		return errStreamEnd
 	}
 	return nil
-}
-
-// bookmark returns the resourceVersion of a bookmark's object, and
-// whether it ends a watch-list's initial events.
-func bookmark(obj any) (rv string, initialEnd bool, err error) {
-	switch o := obj.(type) {
-	case *unstructured.Unstructured:
-		return o.GetResourceVersion(), o.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true", nil
-	case rawObject:
-		var b struct {
-			Metadata struct {
-				ResourceVersion string            `json:"resourceVersion"`
-				Annotations     map[string]string `json:"annotations"`
-			} `json:"metadata"`
-		}
-		if err := json.Unmarshal(o, &b); err != nil {
-			return "", false, err
-		}
-		return b.Metadata.ResourceVersion, b.Metadata.Annotations[metav1.InitialEventsAnnotationKey] == "true", nil
-	}
-	return "", false, fmt.Errorf("unexpected object type %T", obj)
-}
-
-// statusError turns the Status of an ERROR event into its API error.
-func statusError(raw json.RawMessage) error {
-	var st metav1.Status
-	if err := json.Unmarshal(raw, &st); err != nil || st.Status == "" {
-		return fmt.Errorf("a watch error event: %s", raw)
-	}
-	return &apierrors.StatusError{ErrStatus: st}
 }

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/watcher/internal/watchstream"
 )
 
 // startMode says what a watch does with the objects of its initial list.
@@ -295,8 +296,8 @@ func (rw *resourceWatch) project(obj any, listed bool) (*Object, error) {
 	switch o := obj.(type) {
 	case *Object:
 		return o, nil
-	case rawObject:
-		m, err := decodeProjected(rw.typ.projection, o)
+	case watchstream.RawObject:
+		m, err := watchstream.DecodeProjected(rw.typ.projection, o)
 		if err != nil {
 			return nil, fmt.Errorf("decode an object of %s: %w", rw.res, err)
 		}

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/watcher/internal/watchstream"
 )
 
 // Config configures a Watcher.
@@ -259,7 +260,7 @@ func New(config *rest.Config, cfg Config) (*Watcher, error) {
 		return nil, fmt.Errorf("discovery client: %w", err)
 	}
 	cfg.discoveryRequests = requests
-	streams, err := newStreamClient(config)
+	streams, err := watchstream.NewClient(config)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 
 	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/watcher/internal/watchstream"
 )
 
 // TestDecodeProjected: decoding only what a projection keeps projects to
@@ -38,7 +39,7 @@ func TestDecodeProjected(t *testing.T) {
 		var whole map[string]any
 		mustf(t, utiljson.Unmarshal([]byte(raw), &whole), "decode")
 		for _, p := range projections {
-			part, err := decodeProjected(p, []byte(raw))
+			part, err := watchstream.DecodeProjected(p, []byte(raw))
 			if err != nil {
 				t.Fatalf("%v of %.40s: %v", p, raw, err)
 			}
@@ -50,7 +51,7 @@ func TestDecodeProjected(t *testing.T) {
 			}
 		}
 	}
-	if _, err := decodeProjected(change.Projection{Paths: [][]string{{"spec"}}}, []byte(`{"spec":`)); err == nil {
+	if _, err := watchstream.DecodeProjected(change.Projection{Paths: [][]string{{"spec"}}}, []byte(`{"spec":`)); err == nil {
 		t.Error("truncated JSON decoded")
 	}
 }

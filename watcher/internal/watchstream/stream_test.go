@@ -1,4 +1,4 @@
-package watcher
+package watchstream
 
 import (
 	"bytes"
@@ -39,14 +39,14 @@ type readEvent struct {
 	obj string
 }
 
-func readAll(s *eventStream) ([]readEvent, error) {
+func readAll(s *Stream) ([]readEvent, error) {
 	var out []readEvent
 	for {
-		typ, obj, err := s.next(context.Background())
+		typ, obj, err := s.Next(context.Background())
 		if err != nil {
 			return out, err
 		}
-		out = append(out, readEvent{typ, string(obj.(rawObject))})
+		out = append(out, readEvent{typ, string(obj.(RawObject))})
 	}
 }
 
@@ -65,7 +65,7 @@ func TestEventStream(t *testing.T) {
 	}
 	for _, n := range []int{1, 5, 100, idleRead, 4096, 1 << 20} {
 		body := &chunked{data: bytes.Clone(stream.Bytes()), n: n, end: io.EOF}
-		s := newEventStream(body)
+		s := NewStream(body)
 		got, err := readAll(s)
 		if !errors.Is(err, io.EOF) {
 			t.Fatalf("reads of %d: ended with %v, want io.EOF", n, err)
@@ -81,7 +81,7 @@ func TestEventStream(t *testing.T) {
 		if s.grown {
 			t.Errorf("reads of %d: a drained stream holds a buffer of %d bytes", n, cap(s.buf))
 		}
-		s.close()
+		s.Close()
 		if !body.closed {
 			t.Errorf("reads of %d: body not closed", n)
 		}
@@ -93,14 +93,14 @@ func TestEventStream(t *testing.T) {
 // newline after it included.
 func TestEventStreamIdleHoldsNoBuffer(t *testing.T) {
 	event := fmt.Sprintf(`{"type":"ADDED","object":{"data":%q}}`+"\n", strings.Repeat("z", 5000))
-	s := newEventStream(&chunked{data: []byte(event), n: 1000, end: io.EOF})
-	if _, _, err := s.next(context.Background()); err != nil {
+	s := NewStream(&chunked{data: []byte(event), n: 1000, end: io.EOF})
+	if _, _, err := s.Next(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if !s.grown {
 		t.Fatal("a 5 KB event was read without a buffer of its own")
 	}
-	if _, _, err := s.next(context.Background()); !errors.Is(err, io.EOF) {
+	if _, _, err := s.Next(context.Background()); !errors.Is(err, io.EOF) {
 		t.Fatalf("then %v, want io.EOF", err)
 	}
 	if s.grown {
@@ -125,7 +125,7 @@ func TestEventStreamBadInput(t *testing.T) {
 		{"read error", `{"type":"ADDED","obj`, io.ErrClosedPipe, func(err error) bool { return errors.Is(err, io.ErrClosedPipe) }},
 	} {
 		for _, n := range []int{1, 7, 1 << 10} {
-			s := newEventStream(&chunked{data: []byte(tc.stream), n: n, end: tc.end})
+			s := NewStream(&chunked{data: []byte(tc.stream), n: n, end: tc.end})
 			_, err := readAll(s)
 			if !tc.check(err) {
 				t.Errorf("%s, reads of %d: error %v", tc.name, n, err)
@@ -142,7 +142,7 @@ func FuzzEventStream(f *testing.F) {
 	f.Add([]byte(`{"type":"ERROR","object":{"status":"Failure","code":410,"reason":"Expired"}}`), 1)
 	f.Fuzz(func(t *testing.T, data []byte, n int) {
 		n = 1 + (n&0xffff)%(len(data)+1)
-		got, err := readAll(newEventStream(&chunked{data: bytes.Clone(data), n: n, end: io.EOF}))
+		got, err := readAll(NewStream(&chunked{data: bytes.Clone(data), n: n, end: io.EOF}))
 		if err == nil {
 			t.Fatal("the stream ended without an error")
 		}

@@ -1,4 +1,4 @@
-package watcher
+package watchstream
 
 import (
 	"bytes"
@@ -8,20 +8,15 @@ import (
 	"github.com/fieldwatch/fieldwatch/internal/jsonscan"
 )
 
-// rawObject is an object as a watch stream carries it, JSON not decoded
-// yet: the informer decodes of it only what the projection keeps
-// (decodeProjected).
-type rawObject []byte
-
-// decodeProjected decodes of raw, an object's JSON, what p keeps: all of
+// DecodeProjected decodes of raw, an object's JSON, what p keeps: all of
 // it when p is Full, otherwise its metadata and the subtrees its paths
 // name, each subtree decoded as apimachinery's json.Unmarshal does
 // (integral numbers int64; jsonscan.Decode). What it skips is scanned,
 // never built (its strings and brackets are checked, its numbers and
 // literals are not): a CRD whose rules read its group and names is not
-// decoded down its schemas. project gives the same of the result as of
-// the whole object.
-func decodeProjected(p change.Projection, raw []byte) (map[string]any, error) {
+// decoded down its schemas. Any projection of p's paths gives the same
+// of the result as of the whole object decoded.
+func DecodeProjected(p change.Projection, raw []byte) (map[string]any, error) {
 	if p.Full {
 		return jsonscan.DecodeObject(raw)
 	}
