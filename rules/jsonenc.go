@@ -13,8 +13,8 @@ import (
 // appendJSON appends v as compact JSON, as encoding/json would encode it
 // with HTML escaping off (so "<redacted>" stays readable) and map keys
 // sorted. JSON-like values (the types objects are made of) are encoded
-// directly, which is several times faster than encoding/json's reflection
-// on the payload path (BenchmarkPayloadJSON); anything else goes through
+// directly rather than by encoding/json's reflection, for speed on the
+// payload path (BenchmarkPayloadJSON); anything else goes through
 // encoding/json. FuzzAppendJSON holds it to encoding/json's bytes.
 func appendJSON(b []byte, v any) ([]byte, error) {
 	switch x := v.(type) {

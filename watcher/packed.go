@@ -10,9 +10,8 @@ import (
 )
 
 // Large projected objects are kept compressed: a CRD that CRD rules read
-// keeps its schemas (tens to hundreds of KiB of JSON, which compress
-// about tenfold), and thousands of CRDs would otherwise hold most of the
-// cache. Below packThreshold an object's JSON is kept as the differences
+// keeps its schemas (JSON that compresses well), and thousands of CRDs
+// would otherwise hold most of the cache. Below packThreshold an object's JSON is kept as the differences
 // from one object of its resource (its template, see packDict):
 // objects of one resource share their keys, most of their metadata and
 // many values, so a small object is kept in a fraction of its JSON

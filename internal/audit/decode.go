@@ -56,8 +56,9 @@ func (u *wireUser) info() change.UserInfo {
 }
 
 // wireStrings is a list of strings (groups, source IPs) that is refused
-// unread when its JSON is longer than maxListJSON: ten million empty
-// strings are 30 MB of JSON and 160 MB of string headers.
+// unread when its JSON is longer than maxListJSON: an empty string takes
+// three bytes of JSON and, decoded, a string header of 16, so a list
+// costs several times its JSON in memory.
 type wireStrings []string
 
 // maxListJSON is the most JSON a list of strings may have: six times

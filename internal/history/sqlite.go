@@ -28,9 +28,9 @@ import (
 // so are the two indexes (which end with the key), so that no index on
 // time is needed. The payload is kept as delivered; the other columns
 // are what queries select by. The indexes by uid and by namespace are
-// kept in memory (memIndex); earlier versions kept them in the file, and
-// opening such a file drops them. Ids are found again by hash among the
-// ids written lately (recent).
+// kept in memory (memIndex): opening a file that holds such indexes on
+// disk drops them. Ids are found again by hash among the ids written
+// lately (recent).
 const sqliteSchema = `
 CREATE TABLE IF NOT EXISTS entries (
   seq INTEGER PRIMARY KEY,

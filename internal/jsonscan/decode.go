@@ -24,8 +24,8 @@ var errDepth = errors.New("json: exceeded max depth")
 // It checks all of data and returns an error where that json.Unmarshal
 // does. It is one pass over the bytes, where json.Unmarshal makes two
 // (it checks all of its input before it decodes), and a string without
-// escapes is copied as it is: several times faster on objects with long
-// strings (BenchmarkDecode). FuzzDecode holds it to json.Unmarshal.
+// escapes is copied as it is, for speed on objects with long strings
+// (BenchmarkDecode). FuzzDecode holds it to json.Unmarshal.
 func Decode(data []byte) (any, error) {
 	return decode(data, false)
 }
