@@ -12,6 +12,8 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
 // screenshot, when set, is where TestPageInBrowser saves a screenshot of
@@ -146,12 +148,8 @@ func TestPageInBrowser(t *testing.T) {
 	// submission navigates after Submit returns).
 	at := func(part string) {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for !strings.Contains(value("the location", `location.href`), part) {
-			if time.Now().After(deadline) {
-				t.Fatalf("the page did not go to %q: it is at %s", part, value("the location", `location.href`))
-			}
-			time.Sleep(20 * time.Millisecond)
+		if !testenv.Poll(30*time.Second, func() bool { return strings.Contains(value("the location", `location.href`), part) }) {
+			t.Fatalf("the page did not go to %q: it is at %s", part, value("the location", `location.href`))
 		}
 		run("load "+part, visible("footer.foot"))
 	}
