@@ -239,6 +239,14 @@ func TestAdmissionFailover(t *testing.T) {
 	before := log.count()
 	testenv.Eventually(t, 30*time.Second, "twenty more writes", func() bool { return log.count() >= before+20 })
 	forwardedByA := a.metric(`fieldwatch_admission_peer_forwards_total{result="ok"}`)
+	// Killed right after a write returns, the leader has not confirmed it
+	// on its Lease (it confirms with each renewal, every 500 ms here): the
+	// new leader has changes from before the kill to deliver, however
+	// slowly a loaded machine writes.
+	n := log.count()
+	if !testenv.PollEvery(time.Millisecond, 10*time.Second, func() bool { return log.count() > n }) {
+		t.Fatal("no write for 10 s")
+	}
 	killed := time.Now()
 	a.kill()
 	restarted := start("a")
