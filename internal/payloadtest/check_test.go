@@ -13,6 +13,7 @@ const full = `{"id":"u1/42/r","time":"2026-12-02T12:00:00.000001Z","rule":"r","t
 	`"changes":[{"op":"replace","path":"/spec/size","value":3,"oldValue":1.50}],` +
 	`"actor":{"manager":"kubectl-edit","operation":"Update","user":{"username":"admin","uid":"1","groups":["g"],"extra":{"k":["v"]}},` +
 	`"impersonatedUser":{"username":"alice","uid":"2","groups":["h"],"extra":{"k":["v"]}},"verb":"update","userAgent":"kubectl","sourceIPs":["::1"],"auditID":"a1","source":"audit","match":"ambiguous","candidates":["a","b"]},` +
+	`"guard":{"overridden":true,"reason":"migrated","user":"alice","groups":["g"],"operation":"UPDATE","requestUID":"r1","checks":["enum-values-removed"],"objects":1},` +
 	`"crd":{"crd":"widgets.example.com","checks":[{"version":"v1","against":"v2","path":"/properties/spec","field":"spec",` +
 	`"check":"enum-values-removed","old":["green"],"new":[],"severity":"breaking","message":"m"}],"breaking":1,"unknown":0,"safe":0,"scanned":3,` +
 	`"impact":[{"check":"enum-values-removed","version":"v1","path":"/p","field":"spec.color","effect":"rejected","count":1,` +

@@ -344,7 +344,10 @@ func TestUnreadableNamespaceAnswersAsAnEmptyOne(t *testing.T) {
 // and 16 such requests at once made it answer 503 to everyone).
 func TestScanBoundPerRequest(t *testing.T) {
 	store := &countingStore{Store: bulkHistory(t)}
-	s, base := serve(t, store)
+	// The bound is on entries, which the test counts: under -race on a
+	// loaded machine a window of 20,000 can take longer than the default
+	// 10 s a request.
+	s, base := serve(t, store, func(o *Options) { o.Timeout = 2 * time.Minute })
 	r := newReaders(t)
 	for _, token := range []string{"", r.lab} {
 		query, pages := "?name=nonexistent", 0
