@@ -410,6 +410,13 @@ func (s *admissionSteps) attribution(t *testing.T) {
 	t.Logf("payloads attributed to their writer, by pod and writer: %v", counts)
 	if len(wrong) > 0 {
 		t.Errorf("%d payloads not attributed to their writer from admission, first %d:\n  %s", len(wrong), min(20, len(wrong)), strings.Join(wrong[:min(20, len(wrong))], "\n  "))
+		var lines []string
+		for _, l := range logs.Lines() {
+			if strings.Contains(l.Text, `"level":"WARN"`) || strings.Contains(l.Text, "Lease") || strings.Contains(l.Text, "stopping") || strings.Contains(l.Text, "took over") {
+				lines = append(lines, l.Pod+": "+l.Text)
+			}
+		}
+		t.Logf("the pods' warnings and turns:\n  %s", strings.Join(lines, "\n  "))
 	}
 	logs.CheckNoErrors(t)
 }

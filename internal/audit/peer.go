@@ -30,8 +30,14 @@ const peerInstanceHeader = "X-Fieldwatch-Instance"
 const DefaultPeerTimeout = 2 * time.Second
 
 // peerResolveEvery is how long the addresses a peer name resolves to are
-// used before it is resolved again.
+// used before it is resolved again, and how long an address that failed
+// is left out.
 const peerResolveEvery = 5 * time.Second
+
+// peerResolveAfterFailure is how soon the names are resolved again once a
+// peer failed: in a rollout the replica that replaces a pod comes under
+// a new address, and the records forwarded meanwhile would miss it.
+const peerResolveAfterFailure = 500 * time.Millisecond
 
 // errNotPeer is the error of a peer that serves another certificate.
 var errNotPeer = errors.New("the peer does not serve this receiver's certificate")
@@ -50,9 +56,13 @@ type peers struct {
 	e        *endpoint
 
 	mu       sync.Mutex
-	addrs    []string // resolved, less self
+	addrs    []string // resolved, less self and the failed
 	resolved time.Time
-	self     map[string]bool
+	// failed are the addresses that failed and when: left out for
+	// peerResolveEvery while the names are resolved again every
+	// peerResolveAfterFailure, to find the pods that replace them.
+	failed map[string]time.Time
+	self   map[string]bool
 }
 
 func newPeers(e *endpoint, names []string, timeout time.Duration) (*peers, error) {
@@ -68,7 +78,7 @@ func newPeers(e *endpoint, names []string, timeout time.Duration) (*peers, error
 	if timeout <= 0 {
 		timeout = DefaultPeerTimeout
 	}
-	p := &peers{names: names, instance: hex.EncodeToString(id), timeout: timeout, e: e, self: map[string]bool{}}
+	p := &peers{names: names, instance: hex.EncodeToString(id), timeout: timeout, e: e, self: map[string]bool{}, failed: map[string]time.Time{}}
 	p.client = &http.Client{
 		Timeout: timeout,
 		Transport: &http.Transport{
@@ -99,11 +109,23 @@ func (p *peers) verify(cs tls.ConnectionState) error {
 }
 
 // targets returns the peers' addresses, resolving the names again every
-// peerResolveEvery (a headless Service's addresses change with its pods).
+// peerResolveEvery (a headless Service's addresses change with its pods),
+// or every peerResolveAfterFailure while an address that failed is left
+// out.
 func (p *peers) targets(ctx context.Context) []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if time.Since(p.resolved) < peerResolveEvery {
+	now := time.Now()
+	every := peerResolveEvery
+	if len(p.failed) > 0 {
+		every = peerResolveAfterFailure
+	}
+	for a, at := range p.failed {
+		if now.Sub(at) >= peerResolveEvery {
+			delete(p.failed, a)
+		}
+	}
+	if now.Sub(p.resolved) < every {
 		return p.addrs
 	}
 	var addrs []string
@@ -115,20 +137,21 @@ func (p *peers) targets(ctx context.Context) []string {
 			continue
 		}
 		for _, ip := range ips {
-			if a := net.JoinHostPort(ip, port); !p.self[a] {
+			if a := net.JoinHostPort(ip, port); !p.self[a] && p.failed[a].IsZero() {
 				addrs = append(addrs, a)
 			}
 		}
 	}
-	p.addrs, p.resolved = addrs, time.Now()
+	p.addrs, p.resolved = addrs, now
 	return addrs
 }
 
 // forward posts recs, encoded, to every peer at once and waits for them
 // (at most the timeout). A peer that fails misses these events: it is
-// down, and a replica that starts again holds only what comes after. One
-// that could not be reached is not tried again until the names are
-// resolved again (peerResolveEvery).
+// down, and a replica that starts again holds only what comes after. An
+// address that could not be reached is left out for peerResolveEvery,
+// and the names are resolved again soon (peerResolveAfterFailure) to
+// find a replica that replaces it.
 func (p *peers) forward(ctx context.Context, recs []Record) {
 	body, err := json.Marshal(recs)
 	if err != nil {
@@ -153,12 +176,13 @@ func (p *peers) post(ctx context.Context, addr string, body []byte) {
 	req.Header.Set(peerInstanceHeader, p.instance)
 	resp, err := p.client.Do(req)
 	if err != nil {
-		// A peer that cannot be reached is left out until the names are
-		// resolved again: a pod gone with its address makes every
-		// forward wait the whole timeout, holding a reading slot, and
-		// the apiserver's posts meanwhile get 429s and come late.
+		// A peer that cannot be reached is left out for a while: a pod
+		// gone with its address makes every forward wait the whole
+		// timeout, holding a reading slot, and the apiserver's posts
+		// meanwhile get 429s and come late.
 		p.mu.Lock()
 		p.addrs = slices.DeleteFunc(slices.Clone(p.addrs), func(a string) bool { return a == addr })
+		p.failed[addr] = time.Now()
 		p.mu.Unlock()
 		p.e.peerFailed.Inc()
 		if suppressed, ok := p.e.refusals.allow("peer-forward", time.Now()); ok {

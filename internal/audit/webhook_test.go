@@ -759,3 +759,80 @@ func TestWebhookConcurrencyLimit(t *testing.T) {
 		t.Errorf("webhook_requests_total{code=429} = %v, want 1", got)
 	}
 }
+
+// TestWebhookPeerReplaced: an address that failed is left out for
+// peerResolveEvery, the names being resolved again meanwhile; once its
+// time is out, a replica that now answers there gets the records again.
+func TestWebhookPeerReplaced(t *testing.T) {
+	p := newWebhookPKI(t, t.TempDir())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	peerAddr := gone.Addr().String()
+	_ = gone.Close()
+	m := NewMetrics(nil)
+	opts := WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, ClientCAFile: p.caFile, ClientNames: []string{"kube-apiserver"},
+		Peers: []string{peerAddr}, Metrics: m, Logger: slog.New(slog.DiscardHandler)}
+	w, err := NewWebhook(opts, &sourceSink{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve := func(w *Webhook, ln net.Listener) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- w.Serve(ctx, ln) }()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("serve: %v", err)
+			}
+		})
+	}
+	serve(w, ln)
+	apiserver := httpsClient(t, p.ca.CertPEM, p.clientCert, p.clientKey)
+	lines := readLines(t, apiserverLog)
+	post := func(i int) {
+		t.Helper()
+		resp, err := apiserver.Post("https://"+ln.Addr().String()+"/audit", "application/json", bytes.NewReader(eventList(lines[i*5:i*5+5])))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("post %d: %d", i, resp.StatusCode)
+		}
+	}
+	post(0)
+	if failed := testutil.ToFloat64(m.peerFailed); failed != 1 {
+		t.Fatalf("forwards failed: %v, want 1", failed)
+	}
+	// A replica comes back at the address.
+	back, err := net.Listen("tcp", peerAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peerOpts := opts
+	peerOpts.Peers, peerOpts.Metrics = nil, NewMetrics(nil)
+	replica, err := NewWebhook(peerOpts, &sourceSink{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(replica, back)
+	post(1) // within the address's time out: left out
+	if ok := testutil.ToFloat64(m.peerOK); ok != 0 {
+		t.Fatalf("forwards ok: %v, want 0 while the address is left out", ok)
+	}
+	w.peers.mu.Lock()
+	w.peers.failed[peerAddr] = time.Now().Add(-peerResolveEvery)
+	w.peers.resolved = time.Now().Add(-peerResolveAfterFailure)
+	w.peers.mu.Unlock()
+	post(2)
+	if ok, failed := testutil.ToFloat64(m.peerOK), testutil.ToFloat64(m.peerFailed); ok != 1 || failed != 1 {
+		t.Errorf("forwards: %v ok, %v failed; want 1 and 1 (the replaced peer forwarded to again)", ok, failed)
+	}
+}
