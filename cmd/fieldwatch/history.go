@@ -162,7 +162,7 @@ func (o *historyOptions) source(ctx context.Context) (historySource, error) {
 		}
 		return storeSource{s}, nil
 	case o.dsn != "":
-		s, err := history.OpenPostgres(ctx, o.dsn, nil, nil)
+		s, err := history.OpenPostgres(ctx, o.dsn, history.PostgresOptions{})
 		if err != nil {
 			return nil, err
 		}

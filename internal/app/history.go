@@ -101,7 +101,7 @@ func (a *app) openHistory(ctx context.Context) (*historyState, error) {
 		err   error
 	)
 	if h.DSN != "" {
-		store, err = history.OpenPostgres(ctx, h.DSN, a.log, m)
+		store, err = history.OpenPostgres(ctx, h.DSN, history.PostgresOptions{Logger: a.log, Metrics: m, Chain: a.chainName()})
 	} else {
 		if err = os.MkdirAll(a.cfg.StateDir, 0o700); err != nil {
 			return nil, fmt.Errorf("state dir: %w", err)
@@ -136,6 +136,19 @@ func (a *app) openHistory(ctx context.Context) (*historyState, error) {
 	a.log.Info("keeping the history of firings", "store", storeName(h, a.cfg.StateDir), "maxBytes", h.MaxBytes, "maxAge", h.MaxAge.String(),
 		"insecureLoopback", h.InsecureLoopback)
 	return hs, nil
+}
+
+// chainName names this replica's chain in a shared store's trail
+// (docs/trail.md): the cluster's name and the pod's.
+func (a *app) chainName() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "fieldwatch"
+	}
+	if a.cfg.ClusterName != "" {
+		return a.cfg.ClusterName + "/" + host
+	}
+	return host
 }
 
 // storeName says where the history is, without the DSN's secrets.

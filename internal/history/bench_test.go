@@ -27,7 +27,16 @@ func benchPayload(i int) []byte {
 // It reports entries written per second, the CPU per entry (the whole
 // process: parsing, SQLite, the Go runtime; and the writer's thread
 // alone) and the bytes on disk per entry.
-func BenchmarkRecord(b *testing.B) {
+func BenchmarkRecord(b *testing.B) { benchRecord(b, SQLiteOptions{}) }
+
+// BenchmarkTrail is BenchmarkRecord without the trail and with it (the
+// hash chain), side by side: what the chain costs an entry.
+func BenchmarkTrail(b *testing.B) {
+	b.Run("chain=off", func(b *testing.B) { benchRecord(b, SQLiteOptions{noTrail: true}) })
+	b.Run("chain=on", func(b *testing.B) { benchRecord(b, SQLiteOptions{}) })
+}
+
+func benchRecord(b *testing.B, opts SQLiteOptions) {
 	entries := make([]Entry, b.N)
 	for i := range entries {
 		e, err := ParsePayload(benchPayload(i), Delivered)
@@ -37,7 +46,8 @@ func BenchmarkRecord(b *testing.B) {
 		entries[i] = e
 	}
 	path := filepath.Join(b.TempDir(), "history.db")
-	store, err := OpenSQLite(path, SQLiteOptions{MaxBytes: 1 << 30})
+	opts.MaxBytes = 1 << 30
+	store, err := OpenSQLite(path, opts)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -68,7 +68,8 @@ SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::tex
   $10::text[], $11::text[], $12::text[], $13::text[], $14::integer[], $15::bytea[])
 ON CONFLICT (id) DO UPDATE SET recorded = excluded.recorded, usr = excluded.usr, imp = excluded.imp,
   source = excluded.source, bytes = excluded.bytes, payload = excluded.payload
-WHERE h.source = 'confirmed' AND excluded.source = 'delivered'`
+WHERE h.source = 'confirmed' AND excluded.source = 'delivered'
+RETURNING id, seq`
 
 // pgRowOverhead is what a row stores besides its columns' bytes, with
 // its share of the three indexes: the bytes the size bound counts per
@@ -82,12 +83,30 @@ const pgTrimBatch = 5000
 // replicas write to the same table.
 const pgResync = time.Minute
 
+// PostgresOptions configure OpenPostgres.
+type PostgresOptions struct {
+	Logger  *slog.Logger
+	Metrics *Metrics
+	// Chain names this writer's chain in the trail: each replica writing
+	// into one database needs a chain of its own (docs/trail.md). Its
+	// first write starts it, or continues it where a writer of the same
+	// chain left it.
+	Chain string
+
+	// noTrail writes no trail (BenchmarkTrail).
+	noTrail bool
+}
+
 // Postgres is the shared store: a table in a PostgreSQL database, for
 // replicas that share one history.
 type Postgres struct {
 	pool *pgxpool.Pool
 	log  *slog.Logger
 	m    *Metrics
+	opts PostgresOptions
+
+	wmu  sync.Mutex // serialises writes to the chain
+	head *chain     // the chain's last link, nil until read (pgHead)
 
 	mu     sync.Mutex // serialises Stats' recount
 	synced time.Time
@@ -103,10 +122,14 @@ var _ Store = &Postgres{}
 // OpenPostgres connects to the database dsn names (a postgres:// URL or
 // key=value settings; the password better comes from PGPASSWORD or a
 // passfile than from the command line) and creates the table if needed.
-func OpenPostgres(ctx context.Context, dsn string, log *slog.Logger, m *Metrics) (*Postgres, error) {
-	if log == nil {
-		log = slog.Default()
+func OpenPostgres(ctx context.Context, dsn string, opts PostgresOptions) (*Postgres, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
 	}
+	if opts.Chain == "" {
+		opts.Chain = DefaultChain
+	}
+	log, m := opts.Logger, opts.Metrics
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		// pgx's parse errors quote the DSN, password included: say less.
@@ -117,7 +140,7 @@ func OpenPostgres(ctx context.Context, dsn string, log *slog.Logger, m *Metrics)
 	if err != nil {
 		return nil, fmt.Errorf("history database: %w", err)
 	}
-	p := &Postgres{pool: pool, log: log, m: m}
+	p := &Postgres{pool: pool, log: log, m: m, opts: opts}
 	if err := p.createTable(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -140,7 +163,7 @@ func (p *Postgres) createTable(ctx context.Context) error {
 		if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", pgResources).Scan(&had); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, pgSchema); err != nil {
+		if _, err := tx.Exec(ctx, pgSchema+pgTrailSchema); err != nil {
 			return err
 		}
 		if had {
@@ -199,11 +222,41 @@ func (p *Postgres) Write(ctx context.Context, entries []Entry) (int, error) {
 	if err := p.addResources(ctx, rows); err != nil {
 		return 0, p.fail(err)
 	}
-	tag, err := p.pool.Exec(ctx, pgInsert, id, tm, rec, rule, typ, grp, res, ns, name, uid, usr, imp, src, size, payload)
+	var written int64
+	err := p.inTrail(ctx, func(tx pgx.Tx, c *chain) error {
+		r, err := tx.Query(ctx, pgInsert, id, tm, rec, rule, typ, grp, res, ns, name, uid, usr, imp, src, size, payload)
+		if err != nil {
+			return err
+		}
+		keys := make(map[string]int64, n)
+		for r.Next() {
+			var wid string
+			var seq int64
+			if err := r.Scan(&wid, &seq); err != nil {
+				r.Close()
+				return err
+			}
+			keys[wid] = seq
+		}
+		r.Close()
+		if err := r.Err(); err != nil {
+			return err
+		}
+		written = int64(len(keys))
+		if c == nil || written == 0 {
+			return nil
+		}
+		entries, seqs := make([]*Entry, 0, len(keys)), make([]int64, 0, len(keys))
+		for _, e := range rows { // in the batch's order
+			if seq, ok := keys[e.ID]; ok {
+				entries, seqs = append(entries, e), append(seqs, seq)
+			}
+		}
+		return insertPGLinks(ctx, tx, c.entryLinks(entries, seqs))
+	})
 	if err != nil {
 		return 0, p.fail(err)
 	}
-	written := tag.RowsAffected()
 	p.count.Add(written)
 	p.bytes.Add(total * written / max(int64(n), 1))
 	return int(written), nil
@@ -277,6 +330,13 @@ var pgHeads = headColumns("time", "octet_length(payload)::bigint")
 // tenths of maxBytes, the oldest until eight tenths.
 func (p *Postgres) Trim(ctx context.Context, before time.Time, maxBytes int64) (Trimmed, error) {
 	var t Trimmed
+	defer func() {
+		if t.Age+t.Size > 0 {
+			if err := p.appendTrim(ctx, t.Age+t.Size); err != nil && ctx.Err() == nil {
+				p.log.Error("history trail: a trim's record was not written: verify reports the entries removed as deleted", "error", err)
+			}
+		}
+	}()
 	if !before.IsZero() {
 		for {
 			n, err := p.delete(ctx, "WHERE time < $1 ORDER BY time, seq LIMIT $2", before.UnixMicro(), pgTrimBatch)

@@ -50,7 +50,7 @@ func newPGDatabase(t *testing.T) string {
 
 func openPostgres(t *testing.T) Store {
 	t.Helper()
-	s, err := OpenPostgres(context.Background(), newPGDatabase(t), nil, nil)
+	s, err := OpenPostgres(context.Background(), newPGDatabase(t), PostgresOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestPostgresReplicas(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range stores {
 		wg.Go(func() {
-			s, err := OpenPostgres(ctx, dsn, nil, nil) // both create the table at once
+			s, err := OpenPostgres(ctx, dsn, PostgresOptions{Chain: fmt.Sprintf("replica-%d", i)}) // both create the table at once
 			if err != nil {
 				t.Error(err)
 				return
@@ -121,5 +121,11 @@ func TestPostgresReplicas(t *testing.T) {
 	}
 	if got := queryAll(t, stores[1], Query{UID: "u7"}); !slices.Equal(got, []string{"u7/1/audit"}) {
 		t.Errorf("the other replica reads %v", got)
+	}
+	// Each replica's chain verifies: the standby's copies that the
+	// leader's entries replaced count as superseded.
+	r := verifyTrail(t, stores[0], VerifyOptions{})
+	if !r.Intact() || len(r.Chains) != 2 {
+		t.Errorf("trail of two replicas: %+v", r)
 	}
 }

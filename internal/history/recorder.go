@@ -25,6 +25,11 @@ const (
 	// the log, then to the file, once however many entries changed
 	// them).
 	DefaultFlushInterval = time.Second
+	// DefaultCheckpointEvery and DefaultCheckpointInterval are how often
+	// a signed checkpoint seals the trail: after so many links, or so
+	// long after the first link it does not seal yet.
+	DefaultCheckpointEvery    = 1000
+	DefaultCheckpointInterval = time.Minute
 	// trimInterval is how often the bounds are applied, with writes or
 	// without; between, at most trimSlack of the size bound is written
 	// (and, written faster, the bound is applied sooner). Applying them

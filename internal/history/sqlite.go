@@ -105,6 +105,9 @@ type SQLiteOptions struct {
 	// MaxBytes is the bound Trim will be given, which sizes the
 	// write-ahead log (walBytes).
 	MaxBytes int64
+	// noTrail writes no trail: the store as it was before the trail,
+	// for BenchmarkTrail.
+	noTrail bool
 }
 
 // SQLite is the embedded store: one SQLite database file (and its
@@ -127,6 +130,7 @@ type SQLite struct {
 	wmu     sync.Mutex // the writer's state below
 	lastSeq int64      // the highest key written
 	recent  recent     // the newest ids, by hash, with their keys
+	head    *chain     // the chain's last link, nil until read (sqliteHead)
 	wal     int64      // walBytes
 	// diskLimited is set while the disk, not the bound, limits the size.
 	diskLimited atomic.Bool
@@ -187,7 +191,7 @@ func (s *SQLite) open() error {
 	w.SetMaxOpenConns(1)
 	ctx := context.Background()
 	if !s.opts.ReadOnly {
-		if _, err := w.ExecContext(ctx, sqliteSchema); err != nil {
+		if _, err := w.ExecContext(ctx, sqliteSchema+sqliteTrailSchema); err != nil {
 			_ = w.Close()
 			return fmt.Errorf("history database %s: %w", s.path, err)
 		}
@@ -233,6 +237,7 @@ func (s *SQLite) loadRecent(ctx context.Context, db *sql.DB) error {
 	defer s.wmu.Unlock()
 	s.recent = newRecent(recentIDs)
 	s.lastSeq = 0
+	s.head = nil
 	rows, err := db.QueryContext(ctx, "SELECT seq, id FROM entries ORDER BY seq DESC LIMIT ?", recentIDs)
 	if err != nil {
 		return err
@@ -465,11 +470,30 @@ func (s *SQLite) insert(ctx context.Context, entries []Entry) (int, error) {
 		last = max(last, seq)
 		batch[h] = struct{}{}
 	}
+	var head chain
+	if !s.opts.noTrail {
+		// Before the rows: a chain's start counts the entries outside it.
+		if head, err = s.sqliteHead(ctx, tx); err != nil {
+			return 0, err
+		}
+	}
 	if last, err = insertRowsTx(ctx, tx, rows, last); err != nil {
 		return 0, err
 	}
+	if !s.opts.noTrail && len(rows) > 0 {
+		written, keys := make([]*Entry, len(rows)), make([]int64, len(rows))
+		for i := range rows {
+			written[i], keys[i] = rows[i].e, rows[i].seq
+		}
+		if err := insertLinksTx(ctx, tx, head.entryLinks(written, keys)); err != nil {
+			return 0, err
+		}
+	}
 	if err := tx.Commit(); err != nil {
 		return 0, err
+	}
+	if !s.opts.noTrail {
+		s.head = &head
 	}
 	s.lastSeq = last
 	for i := range rows {
@@ -783,7 +807,7 @@ func (s *SQLite) Trim(ctx context.Context, before time.Time, maxBytes int64) (Tr
 			}
 		}
 		if t.Age+t.Size > 0 {
-			err = errors.Join(err, s.indexTrimmed(ctx))
+			err = errors.Join(err, s.indexTrimmed(ctx), s.appendTrim(ctx, t.Age+t.Size))
 		}
 		return err
 	})
@@ -884,8 +908,8 @@ func (s *SQLite) makeRoom(ctx context.Context, n int64) {
 	}
 	_ = s.use(func() error {
 		_, _ = s.write.ExecContext(ctx, "PRAGMA wal_checkpoint(RESTART)")
-		_, err := s.deleteOldest(ctx, n)
-		if ierr := s.indexTrimmed(ctx); err == nil {
+		removed, err := s.deleteOldest(ctx, n)
+		if ierr := errors.Join(s.indexTrimmed(ctx), s.appendTrim(ctx, removed)); err == nil {
 			err = ierr
 		}
 		if err != nil {

@@ -13,7 +13,17 @@ import (
 
 // storeSuite runs the behaviour every Store must have against a fresh
 // store from open.
-func storeSuite(t *testing.T, open func(t *testing.T) Store) {
+func storeSuite(t *testing.T, openStore func(t *testing.T) Store) {
+	// Whatever a test did, the store's trail verifies.
+	open := func(t *testing.T) Store {
+		s := openStore(t)
+		t.Cleanup(func() {
+			if r := verifyTrail(t, s, VerifyOptions{}); !r.Intact() {
+				t.Errorf("the trail does not verify: %+v", r)
+			}
+		})
+		return s
+	}
 	t.Run("OncePerID", func(t *testing.T) {
 		s := open(t)
 		a := fixture{uid: "u1", rv: "10", namespace: "shop", name: "w1", time: t0}
