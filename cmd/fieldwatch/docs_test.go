@@ -45,7 +45,7 @@ func cliReference(t *testing.T) []byte {
 		"(`-rules` and `--rules` are the same); durations are Go's (`30s`, `2m`), sizes are\n" +
 		"bytes or Kubernetes quantities (`64Mi`).\n\n")
 	for _, c := range commands() {
-		fmt.Fprintf(&b, "- [`fieldwatch %s`](#fieldwatch-%s): %s\n", c.name, c.name, c.help)
+		fmt.Fprintf(&b, "- [`fieldwatch %s`](#fieldwatch-%s): %s\n", c.name, strings.ReplaceAll(c.name, " ", "-"), c.help)
 	}
 	for _, c := range commands() {
 		fmt.Fprintf(&b, "\n## fieldwatch %s\n\n", c.name)
@@ -53,7 +53,7 @@ func cliReference(t *testing.T) []byte {
 		if c.name == "version" {
 			continue // no flags: it prints the version whatever it is given
 		}
-		code, stdout, stderr := runCLI(t, c.name, "-h")
+		code, stdout, stderr := runCLI(t, append(strings.Fields(c.name), "-h")...)
 		if (code != 0 && code != 2) || stdout != "" || stderr == "" {
 			t.Fatalf("fieldwatch %s -h: exit %d, stdout %q, stderr %q", c.name, code, stdout, stderr)
 		}

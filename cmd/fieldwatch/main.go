@@ -43,6 +43,7 @@ func commands() []command {
 		{"crd-diff", "OLD NEW [--objects DIR] | --cluster NEW", "compare two versions of CRDs, or NEW with the cluster; breaking changes and the objects they hit", crdDiffCmd},
 		{"crd-migrate", "CRD [flags]", "rewrite a CRD's objects stored at old versions, then cut status.storedVersions", crdMigrateCmd},
 		{"history", "[--server URL | --state-dir DIR] [filters]", "print what fired, newest first, from a running fieldwatch or a state dir", historyCmd},
+		{"history pubkey", "--key-file FILE", "print the public key of the history's signing key, for verify --pubkey", historyPubkeyCmd},
 		{"version", "", "print the version", versionCmd},
 	}
 }
@@ -59,6 +60,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	for _, c := range commands() {
+		if len(args) > 1 && c.name == args[0]+" "+args[1] {
+			return c.run(ctx, args[2:], stdout, stderr)
+		}
+	}
+	for _, c := range commands() {
 		if c.name == args[0] {
 			return c.run(ctx, args[1:], stdout, stderr)
 		}
@@ -73,7 +79,7 @@ func usage(w io.Writer) {
 	_, _ = fmt.Fprintf(w, "field changes described in a rules file into JSON payloads for actions.\n\n")
 	_, _ = fmt.Fprintf(w, "Usage:\n")
 	for _, c := range commands() {
-		_, _ = fmt.Fprintf(w, "  fieldwatch %-14s %-24s %s\n", c.name, c.args, c.help)
+		_, _ = fmt.Fprintf(w, "  fieldwatch %-16s %-24s %s\n", c.name, c.args, c.help)
 	}
 	_, _ = fmt.Fprintf(w, "\n`fieldwatch COMMAND -h` shows a command's flags.\n")
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/fieldwatch/fieldwatch/internal/audit"
 	"github.com/fieldwatch/fieldwatch/internal/connlimit"
 	"github.com/fieldwatch/fieldwatch/internal/crdguard"
+	"github.com/fieldwatch/fieldwatch/internal/history"
 	"github.com/fieldwatch/fieldwatch/internal/history/web"
 	"github.com/fieldwatch/fieldwatch/watcher"
 )
@@ -115,6 +116,9 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	historyBytes := byteSize(app.DefaultHistoryMaxBytes)
 	fs.Var(&historyBytes, "history-max-bytes", "most bytes the history takes (a quantity such as 512Mi, at least 16Mi); the oldest entries are removed first")
 	fs.DurationVar(&cfg.History.MaxAge, "history-max-age", app.DefaultHistoryMaxAge, "how long entries are kept in the history; older ones are removed")
+	fs.StringVar(&cfg.History.SigningKeyFile, "history-signing-key-file", "", "sign checkpoints of the history's audit trail with this Ed25519 private key (PEM PKCS #8, as openssl genpkey -algorithm ed25519 writes it; a mounted Secret's key); fieldwatch history pubkey prints its public key (docs/trail.md)")
+	fs.IntVar(&cfg.History.CheckpointEvery, "history-checkpoint-every", history.DefaultCheckpointEvery, "with --history-signing-key-file: sign a checkpoint of the trail after this many records")
+	fs.DurationVar(&cfg.History.CheckpointInterval, "history-checkpoint-interval", history.DefaultCheckpointInterval, "with --history-signing-key-file: sign a checkpoint of the trail this long after the first record not yet sealed, at most")
 	au := &cfg.Audit
 	maxBody := byteSize(audit.DefaultMaxBodyBytes)
 	indexBytes := byteSize(audit.DefaultMaxBytes)

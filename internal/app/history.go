@@ -44,6 +44,13 @@ type HistoryConfig struct {
 	// response and of the responses being built at once (zero: web's
 	// defaults).
 	MaxResponseBytes, MaxBytesInFlight int64
+	// SigningKeyFile, when set, holds the Ed25519 key that signs the
+	// trail's checkpoints, every CheckpointEvery records or
+	// CheckpointInterval (zero: history's defaults) and at a graceful
+	// stop (docs/trail.md).
+	SigningKeyFile     string
+	CheckpointEvery    int
+	CheckpointInterval time.Duration
 }
 
 // History defaults.
@@ -95,6 +102,16 @@ func (a *app) openHistory(ctx context.Context) (*historyState, error) {
 		a.log.Info("no history of firings: it needs --state-dir or --history-dsn")
 		return nil, nil
 	}
+	var signer *history.Signer
+	if h.SigningKeyFile != "" {
+		// A key that does not load is an error of the configuration:
+		// unlike a store that cannot be opened, it stops the start.
+		key, err := history.LoadSigningKey(h.SigningKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--history-signing-key-file: %w", err)
+		}
+		signer = history.NewSigner(key, a.cfg.ClusterName)
+	}
 	m := history.NewMetrics(a.reg)
 	var (
 		store history.Store
@@ -127,6 +144,7 @@ func (a *app) openHistory(ctx context.Context) (*historyState, error) {
 		store: store,
 		rec: history.NewRecorder(history.RecorderOptions{
 			Store: store, MaxAge: h.MaxAge, MaxBytes: h.MaxBytes, Logger: a.log, Metrics: m,
+			Signer: signer, CheckpointEvery: h.CheckpointEvery, CheckpointInterval: h.CheckpointInterval,
 		}),
 		web:       server,
 		confirmed: make(chan *watcher.Change, confirmedQueue),

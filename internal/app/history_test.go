@@ -2,10 +2,14 @@ package app
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/fieldwatch/fieldwatch/internal/history"
 	"github.com/fieldwatch/fieldwatch/internal/history/web"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
@@ -92,7 +97,8 @@ func (c historyClient) query(t *testing.T, params url.Values) ([]historyEntry, s
 // the API filters, pages and refuses bad input; a user whose service
 // account may read ConfigMaps in one namespace sees only that
 // namespace's entries (TokenReview and SubjectAccessReview by the real
-// apiserver); an unknown token gets 401.
+// apiserver); an unknown token gets 401. Once fieldwatch stopped, its
+// trail verifies with the signing key's public key, sealed to its end.
 func TestHistory(t *testing.T) {
 	plane := sharedAuditPlane(t)
 	env := plane.env
@@ -100,8 +106,13 @@ func TestHistory(t *testing.T) {
 	env.EnsureNamespace(t, "hist-b")
 	alice := env.Impersonating(t, "alice")
 	httpAddr := make(chan string, 1)
+	stateDir := t.TempDir()
+	keyFile, pub := writeSigningKey(t)
+	t.Cleanup(func() { verifyStoppedTrail(t, filepath.Join(stateDir, historyFile), pub, 5) }) // after fieldwatch stopped
 	fw := runFieldwatch(t, plane, allChanges, func(c *Config) {
-		c.StateDir = t.TempDir()
+		c.StateDir = stateDir
+		c.ClusterName = "hist"
+		c.History.SigningKeyFile = keyFile
 		c.History.InsecureLoopback = true
 		c.Ready = func(addr string) { httpAddr <- addr }
 	})
@@ -209,5 +220,44 @@ func TestHistory(t *testing.T) {
 	}
 	if w := fw.metric(t, "fieldwatch_history_entries_total"); w < 5 {
 		t.Errorf("fieldwatch_history_entries_total = %v, want at least the 5 firings", w)
+	}
+}
+
+// writeSigningKey writes a new Ed25519 signing key to a file.
+func writeSigningKey(t *testing.T) (string, ed25519.PublicKey) {
+	t.Helper()
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := history.MarshalPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "signing.pem")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path, pub
+}
+
+// verifyStoppedTrail verifies the trail of the history file a stopped
+// fieldwatch left: intact, at least entries entries, its last link a
+// checkpoint (the graceful stop's) signed by pub.
+func verifyStoppedTrail(t *testing.T, path string, pub ed25519.PublicKey, entries int64) {
+	t.Helper()
+	s, err := history.OpenSQLite(path, history.SQLiteOptions{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	r, err := history.Verify(func(each func(*history.Link, *history.Entry) error) error {
+		return s.Links(context.Background(), each)
+	}, history.VerifyOptions{Key: pub, Now: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Intact() || len(r.Chains) != 1 || r.Chains[0].Entries < entries || r.Chains[0].Sealed != r.Chains[0].Links {
+		t.Errorf("the trail after a graceful stop: %+v, want one chain of at least %d entries, sealed to its end", r, entries)
 	}
 }

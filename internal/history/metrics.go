@@ -23,6 +23,7 @@ type Metrics struct {
 	removedAge  prometheus.Counter
 	removedSize prometheus.Counter
 	cpu         prometheus.Counter
+	trail       *prometheus.CounterVec
 }
 
 // NewMetrics returns the history's series, registered on reg (none when
@@ -62,6 +63,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "fieldwatch", Subsystem: "history", Name: "cpu_seconds_total",
 			Help: "CPU time of the history's writer (reading payloads, writing them, applying the bounds), measured on the OS thread it has to itself; over entries_total{result=\"written\"}, what an entry costs (the collector's share of its garbage aside). Linux only.",
 		}),
+		trail: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "fieldwatch", Subsystem: "history", Name: "trail_records_total",
+			Help: "Records the history's writer appended to its trail (docs/trail.md), by kind (checkpoint: signed; gap: payloads not kept) and result (written; failed: tried again later).",
+		}, []string{"kind", "result"}),
 	}
 	m.written = m.entries.WithLabelValues("written")
 	m.duplicate = m.entries.WithLabelValues("duplicate")
@@ -74,7 +79,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.removedAge = m.removed.WithLabelValues("age")
 	m.removedSize = m.removed.WithLabelValues("size")
 	if reg != nil {
-		reg.MustRegister(m.entries, m.removed, m.errors, m.stored, m.bytes, m.queued, m.writeTime, m.cpu)
+		reg.MustRegister(m.entries, m.removed, m.errors, m.stored, m.bytes, m.queued, m.writeTime, m.cpu, m.trail)
 	}
 	return m
 }

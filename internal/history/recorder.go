@@ -66,6 +66,13 @@ type RecorderOptions struct {
 	// new ones, registered on Registerer.
 	Metrics    *Metrics
 	Registerer prometheus.Registerer
+	// Signer, when set and the store keeps a trail, signs a checkpoint
+	// after CheckpointEvery links (default DefaultCheckpointEvery),
+	// CheckpointInterval after the first link not yet sealed (default
+	// DefaultCheckpointInterval), and when the Recorder is closed.
+	Signer             *Signer
+	CheckpointEvery    int
+	CheckpointInterval time.Duration
 }
 
 // Recorder writes payloads to a Store off the delivery path: Record
@@ -87,6 +94,11 @@ type Recorder struct {
 	stop    context.CancelFunc
 
 	dropLog, errLog rate.Sometimes
+
+	// The writer's: the links written since the last checkpoint, the
+	// first of them at unsealed.
+	unsealedLinks int64
+	unsealed      time.Time
 }
 
 // queued is a payload waiting to be written.
@@ -112,6 +124,15 @@ func NewRecorder(opts RecorderOptions) *Recorder {
 	}
 	if opts.FlushInterval <= 0 {
 		opts.FlushInterval = DefaultFlushInterval
+	}
+	if opts.CheckpointEvery <= 0 {
+		opts.CheckpointEvery = DefaultCheckpointEvery
+	}
+	if opts.CheckpointInterval <= 0 {
+		opts.CheckpointInterval = DefaultCheckpointInterval
+	}
+	if _, ok := opts.Store.(Trail); !ok {
+		opts.Signer = nil
 	}
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(opts.Registerer)
@@ -263,9 +284,13 @@ func (r *Recorder) run(ctx context.Context) {
 				slack = r.trim(ctx)
 				lastTrim, sinceTrim = time.Now(), 0
 			}
+			if r.unsealedLinks >= int64(r.opts.CheckpointEvery) {
+				r.checkpoint(ctx)
+			}
 			continue
 		case closing:
 			r.trim(ctx)
+			r.checkpoint(ctx) // a graceful stop seals the chain's tail
 			return
 		}
 		wait := time.Hour
@@ -274,6 +299,9 @@ func (r *Recorder) run(ctx context.Context) {
 		}
 		if !lastTrim.IsZero() && time.Since(lastTrim) < trimInterval {
 			wait = min(wait, trimInterval-time.Since(lastTrim)+time.Millisecond)
+		}
+		if r.unsealedLinks > 0 && r.opts.Signer != nil {
+			wait = min(wait, r.opts.CheckpointInterval-time.Since(r.unsealed))
 		}
 		timer.Reset(max(wait, time.Millisecond))
 		select {
@@ -284,6 +312,9 @@ func (r *Recorder) run(ctx context.Context) {
 				// the last batches wrote is trimmed for.
 				slack = r.trim(ctx)
 				lastTrim, sinceTrim = time.Now(), 0
+			}
+			if r.unsealedLinks > 0 && time.Since(r.unsealed) >= r.opts.CheckpointInterval {
+				r.checkpoint(ctx)
 			}
 		case <-ctx.Done():
 			r.dropRest()
@@ -322,6 +353,7 @@ func (r *Recorder) write(ctx context.Context, batch []queued) bool {
 			r.m.writeTime.Observe(time.Since(start).Seconds())
 			r.m.written.Add(float64(n))
 			r.m.duplicate.Add(float64(len(entries) - n))
+			r.linked(int64(n))
 			return true
 		}
 		if ctx.Err() != nil {
@@ -388,6 +420,9 @@ func (r *Recorder) trim(ctx context.Context) int64 {
 		t, err := r.opts.Store.Trim(ctx, before, r.opts.MaxBytes)
 		r.m.removedAge.Add(float64(t.Age))
 		r.m.removedSize.Add(float64(t.Size))
+		if t.Age+t.Size > 0 {
+			r.linked(1) // the trim's record
+		}
 		if err != nil && ctx.Err() == nil {
 			r.errLog.Do(func() { r.log.Error("history: removing old entries failed", "error", err) })
 		}
@@ -402,4 +437,34 @@ func (r *Recorder) refreshStats(ctx context.Context) {
 		r.m.stored.Set(float64(st.Entries))
 		r.m.bytes.Set(float64(st.Bytes))
 	}
+}
+
+// linked counts n links appended to the trail since the last
+// checkpoint.
+func (r *Recorder) linked(n int64) {
+	if n <= 0 {
+		return
+	}
+	if r.unsealedLinks == 0 {
+		r.unsealed = time.Now()
+	}
+	r.unsealedLinks += n
+}
+
+// checkpoint appends a signed checkpoint when links were appended since
+// the last one; when it fails, the next write or tick tries again.
+func (r *Recorder) checkpoint(ctx context.Context) {
+	if r.opts.Signer == nil || r.unsealedLinks == 0 {
+		return
+	}
+	if err := r.opts.Store.(Trail).Append(ctx, []Record{r.opts.Signer.record()}); err != nil {
+		r.m.trail.WithLabelValues(string(LinkCheckpoint), "failed").Inc()
+		if ctx.Err() == nil {
+			r.errLog.Do(func() { r.log.Error("history trail: checkpoint not written; tried again later", "error", err) })
+		}
+		r.unsealed = time.Now() // not again at once
+		return
+	}
+	r.m.trail.WithLabelValues(string(LinkCheckpoint), "written").Inc()
+	r.unsealedLinks = 0
 }
