@@ -7,9 +7,16 @@
 // it: it queues them, bounded, and one goroutine writes them in batches;
 // when the queue is full, or the store fails for longer than the queue
 // lasts, payloads are dropped from the history and counted, never from
-// delivery. The embedded store is SQLite through a pure-Go driver
-// (OpenSQLite, a file in the state directory, so that the binary stays
-// static); a corrupt file is set aside and a new one started. PostgreSQL
+// delivery, and a gap record in the trail says so.
+//
+// The trail (trail.go, docs/trail.md) chains every entry written to the
+// one before by SHA-256 hashes, in the entry's transaction, one chain per
+// writer; a Recorder with a Signer seals it with signed checkpoints.
+// Verify checks it.
+//
+// The embedded store is SQLite through a pure-Go driver (OpenSQLite, a
+// file in the state directory, so that the binary stays static); a
+// corrupt file is set aside and a new one started. PostgreSQL
 // (OpenPostgres) lets replicas share one history. Queries (Query, parsed
 // from URL parameters with ParseQuery, every parameter validated) page
 // newest first with a cursor, going through at most a scan window of

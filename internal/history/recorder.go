@@ -40,6 +40,12 @@ const (
 	// maxAttempts is how often a batch is tried before its entries
 	// count as failed.
 	maxAttempts = 8
+	// gapRetry is how long after a gap record failed the writer tries
+	// it again.
+	gapRetry = time.Second
+	// lastWords bounds what a Recorder stopped past its Close deadline
+	// takes to write its gap record and checkpoint.
+	lastWords = time.Second
 	// trimSlack is the part of the size bound written between two trims
 	// at most (counted at twice the payloads' bytes, what an entry takes
 	// with its indexes, generously): a trim leaves the store at 90% of
@@ -73,6 +79,10 @@ type RecorderOptions struct {
 	Signer             *Signer
 	CheckpointEvery    int
 	CheckpointInterval time.Duration
+
+	// retryBase is the first wait before a failed write is tried again
+	// (default 100 ms); tests shorten it.
+	retryBase time.Duration
 }
 
 // Recorder writes payloads to a Store off the delivery path: Record
@@ -85,10 +95,13 @@ type Recorder struct {
 	m     *Metrics
 	batch int // BatchEntries
 
+	trail Trail // the store's, nil when it keeps none
+
 	mu      sync.Mutex
 	queue   []queued
 	bytes   int64
 	closing bool
+	gap     gap // payloads not kept since the last gap record
 	wake    chan struct{}
 	done    chan struct{}
 	stop    context.CancelFunc
@@ -96,9 +109,10 @@ type Recorder struct {
 	dropLog, errLog rate.Sometimes
 
 	// The writer's: the links written since the last checkpoint, the
-	// first of them at unsealed.
+	// first of them at unsealed; when a gap record last failed.
 	unsealedLinks int64
 	unsealed      time.Time
+	gapFailed     time.Time
 }
 
 // queued is a payload waiting to be written.
@@ -131,7 +145,11 @@ func NewRecorder(opts RecorderOptions) *Recorder {
 	if opts.CheckpointInterval <= 0 {
 		opts.CheckpointInterval = DefaultCheckpointInterval
 	}
-	if _, ok := opts.Store.(Trail); !ok {
+	if opts.retryBase <= 0 {
+		opts.retryBase = 100 * time.Millisecond
+	}
+	trail, _ := opts.Store.(Trail)
+	if trail == nil {
 		opts.Signer = nil
 	}
 	if opts.Metrics == nil {
@@ -139,7 +157,7 @@ func NewRecorder(opts RecorderOptions) *Recorder {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Recorder{
-		opts: opts, log: opts.Logger, m: opts.Metrics, batch: BatchEntries(opts.MaxBytes),
+		opts: opts, log: opts.Logger, m: opts.Metrics, batch: BatchEntries(opts.MaxBytes), trail: trail,
 		wake: make(chan struct{}, 1), done: make(chan struct{}), stop: cancel,
 		dropLog: rate.Sometimes{Interval: 10 * time.Second},
 		errLog:  rate.Sometimes{Interval: 10 * time.Second},
@@ -169,7 +187,16 @@ func (r *Recorder) record(q queued) {
 	q.at = time.Now()
 	r.mu.Lock()
 	if r.closing || len(r.queue) >= r.opts.QueueEntries || r.bytes+int64(len(payload)) > r.opts.QueueBytes {
+		reason := gapQueueFull
+		if r.closing {
+			reason = gapStopped
+		}
+		r.gap.addQueued(reason, []queued{q})
 		r.mu.Unlock()
+		select {
+		case r.wake <- struct{}{}: // the writer writes the gap record
+		default:
+		}
 		r.m.dropped.Inc()
 		r.dropLog.Do(func() {
 			r.log.Warn("history: queue full, an entry is dropped from the history (deliveries are not affected); see fieldwatch_history_entries_total{result=\"dropped\"}",
@@ -191,8 +218,12 @@ func (r *Recorder) record(q queued) {
 }
 
 // Drop counts a payload left out of the history by its caller (a
-// standby too far behind the leader to evaluate a change).
-func (r *Recorder) Drop() { r.m.dropped.Inc() }
+// standby too far behind the leader to evaluate a change), in the
+// trail's next gap record too.
+func (r *Recorder) Drop() {
+	r.m.dropped.Inc()
+	r.noteGap(func(g *gap) { g.add(gapBehind, 1, time.Now(), "") })
+}
 
 // Close stops taking payloads and writes what is queued, until ctx
 // ends; what is left then is dropped and counted.
@@ -265,6 +296,11 @@ func (r *Recorder) run(ctx context.Context) {
 	for {
 		account() // what the last round wrote or trimmed
 		n, oldest := r.pending()
+		// A gap record goes before the entries that come after it: before
+		// a batch, and otherwise once gapRetry passed since it failed.
+		if r.gapPending() && (n > 0 || time.Since(r.gapFailed) >= gapRetry) {
+			r.writeGap(ctx)
+		}
 		r.mu.Lock()
 		closing := r.closing
 		r.mu.Unlock()
@@ -290,6 +326,7 @@ func (r *Recorder) run(ctx context.Context) {
 			continue
 		case closing:
 			r.trim(ctx)
+			r.writeGap(ctx)
 			r.checkpoint(ctx) // a graceful stop seals the chain's tail
 			return
 		}
@@ -302,6 +339,9 @@ func (r *Recorder) run(ctx context.Context) {
 		}
 		if r.unsealedLinks > 0 && r.opts.Signer != nil {
 			wait = min(wait, r.opts.CheckpointInterval-time.Since(r.unsealed))
+		}
+		if r.trail != nil && r.gapPending() {
+			wait = min(wait, gapRetry-time.Since(r.gapFailed))
 		}
 		timer.Reset(max(wait, time.Millisecond))
 		select {
@@ -335,6 +375,7 @@ func (r *Recorder) write(ctx context.Context, batch []queued) bool {
 			var err error
 			if e, err = ParsePayload(q.payload, q.source); err != nil {
 				r.m.invalid.Inc()
+				r.noteGap(func(g *gap) { g.add(gapInvalid, 1, q.at, "") })
 				r.errLog.Do(func() { r.log.Error("history: not a payload; left out", "error", err) })
 				continue
 			}
@@ -345,7 +386,7 @@ func (r *Recorder) write(ctx context.Context, batch []queued) bool {
 	if len(entries) == 0 {
 		return true
 	}
-	backoff := 100 * time.Millisecond
+	backoff := r.opts.retryBase
 	for attempt := 1; ; attempt++ {
 		start := time.Now()
 		n, err := r.opts.Store.Write(ctx, entries)
@@ -358,6 +399,7 @@ func (r *Recorder) write(ctx context.Context, batch []queued) bool {
 		}
 		if ctx.Err() != nil {
 			r.m.dropped.Add(float64(len(entries)))
+			r.noteGap(func(g *gap) { g.addEntries(gapStopped, entries) })
 			return false
 		}
 		kind := "other"
@@ -371,6 +413,7 @@ func (r *Recorder) write(ctx context.Context, batch []queued) bool {
 		}
 		if attempt >= maxAttempts {
 			r.m.failed.Add(float64(len(entries)))
+			r.noteGap(func(g *gap) { g.addEntries(gapStoreFailed, entries) })
 			r.log.Error("history: entries not recorded after retries (deliveries are not affected)", "entries", len(entries), "kind", kind, "error", err)
 			return true
 		}
@@ -384,6 +427,7 @@ func (r *Recorder) write(ctx context.Context, batch []queued) bool {
 		case <-time.After(backoff):
 		case <-ctx.Done():
 			r.m.dropped.Add(float64(len(entries)))
+			r.noteGap(func(g *gap) { g.addEntries(gapStopped, entries) })
 			return false
 		}
 		backoff = min(backoff*2, 10*time.Second)
@@ -393,10 +437,13 @@ func (r *Recorder) write(ctx context.Context, batch []queued) bool {
 	}
 }
 
-// dropRest counts what is still queued as dropped (Close's deadline).
+// dropRest counts what is still queued as dropped (Close's deadline),
+// and tries for a moment more to leave the trail a gap record saying so
+// and a checkpoint.
 func (r *Recorder) dropRest() {
 	r.mu.Lock()
 	n := len(r.queue)
+	r.gap.addQueued(gapStopped, r.queue)
 	r.queue, r.bytes = nil, 0
 	r.mu.Unlock()
 	if n > 0 {
@@ -404,6 +451,13 @@ func (r *Recorder) dropRest() {
 		r.log.Warn("history: stopped before writing every entry; the rest are dropped", "entries", n)
 	}
 	r.m.queued.Set(0)
+	ctx, cancel := context.WithTimeout(context.Background(), lastWords)
+	defer cancel()
+	r.writeGap(ctx)
+	r.checkpoint(ctx)
+	if r.gapPending() {
+		r.log.Error("history trail: stopped with payloads not kept and no gap record saying so: the trail does not show them")
+	}
 }
 
 // trim applies the bounds. It returns how many bytes (counted as
