@@ -1,11 +1,17 @@
 package main
 
 import (
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fieldwatch/fieldwatch/internal/history"
 )
@@ -45,5 +51,75 @@ func TestHistoryPubkey(t *testing.T) {
 		{name: "no key file", args: []string{"history", "pubkey"}, code: 2, stderr: "--key-file FILE is required"},
 		{name: "missing file", args: []string{"history", "pubkey", "--key-file", keyFile + ".missing"}, code: 2, stderr: "signing.pem.missing"},
 		{name: "a public key", args: []string{"history", "pubkey", "--key-file", pubFile}, code: 2, stderr: "pub.pem: not a PEM block of type PRIVATE KEY"},
+	})
+}
+
+// TestHistoryExportVerify: an export of a state directory's history
+// verifies with the signing key's public key (exit 0); after a row is
+// altered in the file, verify names it and exits 1; another key's
+// signatures fail (1); a file that is not an export, or is cut in a
+// line, is bad input (2) naming the file and line.
+func TestHistoryExportVerify(t *testing.T) {
+	dir := t.TempDir()
+	keyFile, key := writeKey(t)
+	path := filepath.Join(dir, "history.db")
+	s, err := history.OpenSQLite(path, history.SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := history.NewRecorder(history.RecorderOptions{Store: s, Registerer: prometheus.NewRegistry(), Signer: history.NewSigner(key, "prod")})
+	for i := range 20 {
+		p := fmt.Appendf(nil, `{"id":"u%d/1/r","time":"2026-12-01T12:00:%02dZ","rule":"r","type":"updated","resource":{"group":"","version":"v1","resource":"configmaps","kind":"ConfigMap"},"namespace":"ns","name":"cm","uid":"u%d","resourceVersion":"1"}`, i, i, i)
+		r.Record(p, history.Delivered)
+	}
+	r.Close(context.Background())
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	pub := filepath.Join(dir, "pub.pem")
+	if code, stdout, stderr := runCLI(t, "history", "pubkey", "--key-file", keyFile); code != 0 {
+		t.Fatalf("pubkey: %d %s", code, stderr)
+	} else if err := os.WriteFile(pub, []byte(stdout), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	export := filepath.Join(dir, "trail.jsonl")
+	if code, _, stderr := runCLI(t, "history", "export", "--state-dir", dir, "-o", export); code != 0 {
+		t.Fatalf("export: exit %d: %s", code, stderr)
+	}
+	b, err := os.ReadFile(export)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	write := func(name string, lines []string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	altered := slices.Clone(lines)
+	altered[5] = strings.Replace(altered[5], `"namespace":"ns"`, `"namespace":"kube-system"`, 1)
+	otherKey := filepath.Join(dir, "other.pub")
+	_, other, _ := ed25519.GenerateKey(rand.Reader)
+	if err := os.WriteFile(otherKey, history.MarshalPublicKey(other.Public().(ed25519.PublicKey)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cut := slices.Clone(lines)
+	cut[len(cut)-1] = cut[len(cut)-1][:40]
+	runCLICases(t, []cliCase{
+		{name: "intact", args: []string{"history", "verify", export, "--pubkey", pub}, code: 0,
+			stdout: `chain "local": 22 links, 20 entries, 1 checkpoints, sealed to position 22(.|\n)*INTACT`},
+		{name: "altered", args: []string{"history", "verify", write("altered.jsonl", altered), "--pubkey", pub}, code: 1,
+			stdout: `TAMPERED altered: chain "local" position 5 entry u3/1/r \(seq \d+\)`},
+		{name: "another key", args: []string{"history", "verify", export, "--pubkey", otherKey}, code: 1,
+			stdout: `TAMPERED signature: chain "local" position 22`},
+		{name: "json", args: []string{"history", "verify", "--pubkey", pub, "-o", "json", export}, code: 0, stdout: `"signed": true`},
+		{name: "not an export", args: []string{"history", "verify", pub}, code: 2, stderr: `pub.pem: line 1: not the header`},
+		{name: "cut in a line", args: []string{"history", "verify", write("cut.jsonl", cut), "--pubkey", pub}, code: 2,
+			stderr: `cut.jsonl: line 23: unexpected end of JSON input`},
+		{name: "no file", args: []string{"history", "verify"}, code: 2, stderr: "give one FILE"},
+		{name: "bad key", args: []string{"history", "verify", export, "--pubkey", export}, code: 2, stderr: "--pubkey: public key"},
+		{name: "export without a store", args: []string{"history", "export"}, code: 2, stderr: "give one of --state-dir and --dsn"},
 	})
 }

@@ -27,16 +27,18 @@ func benchPayload(i int) []byte {
 // It reports entries written per second, the CPU per entry (the whole
 // process: parsing, SQLite, the Go runtime; and the writer's thread
 // alone) and the bytes on disk per entry.
-func BenchmarkRecord(b *testing.B) { benchRecord(b, SQLiteOptions{}) }
+func BenchmarkRecord(b *testing.B) { benchRecord(b, SQLiteOptions{}, nil) }
 
-// BenchmarkTrail is BenchmarkRecord without the trail and with it (the
-// hash chain), side by side: what the chain costs an entry.
+// BenchmarkTrail is BenchmarkRecord without the trail, with it (the
+// hash chain), and with its checkpoints signed, side by side: what the
+// trail costs an entry.
 func BenchmarkTrail(b *testing.B) {
-	b.Run("chain=off", func(b *testing.B) { benchRecord(b, SQLiteOptions{noTrail: true}) })
-	b.Run("chain=on", func(b *testing.B) { benchRecord(b, SQLiteOptions{}) })
+	b.Run("chain=off", func(b *testing.B) { benchRecord(b, SQLiteOptions{noTrail: true}, nil) })
+	b.Run("chain=on", func(b *testing.B) { benchRecord(b, SQLiteOptions{}, nil) })
+	b.Run("chain=on,signed", func(b *testing.B) { benchRecord(b, SQLiteOptions{}, NewSigner(newKey(b), "bench")) })
 }
 
-func benchRecord(b *testing.B, opts SQLiteOptions) {
+func benchRecord(b *testing.B, opts SQLiteOptions, signer *Signer) {
 	entries := make([]Entry, b.N)
 	for i := range entries {
 		e, err := ParsePayload(benchPayload(i), Delivered)
@@ -52,7 +54,8 @@ func benchRecord(b *testing.B, opts SQLiteOptions) {
 		b.Fatal(err)
 	}
 	defer func() { _ = store.Close() }()
-	r := NewRecorder(RecorderOptions{Store: store, MaxBytes: 1 << 30, Registerer: prometheus.NewRegistry(), QueueEntries: b.N + 1, QueueBytes: 1 << 40})
+	r := NewRecorder(RecorderOptions{Store: store, MaxBytes: 1 << 30, Registerer: prometheus.NewRegistry(), QueueEntries: b.N + 1, QueueBytes: 1 << 40,
+		Signer: signer})
 	cpu0 := processCPU()
 	b.ResetTimer()
 	start := time.Now()
@@ -179,4 +182,64 @@ func BenchmarkTrimIdle(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkTrailExportVerify exports the trail of a store of 100,000
+// entries (checkpoints every 1,000) to a file and verifies the file
+// with the public key; it reports entries a second for each.
+func BenchmarkTrailExportVerify(b *testing.B) {
+	const total = 100000
+	store, err := OpenSQLite(filepath.Join(b.TempDir(), "history.db"), SQLiteOptions{MaxBytes: 4 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = store.Close() }()
+	key := newKey(b)
+	signer := NewSigner(key, "bench")
+	for k := 0; k < total; k += 1000 {
+		es := make([]Entry, 1000)
+		for i := range es {
+			if es[i], err = ParsePayload(benchPayload(k+i), Delivered); err != nil {
+				b.Fatal(err)
+			}
+			es[i].Recorded = es[i].Time
+		}
+		write(b, store, es...)
+		if err := store.Append(context.Background(), []Record{signer.record()}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	path := filepath.Join(b.TempDir(), "trail.jsonl")
+	var exportTime, verifyTime time.Duration
+	b.ResetTimer()
+	for range b.N {
+		start := time.Now()
+		f, err := os.Create(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := Export(context.Background(), store, f, time.Now()); err != nil {
+			b.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			b.Fatal(err)
+		}
+		exportTime += time.Since(start)
+		start = time.Now()
+		r, err := Verify(func(each func(*Link, *Entry) error) error {
+			f, err := os.Open(path)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = f.Close() }()
+			_, err = ReadExport(f, each)
+			return err
+		}, VerifyOptions{Key: publicOf(key), Now: time.Now()})
+		if err != nil || !r.Intact() || r.Chains[0].Entries != total {
+			b.Fatalf("Verify = %+v, %v", r, err)
+		}
+		verifyTime += time.Since(start)
+	}
+	b.ReportMetric(float64(total*b.N)/exportTime.Seconds(), "exported-entries/s")
+	b.ReportMetric(float64(total*b.N)/verifyTime.Seconds(), "verified-entries/s")
 }

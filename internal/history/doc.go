@@ -12,7 +12,7 @@
 // The trail (trail.go, docs/trail.md) chains every entry written to the
 // one before by SHA-256 hashes, in the entry's transaction, one chain per
 // writer; a Recorder with a Signer seals it with signed checkpoints.
-// Verify checks it.
+// Export writes it as JSON Lines, and Verify checks it offline.
 //
 // The embedded store is SQLite through a pure-Go driver (OpenSQLite, a
 // file in the state directory, so that the binary stays static); a
