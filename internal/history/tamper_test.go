@@ -176,10 +176,19 @@ func TestTamper(t *testing.T) {
 				seal() // as the recorder does after the trim's link
 			},
 			check: func(t *testing.T, r *Report, _ map[int64]*Entry) {
-				if r.Trimmed == 0 || r.Chains[0].Links != 36 {
-					t.Errorf("report %+v: want entries trimmed, and the trim's link", r)
+				// The links before the first entry kept go too, but the
+				// one before it, the anchor.
+				if c := r.Chains[0]; r.Trimmed == 0 || c.Pruned == 0 || c.Links+c.Pruned != 36 {
+					t.Errorf("report %+v: want entries trimmed, the chain's start pruned with them", r)
 				}
 			},
+		},
+		{
+			name: "delete the chain's start",
+			tamper: func(t *testing.T, ts *trailStore, _ Store, _ map[int64]*Entry, _ func()) {
+				ts.exec(t, "DELETE FROM "+ts.trail+" WHERE pos < 5")
+			},
+			want: []ProblemKind{Deleted}, pos: []int64{1},
 		},
 	}
 	for _, store := range []struct {

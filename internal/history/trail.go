@@ -95,10 +95,14 @@ type CheckpointBody struct {
 }
 
 // TrimBody is the body of a LinkTrim: every entry whose time is at or
-// before Horizon (microseconds) may have been removed by the bounds.
+// before Horizon (microseconds) may have been removed by the bounds, and
+// the chain's links before position LinksFrom (when not zero) were
+// removed with them: the link at LinksFrom is kept, its hash the anchor
+// of the links after it.
 type TrimBody struct {
-	Horizon int64 `json:"horizon"`
-	Removed int64 `json:"removed"`
+	Horizon   int64 `json:"horizon"`
+	Removed   int64 `json:"removed"`
+	LinksFrom int64 `json:"linksFrom,omitempty"`
 }
 
 // StartBody is the body of a LinkStart.
@@ -267,7 +271,10 @@ func startBody(before int64) []byte {
 }
 
 // trimBody is the body of a trim's link.
-func trimBody(horizon, removed int64) []byte {
-	b, _ := json.Marshal(TrimBody{Horizon: horizon, Removed: removed})
+func trimBody(horizon, removed, linksFrom int64) []byte {
+	b, _ := json.Marshal(TrimBody{Horizon: horizon, Removed: removed, LinksFrom: linksFrom})
 	return b
 }
+
+// pruneChunk is how many links one statement removes at most.
+const pruneChunk = 4096

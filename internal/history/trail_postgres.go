@@ -130,8 +130,14 @@ func (p *Postgres) Append(ctx context.Context, recs []Record) error {
 }
 
 // appendTrim records a trim: every entry removed is at or before the
-// oldest time left (or now, when none is left).
+// oldest time left (or now, when none is left). As in the embedded store
+// (SQLite.appendTrim), this writer's chain loses the links before the
+// first entry's link past the horizon, but the anchor: other writers
+// prune theirs when they trim.
 func (p *Postgres) appendTrim(ctx context.Context, removed int) error {
+	if p.opts.noTrail {
+		return nil
+	}
 	var oldest *int64
 	if err := p.pool.QueryRow(ctx, "SELECT min(time) FROM "+pgTable).Scan(&oldest); err != nil {
 		return err
@@ -140,7 +146,36 @@ func (p *Postgres) appendTrim(ctx context.Context, removed int) error {
 	if oldest != nil {
 		horizon = *oldest
 	}
-	return p.Append(ctx, []Record{{Kind: LinkTrim, Body: trimBody(horizon, int64(removed))}})
+	chain := p.opts.Chain
+	var first, keep *int64
+	if err := p.pool.QueryRow(ctx, "SELECT min(pos) FROM "+pgTrailTable+" WHERE chain = $1", chain).Scan(&first); err != nil {
+		return err
+	}
+	err := p.pool.QueryRow(ctx, "SELECT pos FROM "+pgTrailTable+" WHERE chain = $1 AND kind = 'entry' AND time > $2 ORDER BY pos LIMIT 1",
+		chain, horizon).Scan(&keep)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = p.pool.QueryRow(ctx, "SELECT max(pos) + 1 FROM "+pgTrailTable+" WHERE chain = $1", chain).Scan(&keep)
+	}
+	if err != nil {
+		return err
+	}
+	var from int64
+	if first != nil && keep != nil && *keep-1 > *first {
+		from = *keep - 1 // the anchor
+	}
+	if err := p.Append(ctx, []Record{{Kind: LinkTrim, Body: trimBody(horizon, int64(removed), from)}}); err != nil || from == 0 {
+		return err
+	}
+	for {
+		tag, err := p.pool.Exec(ctx, "DELETE FROM "+pgTrailTable+" WHERE chain = $1 AND pos IN (SELECT pos FROM "+pgTrailTable+
+			" WHERE chain = $1 AND pos < $2 ORDER BY pos LIMIT $3)", chain, from, pruneChunk)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() < pruneChunk {
+			return nil
+		}
+	}
 }
 
 // pgLinks is the query of Links.

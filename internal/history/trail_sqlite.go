@@ -146,7 +146,10 @@ func (s *SQLite) appendRecords(ctx context.Context, recs []Record) error {
 
 // appendTrim records a trim of removed entries, inside use: the horizon
 // is the time at or before which every removed entry was (the oldest
-// key left, or the newest written when none is left).
+// key left, or the newest written when none is left). The links before
+// the first entry's link past the horizon go with the entries (the one
+// just before it kept as the anchor), so that the trail stays within the
+// bounds too: the trim's record says so before they are removed.
 func (s *SQLite) appendTrim(ctx context.Context, removed int) error {
 	if s.opts.noTrail || removed == 0 {
 		return nil
@@ -161,7 +164,34 @@ func (s *SQLite) appendTrim(ctx context.Context, removed int) error {
 	if oldest.Valid {
 		horizon = oldest.Int64
 	}
-	return s.appendRecords(ctx, []Record{{Kind: LinkTrim, Body: trimBody(horizon/seqSpan, int64(removed))}})
+	horizon /= seqSpan
+	var first, keep sql.NullInt64
+	if err := s.write.QueryRowContext(ctx, "SELECT min(pos) FROM trail").Scan(&first); err != nil {
+		return err
+	}
+	err := s.write.QueryRowContext(ctx, "SELECT pos FROM trail WHERE kind = 'entry' AND time > ? ORDER BY pos LIMIT 1", horizon).Scan(&keep)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = s.write.QueryRowContext(ctx, "SELECT max(pos) + 1 FROM trail").Scan(&keep)
+	}
+	if err != nil {
+		return err
+	}
+	from := keep.Int64 - 1 // the anchor
+	if !first.Valid || from <= first.Int64 {
+		from = 0
+	}
+	if err := s.appendRecords(ctx, []Record{{Kind: LinkTrim, Body: trimBody(horizon, int64(removed), from)}}); err != nil || from == 0 {
+		return err
+	}
+	for {
+		res, err := s.write.ExecContext(ctx, "DELETE FROM trail WHERE pos IN (SELECT pos FROM trail WHERE pos < ? ORDER BY pos LIMIT ?)", from, pruneChunk)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n < pruneChunk {
+			return nil
+		}
+	}
 }
 
 // sqliteLinks is the query of Links: the links with their entries' rows.

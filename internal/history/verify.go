@@ -82,6 +82,9 @@ type ChainReport struct {
 	// Outside counts the entries the store held before the chain
 	// started.
 	Outside int64 `json:"outside"`
+	// Pruned counts the links the bounds removed from the chain's start
+	// (a trim record's LinksFrom).
+	Pruned int64 `json:"pruned"`
 }
 
 // Report is what Verify found.
@@ -147,6 +150,9 @@ type chainCheck struct {
 	// oldest written at oldest.
 	pending int64
 	oldest  time.Time
+	// first is the first position seen, linksFrom the highest a trim
+	// record says the links start at.
+	first, linksFrom int64
 }
 
 // differ is an entry whose row does not match its link.
@@ -183,7 +189,13 @@ func (v *verifier) add(l *Link, e *Entry) error {
 		v.order = append(v.order, l.Chain)
 	}
 	c.rep.Links++
+	if c.first == 0 {
+		c.first = l.Pos
+	}
 	switch {
+	case c.pos == 0 && l.Pos > 1:
+		// The chain's start was removed: by the bounds when a trim
+		// record says so (finish).
 	case l.Pos > c.pos+1:
 		v.problem(Problem{Kind: Deleted, Chain: l.Chain, Pos: c.pos + 1,
 			Detail: fmt.Sprintf("links %d to %d are missing", c.pos+1, l.Pos-1)})
@@ -193,17 +205,18 @@ func (v *verifier) add(l *Link, e *Entry) error {
 		v.problem(Problem{Kind: Altered, Chain: l.Chain, Pos: l.Pos - 1,
 			Detail: fmt.Sprintf("link %d does not commit to this link's hash: this link was altered, or links were inserted or removed after it", l.Pos)})
 	}
-	hash := LinkHash(l)
+	// After missing links the hash of the link before is gone with them:
+	// this link cannot be checked (a checkpoint's signature then vouches
+	// for its stated hash); the next ones can, as they commit to it.
+	prevGone := l.Pos > c.pos+1
+	hash := l.Hash
+	if !prevGone {
+		hash = LinkHash(l)
+	}
 	switch {
-	case l.Pos > c.pos+1 && l.Kind != LinkCheckpoint:
-		// The hash of the link before is gone with it: this link cannot
-		// be checked, the next ones can (they commit to its hash).
-		if l.Kind == LinkEntry && e == nil {
-			v.missing++
-		}
 	case l.Kind == LinkEntry && e == nil:
 		v.missing++ // judged in the second walk
-	case bytes.Equal(hash, l.Hash):
+	case prevGone || bytes.Equal(hash, l.Hash):
 	case l.Kind == LinkEntry:
 		// The entry's row, or the link's hash, is not what was written;
 		// unless another chain's link commits to the row (judge).
@@ -242,6 +255,7 @@ func (v *verifier) add(l *Link, e *Entry) error {
 			v.problem(Problem{Kind: Altered, Chain: l.Chain, Pos: l.Pos, Detail: "trim record: " + err.Error()})
 		}
 		v.horizon = max(v.horizon, b.Horizon)
+		c.linksFrom = max(c.linksFrom, b.LinksFrom)
 	case LinkCheckpoint:
 		c.rep.Checkpoints++
 		v.checkpoint(c, l, hash)
@@ -298,6 +312,12 @@ func (v *verifier) judge(l *Link, e *Entry) error {
 func (v *verifier) finish() {
 	for _, id := range v.order {
 		c := v.chains[id]
+		switch {
+		case c.first > 1 && c.linksFrom >= c.first:
+			c.rep.Pruned = c.first - 1
+		case c.first > 1:
+			v.problem(Problem{Kind: Deleted, Chain: id, Pos: 1, Detail: fmt.Sprintf("links 1 to %d are missing, and no trim record says the bounds removed them", c.first-1)})
+		}
 		v.report.Chains = append(v.report.Chains, c.rep)
 		if v.opts.Key == nil || c.pending == 0 || v.opts.Now.IsZero() {
 			continue
