@@ -8,8 +8,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/fieldwatch/fieldwatch/internal/history"
@@ -49,12 +52,14 @@ func historyPubkeyCmd(_ context.Context, args []string, stdout, stderr io.Writer
 	return 0
 }
 
-const exportUsage = `usage: fieldwatch history export (--state-dir DIR | --dsn DSN) [-o FILE]
+const exportUsage = `usage: fieldwatch history export (--server URL [--token-file FILE] | --state-dir DIR | --dsn DSN) [-o FILE]
 
 Writes the history's audit trail as JSON Lines (docs/trail.md): a header,
 then every link of every chain in order, each entry's link with the
 entry's row and payload, the gap records and the signed checkpoints;
-offline, from a state directory copied out of a pod (--state-dir; read
+from a running fieldwatch's /api/v1/history/export (--server; the
+token's user must be allowed to list every resource everywhere), or
+offline from a state directory copied out of a pod (--state-dir; read
 only) or the PostgreSQL database of --history-dsn (--dsn). fieldwatch
 history verify checks the file.
 
@@ -68,15 +73,36 @@ func historyExportCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 		_, _ = io.WriteString(stderr, exportUsage+"\nFlags:\n")
 		fs.PrintDefaults()
 	}
+	server := fs.String("server", "", "a running fieldwatch's HTTP address (http://HOST:PORT or https://HOST:PORT)")
+	tokenFile := fs.String("token-file", "", "a file holding the bearer token to send to --server")
 	stateDir := fs.String("state-dir", "", "export DIR/history.db")
 	dsn := fs.String("dsn", "", "export the PostgreSQL history of --history-dsn (password from $PGPASSWORD or a passfile)")
 	out := fs.String("o", "", "write to FILE instead of the standard output")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if (*stateDir == "") == (*dsn == "") || fs.NArg() > 0 {
-		_, _ = fmt.Fprintln(stderr, "fieldwatch history export: give one of --state-dir and --dsn, and no arguments")
+	sources := 0
+	for _, s := range []string{*server, *stateDir, *dsn} {
+		if s != "" {
+			sources++
+		}
+	}
+	if sources != 1 || fs.NArg() > 0 {
+		_, _ = fmt.Fprintln(stderr, "fieldwatch history export: give one of --server, --state-dir and --dsn, and no arguments")
 		return 2
+	}
+	w := stdout
+	if *out != "" {
+		f, err := os.OpenFile(*out, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+		if err != nil {
+			_, _ = fmt.Fprintf(stderr, "fieldwatch history export: %v\n", err)
+			return 2
+		}
+		defer func() { _ = f.Close() }()
+		w = f
+	}
+	if *server != "" {
+		return exportFromServer(ctx, *server, *tokenFile, w, stderr)
 	}
 	var (
 		store history.Store
@@ -97,16 +123,6 @@ func historyExportCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 		_, _ = fmt.Fprintln(stderr, "fieldwatch history export: the store keeps no trail")
 		return 1
 	}
-	w := stdout
-	if *out != "" {
-		f, err := os.OpenFile(*out, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-		if err != nil {
-			_, _ = fmt.Fprintf(stderr, "fieldwatch history export: %v\n", err)
-			return 2
-		}
-		defer func() { _ = f.Close() }()
-		w = f
-	}
 	if err := history.Export(ctx, trail, w, time.Now()); err != nil {
 		_, _ = fmt.Fprintf(stderr, "fieldwatch history export: %v\n", err)
 		return 1
@@ -116,6 +132,44 @@ func historyExportCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 			_, _ = fmt.Fprintf(stderr, "fieldwatch history export: %v\n", err)
 			return 1
 		}
+	}
+	return 0
+}
+
+// exportFromServer copies a running fieldwatch's export to w.
+func exportFromServer(ctx context.Context, server, tokenFile string, w, stderr io.Writer) int {
+	u, err := url.Parse(server)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		_, _ = fmt.Fprintf(stderr, "fieldwatch history export: --server %q: want http://HOST:PORT or https://HOST:PORT\n", server)
+		return 2
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.JoinPath("/api/v1/history/export").String(), nil)
+	if err != nil {
+		_, _ = fmt.Fprintf(stderr, "fieldwatch history export: %v\n", err)
+		return 2
+	}
+	if tokenFile != "" {
+		b, err := os.ReadFile(tokenFile)
+		if err != nil {
+			_, _ = fmt.Fprintf(stderr, "fieldwatch history export: --token-file: %v\n", err)
+			return 2
+		}
+		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(b)))
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		_, _ = fmt.Fprintf(stderr, "fieldwatch history export: %v\n", err)
+		return 1
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		_, _ = fmt.Fprintf(stderr, "fieldwatch history export: %s: %s\n", resp.Status, strings.TrimSpace(string(body)))
+		return 1
+	}
+	if _, err := io.Copy(w, resp.Body); err != nil {
+		_, _ = fmt.Fprintf(stderr, "fieldwatch history export: %v\n", err)
+		return 1
 	}
 	return 0
 }

@@ -120,6 +120,7 @@ func TestHistoryExportVerify(t *testing.T) {
 			stderr: `cut.jsonl: line 23: unexpected end of JSON input`},
 		{name: "no file", args: []string{"history", "verify"}, code: 2, stderr: "give one FILE"},
 		{name: "bad key", args: []string{"history", "verify", export, "--pubkey", export}, code: 2, stderr: "--pubkey: public key"},
-		{name: "export without a store", args: []string{"history", "export"}, code: 2, stderr: "give one of --state-dir and --dsn"},
+		{name: "export without a store", args: []string{"history", "export"}, code: 2, stderr: "give one of --server, --state-dir and --dsn"},
+		{name: "export from a bad URL", args: []string{"history", "export", "--server", "ftp://x"}, code: 2, stderr: "want http://HOST:PORT"},
 	})
 }

@@ -65,6 +65,7 @@ type Server struct {
 	scanned          prometheus.Counter
 	errLog           rate.Sometimes
 	now              func() time.Time
+	exporting        chan struct{} // holds the export under way (export.go)
 }
 
 // New returns a Server.
@@ -101,14 +102,15 @@ func New(opts Options) (*Server, error) {
 		}, []string{"handler", "code"}),
 		throttled: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "fieldwatch", Subsystem: "history", Name: "throttled_total",
-			Help: "Requests to the history refused with 429, by reason: reviews (the apiserver reviews at their bound), source (too many failed requests from one address), memory (the bytes in flight at their bound).",
+			Help: "Requests to the history refused with 429, by reason: reviews (the apiserver reviews at their bound), source (too many failed requests from one address), memory (the bytes in flight at their bound), export (another export under way).",
 		}, []string{"reason"}),
 		scanned: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "fieldwatch", Subsystem: "history", Name: "entries_scanned_total",
 			Help: "Entries the history's queries went through, matching or not (at most 20,000 a request).",
 		}),
-		errLog: rate.Sometimes{Interval: 10 * time.Second},
-		now:    time.Now,
+		errLog:    rate.Sometimes{Interval: 10 * time.Second},
+		now:       time.Now,
+		exporting: make(chan struct{}, 1),
 	}
 	if opts.Registerer != nil {
 		opts.Registerer.MustRegister(s.requests, s.throttled, s.scanned)
@@ -117,10 +119,11 @@ func New(opts Options) (*Server, error) {
 }
 
 // Register adds the API and the pages to mux: /api/v1/history,
-// /history (the timeline), /history/object (one object's history) and
-// /history/assets/.
+// /api/v1/history/export (the audit trail), /history (the timeline),
+// /history/object (one object's history) and /history/assets/.
 func (s *Server) Register(mux *http.ServeMux) {
 	mux.HandleFunc("/api/v1/history", s.api)
+	mux.HandleFunc("/api/v1/history/export", s.export)
 	mux.HandleFunc("/history", s.timeline)
 	mux.HandleFunc("/history/object", s.object)
 	mux.Handle("/history/assets/", s.assets())
