@@ -56,6 +56,7 @@ var bulk struct {
 
 func bulkHistory(t *testing.T) history.Store {
 	t.Helper()
+	testenv.SkipShort(t, testenv.NeedsControlPlane) // its readers do: skip before seeding
 	bulk.once.Do(func() {
 		dir, err := os.MkdirTemp("", "fieldwatch-web-test-")
 		if err != nil {
@@ -402,6 +403,7 @@ func bigEntries(t *testing.T, store history.Store, n, size int) {
 // access was checked: 100 entries of 3.7 MB took the pod from 154 MB to
 // 521 MB, four requests to 1.79 GB.
 func TestLargeEntriesWithinTheBytesBound(t *testing.T) {
+	testenv.SkipShort(t, testenv.NeedsControlPlane) // before writing 80 MB of entries
 	store, err := history.OpenSQLite(filepath.Join(t.TempDir(), "history.db"), history.SQLiteOptions{})
 	if err != nil {
 		t.Fatal(err)
