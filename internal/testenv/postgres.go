@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -28,10 +29,15 @@ type Postgres struct {
 	// User is the superuser the server was initialised with (trust
 	// authentication on the socket).
 	User string
+	root string
+	bin  string // the server's binaries
+	data string // its data directory
+	cred *syscall.Credential
+
+	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{} // closed when the server exited
 	exit error         // its exit status, once done
-	root string
 }
 
 // PostgresBinDir returns the directory of Debian's PostgreSQL server
@@ -88,7 +94,7 @@ func NewPostgres() (*Postgres, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Postgres{Dir: root, Port: 5432, User: "fieldwatch", root: root, done: make(chan struct{})}
+	p := &Postgres{Dir: root, Port: 5432, User: "fieldwatch", root: root}
 	cred, err := postgresCredential(root)
 	if err != nil {
 		_ = os.RemoveAll(root)
@@ -101,32 +107,47 @@ func NewPostgres() (*Postgres, error) {
 		_ = os.RemoveAll(root)
 		return nil, fmt.Errorf("initdb: %w\n%s", err, out)
 	}
-	log, err := os.Create(filepath.Join(root, "postgres.log"))
-	if err != nil {
-		_ = os.RemoveAll(root)
+	p.bin, p.data, p.cred = bin, data, cred
+	if err := p.start(); err != nil {
+		_ = p.Stop()
 		return nil, err
+	}
+	return p, nil
+}
+
+// start starts the server on its data directory and waits until it
+// takes queries.
+func (p *Postgres) start() error {
+	log, err := os.OpenFile(filepath.Join(p.root, "postgres.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
 	}
 	defer func() { _ = log.Close() }()
 	// No TCP listener: the unix socket in root only. fsync off: the
 	// server's data is thrown away with the test.
-	p.cmd = exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-k", root, "-p", strconv.Itoa(p.Port),
+	cmd := exec.Command(filepath.Join(p.bin, "postgres"), "-D", p.data, "-k", p.root, "-p", strconv.Itoa(p.Port),
 		"-c", "listen_addresses=", "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
-	p.cmd.Stdout, p.cmd.Stderr = log, log
-	if err := p.cmd.Start(); err != nil {
-		_ = os.RemoveAll(root)
-		return nil, fmt.Errorf("postgres: %w", err)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred, Setpgid: true}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("postgres: %w", err)
 	}
+	done := make(chan struct{})
+	p.mu.Lock()
+	p.cmd, p.done = cmd, done
+	p.mu.Unlock()
 	go func() {
-		p.exit = p.cmd.Wait()
-		close(p.done)
+		err := cmd.Wait()
+		p.mu.Lock()
+		p.exit = err
+		p.mu.Unlock()
+		close(done)
 	}()
 	if err := p.waitReady(30 * time.Second); err != nil {
-		out, _ := os.ReadFile(filepath.Join(root, "postgres.log"))
-		_ = p.Stop()
-		return nil, fmt.Errorf("%w\n%s", err, out)
+		out, _ := os.ReadFile(filepath.Join(p.root, "postgres.log"))
+		return fmt.Errorf("%w\n%s", err, out)
 	}
-	return p, nil
+	return nil
 }
 
 // postgresCredential returns the identity to run the server as: the
@@ -150,11 +171,16 @@ func postgresCredential(dir string) (*syscall.Credential, error) {
 // waitReady waits until the socket accepts connections.
 func (p *Postgres) waitReady(timeout time.Duration) error {
 	sock := filepath.Join(p.Dir, ".s.PGSQL."+strconv.Itoa(p.Port))
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
 	var failed error // why waiting is pointless
 	err := Wait(context.Background(), 50*time.Millisecond, timeout, "PostgreSQL to take queries", func() bool {
 		select {
-		case <-p.done:
+		case <-done:
+			p.mu.Lock()
 			failed = fmt.Errorf("postgres exited: %v", p.exit)
+			p.mu.Unlock()
 			return true
 		default:
 		}
@@ -164,7 +190,7 @@ func (p *Postgres) waitReady(timeout time.Duration) error {
 		}
 		_ = c.Close()
 		// The socket accepts before the server takes queries: ask.
-		out, err := exec.Command(filepath.Join(filepath.Dir(p.cmd.Path), "pg_isready"), "-h", p.Dir, "-p", strconv.Itoa(p.Port)).CombinedOutput()
+		out, err := exec.Command(filepath.Join(p.bin, "pg_isready"), "-h", p.Dir, "-p", strconv.Itoa(p.Port)).CombinedOutput()
 		if err != nil && !strings.Contains(string(out), "rejecting") && !strings.Contains(string(out), "no response") {
 			failed = fmt.Errorf("pg_isready: %v: %s", err, out)
 		}
@@ -184,7 +210,7 @@ func (p *Postgres) DSN(db string) string {
 // CreateDatabase creates database name (through psql, so that this
 // package needs no driver).
 func (p *Postgres) CreateDatabase(ctx context.Context, name string) error {
-	psql := filepath.Join(filepath.Dir(p.cmd.Path), "psql")
+	psql := filepath.Join(p.bin, "psql")
 	out, err := exec.CommandContext(ctx, psql, "-h", p.Dir, "-p", strconv.Itoa(p.Port), "-U", p.User, "-d", "postgres",
 		"-v", "ON_ERROR_STOP=1", "-c", `CREATE DATABASE "`+name+`"`).CombinedOutput()
 	if err != nil {
@@ -196,17 +222,64 @@ func (p *Postgres) CreateDatabase(ctx context.Context, name string) error {
 // Stop stops the server by its PID (a fast shutdown, then SIGKILL after
 // 10 s) and removes its directory.
 func (p *Postgres) Stop() error {
-	var errs []error
-	if p.cmd != nil && p.cmd.Process != nil {
-		_ = p.cmd.Process.Signal(syscall.SIGINT) // fast shutdown
-		select {
-		case <-p.done:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-			<-p.done
-			errs = append(errs, errors.New("postgres did not stop within 10s of SIGINT: killed"))
-		}
+	err := p.Shutdown()
+	return errors.Join(err, os.RemoveAll(p.root))
+}
+
+// Shutdown stops the server by its PID (a fast shutdown: sessions are
+// ended, what they committed kept; SIGKILL after 10 s), keeping its data
+// for Start. A stopped server stays stopped.
+func (p *Postgres) Shutdown() error {
+	return p.halt(syscall.SIGINT, 10*time.Second)
+}
+
+// Kill SIGKILLs the server's process group, as the kernel's OOM killer
+// or a container's end does: no checkpoint, sessions cut mid-query.
+// Start brings it back, recovering from its write-ahead log.
+func (p *Postgres) Kill() error {
+	return p.halt(syscall.SIGKILL, 0)
+}
+
+// halt sends sig to the server (to its process group for SIGKILL) and
+// waits until it exited, killing its group after timeout.
+func (p *Postgres) halt(sig syscall.Signal, timeout time.Duration) error {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return nil
 	}
-	errs = append(errs, os.RemoveAll(p.root))
-	return errors.Join(errs...)
+	select {
+	case <-done:
+		return nil
+	default:
+	}
+	if sig == syscall.SIGKILL {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+		return nil
+	}
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-done:
+		return nil
+	case <-time.After(timeout):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+		return fmt.Errorf("postgres did not stop within %s of %s: killed", timeout, sig)
+	}
+}
+
+// Start starts a server stopped by Shutdown or Kill again on its data,
+// at the same socket, and waits until it takes queries.
+func (p *Postgres) Start() error {
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	select {
+	case <-done:
+	default:
+		return errors.New("postgres is running")
+	}
+	return p.start()
 }

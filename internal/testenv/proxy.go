@@ -2,7 +2,6 @@ package testenv
 
 import (
 	"errors"
-	"io"
 	"net"
 	"slices"
 	"sync"
@@ -11,7 +10,9 @@ import (
 
 // Proxy is a TCP proxy on 127.0.0.1 that a test can cut (a network
 // partition: connections drop, new ones are refused) and restore on the
-// same address. Its target may be set after it listens, for a server
+// same address, or stall (packets dropped: connections stay open and
+// carry nothing, as TCP's retransmissions do until the path heals) and
+// resume. Its target may be set after it listens, for a server
 // whose address is known only once it runs (a process told to listen on
 // port 0). With several targets it is a Service in front of replicas:
 // each connection goes to the next target in turn, or to the one after
@@ -25,6 +26,8 @@ type Proxy struct {
 	next    int
 	ln      net.Listener
 	conns   map[net.Conn]bool
+	// stalled, while not nil, is closed by Resume: copies wait on it.
+	stalled chan struct{}
 }
 
 // NewProxy listens on a free 127.0.0.1 port and forwards each connection
@@ -94,10 +97,55 @@ func (p *Proxy) serve(ln net.Listener) {
 			p.mu.Lock()
 			p.conns[c], p.conns[up] = true, true
 			p.mu.Unlock()
-			go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
-			go func() { _, _ = io.Copy(c, up); _ = c.Close() }()
+			go func() { p.copy(up, c); _ = up.Close() }()
+			go func() { p.copy(c, up); _ = c.Close() }()
 		}
 	}()
+}
+
+// copy copies src to dst until either fails, holding what it read while
+// the proxy is stalled.
+func (p *Proxy) copy(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			stalled := p.stalled
+			p.mu.Unlock()
+			if stalled != nil {
+				<-stalled
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// Stall stops every byte both ways, on open connections and new ones
+// (which are accepted), until Resume: to each side the other has gone
+// silent, as when packets are dropped, and nothing is closed. What was
+// sent meanwhile arrives after Resume, as TCP retransmits it.
+func (p *Proxy) Stall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stalled == nil {
+		p.stalled = make(chan struct{})
+	}
+}
+
+// Resume ends a Stall.
+func (p *Proxy) Resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stalled != nil {
+		close(p.stalled)
+		p.stalled = nil
+	}
 }
 
 // Cut drops every connection and refuses new ones.
@@ -112,6 +160,10 @@ func (p *Proxy) Cut() {
 		_ = c.Close()
 	}
 	p.conns = map[net.Conn]bool{}
+	if p.stalled != nil {
+		close(p.stalled) // the copies of the closed connections return
+		p.stalled = nil
+	}
 }
 
 // Restore accepts connections again on the same address.
