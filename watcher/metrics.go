@@ -192,6 +192,8 @@ type baselineMetrics struct {
 	takeover  *prometheus.CounterVec
 	missing   prometheus.Counter
 	replays   *prometheus.CounterVec
+	errors    prometheus.CounterFunc
+	waiting   prometheus.GaugeFunc
 }
 
 func newBaselineMetrics(reg prometheus.Registerer, store *Store, lag func() float64) *baselineMetrics {
@@ -226,9 +228,27 @@ func newBaselineMetrics(reg prometheus.Registerer, store *Store, lag func() floa
 			Namespace: ns, Subsystem: sub, Name: "resumes_total",
 			Help: "Informers started from the previous run's watermark, by outcome: replayed (the apiserver replayed every write since, one by one) or compared (it could not; the objects were compared with the baseline).",
 		}, []string{"outcome"}),
+		errors: prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "write_errors_total",
+			Help: "Commits of the baseline that failed (a full or failing volume): their writes are kept, each object's last, and committed with the next batch.",
+		}, func() float64 {
+			if store == nil {
+				return 0
+			}
+			return float64(store.failed())
+		}),
+		waiting: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "pending_writes",
+			Help: "Writes of the baseline waiting to be committed: a batch's worth at most while commits succeed, up to one per object changed while they fail.",
+		}, func() float64 {
+			if store == nil {
+				return 0
+			}
+			return float64(store.waiting())
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.objects, m.lag, m.confirmed, m.takeover, m.missing, m.replays)
+		reg.MustRegister(m.objects, m.lag, m.confirmed, m.takeover, m.missing, m.replays, m.errors, m.waiting)
 	}
 	return m
 }

@@ -15,6 +15,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -38,7 +39,10 @@ import (
 // informers' and workers' paths. A crash loses at most the last batch, and
 // what it loses is re-reported after the restart (at least once, with the
 // same payload ids): never the reverse. bbolt's transactions make the file
-// survive a SIGKILL at any moment.
+// survive a SIGKILL at any moment. A commit that fails (a full volume)
+// keeps its writes, only each object's last one, to commit with the next
+// batch: the file stops growing, and the watermarks it holds never pass
+// what it records.
 //
 // The values a projection's Hashed paths select (what payloads redact: a
 // Secret's data, say) are stored as salted hashes, never as values; at the
@@ -55,7 +59,12 @@ type Store struct {
 	kick    chan struct{}
 	closed  chan struct{}
 	flushed chan struct{}
-	err     error
+	err     error // the last commit's
+	// failures counts failed commits; failing says whether the last one
+	// failed; errLog paces their log lines.
+	failures atomic.Int64
+	failing  atomic.Bool
+	errLog   rate.Sometimes
 
 	// known is the set of resources the previous run served; nil on the
 	// very first run.
@@ -134,7 +143,8 @@ func OpenStore(path string, log *slog.Logger) (*Store, error) {
 			return nil, fmt.Errorf("create baseline %s: %w", path, err)
 		}
 	}
-	s := &Store{db: db, path: path, log: log, kick: make(chan struct{}, 1), closed: make(chan struct{}), flushed: make(chan struct{})}
+	s := &Store{db: db, path: path, log: log, kick: make(chan struct{}, 1), closed: make(chan struct{}), flushed: make(chan struct{}),
+		errLog: rate.Sometimes{Interval: 10 * time.Second}}
 	if s.known, err = s.readKnown(); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -464,7 +474,9 @@ func (s *Store) queue(op storeOp) {
 	s.ops = append(s.ops, op)
 	n := len(s.ops)
 	s.mu.Unlock()
-	if n >= storeBatch {
+	// While commits fail, the ticker alone retries: a kick per write
+	// would try a doomed commit of every pending write at each change.
+	if n >= storeBatch && !s.failing.Load() {
 		select {
 		case s.kick <- struct{}{}:
 		default:
@@ -564,12 +576,55 @@ func (s *Store) flush() {
 		}
 		return nil
 	})
+	s.mu.Lock()
+	s.err = err
 	if err != nil {
-		s.mu.Lock()
-		s.err = err
-		s.mu.Unlock()
-		s.log.Error("writing the baseline failed; changes since will be reported again after a restart", "path", s.path, "error", err)
+		// Kept for the next commit, before what was queued since.
+		s.ops = coalesce(append(ops, s.ops...))
 	}
+	pending := len(s.ops)
+	s.mu.Unlock()
+	switch {
+	case err != nil:
+		s.failures.Add(1)
+		s.failing.Store(true)
+		s.errLog.Do(func() {
+			s.log.Error("writing the baseline failed; its writes are kept and tried again (see fieldwatch_baseline_write_errors_total): deliveries go on",
+				"path", s.path, "pending", pending, "error", err)
+		})
+	case s.failing.Swap(false):
+		s.log.Info("the baseline is written again", "path", s.path, "failedCommits", s.failures.Load())
+	}
+}
+
+// coalesce keeps, of writes in order, each object's last one.
+func coalesce(ops []storeOp) []storeOp {
+	type objKey struct {
+		gr  schema.GroupResource
+		uid types.UID
+	}
+	last := make(map[objKey]int, len(ops))
+	for i, op := range ops {
+		last[objKey{groupResource(op.res), op.uid}] = i
+	}
+	out := ops[:0]
+	for i, op := range ops {
+		if last[objKey{groupResource(op.res), op.uid}] == i {
+			out = append(out, op)
+		}
+	}
+	clear(ops[len(out):])
+	return out
+}
+
+// failed returns how many commits failed.
+func (s *Store) failed() int64 { return s.failures.Load() }
+
+// waiting returns how many writes wait to be committed.
+func (s *Store) waiting() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.ops)
 }
 
 // bucket returns res's bucket, creating it with its meta.
