@@ -33,6 +33,8 @@ type Postgres struct {
 	bin  string // the server's binaries
 	data string // its data directory
 	cred *syscall.Credential
+	// durable: synchronous_commit on (NewDurablePostgres).
+	durable bool
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -81,8 +83,19 @@ func StartPostgres(t testing.TB) *Postgres {
 
 // NewPostgres starts a server; the caller must Stop it. As root it runs
 // as the postgres user Debian's package creates (PostgreSQL refuses to
-// run as root). Under `go test -short` it refuses, as New does.
-func NewPostgres() (*Postgres, error) {
+// run as root). Under `go test -short` it refuses, as New does. It
+// acknowledges a commit before its log is written (synchronous_commit
+// off): Kill may lose the last acknowledged commits, which a test of a
+// crash must start NewDurablePostgres for.
+func NewPostgres() (*Postgres, error) { return newPostgres(false) }
+
+// NewDurablePostgres is NewPostgres with PostgreSQL's default
+// durability against a crash of the server: a commit is acknowledged
+// once its log is written (to the kernel: fsync stays off, as a crash of
+// the server, not of the machine, keeps what the kernel holds).
+func NewDurablePostgres() (*Postgres, error) { return newPostgres(true) }
+
+func newPostgres(durable bool) (*Postgres, error) {
 	if err := refuseShort(NeedsPostgres); err != nil {
 		return nil, err
 	}
@@ -94,7 +107,7 @@ func NewPostgres() (*Postgres, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Postgres{Dir: root, Port: 5432, User: "fieldwatch", root: root}
+	p := &Postgres{Dir: root, Port: 5432, User: "fieldwatch", root: root, durable: durable}
 	cred, err := postgresCredential(root)
 	if err != nil {
 		_ = os.RemoveAll(root)
@@ -125,8 +138,12 @@ func (p *Postgres) start() error {
 	defer func() { _ = log.Close() }()
 	// No TCP listener: the unix socket in root only. fsync off: the
 	// server's data is thrown away with the test.
+	sync := "off"
+	if p.durable {
+		sync = "on"
+	}
 	cmd := exec.Command(filepath.Join(p.bin, "postgres"), "-D", p.data, "-k", p.root, "-p", strconv.Itoa(p.Port),
-		"-c", "listen_addresses=", "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+		"-c", "listen_addresses=", "-c", "fsync=off", "-c", "synchronous_commit="+sync, "-c", "full_page_writes=off")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred, Setpgid: true}
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
