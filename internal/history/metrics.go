@@ -5,25 +5,27 @@ import "github.com/prometheus/client_golang/prometheus"
 // Metrics are the history's series, shared by a store (the disk full, a
 // file set aside) and its Recorder. A nil *Metrics counts nothing.
 type Metrics struct {
-	entries     *prometheus.CounterVec
-	written     prometheus.Counter
-	duplicate   prometheus.Counter
-	dropped     prometheus.Counter
-	failed      prometheus.Counter
-	invalid     prometheus.Counter
-	removed     *prometheus.CounterVec
-	errors      *prometheus.CounterVec
-	stored      prometheus.Gauge
-	bytes       prometheus.Gauge
-	queued      prometheus.Gauge
-	writeTime   prometheus.Histogram
-	errFull     prometheus.Counter
-	errCorrupt  prometheus.Counter
-	errOther    prometheus.Counter
-	removedAge  prometheus.Counter
-	removedSize prometheus.Counter
-	cpu         prometheus.Counter
-	trail       *prometheus.CounterVec
+	entries    *prometheus.CounterVec
+	written    prometheus.Counter
+	duplicate  prometheus.Counter
+	dropped    prometheus.Counter
+	failed     prometheus.Counter
+	invalid    prometheus.Counter
+	removed    *prometheus.CounterVec
+	errors     *prometheus.CounterVec
+	stored     prometheus.Gauge
+	bytes      prometheus.Gauge
+	queued     prometheus.Gauge
+	writeTime  prometheus.Histogram
+	errFull    prometheus.Counter
+	errCorrupt prometheus.Counter
+	errOther   prometheus.Counter
+	// errUnavailable counts writes that could not reach the database.
+	errUnavailable prometheus.Counter
+	removedAge     prometheus.Counter
+	removedSize    prometheus.Counter
+	cpu            prometheus.Counter
+	trail          *prometheus.CounterVec
 }
 
 // NewMetrics returns the history's series, registered on reg (none when
@@ -40,7 +42,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"reason"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "fieldwatch", Subsystem: "history", Name: "write_errors_total",
-			Help: "Failed writes of the history, by kind (full: the disk or the database; corrupt: the file was set aside and a new one started; other).",
+			Help: "Failed writes of the history, by kind (full: the disk or the database; corrupt: the file was set aside and a new one started; unavailable: the database could not be reached, retried until it can; other).",
 		}, []string{"error"}),
 		stored: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "fieldwatch", Subsystem: "history", Name: "entries",
@@ -76,6 +78,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.errFull = m.errors.WithLabelValues("full")
 	m.errCorrupt = m.errors.WithLabelValues("corrupt")
 	m.errOther = m.errors.WithLabelValues("other")
+	m.errUnavailable = m.errors.WithLabelValues("unavailable")
 	m.removedAge = m.removed.WithLabelValues("age")
 	m.removedSize = m.removed.WithLabelValues("size")
 	if reg != nil {

@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -301,12 +305,27 @@ func (p *Postgres) Resources(ctx context.Context) ([]GroupResource, error) {
 	return out, nil
 }
 
-// fail classifies an error: a full disk is ErrFull.
+// fail classifies an error: a full disk is ErrFull; a server that cannot
+// be reached, or that ended the session (a shutdown, a crash, a
+// restart), is ErrUnavailable.
 func (p *Postgres) fail(err error) error {
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && (pe.Code == "53100" || pe.Code == "53200") { // disk_full, out_of_memory
-		p.m.full()
-		return fmt.Errorf("%w: %v", ErrFull, err)
+	if errors.As(err, &pe) {
+		switch {
+		case pe.Code == "53100" || pe.Code == "53200": // disk_full, out_of_memory
+			p.m.full()
+			return fmt.Errorf("%w: %v", ErrFull, err)
+		case strings.HasPrefix(pe.Code, "08") || strings.HasPrefix(pe.Code, "57P"): // connection exception; shutdown, crash, cannot connect now
+			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		return err
+	}
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	if errors.As(err, &ce) || errors.As(err, &ne) || pgconn.SafeToRetry(err) || pgconn.Timeout(err) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	return err
 }

@@ -387,6 +387,9 @@ func (r *Recorder) write(ctx context.Context, batch []queued) bool {
 		return true
 	}
 	backoff := r.opts.retryBase
+	// attempt counts the tries that reached the store: one that could
+	// not reach it (ErrUnavailable) is tried again until it can, or
+	// until ctx ends, while the queue's bounds hold what waits.
 	for attempt := 1; ; attempt++ {
 		start := time.Now()
 		n, err := r.opts.Store.Write(ctx, entries)
@@ -408,6 +411,10 @@ func (r *Recorder) write(ctx context.Context, batch []queued) bool {
 			kind = "full" // counted by the store
 		case errors.Is(err, ErrReset):
 			kind = "corrupt" // counted by the store
+		case errors.Is(err, ErrUnavailable):
+			kind = "unavailable"
+			r.m.errUnavailable.Inc()
+			attempt--
 		default:
 			r.m.errOther.Inc()
 		}

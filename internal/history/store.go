@@ -56,6 +56,12 @@ type Stats struct {
 // is full: removing old entries may make room.
 var ErrFull = errors.New("history store full")
 
+// ErrUnavailable is returned (wrapped) by Write when the store cannot
+// be reached: its server is down, restarting or cut off. The write may
+// or may not have been committed; writing the same entries again is
+// safe (one entry per id).
+var ErrUnavailable = errors.New("history store unavailable")
+
 // ErrReset is returned (wrapped) by Write and Query when the store found
 // its file corrupt and started a new one: the entries of the failed
 // write were not recorded, and may be written again.
