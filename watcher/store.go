@@ -56,10 +56,12 @@ type Store struct {
 	flushMu sync.Mutex // one flush at a time, so writes commit in order
 	mu      sync.Mutex
 	ops     []storeOp
-	kick    chan struct{}
-	closed  chan struct{}
-	flushed chan struct{}
-	err     error // the last commit's
+	// committing is how many writes the commit under way holds.
+	committing int
+	kick       chan struct{}
+	closed     chan struct{}
+	flushed    chan struct{}
+	err        error // the last commit's
 	// failures counts failed commits; failing says whether the last one
 	// failed; errLog paces their log lines.
 	failures atomic.Int64
@@ -518,7 +520,7 @@ func (s *Store) flush() {
 	}
 	s.mu.Lock()
 	ops := s.ops
-	s.ops = nil
+	s.ops, s.committing = nil, len(ops)
 	s.mu.Unlock()
 	if len(ops) == 0 && marks == nil {
 		return
@@ -577,7 +579,7 @@ func (s *Store) flush() {
 		return nil
 	})
 	s.mu.Lock()
-	s.err = err
+	s.err, s.committing = err, 0
 	if err != nil {
 		// Kept for the next commit, before what was queued since.
 		s.ops = coalesce(append(ops, s.ops...))
@@ -620,11 +622,12 @@ func coalesce(ops []storeOp) []storeOp {
 // failed returns how many commits failed.
 func (s *Store) failed() int64 { return s.failures.Load() }
 
-// waiting returns how many writes wait to be committed.
+// waiting returns how many writes wait to be committed, those of a
+// commit under way included.
 func (s *Store) waiting() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.ops)
+	return len(s.ops) + s.committing
 }
 
 // bucket returns res's bucket, creating it with its meta.
