@@ -46,6 +46,9 @@ type hook struct {
 	rv      string
 	kind    string
 	name    string
+	// observed is the payload's observed: "" for a change one watch
+	// event showed, else how its net effect was seen ("relist" ...).
+	observed string
 }
 
 // hooks is a webhook receiver on 127.0.0.1 shared by replicas, each
@@ -98,7 +101,7 @@ func (h *hooks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.mu.Lock()
 	h.got = append(h.got, hook{replica: replica, at: now, id: p.ID, typ: string(p.Type), uid: types.UID(p.UID),
-		rv: p.ResourceVersion, kind: p.Resource.Kind, name: p.Name})
+		rv: p.ResourceVersion, kind: p.Resource.Kind, name: p.Name, observed: string(p.Observed)})
 	h.mu.Unlock()
 }
 

@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
+)
+
+// The fault tests (TestFault*, make faults) fail a part around a
+// running fieldwatch under a steady stream of changes (ConfigMaps and
+// Widgets written every 20 ms each) and end with losscheck's comparison
+// of every write with what was delivered.
+
+// TestFaultAPIServerRestartCompaction cuts fieldwatch off the apiserver
+// while writes go on, compacts etcd past its watch and restarts the
+// apiserver (its watch cache gone too), then lets fieldwatch back in: its
+// watches get 410 Gone and relist. Nothing is missed, nothing is
+// delivered twice under different ids, and the net effects of the gap
+// say "observed":"relist".
+func TestFaultAPIServerRestartCompaction(t *testing.T) {
+	t.Parallel()
+	env := testenv.Start(t, testenv.Options{APIServerArgs: map[string][]string{"watch-cache-sizes": {"configmaps#0"}}})
+	ns := namespace(t, env, "fault-apiserver")
+	kc := env.WriteKubeconfig(t)
+	px := testenv.NewProxy(t, apiserverAddr(t, kc))
+	h := newHooks(t)
+	startFieldwatch(t, kubeconfigVia(t, kc, px.Addr()), "--rules", h.rules(t, ns, "a"))
+	// Objects live 30 s at least: one created and deleted in the gap is
+	// seen by no one, and its net effect is nothing.
+	w := startWriters(t, env, ns, 20*time.Millisecond, 30*time.Second)
+	w.waitWrites(t, 50)
+	px.Cut()
+	w.waitWrites(t, 100) // the gap
+	if _, err := env.CompactEtcd(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := env.RestartAPIServer(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.waitWrites(t, 20)
+	px.Restore()
+	w.waitWrites(t, 100)
+	w.finish()
+	o := settle(t, h, w, 2*time.Minute)
+	relisted := 0
+	for _, p := range h.payloads() {
+		if p.observed == "relist" {
+			relisted++
+		}
+	}
+	t.Logf("apiserver restarted, etcd compacted: %s; %d payloads observed by a relist", o, relisted)
+	if relisted == 0 {
+		t.Error("no payload says observed relist: the gap's writes cannot all have come from watch events")
+	}
+}
+
+// TestFaultAPIServerPacketLoss drops every packet between the leader and
+// the apiserver for 20 s (a proxy that stalls: connections stay open and
+// carry nothing) while the other replica reaches it. The leader stops
+// delivering before the other takes over (no split brain) and exits to
+// start again as a standby; no change is delivered under two ids, none
+// is lost.
+func TestFaultAPIServerPacketLoss(t *testing.T) {
+	t.Parallel()
+	env := testenv.Shared(t)
+	ns := namespace(t, env, "fault-packet-loss")
+	kc := env.WriteKubeconfig(t)
+	px := testenv.NewProxy(t, apiserverAddr(t, kc))
+	h := newHooks(t)
+	a := startFieldwatch(t, kubeconfigVia(t, kc, px.Addr()), replicaArgs(h, t, ns, "a", t.TempDir())...)
+	leaderOf(t, 30*time.Second, a)
+	w := startWriters(t, env, ns, 20*time.Millisecond, 0)
+	b := startFieldwatch(t, kc, replicaArgs(h, t, ns, "b", t.TempDir())...)
+	testenv.Eventually(t, 30*time.Second, "the standby to follow the leader", func() bool {
+		return b.metric("fieldwatch_baseline_confirmed_total") > 0
+	})
+	w.waitWrites(t, 20)
+	px.Stall()
+	stalled := time.Now()
+	testenv.Eventually(t, 30*time.Second, "b to take over", func() bool { return b.metric("fieldwatch_leader ") == 1 })
+	tookOver := time.Now()
+	testenv.Eventually(t, time.Minute, "20 s of dropped packets", func() bool { return time.Since(stalled) >= 20*time.Second })
+	px.Resume()
+	if code := a.waitExit(30 * time.Second); code != 1 {
+		t.Errorf("a exited with %d after losing its Lease, want 1 (restart as a candidate)", code)
+	}
+	w.waitWrites(t, 50)
+	w.finish()
+	o := settle(t, h, w, time.Minute)
+
+	var lastA, firstB time.Time
+	for _, p := range h.payloads() {
+		switch {
+		case p.replica == "a" && p.at.After(lastA):
+			lastA = p.at
+		case p.replica == "b" && (firstB.IsZero() || p.at.Before(firstB)):
+			firstB = p.at
+		}
+	}
+	t.Logf("20 s of dropped packets: %s; a's last delivery %s after the stall, b took over %s after it, first delivered %s after it",
+		o, lastA.Sub(stalled).Round(time.Millisecond), tookOver.Sub(stalled).Round(time.Millisecond), firstB.Sub(stalled).Round(time.Millisecond))
+	if !lastA.Before(firstB) {
+		t.Errorf("a delivered at %s, after b's first delivery at %s: both led at once", lastA.Format("15:04:05.000"), firstB.Format("15:04:05.000"))
+	}
+}
+
+// TestFaultStateVolumeFull fills the state volume (a 16 MiB tmpfs) of a
+// running fieldwatch: the baseline stops growing (a commit that needs
+// the file to grow fails), with a log line and
+// fieldwatch_baseline_write_errors_total; delivery goes on; once there is
+// room again the writes kept meanwhile are committed (no pending write
+// left) and a restart on the volume fires nothing it had handled.
+func TestFaultStateVolumeFull(t *testing.T) {
+	testenv.SkipShort(t, testenv.NeedsRoot)
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root (the project's machines and CI run as root)")
+	}
+	t.Parallel()
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Fatalf("mount a 16 MiB tmpfs: %v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", "-l", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", dir, err, out)
+		}
+	})
+	state := filepath.Join(dir, "state")
+	env := testenv.Shared(t)
+	ns := namespace(t, env, "fault-volume-full")
+	kc := env.WriteKubeconfig(t)
+	h := newHooks(t)
+	// Without the history, whose reserve given back on a full disk would
+	// make room for the baseline (internal/history's tests fill its disk).
+	fw := startFieldwatch(t, kc, "--rules", h.rules(t, ns, "a"), "--state-dir", state, "--history=false")
+	w := startWriters(t, env, ns, 20*time.Millisecond, 0)
+	w.waitWrites(t, 50)
+
+	filler, err := os.Create(filepath.Join(dir, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 64<<10)
+	for {
+		if _, err := filler.Write(chunk); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("fill the volume: %v", err)
+			}
+			break
+		}
+	}
+	_ = filler.Close()
+	testenv.Eventually(t, time.Minute, "the baseline's commits to fail", func() bool {
+		return fw.metric("fieldwatch_baseline_write_errors_total") > 0
+	})
+	w.waitWrites(t, 200) // on a full volume
+	full := settle(t, h, w, time.Minute)
+	// Commits that fit in the file's free pages still succeed: how many
+	// wait depends on when the file must grow.
+	pending := fw.metric("fieldwatch_baseline_pending_writes")
+	if !strings.Contains(fw.logs(), "writing the baseline failed") {
+		t.Error("no log line says the baseline cannot be written")
+	}
+
+	if err := os.Remove(filepath.Join(dir, "filler")); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, "the baseline written again", func() bool {
+		return strings.Contains(fw.logs(), "the baseline is written again")
+	})
+	w.waitWrites(t, 100)
+	w.finish()
+	o := settle(t, h, w, time.Minute)
+	testenv.Eventually(t, 30*time.Second, "no write of the baseline waiting", func() bool {
+		return fw.metric("fieldwatch_baseline_pending_writes") == 0
+	})
+	t.Logf("state volume full: while full %s, %v baseline writes waiting, %v failed commits; in all %s",
+		full, pending, fw.metric("fieldwatch_baseline_write_errors_total"), o)
+
+	// What was handled while the volume was full is in the baseline: a
+	// restart on it fires nothing.
+	fw.stop()
+	before := len(h.payloads())
+	startFieldwatch(t, kc, "--rules", h.rules(t, ns, "a"), "--state-dir", state, "--history=false")
+	// A write after the restart: once it is delivered, what the restart
+	// found to fire has been fired.
+	_, err = env.Clientset(t).CoreV1().ConfigMaps(ns).Create(context.Background(),
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "marker"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, "the write after the restart delivered", func() bool {
+		return slices.ContainsFunc(h.payloads(), func(p hook) bool { return p.name == "marker" })
+	})
+	for _, p := range h.payloads()[before:] {
+		if p.name != "marker" {
+			t.Errorf("the restart fired %s %s %s: the baseline missed a change handled while the volume was full", p.typ, p.kind, p.name)
+		}
+	}
+}
