@@ -136,15 +136,42 @@ unit: ## the unit tier: every package's fast tests (-short, -race), no control p
 	cd hack/image && $(GO) test $(UNIT_FLAGS) ./...
 
 .PHONY: integration
-integration: controlplane testdeps ksm ## the integration tier: every go test (unit ones too) on a real control plane, PostgreSQL and Chromium, then fuzz-short
-	$(GO) test $(TEST_FLAGS) $(TEST_PKGS)
+integration: controlplane testdeps ksm ## the integration tier: every go test (unit ones too, the fault suite's aside) on a real control plane, PostgreSQL and Chromium, then fuzz-short
+	$(GO) test $(TEST_FLAGS) -skip '$(FAULT_RUN)' $(TEST_PKGS)
 	cd charts && $(GO) test $(TEST_FLAGS) ./...
 	cd hack/image && $(GO) test $(TEST_FLAGS) ./...
 	$(MAKE) --no-print-directory fuzz-short
 
 .PHONY: test
-test: check examples integration ## every tier: gofmt and go vet, the examples, make integration, then make e2e
+test: check examples integration faults ## every tier: gofmt and go vet, the examples, make integration, make faults, then make e2e
 	$(MAKE) --no-print-directory e2e
+
+# The fault suite (docs/guarantees.md#faults-and-what-they-cost): each
+# test fails a part around a running fieldwatch (the history's
+# PostgreSQL, the apiserver and etcd's history, the network to the
+# apiserver, the state volume, a leader, a receiver, the NATS server, the
+# Kafka broker) under a steady stream of changes, and ends comparing
+# every write with what was delivered and recorded (internal/losscheck);
+# then a short soak (TestSoak, SOAK_DURATION). make integration leaves
+# these tests to it (-skip), so that make test runs each once. One
+# package at a time (-p 1): two of them stop a server for 20 to 30 s and
+# a starved leader's Lease renewals would blur what they prove.
+FAULT_RUN := ^(TestFault.*|TestSoak|TestStoreFullVolume|TestAPIServerRestart|TestPartitionAndCompaction|TestRelistObserved|TestSIGKILLRestart|TestWebhookReceiverDownThenBack|TestFailoverSIGKILL|TestFailoverPartition|TestNATSServerRestart|TestKafkaBrokerRestart)$$
+FAULT_PKGS := ./cmd/fieldwatch ./internal/history ./watcher ./action
+SOAK_DURATION ?= 2m
+
+.PHONY: faults
+faults: controlplane testdeps ## the fault suite: PostgreSQL stopped and killed, apiserver restarted with etcd compacted, packets dropped, state volume full, leader killed, brokers restarted, then a 2-minute soak (about 6 minutes)
+	SOAK_DURATION=$(SOAK_DURATION) $(GO) test -race -count=1 -timeout 30m -p 1 -parallel 4 -run '$(FAULT_RUN)' $(FAULT_PKGS)
+
+# make soak DURATION=1h: TestSoak alone, at SOAK_RATE writes a second
+# (100) over SOAK_OBJECTS ConfigMaps (500), sampled every SOAK_SAMPLE
+# (10s); the samples go to SOAK_OUT/soak.csv (bin/soak).
+DURATION ?= 1h
+.PHONY: soak
+soak: controlplane testdeps ## run fieldwatch for DURATION (1h) at a steady rate, failing when goroutines, fds, heap, RSS, queues or the history grow past their bounds
+	SOAK_DURATION=$(DURATION) SOAK_SAMPLE=$${SOAK_SAMPLE:-10s} SOAK_OUT=$${SOAK_OUT:-$(BIN)/soak} \
+	  $(GO) test -race -count=1 -timeout 0 -run '^TestSoak$$' -v ./cmd/fieldwatch
 
 .PHONY: helm
 helm: ## build bin/helm: the Helm CLI of the version the chart's tests use (helm.sh/helm/v4, a tool of charts/go.mod)
