@@ -73,6 +73,7 @@ var soakSeries = []struct {
 	{"rss", "process_resident_memory_bytes", 0.30, 16 << 20},
 	{"queued", "fieldwatch_workqueue_depth", 0, 2000},
 	{"history", "fieldwatch_history_bytes", 0, 0}, // bounded by --history-max-bytes instead
+	{"cpu", "process_cpu_seconds_total", 0, 0},    // a counter: reported per write, not bounded
 }
 
 // TestSoak runs fieldwatch with its history at a steady rate of writes
@@ -160,6 +161,7 @@ func TestSoak(t *testing.T) {
 
 	type sample struct {
 		at     time.Duration
+		writes int
 		values []float64
 	}
 	var samples []sample
@@ -167,7 +169,7 @@ func TestSoak(t *testing.T) {
 	for time.Since(start) < cfg.duration {
 		<-sampler.C
 		_, body := fw.get("/metrics")
-		s := sample{at: time.Since(start)}
+		s := sample{at: time.Since(start), writes: len(w.made())}
 		for _, ser := range soakSeries {
 			s.values = append(s.values, sumMetric(body, ser.metric))
 		}
@@ -232,7 +234,13 @@ func TestSoak(t *testing.T) {
 		}
 		first, last := mean(ys[:third]), mean(ys[len(ys)-third:])
 		t.Logf("%-10s first third %14.0f, last third %14.0f, slope %14.0f an hour", ser.name, first, last, slope(xs, ys))
-		if ser.name == "history" {
+		switch ser.name {
+		case "cpu":
+			a, b := steady[0], steady[len(steady)-1]
+			t.Logf("CPU per write after the warm-up: %.0f µs (%.1f s for %d writes)",
+				(b.values[i]-a.values[i])/float64(max(b.writes-a.writes, 1))*1e6, b.values[i]-a.values[i], b.writes-a.writes)
+			continue
+		case "history":
 			if peak := slices.Max(ys); peak > maxHistory*1.1 {
 				t.Errorf("history: %.0f bytes, past --history-max-bytes %d", peak, maxHistory)
 			}
