@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -211,4 +212,111 @@ func TestFaultStateVolumeFull(t *testing.T) {
 			t.Errorf("the restart fired %s %s %s: the baseline missed a change handled while the volume was full", p.typ, p.kind, p.name)
 		}
 	}
+}
+
+// TestFaultPostgresDuringFailover combines two faults: two replicas
+// share one history in PostgreSQL; the server is stopped, the leader
+// SIGKILLed while it is down, and the server started again once the
+// standby has taken over and delivered on. Deliveries go on throughout
+// (losscheck); once the server is back the history holds every payload
+// delivered, once per id, as TestFailoverHistory asks of a failover
+// alone: the killed leader's payloads of its last 2 s (after its last
+// watermark) may be there as the new leader delivered them, with the
+// same id or as a later state of the object. Nothing is counted failed
+// or dropped from the history.
+func TestFaultPostgresDuringFailover(t *testing.T) {
+	testenv.SkipShort(t, testenv.NeedsPostgres)
+	t.Parallel()
+	pg, err := testenv.NewDurablePostgres()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := pg.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := pg.CreateDatabase(context.Background(), "fw"); err != nil {
+		t.Fatal(err)
+	}
+	dsn := pg.DSN("fw")
+	env := testenv.Shared(t)
+	ns := namespace(t, env, "fault-pg-failover")
+	kc := env.WriteKubeconfig(t)
+	h := newHooks(t)
+	reps := map[string]*proc{}
+	for _, name := range []string{"a", "b"} {
+		reps[name] = startFieldwatch(t, kc, append(replicaArgs(h, t, ns, name, t.TempDir()), "--history-dsn", dsn)...)
+	}
+	w := startWriters(t, env, ns, 30*time.Millisecond, 0)
+	leader := leaderOf(t, 30*time.Second, reps["a"], reps["b"])
+	name, other := "a", "b"
+	if leader == reps["b"] {
+		name, other = "b", "a"
+	}
+	standby := reps[other]
+	testenv.Eventually(t, 30*time.Second, "the standby to record what the leader confirmed", func() bool {
+		return standby.metric(`fieldwatch_history_entries_total{result="written"}`) > 20
+	})
+	w.waitWrites(t, 30)
+	if err := pg.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the leader to find the history's server gone", func() bool {
+		return leader.metric(`fieldwatch_history_write_errors_total{error="unavailable"}`) > 0
+	})
+	killedAt := time.Now()
+	leader.kill()
+	testenv.Eventually(t, 30*time.Second, "the standby to take over", func() bool { return standby.metric("fieldwatch_leader ") == 1 })
+	w.waitWrites(t, 60) // under the new leader, the history's server down
+	// Longer than the 8 tries a write that reaches the server gets.
+	testenv.Eventually(t, time.Minute, "the new leader to find the server gone 9 times", func() bool {
+		return standby.metric(`fieldwatch_history_write_errors_total{error="unavailable"}`) >= 9
+	})
+	if err := pg.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.waitWrites(t, 30)
+	w.finish()
+	o := settle(t, h, w, time.Minute)
+
+	confirmedBefore := killedAt.Add(-2 * time.Second)
+	var got map[string]string
+	var missing []string
+	late, covered := 0, 0
+	testenv.Poll(time.Minute, func() bool {
+		got = historyFrom(t, "--dsn", dsn)
+		missing, late, covered = missing[:0], 0, 0
+		for _, p := range h.payloads() {
+			if _, ok := got[p.id]; ok {
+				continue
+			}
+			if p.replica != name || !p.at.After(confirmedBefore) {
+				missing = append(missing, fmt.Sprintf("%s (%s %s/%s, delivered by %s at %s)", p.id, p.typ, p.kind, p.name, p.replica, p.at.Format("15:04:05.000")))
+				continue
+			}
+			late++
+			if slices.ContainsFunc(h.payloads(), func(q hook) bool {
+				_, ok := got[q.id]
+				return ok && q.uid == p.uid && q.replica == other
+			}) {
+				covered++
+			}
+		}
+		return len(missing) == 0 && late == covered
+	})
+	if len(missing) > 0 {
+		t.Errorf("%d of %d delivered payloads are not in the shared history (killed %s at %s), first:\n  %s", len(missing), len(h.payloads()), name,
+			killedAt.Format("15:04:05.000"), strings.Join(missing[:min(20, len(missing))], "\n  "))
+	}
+	if late != covered {
+		t.Errorf("%d payloads of the killed leader's last 2 s are neither in the history nor followed there by the object's later state (%d are)", late-covered, covered)
+	}
+	for _, m := range []string{`fieldwatch_history_entries_total{result="failed"}`, `fieldwatch_history_entries_total{result="dropped"}`} {
+		if v := standby.metric(m); v != 0 {
+			t.Errorf("%s %v on the new leader, want 0", m, v)
+		}
+	}
+	t.Logf("PostgreSQL down during a failover: %s; the history holds %d entries, %d of the killed leader's last payloads as a later state; the new leader found the server gone %v times",
+		o, len(got), late, standby.metric(`fieldwatch_history_write_errors_total{error="unavailable"}`))
 }

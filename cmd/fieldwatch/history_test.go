@@ -19,9 +19,17 @@ import (
 // running) and returns each id's source.
 func historyOf(t *testing.T, dir string) map[string]string {
 	t.Helper()
+	return historyFrom(t, "--state-dir", dir)
+}
+
+// historyFrom is historyOf for the history that from names (--state-dir
+// DIR or --dsn DSN).
+func historyFrom(t *testing.T, from ...string) map[string]string {
+	t.Helper()
+	dir := strings.Join(from, " ")
 	var stdout, stderr bytes.Buffer
-	if code := run(context.Background(), []string{"history", "--state-dir", dir, "--all", "--limit", "1000", "-o", "json"}, &stdout, &stderr); code != 0 {
-		t.Fatalf("fieldwatch history --state-dir %s: exit %d: %s", dir, code, stderr.String())
+	if code := run(context.Background(), append(append([]string{"history"}, from...), "--all", "--limit", "1000", "-o", "json"), &stdout, &stderr); code != 0 {
+		t.Fatalf("fieldwatch history %s: exit %d: %s", dir, code, stderr.String())
 	}
 	var page web.APIPage
 	if err := json.Unmarshal(stdout.Bytes(), &page); err != nil {
