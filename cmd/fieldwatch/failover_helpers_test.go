@@ -440,6 +440,16 @@ func (s *supervisor) run() {
 	}
 }
 
+// kill SIGKILLs the replica and ends the supervision: it stays down.
+func (s *supervisor) kill() {
+	s.mu.Lock()
+	s.stopping = true
+	p := s.cur
+	s.mu.Unlock()
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-s.done
+}
+
 // proc returns the replica's current process.
 func (s *supervisor) proc() *proc {
 	s.mu.Lock()
