@@ -48,6 +48,16 @@ func TestFailoverSIGKILL(t *testing.T) {
 		}
 		standby := reps[other]
 		testenv.Eventually(t, 30*time.Second, "the standby to follow the leader", func() bool {
+			select {
+			case <-standby.done:
+				// It led, could not renew in time on a loaded machine and
+				// stopped, as a leader that loses its Lease does: start
+				// it again, as the kubelet does.
+				standby = launch(t, kc, replicaArgs(h, t, ns, other, dirs[other])...)
+				reps[other] = standby
+				return false
+			default:
+			}
 			return standby.metric("fieldwatch_baseline_confirmed_total") > 0
 		})
 		w.waitWrites(t, 20) // mid-stream
