@@ -80,6 +80,7 @@ func (c *compiler) rule(rs *RuleSpec, p string) *Rule {
 		Description:   rs.Description,
 		Source:        p,
 		IncludeObject: rs.IncludeObject,
+		States:        rs.History != nil && rs.History.States,
 		nameErr:       fileerr.Error{Path: p + ".name"},
 	}
 	switch {

@@ -11,6 +11,7 @@ import (
 //
 // A rule needs everything (Full) when it has no fields (any change of the
 // object fires it and shows in its changes), when it has includeObject, or
+// when it keeps states (history: {states: true}), or
 // when its when expression uses object or oldObject other than through a
 // chain of constant field selections (object.spec.size, object["spec"]).
 // Otherwise it needs its fields' paths, each truncated at its first list
@@ -72,7 +73,7 @@ func (r *Rule) compileProjection() {
 	for _, a := range r.Actions {
 		whens = append(whens, a.when)
 	}
-	full := len(r.fields) == 0 || r.IncludeObject
+	full := len(r.fields) == 0 || r.IncludeObject || r.States
 	for _, w := range whens {
 		full = full || (w != nil && w.full)
 	}

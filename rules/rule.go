@@ -25,6 +25,9 @@ type Rule struct {
 	IncludeObject bool
 	// Actions are run, each with the same payload, when the rule fires.
 	Actions []Action
+	// States makes the history keep every state of the objects the rule
+	// selects (history: {states: true}; Set.State).
+	States bool
 
 	on        uint8 // bit set of changeBit
 	filter    objectFilter

@@ -42,6 +42,9 @@ type RuleSpec struct {
 	// comparison of the old and new CRD into the payload (nil: only when
 	// the when expression reads crd).
 	CRD *CRDSpec `yaml:"crd,omitempty" json:"crd,omitempty"`
+	// History says what the history keeps besides the rule's firings
+	// (nil: nothing more).
+	History *HistorySpec `yaml:"history,omitempty" json:"history,omitempty"`
 	// Actions are required: at least one.
 	Actions []Action `yaml:"actions" json:"actions"`
 }
@@ -75,6 +78,16 @@ type CRDSpec struct {
 	// (diff.PolicySpec: fieldwatch's checks map or crdify's
 	// configuration); the impact is dropped for checks it makes safe.
 	Policy *diff.PolicySpec `yaml:"policy,omitempty" json:"policy,omitempty"`
+}
+
+// HistorySpec is a rule's history key.
+type HistorySpec struct {
+	// States makes the history keep, for every object the rule's match
+	// selects, the state fieldwatch first saw and every change after it,
+	// whatever the rule fires on (Set.State), so that the object can be
+	// rebuilt as it was at any time. It needs the whole object: the
+	// watcher caches it whole.
+	States bool `yaml:"states,omitempty" json:"states,omitempty"`
 }
 
 // SelectorSpec is one entry of match.resources.
