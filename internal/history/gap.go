@@ -41,9 +41,12 @@ func (g *gap) add(reason string, n int64, at time.Time, id string) {
 	}
 }
 
-// addQueued counts queued payloads not kept.
+// addQueued counts queued payloads not kept (states are not counted).
 func (g *gap) addQueued(reason string, qs []queued) {
 	for i := range qs {
+		if qs[i].state != nil {
+			continue // a state (RecordState) is no entry of the trail
+		}
 		at, id := qs[i].at, ""
 		if e := qs[i].entry; e != nil {
 			at, id = e.Time, e.ID

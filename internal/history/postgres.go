@@ -149,6 +149,10 @@ func OpenPostgres(ctx context.Context, dsn string, opts PostgresOptions) (*Postg
 		pool.Close()
 		return nil, err
 	}
+	if err := p.createStatesTable(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
 	if _, err := p.Stats(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -367,6 +371,9 @@ func (p *Postgres) Trim(ctx context.Context, before time.Time, maxBytes int64) (
 				break
 			}
 		}
+		if _, err := p.TrimStates(ctx, before); err != nil {
+			return t, err
+		}
 	}
 	if maxBytes <= 0 {
 		return t, nil
@@ -391,7 +398,7 @@ func (p *Postgres) Trim(ctx context.Context, before time.Time, maxBytes int64) (
 		}
 	}
 	t.Room = max(high-p.bytes.Load(), 0)
-	return t, nil
+	return t, p.trimStatesWithEntries(ctx)
 }
 
 // delete removes the entries the subquery's tail selects, keeping the

@@ -123,6 +123,9 @@ type queued struct {
 	// entry, when set, is the payload's entry (RecordEntry): it is not
 	// parsed.
 	entry *Entry
+	// state, when set, is a state to keep (RecordState); payload is
+	// nil.
+	state *State
 }
 
 // NewRecorder starts a Recorder.
@@ -182,11 +185,24 @@ func (r *Recorder) RecordEntry(e Entry) {
 	r.record(queued{payload: e.Payload, source: e.Source, entry: &e})
 }
 
+// RecordState queues a state of an object (history: {states: true}) as
+// Record queues a payload, in the same queue: states are written in the
+// order they are recorded, which must be each object's order of changes.
+// With a store that keeps no states (StateStore), it is left out.
+func (r *Recorder) RecordState(s State) {
+	if err := checkState(&s); err != nil {
+		r.m.invalid.Inc()
+		r.errLog.Do(func() { r.log.Error("history: not a state; left out", "error", err) })
+		return
+	}
+	r.record(queued{state: &s, source: s.Source})
+}
+
 func (r *Recorder) record(q queued) {
-	payload := q.payload
+	size := q.size()
 	q.at = time.Now()
 	r.mu.Lock()
-	if r.closing || len(r.queue) >= r.opts.QueueEntries || r.bytes+int64(len(payload)) > r.opts.QueueBytes {
+	if r.closing || len(r.queue) >= r.opts.QueueEntries || r.bytes+size > r.opts.QueueBytes {
 		reason := gapQueueFull
 		if r.closing {
 			reason = gapStopped
@@ -205,7 +221,7 @@ func (r *Recorder) record(q queued) {
 		return
 	}
 	r.queue = append(r.queue, q)
-	r.bytes += int64(len(payload))
+	r.bytes += size
 	n := len(r.queue)
 	r.mu.Unlock()
 	r.m.queued.Set(float64(n))
@@ -215,6 +231,14 @@ func (r *Recorder) record(q queued) {
 		default:
 		}
 	}
+}
+
+// size is what q counts for the queue's and a batch's bound.
+func (q *queued) size() int64 {
+	if q.state != nil {
+		return int64(len(q.state.Ops) + len(q.state.Full))
+	}
+	return int64(len(q.payload))
 }
 
 // Drop counts a payload left out of the history by its caller (a
@@ -246,15 +270,15 @@ func (r *Recorder) take() (batch []queued) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n, size, limit, most := 0, int64(0), BatchBytes(r.opts.MaxBytes), BatchEntries(r.opts.MaxBytes)
-	for n < len(r.queue) && n < most && (n == 0 || size+int64(len(r.queue[n].payload)) <= limit) {
-		size += int64(len(r.queue[n].payload))
+	for n < len(r.queue) && n < most && (n == 0 || size+r.queue[n].size() <= limit) {
+		size += r.queue[n].size()
 		n++
 	}
 	batch = append(batch, r.queue[:n]...)
 	clear(r.queue[:n])
 	r.queue = r.queue[n:]
-	for _, q := range batch {
-		r.bytes -= int64(len(q.payload))
+	for i := range batch {
+		r.bytes -= batch[i].size()
 	}
 	if len(r.queue) == 0 {
 		r.queue = nil // let the backing array go
@@ -311,8 +335,8 @@ func (r *Recorder) run(ctx context.Context) {
 				r.dropRest()
 				return
 			}
-			for _, q := range batch {
-				sinceTrim += 2 * int64(len(q.payload))
+			for i := range batch {
+				sinceTrim += 2 * batch[i].size()
 			}
 			// Once a second, and sooner at a rate that could pass the
 			// size bound before then.
@@ -367,8 +391,13 @@ func (r *Recorder) run(ctx context.Context) {
 // returns false when ctx ended first.
 func (r *Recorder) write(ctx context.Context, batch []queued) bool {
 	entries := make([]Entry, 0, len(batch))
+	var states []State
 	for _, q := range batch {
 		var e Entry
+		if q.state != nil {
+			states = append(states, *q.state)
+			continue
+		}
 		if q.entry != nil {
 			e = *q.entry
 		} else {
@@ -383,14 +412,8 @@ func (r *Recorder) write(ctx context.Context, batch []queued) bool {
 		e.Recorded = q.at.UTC()
 		entries = append(entries, e)
 	}
-	if len(entries) == 0 {
-		return true
-	}
-	backoff := r.opts.retryBase
-	// attempt counts the tries that reached the store: one that could
-	// not reach it (ErrUnavailable) is tried again until it can, or
-	// until ctx ends, while the queue's bounds hold what waits.
-	for attempt := 1; ; attempt++ {
+	lost := func(reason string) { r.noteGap(func(g *gap) { g.addEntries(reason, entries) }) }
+	if len(entries) > 0 && !r.retry(ctx, len(entries), lost, func() error {
 		start := time.Now()
 		n, err := r.opts.Store.Write(ctx, entries)
 		if err == nil {
@@ -398,11 +421,39 @@ func (r *Recorder) write(ctx context.Context, batch []queued) bool {
 			r.m.written.Add(float64(n))
 			r.m.duplicate.Add(float64(len(entries) - n))
 			r.linked(int64(n))
+		}
+		return err
+	}) {
+		return false
+	}
+	ss, ok := r.opts.Store.(StateStore)
+	if len(states) == 0 || !ok {
+		return true
+	}
+	// States are no entries of the trail: losing them leaves no gap
+	// record.
+	return r.retry(ctx, len(states), func(string) {}, func() error {
+		_, err := ss.WriteStates(ctx, states)
+		return err
+	})
+}
+
+// retry runs write, of n entries or states, with backoff while the store
+// fails; lost notes those that are not kept, with why. It returns false
+// when ctx ended first.
+func (r *Recorder) retry(ctx context.Context, n int, lost func(reason string), write func() error) bool {
+	backoff := r.opts.retryBase
+	// attempt counts the tries that reached the store: one that could
+	// not reach it (ErrUnavailable) is tried again until it can, or
+	// until ctx ends, while the queue's bounds hold what waits.
+	for attempt := 1; ; attempt++ {
+		err := write()
+		if err == nil {
 			return true
 		}
 		if ctx.Err() != nil {
-			r.m.dropped.Add(float64(len(entries)))
-			r.noteGap(func(g *gap) { g.addEntries(gapStopped, entries) })
+			r.m.dropped.Add(float64(n))
+			lost(gapStopped)
 			return false
 		}
 		kind := "other"
@@ -419,22 +470,22 @@ func (r *Recorder) write(ctx context.Context, batch []queued) bool {
 			r.m.errOther.Inc()
 		}
 		if attempt >= maxAttempts {
-			r.m.failed.Add(float64(len(entries)))
-			r.noteGap(func(g *gap) { g.addEntries(gapStoreFailed, entries) })
-			r.log.Error("history: entries not recorded after retries (deliveries are not affected)", "entries", len(entries), "kind", kind, "error", err)
+			r.m.failed.Add(float64(n))
+			lost(gapStoreFailed)
+			r.log.Error("history: entries not recorded after retries (deliveries are not affected)", "entries", n, "kind", kind, "error", err)
 			return true
 		}
 		if errors.Is(err, ErrReset) {
 			continue // a new file: write there at once
 		}
 		r.errLog.Do(func() {
-			r.log.Error("history: write failed; retrying, payloads queue meanwhile (deliveries are not affected)", "kind", kind, "entries", len(entries), "attempt", attempt, "error", err)
+			r.log.Error("history: write failed; retrying, payloads queue meanwhile (deliveries are not affected)", "kind", kind, "entries", n, "attempt", attempt, "error", err)
 		})
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
-			r.m.dropped.Add(float64(len(entries)))
-			r.noteGap(func(g *gap) { g.addEntries(gapStopped, entries) })
+			r.m.dropped.Add(float64(n))
+			lost(gapStopped)
 			return false
 		}
 		backoff = min(backoff*2, 10*time.Second)

@@ -195,6 +195,10 @@ func (s *SQLite) open() error {
 			_ = w.Close()
 			return fmt.Errorf("history database %s: %w", s.path, err)
 		}
+		if _, err := w.ExecContext(ctx, sqliteStatesSchema); err != nil {
+			_ = w.Close()
+			return fmt.Errorf("history database %s: %w", s.path, err)
+		}
 	}
 	if !s.opts.ReadOnly {
 		if err := s.loadRecent(ctx, w); err != nil {
@@ -797,6 +801,9 @@ func (s *SQLite) Trim(ctx context.Context, before time.Time, maxBytes int64) (Tr
 			if t.Age, err = s.trimAge(ctx, before); err != nil {
 				return err
 			}
+			if _, err = s.trimStates(ctx, before); err != nil {
+				return err
+			}
 		}
 		if maxBytes > 0 {
 			// trimSize sizes its deletions by the count of entries,
@@ -850,14 +857,25 @@ func (s *SQLite) trimSize(ctx context.Context, maxBytes int64) (int, int64, erro
 			return total, 0, err
 		}
 		count := s.count.Load()
-		if count == 0 || used <= low || (total == 0 && used <= high) {
+		if used <= low || (total == 0 && used <= high) {
 			return total, max(high-used, 0), nil
+		}
+		if count == 0 {
+			// States alone are left: the oldest go.
+			k, err := s.trimStatesWithEntries(ctx, int64(BatchEntries(s.opts.MaxBytes)))
+			if err != nil || k == 0 {
+				return total, max(high-used, 0), err
+			}
+			continue
 		}
 		// What the excess takes at the average entry's size, at least a
 		// hundredth of the entries.
 		per := max(used/count, 1)
 		k, err := s.deleteOldest(ctx, max((used-low)/per+1, count/100+1))
 		if err != nil {
+			return total, 0, err
+		}
+		if _, err := s.trimStatesWithEntries(ctx, 0); err != nil {
 			return total, 0, err
 		}
 		total += k
