@@ -505,6 +505,7 @@ func (a *app) serve(ctx context.Context) error {
 		// close.
 		defer r.att.stop(a.attributionDrain(), &a.auditSink)
 	}
+	go a.recordBaselines(ctx, r.w)
 	return r.w.Run(ctx)
 }
 

@@ -10,6 +10,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"golang.org/x/time/rate"
+
+	"github.com/fieldwatch/fieldwatch/change"
 	"github.com/fieldwatch/fieldwatch/internal/history"
 	"github.com/fieldwatch/fieldwatch/internal/history/web"
 	"github.com/fieldwatch/fieldwatch/rules"
@@ -92,6 +95,9 @@ type historyState struct {
 	web       *web.Server
 	confirmed chan *watcher.Change // a standby's changes confirmed by the leader, to evaluate
 	done      chan struct{}        // closed when the evaluator of confirmed stops
+	// stateErrLog lets one state that cannot be kept a minute through
+	// to the log.
+	stateErrLog rate.Sometimes
 }
 
 // openHistory opens the history's store and starts its recorder; nil
@@ -146,9 +152,10 @@ func (a *app) openHistory(ctx context.Context) (*historyState, error) {
 			Store: store, MaxAge: h.MaxAge, MaxBytes: h.MaxBytes, Logger: a.log, Metrics: m,
 			Signer: signer, CheckpointEvery: h.CheckpointEvery, CheckpointInterval: h.CheckpointInterval,
 		}),
-		web:       server,
-		confirmed: make(chan *watcher.Change, confirmedQueue),
-		done:      make(chan struct{}),
+		web:         server,
+		confirmed:   make(chan *watcher.Change, confirmedQueue),
+		done:        make(chan struct{}),
+		stateErrLog: rate.Sometimes{Interval: time.Minute},
 	}
 	go a.evaluateConfirmed(hs)
 	a.log.Info("keeping the history of firings", "store", storeName(h, a.cfg.StateDir), "maxBytes", h.MaxBytes, "maxAge", h.MaxAge.String(),
@@ -219,10 +226,82 @@ func (a *app) evaluateConfirmed(h *historyState) {
 		if set.WantsCRDImpact(rc) {
 			a.crdImpact(context.Background(), c, rc)
 		}
+		a.recordState(set, rc, history.Confirmed)
 		firings, _ := set.Eval(rc) // evaluation errors are the leader's to count
 		for _, f := range firings {
 			h.rec.RecordEntry(entryOf(&f, history.Confirmed))
 		}
+	}
+}
+
+// recordState records in the history the state rc leaves its object in,
+// when a rule with history: {states: true} selects the object (rules
+// Set.State). It never blocks; an object that cannot be encoded is left
+// out with a log line.
+func (a *app) recordState(set *rules.Set, rc *rules.Change, source history.Source) {
+	h := a.history
+	if h == nil || !set.KeepsStates(rc.Resource) {
+		return
+	}
+	st, ok, err := set.State(rc)
+	if err != nil {
+		h.stateErrLog.Do(func() {
+			a.log.Warn("history: the object's state cannot be kept", "gvr", rc.Resource.String(), "error", err)
+		})
+		return
+	}
+	if ok {
+		h.rec.RecordState(stateOf(&st, source))
+	}
+}
+
+// baselineEvery is how often recordBaselines looks for resources with
+// states whose informers synced since it last looked.
+const baselineEvery = 2 * time.Second
+
+// recordBaselines records, once per resource a rule with states selects
+// and as soon as its informers have synced, the state of every object of
+// it as the list found it (rules Set.Baseline, at the list's time): the
+// first state of an object that no change has brought to the history
+// yet (the store keeps a baseline only of an object it has no state of).
+// It returns when ctx ends.
+func (a *app) recordBaselines(ctx context.Context, w *watcher.Watcher) {
+	if a.history == nil {
+		return
+	}
+	done := map[change.Resource]bool{}
+	tick := time.NewTicker(baselineEvery)
+	defer tick.Stop()
+	for {
+		set := a.set.Load()
+		snaps := w.Snapshots(func(res change.Resource) bool { return !done[res] && set.KeepsStates(res) })
+		for _, snap := range snaps {
+			done[snap.Resource] = true
+			for _, o := range snap.Objects {
+				st, ok, err := set.Baseline(snap.Resource, o.Map(), snap.Listed)
+				if err != nil || !ok {
+					continue // an object no rule with states selects, or one State reports
+				}
+				a.history.rec.RecordState(stateOf(&st, history.Delivered))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// stateOf is st as the history keeps it.
+func stateOf(st *rules.State, source history.Source) history.State {
+	o := &st.Object
+	return history.State{
+		Time: st.Time, Type: st.Type, Baseline: st.Baseline,
+		Group: o.Group, Version: o.Version, Resource: o.Resource, Kind: o.Kind,
+		Namespace: o.Namespace, Name: o.Name, UID: o.UID, ResourceVersion: o.ResourceVersion, Base: st.Base,
+		User: st.User, Impersonated: st.Impersonated, Manager: st.Manager, Source: source,
+		Ops: st.Ops, Full: st.Full,
 	}
 }
 

@@ -57,6 +57,7 @@ func (a *app) elect(ctx context.Context) error {
 		watched.err = r.w.Run(watchCtx)
 		close(watched.done)
 	}()
+	go a.recordBaselines(watchCtx, r.w)
 
 	var leading atomic.Bool
 	lock := &watermarkLease{

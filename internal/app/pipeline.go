@@ -49,6 +49,7 @@ func (p *pipeline) Handle(ctx context.Context, c *watcher.Change) error {
 		p.app.crdImpact(ctx, c, rc)
 	}
 	if p.att == nil {
+		p.app.recordState(set, rc, history.Delivered)
 		firings := p.evaluate(set, c, rc)
 		if len(firings) == 0 {
 			return nil
@@ -71,6 +72,7 @@ func (p *pipeline) Handle(ctx context.Context, c *watcher.Change) error {
 		rc.Attribution = &a
 		// The rules may have been reloaded while the change waited.
 		set := p.app.set.Load()
+		p.app.recordState(set, rc, history.Delivered)
 		firings := p.evaluate(set, c, rc)
 		if len(firings) == 0 {
 			done()

@@ -38,7 +38,8 @@ type stateSQL struct {
 
 // writeStatesTx writes states in tx: each is left out when its id is
 // there already (a Delivered state then takes the users of a Confirmed
-// one), and so is one that is not a state (checkState); its whole state is kept when it is the first of its object, when
+// one), and so is one that is not a state (checkState) and a baseline
+// of an object with states kept; its whole state is kept when it is the first of its object, when
 // its Base is not the resourceVersion of the object's previous state, or
 // when FullEvery states came since the last whole one.
 func (q stateSQL) writeStatesTx(ctx context.Context, tx stateTx, states []State) (int, error) {
@@ -78,6 +79,9 @@ func (q stateSQL) writeStatesTx(ctx context.Context, tx stateTx, states []State)
 				return 0, err
 			}
 			ok, prev = found, last{rv, int(chain)}
+		}
+		if s.Baseline && ok {
+			continue // the object has states: a baseline is its first only
 		}
 		var object []byte
 		chain := 0
