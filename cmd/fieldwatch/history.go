@@ -36,6 +36,11 @@ run with --history-insecure-loopback answers, to a loopback request). Filters ar
 --until take RFC 3339 times or durations before now (24h). The table
 ends with the cursor of the next page, if any; --all follows it.
 
+fieldwatch history show RESOURCE[.GROUP] [NAMESPACE/]NAME --at TIME prints
+an object as it was at a time, and fieldwatch history diff ... --from T1
+--to T2 what changed between two times, for the objects a rule with
+history: {states: true} selects (fieldwatch history show -h).
+
 Exit codes: 0 printed; 1 the history could not be read; 2 bad input.
 `
 
@@ -47,6 +52,9 @@ type historyOptions struct {
 }
 
 func historyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && (args[0] == "show" || args[0] == "diff") {
+		return historyObjectCmd(ctx, args[0] == "diff", args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("fieldwatch history", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {

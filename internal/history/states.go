@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
@@ -316,4 +317,56 @@ func checkState(s *State) error {
 		return errors.New("state: no whole state")
 	}
 	return nil
+}
+
+// ParseObjectKey reads an object's key from a resource, "PLURAL" for the
+// core group or "PLURAL.GROUP" (kubectl's spelling), and ref,
+// "NAMESPACE/NAME" or "NAME" for a cluster-scoped object.
+func ParseObjectKey(resource, ref string) (ObjectKey, error) {
+	var k ObjectKey
+	k.Resource, k.Group, _ = strings.Cut(resource, ".")
+	if ns, name, ok := strings.Cut(ref, "/"); ok {
+		k.Namespace, k.Name = ns, name
+	} else {
+		k.Name = ref
+	}
+	for _, f := range []struct{ what, value string }{{"resource", k.Resource}, {"name", k.Name}} {
+		if f.value == "" {
+			return ObjectKey{}, fmt.Errorf("%s: empty in %q %q: want RESOURCE[.GROUP] [NAMESPACE/]NAME", f.what, resource, ref)
+		}
+	}
+	for _, s := range []string{k.Resource, k.Group, k.Namespace, k.Name} {
+		if err := checkValue("object", s); err != nil && s != "" {
+			return ObjectKey{}, err
+		}
+		if strings.ContainsAny(s, "/ ") {
+			return ObjectKey{}, fmt.Errorf("%q %q: a resource, namespace or name holds no slash or space", resource, ref)
+		}
+	}
+	return k, nil
+}
+
+// ParseStateTime reads a time to rebuild an object at: RFC 3339, or a
+// duration before now ("90m"); a time in the future is an error (its
+// state is not known yet).
+func ParseStateTime(s string, now time.Time) (time.Time, error) {
+	const want = "an RFC 3339 time (2026-12-07T09:03:00Z) or a duration before now (90m)"
+	if s == "" {
+		return time.Time{}, errors.New("no time: want " + want)
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		d, derr := time.ParseDuration(s)
+		if derr != nil || d < 0 {
+			return time.Time{}, fmt.Errorf("time %q: want %s", truncate(s), want)
+		}
+		t = now.Add(-d)
+	}
+	switch {
+	case t.After(now):
+		return time.Time{}, fmt.Errorf("time %s is in the future (now %s)", t.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339))
+	case t.Before(MinTime):
+		return time.Time{}, fmt.Errorf("time %s is before %s", t.UTC().Format(time.RFC3339Nano), MinTime.Format(time.RFC3339))
+	}
+	return t.UTC(), nil
 }

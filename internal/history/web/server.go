@@ -119,11 +119,13 @@ func New(opts Options) (*Server, error) {
 }
 
 // Register adds the API and the pages to mux: /api/v1/history,
-// /api/v1/history/export (the audit trail), /history (the timeline),
-// /history/object (one object's history) and /history/assets/.
+// /api/v1/history/export (the audit trail), ObjectsPath (objects as they
+// were), /history (the timeline), /history/object (one object's history)
+// and /history/assets/.
 func (s *Server) Register(mux *http.ServeMux) {
 	mux.HandleFunc("/api/v1/history", s.api)
 	mux.HandleFunc("/api/v1/history/export", s.export)
+	mux.HandleFunc(ObjectsPath, s.objects)
 	mux.HandleFunc("/history", s.timeline)
 	mux.HandleFunc("/history/object", s.object)
 	mux.Handle("/history/assets/", s.assets())
@@ -243,10 +245,13 @@ func (e badRequest) Unwrap() error { return e.error }
 // status returns the HTTP status of err and what to tell the caller.
 func (s *Server) status(handler string, err error) (int, string) {
 	var bad badRequest
+	var denied forbidden
 	var throttled *throttledError
 	switch {
 	case errors.As(err, &bad):
 		return http.StatusBadRequest, err.Error()
+	case errors.As(err, &denied):
+		return http.StatusForbidden, err.Error()
 	case errors.Is(err, errUnauthenticated):
 		return http.StatusUnauthorized, err.Error()
 	case errors.As(err, &throttled):
