@@ -5,11 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -129,6 +133,64 @@ func TestCRDDefinitions(t *testing.T) {
 			b, _ := json.Marshal(ev)
 			t.Errorf("%s Event: %s", reason, b)
 		}
+	}
+	if len(schema) == 2 {
+		checkCRDStates(t, fw, name, schema[0].Time, schema[1].Time, deleted[0].Time)
+	}
+}
+
+// checkCRDStates asks the history, as a user who may get CRDs, what the
+// CRD was when v1 had gained spec.color and when it had gained
+// spec.shape (the two schema changes' times), what changed between, and
+// what it was after its deletion.
+func checkCRDStates(t *testing.T, fw *fieldwatch, name string, color, shape, deleted time.Time) {
+	t.Helper()
+	env := testenv.Shared(t)
+	token := env.ServiceAccountToken(t, "crd-definitions", "crd-reader")
+	env.GrantRead(t, "crd-definitions", "crd-reader", "apiextensions.k8s.io", "customresourcedefinitions", "")
+	get := func(query string, into any) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, "http://"+fw.addr+"/api/v1/history/objects/customresourcedefinitions.apiextensions.k8s.io/"+name+"?"+query, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		waitFor(t, "the CRD's states: "+query, func() (bool, string) {
+			resp, err := httpClient.Do(req)
+			if err != nil {
+				return false, err.Error()
+			}
+			defer func() { _ = resp.Body.Close() }()
+			body, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode == http.StatusOK && json.Unmarshal(body, into) == nil, resp.Status + " " + string(body)
+		})
+	}
+	var d struct {
+		From, To struct{ Object json.RawMessage }
+		Changes  []struct{ Changes json.RawMessage }
+	}
+	get(url.Values{"from": {color.Format(time.RFC3339Nano)}, "to": {shape.Format(time.RFC3339Nano)}}.Encode(), &d)
+	from, to := string(d.From.Object), string(d.To.Object)
+	if !strings.Contains(from, `"color"`) || strings.Contains(from, `"shape"`) || !strings.Contains(from, `"v1alpha1"`) ||
+		!strings.Contains(to, `"shape"`) || strings.Contains(to, `"v1alpha1"`) || !strings.Contains(to, `"v2"`) {
+		t.Errorf("the CRD with spec.color:\n%s\nwith spec.shape:\n%s", from, to)
+	}
+	// Adding v2, removing v1alpha1 (the list replaced) and adding
+	// spec.shape, among the apiserver's writes of the CRD's status.
+	var ours []string
+	for _, c := range d.Changes {
+		if strings.Contains(string(c.Changes), `"path":"/spec/versions`) {
+			ours = append(ours, string(c.Changes))
+		}
+	}
+	if len(ours) != 3 || !strings.Contains(ours[0], `"name":"v2"`) || !strings.Contains(ours[1], `"name":"v1alpha1"`) ||
+		!strings.Contains(ours[2], "shape") {
+		t.Errorf("the changes of spec.versions between: %q", ours)
+	}
+	var after struct {
+		Object json.RawMessage
+		Last   struct{ Type string }
+	}
+	get(url.Values{"at": {deleted.Format(time.RFC3339Nano)}}.Encode(), &after)
+	if string(after.Object) != "null" || after.Last.Type != "deleted" {
+		t.Errorf("after the deletion: %s, last %s", after.Object, after.Last.Type)
 	}
 }
 
