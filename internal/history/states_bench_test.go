@@ -40,3 +40,48 @@ func BenchmarkRebuild(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkStatesBytes reports what states take on disk per change
+// beside what the same changes take as entries (their payloads carrying
+// the same operations), in the embedded store: 10,000 updates of one
+// object of about 400 bytes, each changing two fields.
+func BenchmarkStatesBytes(b *testing.B) {
+	const changes = 10000
+	c := newStateChain("u1", "w1", t0)
+	for i := 1; i <= changes; i++ {
+		c.update(i, t0.Add(time.Duration(i)*time.Second), "bob")
+	}
+	used := func(s *SQLite) int64 {
+		st, err := s.Stats(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		return st.Bytes
+	}
+	for b.Loop() {
+		states, err := OpenSQLite(filepath.Join(b.TempDir(), "states.db"), SQLiteOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		entries, err := OpenSQLite(filepath.Join(b.TempDir(), "entries.db"), SQLiteOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		s0, e0 := used(states), used(entries)
+		for i := 0; i < len(c.states); i += 500 {
+			writeStates(b, states, c.states[i:min(i+500, len(c.states))]...)
+			var es []Entry
+			for _, st := range c.states[i:min(i+500, len(c.states))] {
+				f := fixture{uid: st.UID, rv: st.ResourceVersion, namespace: st.Namespace, name: st.Name, user: st.User, time: st.Time, changes: string(st.Ops)}
+				if st.Ops == nil {
+					f.changes = "[]"
+				}
+				es = append(es, f.entry(b, Delivered))
+			}
+			write(b, entries, es...)
+		}
+		b.ReportMetric(float64(used(states)-s0)/changes, "state-B/change")
+		b.ReportMetric(float64(used(entries)-e0)/changes, "entry-B/change")
+		_, _ = states.Close(), entries.Close()
+	}
+}
