@@ -2,7 +2,10 @@
 // API /api/v1/history and the pages under /history, a timeline
 // filterable like the API and one object's history, rendered on the
 // server from templates and assets embedded in the binary (nothing is
-// loaded from elsewhere: it works in an air-gapped cluster).
+// loaded from elsewhere: it works in an air-gapped cluster). For objects
+// whose states the history keeps, ObjectsPath answers an object as it
+// was at a time and what changed between two times, and the object page
+// has a time control that shows the same.
 //
 // The history says who changed what about everything fieldwatch
 // watches, so every request is authenticated and authorized as the

@@ -145,47 +145,86 @@ func (s *Server) objectAnswer(ctx context.Context, c *caller, r *http.Request) (
 	if err != nil {
 		return nil, err
 	}
-	now := s.now()
-	times := map[string]time.Time{}
-	for name, vs := range v {
+	for name := range v {
 		if name != "at" && name != "from" && name != "to" {
 			return nil, badRequest{fmt.Errorf("parameter %q: the objects API takes at, or from and to", name)}
 		}
+	}
+	q, err := s.objectQueryOf(key, v)
+	if err != nil {
+		return nil, err
+	}
+	o, d, err := s.objectStates(ctx, c, q)
+	if err != nil {
+		return nil, err
+	}
+	if o != nil {
+		return marshalNoEscape(o)
+	}
+	return marshalNoEscape(d)
+}
+
+// objectQuery asks for an object at a time, or between two.
+type objectQuery struct {
+	key          history.ObjectKey
+	at, from, to time.Time // at zero: between from and to
+}
+
+// objectQueryOf reads the times of v: at, or from and to, each once.
+func (s *Server) objectQueryOf(key history.ObjectKey, v url.Values) (objectQuery, error) {
+	now := s.now()
+	times := map[string]time.Time{}
+	for _, name := range []string{"at", "from", "to"} {
+		vs, ok := v[name]
+		if !ok {
+			continue
+		}
 		if len(vs) != 1 {
-			return nil, badRequest{fmt.Errorf("parameter %q given %d times: give it once", name, len(vs))}
+			return objectQuery{}, badRequest{fmt.Errorf("parameter %q given %d times: give it once", name, len(vs))}
 		}
-		if times[name], err = history.ParseStateTime(vs[0], now); err != nil {
-			return nil, badRequest{fmt.Errorf("parameter %q: %w", name, err)}
+		t, err := history.ParseStateTime(vs[0], now)
+		if err != nil {
+			return objectQuery{}, badRequest{fmt.Errorf("parameter %q: %w", name, err)}
 		}
+		times[name] = t
 	}
 	_, at := times["at"]
 	_, from := times["from"]
 	_, to := times["to"]
 	if at == (from || to) || from != to {
-		return nil, badRequest{errors.New("give at=TIME for the object at a time, or from=T1&to=T2 for what changed between")}
+		return objectQuery{}, badRequest{errors.New("give at=TIME for the object at a time, or from=T1&to=T2 for what changed between")}
 	}
 	if from && !times["from"].Before(times["to"]) {
-		return nil, badRequest{errors.New("from must be before to")}
+		return objectQuery{}, badRequest{errors.New("from must be before to")}
 	}
+	return objectQuery{key: key, at: times["at"], from: times["from"], to: times["to"]}, nil
+}
+
+// objectStates decides whether c may get q's object, before the store is
+// read, then returns it at q.at, or the diff between q.from and q.to.
+func (s *Server) objectStates(ctx context.Context, c *caller, q objectQuery) (*APIObject, *APIDiff, error) {
+	key := q.key
 	ok, err := s.auth.allowed(ctx, c, getVerb, history.GroupResource{Group: key.Group, Resource: key.Resource}, key.Namespace, key.Name)
 	switch {
 	case err != nil:
-		return nil, err
+		return nil, nil, err
 	case !ok:
-		return nil, forbidden{fmt.Errorf("%s may not get %s: the history shows an object's states to whom may get it", c.name(), key)}
+		return nil, nil, forbidden{fmt.Errorf("%s may not get %s: the history shows an object's states to whom may get it", c.name(), key)}
 	}
-	if at {
-		rb, err := history.Rebuild(ctx, s.store, key, times["at"])
+	if !q.at.IsZero() {
+		rb, err := history.Rebuild(ctx, s.store, key, q.at)
 		if err != nil {
-			return nil, stateError(err)
+			return nil, nil, stateError(err)
 		}
-		return marshalNoEscape(ObjectOf(&rb, times["at"]))
+		o := ObjectOf(&rb, q.at)
+		return &o, nil, nil
 	}
-	d, err := history.DiffStates(ctx, s.store, key, times["from"], times["to"])
+	d, err := history.DiffStates(ctx, s.store, key, q.from, q.to)
 	if err != nil {
-		return nil, stateError(err)
+		return nil, nil, stateError(err)
 	}
-	return marshalNoEscape(DiffOf(&d, times["from"], times["to"]))
+	out := DiffOf(&d, q.from, q.to)
+	return nil, &out, nil
 }
 
 // stateError marks the errors of a rebuild that are the caller's input:

@@ -43,8 +43,9 @@ type pageData struct {
 	Entries []entryView
 	// Newest and Older link the first and the next page ("" when none).
 	Newest, Older string
-	// Object heads one object's page.
+	// Object heads one object's page; State is its time control.
 	Object *entryView
+	State  *stateView
 }
 
 // timeline serves /history: the newest entries, filtered like the API.
@@ -98,7 +99,9 @@ func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
 }
 
 // object serves /history/object?uid=UID: one object's history, each
-// change with its old and new values and who made it.
+// change with its old and new values and who made it, and its time
+// control: with at=TIME the object as it was then, with from=T1&to=T2
+// the diff between beside the changes and users between (stateView).
 func (s *Server) object(w http.ResponseWriter, r *http.Request) {
 	const handler = "object"
 	if !s.methodOK(w, r, handler) {
@@ -118,9 +121,15 @@ func (s *Server) object(w http.ResponseWriter, r *http.Request) {
 		s.page(w, handler, "object", data, err)
 		return
 	}
-	for k := range v {
-		if k != "uid" && k != "cursor" {
-			s.page(w, handler, "object", data, badRequest{errors.New("parameter " + strconv.Quote(k) + ": this page takes uid and cursor only")})
+	times := url.Values{}
+	for k, vs := range v {
+		switch k {
+		case "uid", "cursor":
+		case "at", "from", "to":
+			times[k] = vs
+			delete(v, k)
+		default:
+			s.page(w, handler, "object", data, badRequest{errors.New("parameter " + strconv.Quote(k) + ": this page takes uid, cursor, at, from and to only")})
 			return
 		}
 	}
@@ -148,6 +157,7 @@ func (s *Server) object(w http.ResponseWriter, r *http.Request) {
 		head := data.Entries[0]
 		data.Object = &head
 		data.Title = head.Kind + " " + head.Object
+		data.State = s.stateViewOf(ctx, c, &head, times)
 	}
 	data.Newest, data.Older = s.pager("/history/object", url.Values{"uid": {q.UID}}, res.next)
 	s.page(w, handler, "object", data, nil)
