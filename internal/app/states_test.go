@@ -338,3 +338,106 @@ func plainJSON(t *testing.T, v any) string {
 	}
 	return strings.TrimSuffix(b.String(), "\n")
 }
+
+// TestStatesAcrossRestart: the states of a Widget changed while
+// fieldwatch runs, while it is stopped, and after it restarts on the same
+// state directory rebuild to what a client read at each version
+// fieldwatch saw: every version read while it ran, and, of those made
+// while it was stopped, the last (which its restart finds); a Widget
+// created while it was stopped has that first state.
+func TestStatesAcrossRestart(t *testing.T) {
+	plane := sharedAuditPlane(t)
+	env := plane.env
+	const ns = "states-restart"
+	env.EnsureNamespace(t, ns)
+	rulesSrc := strings.ReplaceAll(statesRules, "namespaces: [states]", "namespaces: ["+ns+"]")
+	stateDir := t.TempDir()
+	ctx := context.Background()
+	widgets := env.Dynamic(t).Resource(widgetGVR).Namespace(ns)
+	key := func(name string) history.ObjectKey {
+		return history.ObjectKey{Group: "example.com", Resource: "widgets", Namespace: ns, Name: name}
+	}
+	reads := map[string]map[string]any{} // w1's, by resourceVersion
+	var lastRead string
+	write := func(i int) {
+		t.Helper()
+		o, err := widgets.Patch(ctx, "w1", types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"size":%d,"owner":"s3cret-%d"}}`, i, i)), metav1.PatchOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reads[o.GetResourceVersion()], lastRead = o.Object, o.GetResourceVersion()
+	}
+	// check rebuilds, from the store of a running fieldwatch, every
+	// version of w1 in want at the time it was recorded.
+	check := func(t *testing.T, store history.Store, want map[string]bool) {
+		t.Helper()
+		settled(t, store, key("w1"), env, widgetGVR)
+		found := map[string]bool{}
+		err := store.(history.StateStore).StatesOf(ctx, key("w1"), time.Time{}, history.MaxTime, func(s *history.State) error {
+			if r, ok := reads[s.ResourceVersion]; ok {
+				got, err := history.Rebuild(ctx, store, key("w1"), s.Time)
+				if err != nil {
+					return err
+				}
+				if want := normalised(t, r, true); canonical(t, got.Object) != want {
+					t.Errorf("rv %s:\n got %s\nwant %s", s.ResourceVersion, canonical(t, got.Object), want)
+				}
+				found[s.ResourceVersion] = true
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rv := range want {
+			if !found[rv] {
+				t.Errorf("version %s of w1 is not in the history", rv)
+			}
+		}
+	}
+	want := map[string]bool{}
+	t.Run("first run", func(t *testing.T) {
+		fw := runFieldwatch(t, plane, rulesSrc, func(c *Config) { c.StateDir = stateDir })
+		fw.warmUp(t, plane)
+		o, err := widgets.Create(ctx, testWidget("w1", 0), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reads[o.GetResourceVersion()] = o.Object
+		want[o.GetResourceVersion()] = true
+		for i := 1; i <= 5; i++ {
+			write(i)
+			want[lastRead] = true
+		}
+		check(t, fw.app.history.store, want)
+	})
+	// Stopped: three changes, of which the restart finds the last, and a
+	// new Widget.
+	for i := 6; i <= 8; i++ {
+		write(i)
+	}
+	want[lastRead] = true
+	w2, err := widgets.Create(ctx, testWidget("w2", 2), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("after the restart", func(t *testing.T) {
+		fw := runFieldwatch(t, plane, rulesSrc, func(c *Config) { c.StateDir = stateDir })
+		fw.warmUp(t, plane)
+		store := fw.app.history.store
+		settled(t, store, key("w1"), env, widgetGVR)
+		for i := 9; i <= 13; i++ {
+			write(i)
+			want[lastRead] = true
+		}
+		check(t, store, want)
+		var got history.Rebuilt
+		testenv.EventuallyWhy(t, time.Minute, "w2's first state", func() (bool, string) {
+			got, err = history.Rebuild(ctx, store, key("w2"), time.Now())
+			return err == nil, fmt.Sprint(err)
+		})
+		if want := normalised(t, w2.Object, true); canonical(t, got.Object) != want {
+			t.Errorf("w2:\n got %s\nwant %s", canonical(t, got.Object), want)
+		}
+	})
+}
