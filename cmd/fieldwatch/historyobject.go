@@ -45,7 +45,7 @@ func historyObjectCmd(ctx context.Context, diff bool, args []string, stdout, std
 	}
 	var o historyOptions
 	var at, from, to string
-	fs.StringVar(&o.server, "server", "", "a running fieldwatch's HTTP address (default http://127.0.0.1:8080)")
+	fs.StringVar(&o.server, "server", "", "a running fieldwatch's history address (default http://127.0.0.1:8081, the chart's and deploy/'s history port)")
 	fs.StringVar(&o.tokenFile, "token-file", "", "a file holding the bearer token to send to --server")
 	fs.StringVar(&o.stateDir, "state-dir", "", "read DIR/history.db offline instead of asking a server")
 	fs.StringVar(&o.dsn, "dsn", "", "read the PostgreSQL history of --history-dsn offline")
