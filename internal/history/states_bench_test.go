@@ -85,3 +85,52 @@ func BenchmarkStatesBytes(b *testing.B) {
 		_, _ = states.Close(), entries.Close()
 	}
 }
+
+// BenchmarkWriteStates writes 10,000 states of 100 objects (100 changes
+// each) into the embedded store in batches of 500, as the Recorder does,
+// beside the same changes written as entries: what keeping states costs
+// the history's writer per change.
+func BenchmarkWriteStates(b *testing.B) {
+	var states []State
+	var entries []Entry
+	chains := make([]*stateChain, 100)
+	for o := range chains {
+		chains[o] = newStateChain(fmt.Sprintf("u%d", o), fmt.Sprintf("w%d", o), t0)
+	}
+	for i := 1; i <= 100; i++ {
+		for _, c := range chains {
+			c.update(i, t0.Add(time.Duration(i)*time.Second), "bob")
+		}
+	}
+	for i := 1; i <= 100; i++ { // in time order, as changes come
+		for _, c := range chains {
+			st := c.states[i]
+			states = append(states, st)
+			entries = append(entries, fixture{uid: st.UID, rv: st.ResourceVersion, namespace: st.Namespace, name: st.Name, user: st.User,
+				time: st.Time, changes: string(st.Ops)}.entry(b, Delivered))
+		}
+	}
+	for _, kind := range []string{"states", "entries"} {
+		b.Run(kind, func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				s, err := OpenSQLite(filepath.Join(b.TempDir(), "history.db"), SQLiteOptions{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				for i := 0; i < len(states); i += 500 {
+					if kind == "states" {
+						writeStates(b, s, states[i:i+500]...)
+					} else {
+						write(b, s, entries[i:i+500]...)
+					}
+				}
+				b.StopTimer()
+				_ = s.Close()
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*len(states)), "us/change")
+		})
+	}
+}

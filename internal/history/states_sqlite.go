@@ -57,7 +57,9 @@ func (s *SQLite) WriteStates(ctx context.Context, states []State) (int, error) {
 			return err
 		}
 		defer func() { _ = tx.Rollback() }()
-		if n, err = sqliteStateSQL.writeStatesTx(ctx, sqlTx{tx}, states); err != nil {
+		stx := &sqlTx{tx: tx}
+		defer stx.close()
+		if n, err = sqliteStateSQL.writeStatesTx(ctx, stx, states); err != nil {
 			return err
 		}
 		return tx.Commit()
@@ -128,19 +130,52 @@ func (s *SQLite) trimStatesWithEntries(ctx context.Context, n int64) (int, error
 	return int(k), nil
 }
 
-// sqlTx adapts *sql.Tx to writeStatesTx.
-type sqlTx struct{ tx *sql.Tx }
+// sqlTx adapts *sql.Tx to writeStatesTx, preparing each statement once
+// a transaction (BenchmarkWriteStates).
+type sqlTx struct {
+	tx    *sql.Tx
+	stmts map[string]*sql.Stmt
+}
 
-func (t sqlTx) queryRow(ctx context.Context, q string, args []any, dest ...any) (bool, error) {
-	err := t.tx.QueryRowContext(ctx, q, args...).Scan(dest...)
+func (t *sqlTx) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
+	if st, ok := t.stmts[q]; ok {
+		return st, nil
+	}
+	st, err := t.tx.PrepareContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	if t.stmts == nil {
+		t.stmts = map[string]*sql.Stmt{}
+	}
+	t.stmts[q] = st
+	return st, nil
+}
+
+func (t *sqlTx) close() {
+	for _, st := range t.stmts {
+		_ = st.Close()
+	}
+}
+
+func (t *sqlTx) queryRow(ctx context.Context, q string, args []any, dest ...any) (bool, error) {
+	st, err := t.stmt(ctx, q)
+	if err != nil {
+		return false, err
+	}
+	err = st.QueryRowContext(ctx, args...).Scan(dest...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
 	return err == nil, err
 }
 
-func (t sqlTx) exec(ctx context.Context, q string, args ...any) (int64, error) {
-	res, err := t.tx.ExecContext(ctx, q, args...)
+func (t *sqlTx) exec(ctx context.Context, q string, args ...any) (int64, error) {
+	st, err := t.stmt(ctx, q)
+	if err != nil {
+		return 0, err
+	}
+	res, err := st.ExecContext(ctx, args...)
 	if err != nil {
 		return 0, err
 	}
