@@ -1,7 +1,6 @@
 package watcher
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,24 +17,6 @@ import (
 	"github.com/fieldwatch/fieldwatch/change"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
-
-// lockedBuffer is a log sink the store's writer and the test share.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestStoreFullVolume: the baseline on a small tmpfs that another file
 // fills. Its commits fail; it keeps their writes, each object's last
@@ -57,7 +37,7 @@ func TestStoreFullVolume(t *testing.T) {
 			t.Errorf("umount %s: %v: %s", dir, err, out)
 		}
 	})
-	var logs lockedBuffer
+	var logs testenv.SyncBuffer
 	s, err := OpenStore(filepath.Join(dir, "baseline.db"), slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)

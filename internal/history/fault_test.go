@@ -48,7 +48,7 @@ func TestFaultPostgresOutage(t *testing.T) {
 			if err := pg.CreateDatabase(ctx, db); err != nil {
 				t.Fatal(err)
 			}
-			var logs syncBuffer
+			var logs testenv.SyncBuffer
 			log := slog.New(slog.NewTextHandler(&logs, nil))
 			m := NewMetrics(prometheus.NewRegistry())
 			store, err := OpenPostgres(ctx, pg.DSN(db), PostgresOptions{Logger: log, Metrics: m})

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -166,7 +165,7 @@ func TestFullDisk(t *testing.T) {
 			t.Errorf("umount %s: %v: %s", dir, err, out)
 		}
 	})
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	path := filepath.Join(dir, "history.db")
 	m := NewMetrics(prometheus.NewRegistry())
@@ -273,7 +272,7 @@ func TestCorruptFileSetAside(t *testing.T) {
 			if _, err := OpenSQLite(path, SQLiteOptions{ReadOnly: true}); err == nil {
 				t.Error("read-only open of a corrupt file: no error")
 			}
-			var logs syncBuffer
+			var logs testenv.SyncBuffer
 			s, err := OpenSQLite(path, SQLiteOptions{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 			if err != nil {
 				t.Fatalf("OpenSQLite: %v", err)
@@ -295,7 +294,7 @@ func TestCorruptFileSetAside(t *testing.T) {
 // (ErrReset); the recorder goes on writing there.
 func TestCorruptWhileRunning(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "history.db")
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	m := NewMetrics(prometheus.NewRegistry())
 	s, err := OpenSQLite(path, SQLiteOptions{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Metrics: m})
 	if err != nil {
@@ -335,22 +334,4 @@ func TestCorruptWhileRunning(t *testing.T) {
 	if got := queryAll(t, s, Query{}); len(got) != 1 || got[0] != "after/1/audit" {
 		t.Errorf("the new file holds %v, want the entry recorded after the damage", got)
 	}
-}
-
-// syncBuffer is a bytes.Buffer for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
