@@ -31,8 +31,14 @@ const DefaultPeerTimeout = 2 * time.Second
 
 // peerResolveEvery is how long the addresses a peer name resolves to are
 // used before it is resolved again, and how long an address that failed
-// is left out.
+// slowly is left out.
 const peerResolveEvery = 5 * time.Second
+
+// peerSlowFailure is how long a failed forward must have taken for its
+// address to be left out. A refusal costs nothing to try again with
+// every batch, and a replica that restarts at its address (a container
+// restarted in its pod) gets the records as soon as it listens.
+const peerSlowFailure = 250 * time.Millisecond
 
 // peerResolveAfterFailure is how soon the names are resolved again once a
 // peer failed: in a rollout the replica that replaces a pod comes under
@@ -58,11 +64,13 @@ type peers struct {
 	mu       sync.Mutex
 	addrs    []string // resolved, less self and the failed
 	resolved time.Time
-	// failed are the addresses that failed and when: left out for
-	// peerResolveEvery while the names are resolved again every
-	// peerResolveAfterFailure, to find the pods that replace them.
-	failed map[string]time.Time
-	self   map[string]bool
+	// failed are the addresses that failed slowly and when: left out
+	// for peerResolveEvery. After any failure (lastFailure) the names
+	// are resolved again every peerResolveAfterFailure for as long, to
+	// find the pods that replace them.
+	failed      map[string]time.Time
+	lastFailure time.Time
+	self        map[string]bool
 }
 
 func newPeers(e *endpoint, names []string, timeout time.Duration) (*peers, error) {
@@ -117,7 +125,7 @@ func (p *peers) targets(ctx context.Context) []string {
 	defer p.mu.Unlock()
 	now := time.Now()
 	every := peerResolveEvery
-	if len(p.failed) > 0 {
+	if now.Sub(p.lastFailure) < peerResolveEvery {
 		every = peerResolveAfterFailure
 	}
 	for a, at := range p.failed {
@@ -149,8 +157,9 @@ func (p *peers) targets(ctx context.Context) []string {
 // forward posts recs, encoded, to every peer at once and waits for them
 // (at most the timeout). A peer that fails misses these events: it is
 // down, and a replica that starts again holds only what comes after. An
-// address that could not be reached is left out for peerResolveEvery,
-// and the names are resolved again soon (peerResolveAfterFailure) to
+// address whose failure took peerSlowFailure or more, or that serves
+// another certificate, is left out for peerResolveEvery; after any
+// failure the names are resolved again soon (peerResolveAfterFailure) to
 // find a replica that replaces it.
 func (p *peers) forward(ctx context.Context, recs []Record) {
 	body, err := json.Marshal(recs)
@@ -174,15 +183,20 @@ func (p *peers) post(ctx context.Context, addr string, body []byte) {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(peerInstanceHeader, p.instance)
+	start := time.Now()
 	resp, err := p.client.Do(req)
 	if err != nil {
-		// A peer that cannot be reached is left out for a while: a pod
-		// gone with its address makes every forward wait the whole
-		// timeout, holding a reading slot, and the apiserver's posts
-		// meanwhile get 429s and come late.
+		// A peer that fails slowly is left out for a while: a pod gone
+		// with its address makes every forward wait the whole timeout,
+		// holding a reading slot, and the apiserver's posts meanwhile
+		// get 429s and come late.
+		now := time.Now()
 		p.mu.Lock()
-		p.addrs = slices.DeleteFunc(slices.Clone(p.addrs), func(a string) bool { return a == addr })
-		p.failed[addr] = time.Now()
+		p.lastFailure = now
+		if now.Sub(start) >= peerSlowFailure || errors.Is(err, errNotPeer) {
+			p.addrs = slices.DeleteFunc(slices.Clone(p.addrs), func(a string) bool { return a == addr })
+			p.failed[addr] = now
+		}
 		p.mu.Unlock()
 		p.e.peerFailed.Inc()
 		if suppressed, ok := p.e.refusals.allow("peer-forward", time.Now()); ok {

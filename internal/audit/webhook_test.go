@@ -544,50 +544,149 @@ func TestWebhookPeers(t *testing.T) {
 	}
 }
 
-// TestWebhookPeerUnreachable: a peer that cannot be reached fails one
-// forward and is left out of the next ones (until the names are resolved
-// again): every post is acknowledged, and only the first waits on it.
-func TestWebhookPeerUnreachable(t *testing.T) {
+// peerRig is a receiver at ln that forwards to the peer at peer, and
+// posts the apiserver's event lists to it.
+type peerRig struct {
+	t       *testing.T
+	opts    WebhookOptions
+	w       *Webhook
+	m       *Metrics
+	ln      net.Listener
+	peer    string
+	lines   [][]byte
+	posting *http.Client
+}
+
+func newPeerRig(t *testing.T, peer string, timeout time.Duration) *peerRig {
+	t.Helper()
 	p := newWebhookPKI(t, t.TempDir())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	r := &peerRig{t: t, m: NewMetrics(nil), ln: ln, peer: peer, lines: readLines(t, apiserverLog),
+		posting: httpsClient(t, p.ca.CertPEM, p.clientCert, p.clientKey)}
+	r.opts = WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, ClientCAFile: p.caFile, ClientNames: []string{"kube-apiserver"},
+		Peers: []string{peer}, PeerTimeout: timeout, Metrics: r.m, Logger: slog.New(slog.DiscardHandler)}
+	if r.w, err = NewWebhook(r.opts, &sourceSink{}); err != nil {
+		t.Fatal(err)
+	}
+	r.serve(r.w, ln)
+	return r
+}
+
+// serve serves w on ln until the test ends.
+func (r *peerRig) serve(w *Webhook, ln net.Listener) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Serve(ctx, ln) }()
+	r.t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			r.t.Errorf("serve: %v", err)
+		}
+	})
+}
+
+// replica starts, at the peer's address, a replica with the same
+// certificate.
+func (r *peerRig) replica() {
+	r.t.Helper()
+	back, err := net.Listen("tcp", r.peer)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	opts := r.opts
+	opts.Peers, opts.Metrics = nil, NewMetrics(nil)
+	w, err := NewWebhook(opts, &sourceSink{})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.serve(w, back)
+}
+
+// post posts the i-th list of five events and wants them acknowledged.
+func (r *peerRig) post(i int) {
+	r.t.Helper()
+	resp, err := r.posting.Post("https://"+r.ln.Addr().String()+"/audit", "application/json", bytes.NewReader(eventList(r.lines[i*5:i*5+5])))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != 200 {
+		r.t.Fatalf("post %d: %d", i, resp.StatusCode)
+	}
+}
+
+// forwards wants ok forwards that succeeded and failed that failed.
+func (r *peerRig) forwards(ok, failed float64, why string) {
+	r.t.Helper()
+	if o, f := testutil.ToFloat64(r.m.peerOK), testutil.ToFloat64(r.m.peerFailed); o != ok || f != failed {
+		r.t.Fatalf("forwards: %v ok, %v failed; want %v and %v (%s)", o, f, ok, failed, why)
+	}
+}
+
+// TestWebhookPeerUnreachable: a peer that refuses connections fails every
+// forward at once and is tried again with every post, since that costs
+// nothing: every post is acknowledged, and a replica that comes back at
+// the address gets the next one.
+func TestWebhookPeerUnreachable(t *testing.T) {
 	gone, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = gone.Close() // connection refused from now on
-	m := NewMetrics(nil)
-	w, err := NewWebhook(WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, ClientCAFile: p.caFile, ClientNames: []string{"kube-apiserver"},
-		Peers: []string{gone.Addr().String()}, Metrics: m, Logger: slog.New(slog.DiscardHandler)}, &sourceSink{})
+	r := newPeerRig(t, gone.Addr().String(), 0)
+	for i := range 3 {
+		r.post(i)
+	}
+	r.forwards(0, 3, "a refused peer tried with every post")
+	r.replica()
+	r.post(3)
+	r.forwards(1, 3, "the replica back at the address forwarded to at once")
+}
+
+// TestWebhookPeerReplaced: a peer that fails slowly (it takes the
+// connection and never answers) is left out for peerResolveEvery, the
+// names being resolved again meanwhile, so that the posts do not wait on
+// it; once its time is out, a replica that now answers there gets the
+// records again.
+func TestWebhookPeerReplaced(t *testing.T) {
+	stalled, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Serve(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
+	var held []net.Conn
+	accepted := make(chan struct{})
+	go func() {
+		defer close(accepted)
+		for {
+			c, err := stalled.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c) // neither read nor answered
 		}
-	})
-	apiserver := httpsClient(t, p.ca.CertPEM, p.clientCert, p.clientKey)
-	lines := readLines(t, apiserverLog)
-	for i := range 3 {
-		resp, err := apiserver.Post("https://"+ln.Addr().String()+"/audit", "application/json", bytes.NewReader(eventList(lines[i*5:i*5+5])))
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("post %d: %d", i, resp.StatusCode)
-		}
+	}()
+	r := newPeerRig(t, stalled.Addr().String(), 2*peerSlowFailure)
+	r.post(0)
+	r.forwards(0, 1, "the stalled peer timed out")
+	r.post(1)
+	r.forwards(0, 1, "the slow peer left out")
+	_ = stalled.Close()
+	<-accepted
+	for _, c := range held {
+		_ = c.Close()
 	}
-	if ok, failed := testutil.ToFloat64(m.peerOK), testutil.ToFloat64(m.peerFailed); ok != 0 || failed != 1 {
-		t.Errorf("forwards: %v ok, %v failed; want 0 and 1 (the peer left out after it failed)", ok, failed)
-	}
+	r.replica()
+	r.post(2) // within the address's time out: left out
+	r.forwards(0, 1, "the address left out while its time is not out")
+	r.w.peers.mu.Lock()
+	r.w.peers.failed[r.peer] = time.Now().Add(-peerResolveEvery)
+	r.w.peers.resolved = time.Now().Add(-peerResolveAfterFailure)
+	r.w.peers.mu.Unlock()
+	r.post(3)
+	r.forwards(1, 1, "the replaced peer forwarded to again")
 }
 
 // sourceSink is a Sink that keeps the audit IDs it is given by source.
@@ -757,82 +856,5 @@ func TestWebhookConcurrencyLimit(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.webhookRequests.WithLabelValues("429")); got != 1 {
 		t.Errorf("webhook_requests_total{code=429} = %v, want 1", got)
-	}
-}
-
-// TestWebhookPeerReplaced: an address that failed is left out for
-// peerResolveEvery, the names being resolved again meanwhile; once its
-// time is out, a replica that now answers there gets the records again.
-func TestWebhookPeerReplaced(t *testing.T) {
-	p := newWebhookPKI(t, t.TempDir())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gone, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	peerAddr := gone.Addr().String()
-	_ = gone.Close()
-	m := NewMetrics(nil)
-	opts := WebhookOptions{CertFile: p.certFile, KeyFile: p.keyFile, ClientCAFile: p.caFile, ClientNames: []string{"kube-apiserver"},
-		Peers: []string{peerAddr}, Metrics: m, Logger: slog.New(slog.DiscardHandler)}
-	w, err := NewWebhook(opts, &sourceSink{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	serve := func(w *Webhook, ln net.Listener) {
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- w.Serve(ctx, ln) }()
-		t.Cleanup(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("serve: %v", err)
-			}
-		})
-	}
-	serve(w, ln)
-	apiserver := httpsClient(t, p.ca.CertPEM, p.clientCert, p.clientKey)
-	lines := readLines(t, apiserverLog)
-	post := func(i int) {
-		t.Helper()
-		resp, err := apiserver.Post("https://"+ln.Addr().String()+"/audit", "application/json", bytes.NewReader(eventList(lines[i*5:i*5+5])))
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("post %d: %d", i, resp.StatusCode)
-		}
-	}
-	post(0)
-	if failed := testutil.ToFloat64(m.peerFailed); failed != 1 {
-		t.Fatalf("forwards failed: %v, want 1", failed)
-	}
-	// A replica comes back at the address.
-	back, err := net.Listen("tcp", peerAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	peerOpts := opts
-	peerOpts.Peers, peerOpts.Metrics = nil, NewMetrics(nil)
-	replica, err := NewWebhook(peerOpts, &sourceSink{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	serve(replica, back)
-	post(1) // within the address's time out: left out
-	if ok := testutil.ToFloat64(m.peerOK); ok != 0 {
-		t.Fatalf("forwards ok: %v, want 0 while the address is left out", ok)
-	}
-	w.peers.mu.Lock()
-	w.peers.failed[peerAddr] = time.Now().Add(-peerResolveEvery)
-	w.peers.resolved = time.Now().Add(-peerResolveAfterFailure)
-	w.peers.mu.Unlock()
-	post(2)
-	if ok, failed := testutil.ToFloat64(m.peerOK), testutil.ToFloat64(m.peerFailed); ok != 1 || failed != 1 {
-		t.Errorf("forwards: %v ok, %v failed; want 1 and 1 (the replaced peer forwarded to again)", ok, failed)
 	}
 }
