@@ -331,13 +331,15 @@ bench: controlplane build ksm ## fieldwatch vs a bare informer on a local contro
 	$(GO) run ./hack/bench $(BENCH_FLAGS)
 
 .PHONY: bench-go
-bench-go: controlplane ## the go test benchmarks of watcher, internal/app, rules, action, internal/audit (admission too), internal/jsonscan, internal/history, crd/... and crd-diff
+bench-go: controlplane ## the go test benchmarks of watcher, internal/app, rules, action, internal/audit (admission too), internal/jsonscan, internal/history (trail and states too), crd/... and crd-diff
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./watcher
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./internal/app
 	$(GO) test -run '^$$' -bench . ./rules ./action ./internal/audit ./internal/jsonscan ./crd/...
 	$(GO) test -run '^$$' -bench CRDDiff -benchtime 1x ./cmd/fieldwatch
-	$(GO) test -run '^$$' -bench Record -benchtime 100000x ./internal/history
+	$(GO) test -run '^$$' -bench 'Record|Trail$$' -benchtime 100000x ./internal/history
 	$(GO) test -run '^$$' -bench Query1M -benchtime 200x -timeout 30m ./internal/history
+	$(GO) test -run '^$$' -bench 'TrailExportVerify|StatesBytes|WriteStates' -benchtime 1x ./internal/history
+	$(GO) test -run '^$$' -bench Rebuild ./internal/history
 
 .PHONY: demo
 demo: demo-intro controlplane build ## run fieldwatch on a local control plane: who made each change, a breaking CRD change, the widgets it hits and the history page (DEMO_FLAGS=-hold keeps it running)
