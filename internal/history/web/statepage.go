@@ -4,13 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/url"
 	"strings"
 	"time"
 
 	"github.com/pmezard/go-difflib/difflib"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/fieldwatch/fieldwatch/crd/diff"
 	"github.com/fieldwatch/fieldwatch/internal/history"
 )
 
@@ -43,6 +46,11 @@ type stateDiff struct {
 	Lines    []diffLine
 	Changes  []stateChange
 	More     bool
+	// Schema is, for a CRD that existed at both times, its versions'
+	// schemas as trees with what was added, removed, narrowed or
+	// loosened between; SchemaError says why there is none for a CRD.
+	Schema      *diff.SchemaTree
+	SchemaError string
 }
 
 // diffLine is a line of a unified diff: Class is add, del, hunk or ctx.
@@ -137,8 +145,31 @@ func (sv *stateView) fill(key history.ObjectKey, o *APIObject, d *APIDiff, max i
 	for i := range d.Changes {
 		sd.Changes = append(sd.Changes, stateChangeOf(&d.Changes[i]))
 	}
+	if key.Group == "apiextensions.k8s.io" && key.Resource == "customresourcedefinitions" && !from.Deleted && !to.Deleted {
+		if sd.Schema, err = schemaTree(d.From.Object, d.To.Object); err != nil {
+			sd.SchemaError = err.Error()
+		}
+	}
 	sv.Diff = sd
 	return sizeCheck(int64(len(text)+len(from.YAML)+len(to.YAML)), max)
+}
+
+// schemaTree is the tree of the schemas of two states of a CRD, with
+// what crd-diff finds between them on its fields.
+func schemaTree(from, to json.RawMessage) (*diff.SchemaTree, error) {
+	var crds [2]*apiextensionsv1.CustomResourceDefinition
+	for i, raw := range []json.RawMessage{from, to} {
+		var m map[string]any
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return nil, fmt.Errorf("the CRD's schema cannot be read: %w", err)
+		}
+		crd, err := diff.FromMap(m)
+		if err != nil {
+			return nil, fmt.Errorf("the CRD's schema cannot be read: %w", err)
+		}
+		crds[i] = crd
+	}
+	return diff.Tree(crds[0], crds[1], diff.Compare(crds[0], crds[1])), nil
 }
 
 // sizeCheck refuses a page larger than a response may be.
