@@ -77,18 +77,23 @@ type read struct {
 	who string // who made the write before it (State.Who); "" when another write came between
 }
 
-// TestStatesRebuild: a CRD changed 15 times and a custom resource changed
-// 40 times, by two users, rebuild from the history, at the time
+// TestStatesRebuild: a CRD changed 30 times and a custom resource changed
+// 500 times, by three users, rebuild from the history, at the time
 // fieldwatch observed each version, to exactly what a client read (less
 // managedFields, the owner redacted), and between two versions to the
-// earlier one; the last change names who made it, a diff lists the
-// changes between two CRD versions with theirs, and no owner's value is
-// in any rebuilt state nor in the database's files.
+// earlier one (at a random time before the next version); the last
+// change names who made it, a diff lists the changes between two CRD
+// versions with theirs, and no owner's value is in any rebuilt state nor
+// in the database's files.
 func TestStatesRebuild(t *testing.T) {
 	plane := sharedAuditPlane(t)
 	env := plane.env
 	env.EnsureNamespace(t, "states")
-	users := []testenv.Writer{env.Impersonating(t, "alice"), env.Impersonating(t, "bob")}
+	const (
+		widgetWrites = 500
+		crdChanges   = 30
+	)
+	users := []testenv.Writer{env.Impersonating(t, "alice"), env.Impersonating(t, "bob"), env.Impersonating(t, "carol")}
 	ctx := context.Background()
 	t.Cleanup(func() {
 		for _, name := range []string{"w0", "w1"} {
@@ -147,16 +152,16 @@ func TestStatesRebuild(t *testing.T) {
 	get("widget", widgetGVR, "states", "w1", "bob", written)
 	widgetKey := history.ObjectKey{Group: "example.com", Resource: "widgets", Namespace: "states", Name: "w1"}
 	fields := 0
-	for i := 1; i <= 40; i++ {
+	for i := 1; i <= widgetWrites; i++ {
 		// The users take turns by ten writes: the audit stream tells
 		// apart the writes of two users to one object when the first's
 		// change was attributed before the second's write (a window
 		// holding both is ambiguous, and names no user).
-		u := users[(i-1)/10%2]
+		u := users[(i-1)/10%len(users)]
 		if i%10 == 1 {
 			settled(t, store, widgetKey, env, widgetGVR)
 		}
-		if i%8 == 0 && fields < 15 {
+		if i%8 == 0 && fields < crdChanges {
 			// The CRD: one more field, or a description changed.
 			fields++
 			o, err := u.Dynamic.Resource(crdGVR).Get(ctx, "gadgets.states.example.com", metav1.GetOptions{})
@@ -169,7 +174,7 @@ func TestStatesRebuild(t *testing.T) {
 			}
 			get("crd", crdGVR, "", "gadgets.states.example.com", u.UserAgent, written)
 		}
-		if i%3 == 0 && fields < 15 {
+		if i%3 == 0 && fields < crdChanges {
 			fields++
 			patch := fmt.Sprintf(`{"spec":{"versions":[{"name":"v1","served":true,"storage":true,"schema":{"openAPIV3Schema":{"type":"object","properties":{"spec":{"type":"object","properties":%s}}}}}]}}`,
 				plainJSON(t, gadgetCRD(fields).Object["spec"].(map[string]any)["versions"].([]any)[0].(map[string]any)["schema"].(map[string]any)["openAPIV3Schema"].(map[string]any)["properties"].(map[string]any)["spec"].(map[string]any)["properties"]))
