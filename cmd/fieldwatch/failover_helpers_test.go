@@ -139,19 +139,26 @@ func (h *hooks) lastAttempt(replica string) time.Time {
 // ConfigMaps and Widgets in ns to the receiver.
 func (h *hooks) rules(t *testing.T, ns, replica string) string {
 	t.Helper()
+	return h.rulesWith(t, ns, replica, "")
+}
+
+// rulesWith is rules with more keys (YAML at the rules' indentation, each
+// line ending in a newline) in both rules.
+func (h *hooks) rulesWith(t *testing.T, ns, replica, more string) string {
+	t.Helper()
 	action := fmt.Sprintf(`{webhook: {url: "http://%s/%s", timeout: 2s, retry: {attempts: 100000, initialBackoff: 20ms, maxBackoff: 200ms}}}`, h.addr, replica)
 	return writeFile(t, "rules.yaml", fmt.Sprintf(`rules:
   - name: cm
     match:
       resources: [{group: "", kind: ConfigMap}]
       namespaces: [%[1]s]
-    actions: [%[2]s]
+%[3]s    actions: [%[2]s]
   - name: widget
     match:
       resources: [{group: example.com, kind: Widget}]
       namespaces: [%[1]s]
-    actions: [%[2]s]
-`, ns, action))
+%[3]s    actions: [%[2]s]
+`, ns, action, more))
 }
 
 // made is one write a test made.
@@ -162,6 +169,7 @@ type made struct {
 	uid  types.UID
 	rv   string // of the new state; "" for a deletion
 	at   time.Time
+	obj  map[string]any // the new state as the write returned it; nil for a deletion
 }
 
 // writers create, update and delete ConfigMaps and Widgets in a namespace
@@ -225,14 +233,14 @@ func (w *writers) run(ctx context.Context, client dynamic.ResourceInterface, kin
 			o, err := client.Create(ctx, w.object(kind, name, i), metav1.CreateOptions{})
 			if err == nil {
 				objs = append(objs, live{name, now})
-				w.record(made{"created", kind, name, o.GetUID(), o.GetResourceVersion(), now})
+				w.record(made{"created", kind, name, o.GetUID(), o.GetResourceVersion(), now, o.Object})
 			}
 		case op < 4 && now.Sub(objs[0].born) >= minAge:
 			name := objs[0].name
 			uid := w.uidOf(kind, name)
 			if err := client.Delete(ctx, name, metav1.DeleteOptions{}); err == nil {
 				objs = objs[1:]
-				w.record(made{"deleted", kind, name, uid, "", now})
+				w.record(made{"deleted", kind, name, uid, "", now, nil})
 			}
 		default:
 			name := objs[rnd.IntN(len(objs))].name
@@ -241,7 +249,7 @@ func (w *writers) run(ctx context.Context, client dynamic.ResourceInterface, kin
 				patch = fmt.Appendf(nil, `{"spec":{"size":%d}}`, i)
 			}
 			if o, err := client.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err == nil {
-				w.record(made{"updated", kind, name, o.GetUID(), o.GetResourceVersion(), now})
+				w.record(made{"updated", kind, name, o.GetUID(), o.GetResourceVersion(), now, o.Object})
 			}
 		}
 		select {

@@ -18,7 +18,12 @@ import (
 // replicaArgs are the flags of replica name in a leader election in ns,
 // with its own state directory.
 func replicaArgs(h *hooks, t *testing.T, ns, name, stateDir string) []string {
-	return append([]string{"--rules", h.rules(t, ns, name), "--state-dir", stateDir,
+	return replicaArgsWith(h.rules(t, ns, name), ns, name, stateDir)
+}
+
+// replicaArgsWith is replicaArgs with the rules file rules.
+func replicaArgsWith(rules, ns, name, stateDir string) []string {
+	return append([]string{"--rules", rules, "--state-dir", stateDir,
 		"--leader-elect", "--leader-elect-namespace", ns, "--leader-elect-name", "fw", "--leader-elect-identity", name}, fastLease...)
 }
 

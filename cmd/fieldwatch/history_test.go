@@ -4,12 +4,20 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/fieldwatch/fieldwatch/change"
+	"github.com/fieldwatch/fieldwatch/internal/history"
 	"github.com/fieldwatch/fieldwatch/internal/history/web"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
@@ -59,7 +67,9 @@ func historyFrom(t *testing.T, from ...string) map[string]string {
 // itself; what the killed leader delivered after its last watermark is
 // there as the new leader delivered it: with the same id, or, where
 // several changes of an object waited, as one entry for their net
-// effect, a later one of the same object.
+// effect, a later one of the same object. The rules keep states: the
+// standby's rebuild every version written outside those 2 s and the
+// takeover, and every object's last state (checkFailoverStates).
 func TestFailoverHistory(t *testing.T) {
 	t.Parallel()
 	env := testenv.Shared(t)
@@ -69,7 +79,8 @@ func TestFailoverHistory(t *testing.T) {
 	dirs := map[string]string{"a": t.TempDir(), "b": t.TempDir()}
 	reps := map[string]*proc{}
 	for _, name := range []string{"a", "b"} {
-		reps[name] = startFieldwatch(t, kc, replicaArgs(h, t, ns, name, dirs[name])...)
+		rules := h.rulesWith(t, ns, name, "    history: {states: true}\n")
+		reps[name] = startFieldwatch(t, kc, replicaArgsWith(rules, ns, name, dirs[name])...)
 	}
 	w := startWriters(t, env, ns, 30*time.Millisecond, 0)
 	leader := leaderOf(t, 30*time.Second, reps["a"], reps["b"])
@@ -87,7 +98,8 @@ func TestFailoverHistory(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, "the standby to take over", func() bool {
 		return standby.metric("fieldwatch_leader ") == 1
 	})
-	w.waitWrites(t, 60) // under the new leader
+	tookOver := time.Now()
+	w.waitWrites(t, 150) // under the new leader
 	w.finish()
 	o := settle(t, h, w, time.Minute)
 	var missing []string
@@ -132,9 +144,106 @@ func TestFailoverHistory(t *testing.T) {
 	if sources["confirmed"] == 0 || sources["delivered"] == 0 {
 		t.Errorf("the new leader's history: %v, want entries of both sources", sources)
 	}
+	checkFailoverStates(t, env, ns, dirs[other], w.made(), confirmedBefore, tookOver.Add(time.Second))
 	old := historyOf(t, dirs[name])
 	t.Logf("%s; killed %s, whose history holds %d entries; %s's holds %d (%d confirmed from %s's watermarks, %d delivered); %d of the killed leader's last payloads there as a later state of their object",
 		o, name, len(old), other, len(got), sources["confirmed"], name, sources["delivered"], late)
+}
+
+// checkFailoverStates checks the states in the history of the state
+// directory dir: every version writes made before confirmedBefore or
+// after resumed is a state that rebuilds, at its time, to the object as
+// the write returned it; every object's last state is the object as a
+// client reads it now, or its deletion.
+func checkFailoverStates(t *testing.T, env *testenv.Env, ns, dir string, writes []made, confirmedBefore, resumed time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	store, err := history.OpenSQLite(filepath.Join(dir, "history.db"), history.SQLiteOptions{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = store.Close() }()
+	type object struct{ kind, name string }
+	keyOf := func(o object) (history.ObjectKey, schema.GroupVersionResource) {
+		if o.kind == "Widget" {
+			return history.ObjectKey{Group: "example.com", Resource: "widgets", Namespace: ns, Name: o.name}, widgetsGVR
+		}
+		return history.ObjectKey{Resource: "configmaps", Namespace: ns, Name: o.name}, schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	}
+	objects := map[object]bool{}
+	for _, m := range writes {
+		objects[object{m.kind, m.name}] = true
+	}
+	// The last states, which the new leader records after it delivers.
+	testenv.EventuallyWhy(t, time.Minute, "every object's last state in the history", func() (bool, string) {
+		for o := range objects {
+			key, gvr := keyOf(o)
+			live, err := env.Dynamic(t).Resource(gvr).Namespace(ns).Get(ctx, o.name, metav1.GetOptions{})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return false, err.Error()
+			}
+			r, rerr := history.Rebuild(ctx, store, key, time.Now())
+			switch {
+			case err != nil && errors.Is(rerr, history.ErrNoStates):
+				// Created and deleted within the takeover: no state of
+				// it need be kept.
+			case err != nil && (rerr != nil || r.Last.Type != change.Deleted):
+				return false, fmt.Sprintf("%s is deleted; its last state %+v (%v)", key, r.Last, rerr)
+			case err == nil && rerr != nil:
+				return false, fmt.Sprintf("%s: %v", key, rerr)
+			case err == nil && !sameObject(live.Object, r.Object):
+				return false, fmt.Sprintf("%s: last state %s, a client reads resourceVersion %s", key, r.Last.ResourceVersion, live.GetResourceVersion())
+			}
+		}
+		return true, ""
+	})
+	checked := 0
+	for _, m := range writes {
+		if m.obj == nil || (!m.at.Before(confirmedBefore) && !m.at.After(resumed)) {
+			continue
+		}
+		key, _ := keyOf(object{m.kind, m.name})
+		var at time.Time
+		err := store.StatesOf(ctx, key, time.Time{}, history.MaxTime, func(s *history.State) error {
+			if s.ResourceVersion == m.rv {
+				at = s.Time
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if at.IsZero() {
+			t.Errorf("%s resourceVersion %s (%s at %s): no state", key, m.rv, m.typ, m.at.Format("15:04:05.000"))
+			continue
+		}
+		r, err := history.Rebuild(ctx, store, key, at)
+		if err != nil || !sameObject(m.obj, r.Object) {
+			t.Errorf("%s resourceVersion %s rebuilt at %s: %s (%v), want the object as written", key, m.rv, at.Format(time.RFC3339Nano), r.Object, err)
+		}
+		checked++
+	}
+	if checked == 0 {
+		t.Error("no version was checked")
+	}
+	t.Logf("%d versions rebuilt from %s's states, %d objects' last states", checked, dir, len(objects))
+}
+
+// sameObject reports whether the object obj, less its managedFields, is
+// the JSON state.
+func sameObject(obj map[string]any, state []byte) bool {
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return false
+	}
+	var want, got map[string]any
+	if json.Unmarshal(b, &want) != nil || json.Unmarshal(state, &got) != nil {
+		return false
+	}
+	if md, ok := want["metadata"].(map[string]any); ok {
+		delete(md, "managedFields")
+	}
+	return reflect.DeepEqual(want, got)
 }
 
 // TestHistoryCLI: fieldwatch history against a running fieldwatch (a

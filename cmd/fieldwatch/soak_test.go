@@ -104,7 +104,7 @@ func TestSoak(t *testing.T) {
 	create := func(i int, name string) {
 		o, err := cms.Create(ctx, w.object("ConfigMap", name, i), metav1.CreateOptions{})
 		if err == nil {
-			w.record(made{"created", "ConfigMap", name, o.GetUID(), o.GetResourceVersion(), time.Now()})
+			w.record(made{"created", "ConfigMap", name, o.GetUID(), o.GetResourceVersion(), time.Now(), nil})
 		}
 	}
 	for i := range cfg.objects {
@@ -125,14 +125,14 @@ func TestSoak(t *testing.T) {
 				if i%50 == 49 {
 					uid := w.uidOf("ConfigMap", name)
 					if err := cms.Delete(ctx, name, metav1.DeleteOptions{}); err == nil {
-						w.record(made{"deleted", "ConfigMap", name, uid, "", now})
+						w.record(made{"deleted", "ConfigMap", name, uid, "", now, nil})
 					}
 					create(i, name)
 					continue
 				}
 				patch := fmt.Appendf(nil, `{"data":{"v":"%d"}}`, i)
 				if o, err := cms.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err == nil {
-					w.record(made{"updated", "ConfigMap", name, o.GetUID(), o.GetResourceVersion(), now})
+					w.record(made{"updated", "ConfigMap", name, o.GetUID(), o.GetResourceVersion(), now, nil})
 				}
 			}
 		})
