@@ -40,9 +40,7 @@ func freeAddr(t *testing.T) string {
 // ends. It returns its base URL.
 func startAlertmanager(t *testing.T, config string) string {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("starts Alertmanager: integration tier")
-	}
+	testenv.SkipShort(t, testenv.NeedsAlertmanager)
 	if _, err := os.Stat(alertmanagerBin); err != nil {
 		t.Fatalf("%s: %v (make testdeps installs Debian's prometheus-alertmanager)", alertmanagerBin, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
 	"github.com/fieldwatch/fieldwatch/rules"
 )
 
@@ -79,9 +80,7 @@ func sampleDigest() *digest {
 // drawn, and the screenshot is a picture of the page's size (saved for
 // docs/notify.md with -screenshot-dir).
 func TestRenderMessages(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts Chromium: integration tier")
-	}
+	testenv.SkipShort(t, testenv.NeedsBrowser)
 	if _, err := os.Stat(chromiumPath()); err != nil {
 		t.Fatalf("no Chromium at %s (make testdeps installs Debian's chromium): %v", chromiumPath(), err)
 	}

@@ -243,9 +243,7 @@ func floodSource(i int) *net.TCPAddr {
 // renew deadline and the leader exited about 11 s into the flood ("lost
 // leadership").
 func TestHistoryForgedTokenFlood(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a 40 s flood")
-	}
+	testenv.SkipShort(t, testenv.LoadTest) // a 40 s flood
 	env := testenv.Shared(t)
 	ns := namespace(t, env, "history-flood")
 	kc := env.WriteKubeconfig(t)

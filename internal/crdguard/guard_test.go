@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
+
+	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
 var discard = slog.New(slog.DiscardHandler)
@@ -448,9 +450,7 @@ func TestReviewBadInput(t *testing.T) {
 // CEL rule per group of fields: it answers, allowed with its findings or
 // incomplete, never failing.
 func TestReviewHugeSchema(t *testing.T) {
-	if testing.Short() {
-		t.Skip("compiles thousands of CEL rules")
-	}
+	testenv.SkipShort(t, testenv.LoadTest) // compiles thousands of CEL rules
 	old := mustCRD(t, testCRD)
 	spec := old.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
 	for i := 0; i < 2600; i++ {

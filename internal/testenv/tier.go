@@ -13,6 +13,7 @@ const (
 	NeedsPostgres     = "integration: needs PostgreSQL"
 	NeedsProcesses    = "integration: runs fieldwatch processes"
 	NeedsBrowser      = "integration: needs Chromium"
+	NeedsAlertmanager = "integration: needs Alertmanager"
 	NeedsRoot         = "integration: needs root"
 	LoadTest          = "integration: a load or resource-bound test, seconds of CPU"
 )
