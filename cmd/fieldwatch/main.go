@@ -45,7 +45,7 @@ func commands() []command {
 		{"history", "[--server URL | --state-dir DIR] [filters]", "print what fired, newest first, from a running fieldwatch or a state dir", historyCmd},
 		{"history pubkey", "--key-file FILE", "print the public key of the history's signing key, for verify --pubkey", historyPubkeyCmd},
 		{"history export", "--server URL | --state-dir DIR | --dsn DSN", "write the history's audit trail as JSON Lines, for verify", historyExportCmd},
-		{"history verify", "FILE [--pubkey KEY]", "check an export of the audit trail offline: altered, deleted, gaps, a cut tail", historyVerifyCmd},
+		{"history verify", "FILE | --state-dir DIR | --dsn DSN [--pubkey KEY]", "check the audit trail offline, an export or a store: altered, deleted, gaps, a cut tail", historyVerifyCmd},
 		{"version", "", "print the version", versionCmd},
 	}
 }

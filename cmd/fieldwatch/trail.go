@@ -104,25 +104,12 @@ func historyExportCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 	if *server != "" {
 		return exportFromServer(ctx, *server, *tokenFile, w, stderr)
 	}
-	var (
-		store history.Store
-		err   error
-	)
-	if *stateDir != "" {
-		store, err = history.OpenSQLite(filepath.Join(*stateDir, "history.db"), history.SQLiteOptions{ReadOnly: true})
-	} else {
-		store, err = history.OpenPostgres(ctx, *dsn, history.PostgresOptions{})
-	}
+	trail, closeTrail, err := openTrail(ctx, *stateDir, *dsn)
 	if err != nil {
 		_, _ = fmt.Fprintf(stderr, "fieldwatch history export: %v\n", err)
 		return 1
 	}
-	defer func() { _ = store.Close() }()
-	trail, ok := store.(history.Trail)
-	if !ok {
-		_, _ = fmt.Fprintln(stderr, "fieldwatch history export: the store keeps no trail")
-		return 1
-	}
+	defer closeTrail()
 	if err := history.Export(ctx, trail, w, time.Now()); err != nil {
 		_, _ = fmt.Fprintf(stderr, "fieldwatch history export: %v\n", err)
 		return 1
@@ -134,6 +121,30 @@ func historyExportCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 		}
 	}
 	return 0
+}
+
+// openTrail opens, read only, the trail of the history in DIR/history.db
+// (stateDir) or in the PostgreSQL database of dsn, and returns it with
+// what closes it.
+func openTrail(ctx context.Context, stateDir, dsn string) (history.Trail, func(), error) {
+	var (
+		store history.Store
+		err   error
+	)
+	if stateDir != "" {
+		store, err = history.OpenSQLite(filepath.Join(stateDir, "history.db"), history.SQLiteOptions{ReadOnly: true})
+	} else {
+		store, err = history.OpenPostgres(ctx, dsn, history.PostgresOptions{})
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	trail, ok := store.(history.Trail)
+	if !ok {
+		_ = store.Close()
+		return nil, nil, errors.New("the store keeps no trail")
+	}
+	return trail, func() { _ = store.Close() }, nil
 }
 
 // exportFromServer copies a running fieldwatch's export to w.
@@ -174,22 +185,25 @@ func exportFromServer(ctx context.Context, server, tokenFile string, w, stderr i
 	return 0
 }
 
-const verifyUsage = `usage: fieldwatch history verify FILE [--pubkey KEY] [--checkpoint-interval D] [-o text|json]
+const verifyUsage = `usage: fieldwatch history verify (FILE | --state-dir DIR | --dsn DSN) [--pubkey KEY] [--checkpoint-interval D] [-o text|json]
 
-Checks an export of the history's audit trail (fieldwatch history export)
-offline: recomputes every chain's hashes from the entries' rows, checks
-the checkpoints' signatures with the public key (fieldwatch history
-pubkey), and reports each link or entry altered, deleted or out of
-order with its chain, position and seq; every gap record (payloads
-fieldwatch did not keep); and a cut tail: links after a chain's last
-checkpoint older than twice --checkpoint-interval when the export was
-made. Without --pubkey, signatures and the tail are not checked.
+Checks the history's audit trail offline: an export (fieldwatch history
+export, FILE), a state directory copied out of a pod (--state-dir; read
+only) or the PostgreSQL database of --history-dsn (--dsn). It recomputes
+every chain's hashes from the entries' rows, checks the checkpoints'
+signatures with the public key (fieldwatch history pubkey), and reports
+each link or entry altered, deleted or out of order with its chain,
+position and seq; every gap record (payloads fieldwatch did not keep);
+and a cut tail: links after a chain's last checkpoint older than twice
+--checkpoint-interval when the export was made (now, for a store).
+Without --pubkey, signatures and the tail are not checked.
 
-Exit codes: 0 intact; 1 tampered or incomplete (problems or gaps);
-2 bad input (a file that is not an export, a key that does not load).
+Exit codes: 0 intact; 1 tampered or incomplete (problems or gaps), or a
+store that could not be read; 2 bad input (a file that is not an
+export, a key that does not load).
 `
 
-func historyVerifyCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
+func historyVerifyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fieldwatch history verify", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -199,6 +213,8 @@ func historyVerifyCmd(_ context.Context, args []string, stdout, stderr io.Writer
 	pubFile := fs.String("pubkey", "", "the checkpoints' public key: a PEM PUBLIC KEY file (fieldwatch history pubkey) or one of 32 bytes in base64")
 	interval := fs.Duration("checkpoint-interval", history.DefaultCheckpointInterval, "fieldwatch's --history-checkpoint-interval: links after the last checkpoint older than twice this are a cut tail")
 	output := fs.String("o", "text", "output format: text or json (the report)")
+	stateDir := fs.String("state-dir", "", "verify DIR/history.db instead of an export")
+	dsn := fs.String("dsn", "", "verify the PostgreSQL history of --history-dsn instead of an export (password from $PGPASSWORD or a passfile)")
 	// The file comes first, the flags after it, or the other way round.
 	var file string
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
@@ -209,8 +225,15 @@ func historyVerifyCmd(_ context.Context, args []string, stdout, stderr io.Writer
 	}
 	if file == "" && fs.NArg() == 1 {
 		file = fs.Arg(0)
-	} else if fs.NArg() > 0 || file == "" {
-		_, _ = fmt.Fprintln(stderr, "fieldwatch history verify: give one FILE, an export")
+	}
+	sources := 0
+	for _, s := range []string{file, *stateDir, *dsn} {
+		if s != "" {
+			sources++
+		}
+	}
+	if sources != 1 || fs.NArg() > 1 || (fs.NArg() == 1 && file != fs.Arg(0)) {
+		_, _ = fmt.Fprintln(stderr, "fieldwatch history verify: give one of FILE (an export), --state-dir and --dsn")
 		return 2
 	}
 	if *output != "text" && *output != "json" {
@@ -225,6 +248,21 @@ func historyVerifyCmd(_ context.Context, args []string, stdout, stderr io.Writer
 			return 2
 		}
 		opts.Key = key
+	}
+	if file == "" {
+		trail, closeTrail, err := openTrail(ctx, *stateDir, *dsn)
+		if err != nil {
+			_, _ = fmt.Fprintf(stderr, "fieldwatch history verify: %v\n", err)
+			return 1
+		}
+		defer closeTrail()
+		opts.Now = time.Now()
+		report, err := history.Verify(func(each func(*history.Link, *history.Entry) error) error { return trail.Links(ctx, each) }, opts)
+		if err != nil {
+			_, _ = fmt.Fprintf(stderr, "fieldwatch history verify: %v\n", err)
+			return 1
+		}
+		return printVerified(stdout, report, *output)
 	}
 	walk := func(each func(*history.Link, *history.Entry) error) error {
 		f, err := os.Open(file)
@@ -252,7 +290,13 @@ func historyVerifyCmd(_ context.Context, args []string, stdout, stderr io.Writer
 		_, _ = fmt.Fprintf(stderr, "fieldwatch history verify: %v\n", err)
 		return 2
 	}
-	if *output == "json" {
+	return printVerified(stdout, report, *output)
+}
+
+// printVerified prints report as output (text or json) and returns the
+// exit code it calls for.
+func printVerified(stdout io.Writer, report *history.Report, output string) int {
+	if output == "json" {
 		b, _ := json.MarshalIndent(report, "", "  ")
 		_, _ = fmt.Fprintf(stdout, "%s\n", b)
 	} else {

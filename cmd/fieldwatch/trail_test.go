@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"database/sql"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -58,7 +59,9 @@ func TestHistoryPubkey(t *testing.T) {
 // verifies with the signing key's public key (exit 0); after a row is
 // altered in the file, verify names it and exits 1; another key's
 // signatures fail (1); a file that is not an export, or is cut in a
-// line, is bad input (2) naming the file and line.
+// line, is bad input (2) naming the file and line. The state directory
+// verifies in place too, and after a row is edited in history.db,
+// verify names it.
 func TestHistoryExportVerify(t *testing.T) {
 	dir := t.TempDir()
 	keyFile, key := writeKey(t)
@@ -118,9 +121,27 @@ func TestHistoryExportVerify(t *testing.T) {
 		{name: "not an export", args: []string{"history", "verify", pub}, code: 2, stderr: `pub.pem: line 1: not the header`},
 		{name: "cut in a line", args: []string{"history", "verify", write("cut.jsonl", cut), "--pubkey", pub}, code: 2,
 			stderr: `cut.jsonl: line 23: unexpected end of JSON input`},
-		{name: "no file", args: []string{"history", "verify"}, code: 2, stderr: "give one FILE"},
+		{name: "state dir", args: []string{"history", "verify", "--state-dir", dir, "--pubkey", pub}, code: 0,
+			stdout: `chain "local": 22 links, 20 entries(.|\n)*INTACT`},
+		{name: "no file", args: []string{"history", "verify"}, code: 2, stderr: "give one of FILE \\(an export\\), --state-dir and --dsn"},
+		{name: "a file and a state dir", args: []string{"history", "verify", export, "--state-dir", dir}, code: 2, stderr: "give one of FILE"},
+		{name: "no history in the state dir", args: []string{"history", "verify", "--state-dir", t.TempDir()}, code: 1, stderr: "history.db"},
 		{name: "bad key", args: []string{"history", "verify", export, "--pubkey", export}, code: 2, stderr: "--pubkey: public key"},
 		{name: "export without a store", args: []string{"history", "export"}, code: 2, stderr: "give one of --server, --state-dir and --dsn"},
 		{name: "export from a bad URL", args: []string{"history", "export", "--server", "ftp://x"}, code: 2, stderr: "want http://HOST:PORT"},
+	})
+
+	// Someone with access to the file edits an entry's namespace.
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`UPDATE entries SET namespace = 'kube-system' WHERE id = 'u7/1/r'`); err != nil {
+		t.Fatal(err)
+	}
+	_ = db.Close()
+	runCLICases(t, []cliCase{
+		{name: "state dir altered", args: []string{"history", "verify", "--state-dir", dir, "--pubkey", pub}, code: 1,
+			stdout: `TAMPERED altered: chain "local" position \d+ entry u7/1/r`},
 	})
 }
