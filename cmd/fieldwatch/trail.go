@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
@@ -13,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/fieldwatch/fieldwatch/internal/history"
@@ -52,7 +54,7 @@ func historyPubkeyCmd(_ context.Context, args []string, stdout, stderr io.Writer
 	return 0
 }
 
-const exportUsage = `usage: fieldwatch history export (--server URL [--token-file FILE] | --state-dir DIR | --dsn DSN) [-o FILE]
+const exportUsage = `usage: fieldwatch history export (--server URL [--token-file FILE] | --state-dir DIR | --dsn DSN) [--format jsonl|csv] [-o FILE]
 
 Writes the history's audit trail as JSON Lines (docs/trail.md): a header,
 then every link of every chain in order, each entry's link with the
@@ -62,6 +64,12 @@ token's user must be allowed to list every resource everywhere), or
 offline from a state directory copied out of a pod (--state-dir; read
 only) or the PostgreSQL database of --history-dsn (--dsn). fieldwatch
 history verify checks the file.
+
+--format csv writes, for a spreadsheet, one row per change of each entry
+(time, type, object, who, rule, id, op, path, old and new value) and
+one per gap record; it is for reading, not verifying. With -o FILE and
+a terminal on the standard error, the links written are counted there
+as they go.
 
 Exit codes: 0 written; 1 the history could not be read; 2 bad input.
 `
@@ -78,7 +86,12 @@ func historyExportCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 	stateDir := fs.String("state-dir", "", "export DIR/history.db")
 	dsn := fs.String("dsn", "", "export the PostgreSQL history of --history-dsn (password from $PGPASSWORD or a passfile)")
 	out := fs.String("o", "", "write to FILE instead of the standard output")
+	format := fs.String("format", "jsonl", "jsonl (the verifiable trail) or csv (one change per row, for a spreadsheet)")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *format != "jsonl" && *format != "csv" {
+		_, _ = fmt.Fprintf(stderr, "fieldwatch history export: --format %q: want jsonl or csv\n", *format)
 		return 2
 	}
 	sources := 0
@@ -91,7 +104,7 @@ func historyExportCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 		_, _ = fmt.Fprintln(stderr, "fieldwatch history export: give one of --server, --state-dir and --dsn, and no arguments")
 		return 2
 	}
-	w := stdout
+	w, file := stdout, stdout
 	if *out != "" {
 		f, err := os.OpenFile(*out, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 		if err != nil {
@@ -99,22 +112,34 @@ func historyExportCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 			return 2
 		}
 		defer func() { _ = f.Close() }()
-		w = f
+		w, file = f, f
+		if p := startProgress(stderr, "fieldwatch history export: %d lines written"); p != nil {
+			defer p.stop()
+			w = io.MultiWriter(f, p)
+		}
 	}
 	if *server != "" {
-		return exportFromServer(ctx, *server, *tokenFile, w, stderr)
+		if code := exportFromServer(ctx, *server, *tokenFile, *format, w, stderr); code != 0 {
+			return code
+		}
+	} else {
+		trail, closeTrail, err := openTrail(ctx, *stateDir, *dsn)
+		if err != nil {
+			_, _ = fmt.Fprintf(stderr, "fieldwatch history export: %v\n", err)
+			return 1
+		}
+		defer closeTrail()
+		if *format == "csv" {
+			err = history.WriteCSV(w, func(each func(*history.Link, *history.Entry) error) error { return trail.Links(ctx, each) })
+		} else {
+			err = history.Export(ctx, trail, w, time.Now())
+		}
+		if err != nil {
+			_, _ = fmt.Fprintf(stderr, "fieldwatch history export: %v\n", err)
+			return 1
+		}
 	}
-	trail, closeTrail, err := openTrail(ctx, *stateDir, *dsn)
-	if err != nil {
-		_, _ = fmt.Fprintf(stderr, "fieldwatch history export: %v\n", err)
-		return 1
-	}
-	defer closeTrail()
-	if err := history.Export(ctx, trail, w, time.Now()); err != nil {
-		_, _ = fmt.Fprintf(stderr, "fieldwatch history export: %v\n", err)
-		return 1
-	}
-	if f, ok := w.(*os.File); ok && f != stdout {
+	if f, ok := file.(*os.File); ok && f != stdout {
 		if err := f.Sync(); err != nil {
 			_, _ = fmt.Fprintf(stderr, "fieldwatch history export: %v\n", err)
 			return 1
@@ -147,8 +172,9 @@ func openTrail(ctx context.Context, stateDir, dsn string) (history.Trail, func()
 	return trail, func() { _ = store.Close() }, nil
 }
 
-// exportFromServer copies a running fieldwatch's export to w.
-func exportFromServer(ctx context.Context, server, tokenFile string, w, stderr io.Writer) int {
+// exportFromServer copies a running fieldwatch's export to w, as CSV
+// when format is csv.
+func exportFromServer(ctx context.Context, server, tokenFile, format string, w, stderr io.Writer) int {
 	u, err := url.Parse(server)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		_, _ = fmt.Fprintf(stderr, "fieldwatch history export: --server %q: want http://HOST:PORT or https://HOST:PORT\n", server)
@@ -178,7 +204,15 @@ func exportFromServer(ctx context.Context, server, tokenFile string, w, stderr i
 		_, _ = fmt.Fprintf(stderr, "fieldwatch history export: %s: %s\n", resp.Status, strings.TrimSpace(string(body)))
 		return 1
 	}
-	if _, err := io.Copy(w, resp.Body); err != nil {
+	if format == "csv" {
+		err = history.WriteCSV(w, func(each func(*history.Link, *history.Entry) error) error {
+			_, err := history.ReadExport(resp.Body, each)
+			return err
+		})
+	} else {
+		_, err = io.Copy(w, resp.Body)
+	}
+	if err != nil {
 		_, _ = fmt.Fprintf(stderr, "fieldwatch history export: %v\n", err)
 		return 1
 	}
@@ -338,4 +372,50 @@ func printReport(w io.Writer, r *history.Report) {
 	default:
 		_, _ = fmt.Fprintln(w, "INTACT")
 	}
+}
+
+// progress counts the lines written through it and prints the count to
+// a terminal every second, and once more when stopped.
+type progress struct {
+	lines  atomic.Int64
+	done   chan struct{}
+	exited chan struct{}
+}
+
+// startProgress returns a progress printing format (with the count) to
+// stderr, or nil when stderr is not a terminal.
+func startProgress(stderr io.Writer, format string) *progress {
+	f, ok := stderr.(*os.File)
+	if !ok {
+		return nil
+	}
+	if st, err := f.Stat(); err != nil || st.Mode()&os.ModeCharDevice == 0 {
+		return nil
+	}
+	p := &progress{done: make(chan struct{}), exited: make(chan struct{})}
+	go func() {
+		defer close(p.exited)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tick.C:
+				_, _ = fmt.Fprintf(f, "\r"+format, p.lines.Load())
+			case <-p.done:
+				_, _ = fmt.Fprintf(f, "\r"+format+"\n", p.lines.Load())
+				return
+			}
+		}
+	}()
+	return p
+}
+
+func (p *progress) Write(b []byte) (int, error) {
+	p.lines.Add(int64(bytes.Count(b, []byte{'\n'})))
+	return len(b), nil
+}
+
+func (p *progress) stop() {
+	close(p.done)
+	<-p.exited
 }

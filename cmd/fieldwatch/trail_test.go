@@ -5,7 +5,10 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"database/sql"
+	"encoding/csv"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -72,7 +75,11 @@ func TestHistoryExportVerify(t *testing.T) {
 	}
 	r := history.NewRecorder(history.RecorderOptions{Store: s, Registerer: prometheus.NewRegistry(), Signer: history.NewSigner(key, "prod")})
 	for i := range 20 {
-		p := fmt.Appendf(nil, `{"id":"u%d/1/r","time":"2026-12-01T12:00:%02dZ","rule":"r","type":"updated","resource":{"group":"","version":"v1","resource":"configmaps","kind":"ConfigMap"},"namespace":"ns","name":"cm","uid":"u%d","resourceVersion":"1"}`, i, i, i)
+		changes := "[]"
+		if i%2 == 0 { // a value a spreadsheet would take for a formula
+			changes = fmt.Sprintf(`[{"op":"replace","path":"/data/v","value":"=cmd|' /C calc'!A0","oldValue":"%d"}]`, i)
+		}
+		p := fmt.Appendf(nil, `{"id":"u%d/1/r","time":"2026-12-01T12:00:%02dZ","rule":"r","type":"updated","resource":{"group":"","version":"v1","resource":"configmaps","kind":"ConfigMap"},"namespace":"ns","name":"cm","uid":"u%d","resourceVersion":"1","changes":%s}`, i, i, i, changes)
 		r.Record(p, history.Delivered)
 	}
 	r.Close(context.Background())
@@ -129,6 +136,57 @@ func TestHistoryExportVerify(t *testing.T) {
 		{name: "bad key", args: []string{"history", "verify", export, "--pubkey", export}, code: 2, stderr: "--pubkey: public key"},
 		{name: "export without a store", args: []string{"history", "export"}, code: 2, stderr: "give one of --server, --state-dir and --dsn"},
 		{name: "export from a bad URL", args: []string{"history", "export", "--server", "ftp://x"}, code: 2, stderr: "want http://HOST:PORT"},
+	})
+
+	// CSV, one row per change, a formula defused.
+	csvFile := filepath.Join(dir, "trail.csv")
+	if code, _, stderr := runCLI(t, "history", "export", "--state-dir", dir, "--format", "csv", "-o", csvFile); code != 0 {
+		t.Fatalf("export --format csv: exit %d: %s", code, stderr)
+	}
+	f, err := os.Open(csvFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := csv.NewReader(f).ReadAll()
+	_ = f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 21 || strings.Join(rows[0], ",") != strings.Join(history.CSVHeader, ",") {
+		t.Fatalf("%d rows, header %q: want the header and 20 entries", len(rows), rows[0])
+	}
+	if got := strings.Join(rows[1], ","); got != "2026-12-01T12:00:00Z,updated,,configmaps,ns,cm,,,,r,u0/1/r,replace,/data/v,0,'=cmd|' /C calc'!A0," {
+		t.Errorf("u0's row: %s", got)
+	}
+	if got := strings.Join(rows[2], ","); got != "2026-12-01T12:00:01Z,updated,,configmaps,ns,cm,,,,r,u1/1/r,,,,," {
+		t.Errorf("u1's row (no changes): %s", got)
+	}
+	// The same from a server's /api/v1/history/export, as JSON Lines and
+	// as CSV.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/api/v1/history/export" || r.Header.Get("Authorization") != "Bearer tok" {
+			http.Error(w, "no", http.StatusForbidden)
+			return
+		}
+		_, _ = w.Write(b)
+	}))
+	defer srv.Close()
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("tok\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wantCSV, err := os.ReadFile(csvFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for format, want := range map[string][]byte{"jsonl": b, "csv": wantCSV} {
+		code, stdout, stderr := runCLI(t, "history", "export", "--server", srv.URL, "--token-file", tokenFile, "--format", format)
+		if code != 0 || stdout != string(want) {
+			t.Errorf("export --server --format %s: exit %d, %s; %d bytes, want %d as offline", format, code, stderr, len(stdout), len(want))
+		}
+	}
+	runCLICases(t, []cliCase{
+		{name: "bad format", args: []string{"history", "export", "--state-dir", dir, "--format", "xml"}, code: 2, stderr: `--format "xml": want jsonl or csv`},
 	})
 
 	// Someone with access to the file edits an entry's namespace.
