@@ -4,40 +4,21 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 )
 
-// treeCRD is a Widget CRD with v1's spec properties props and, when
-// beta, a served v1beta1 with an empty schema.
-func treeCRD(t *testing.T, props string, beta bool) string {
+// treeCRD is the base CRD with v1's spec properties props and, when
+// beta, a served v1beta1 that keeps unknown fields.
+func treeCRD(t *testing.T, props string, beta bool) *apiextensionsv1.CustomResourceDefinition {
 	t.Helper()
-	s := fmt.Sprintf(`
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: widgets.example.com}
-spec:
-  group: example.com
-  scope: Namespaced
-  names: {plural: widgets, singular: widget, kind: Widget, listKind: WidgetList}
-  versions:
-    - name: v1
-      served: true
-      storage: true
-      schema:
-        openAPIV3Schema:
-          type: object
-          properties:
-            spec:
-              type: object
-              properties: %s
-`, props)
+	crd := withSchema(t, "{type: object, properties: "+props+"}")
 	if beta {
-		s += `    - name: v1beta1
-      served: true
-      storage: false
-      schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
-`
+		keep := true
+		crd.Spec.Versions = append(crd.Spec.Versions, apiextensionsv1.CustomResourceDefinitionVersion{Name: "v1beta1", Served: true,
+			Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: &keep}}})
 	}
-	return s
+	return crd
 }
 
 // flat lists a tree's fields, one per line: depth dots, name, type, mark
@@ -59,18 +40,18 @@ func flat(fields []TreeField, depth int, b *strings.Builder) {
 // a version only the old CRD has is removed, and the checks about it
 // are the version's.
 func TestTree(t *testing.T) {
-	old := mustCRD(t, treeCRD(t, `{
+	old := treeCRD(t, `{
                 color: {type: string, enum: [red, green]},
                 size: {type: integer, maximum: 10},
                 owner: {type: string},
                 tags: {type: array, items: {type: string}},
-                labels: {type: object, additionalProperties: {type: string}}}`, true))
-	new := mustCRD(t, treeCRD(t, `{
+                labels: {type: object, additionalProperties: {type: string}}}`, true)
+	new := treeCRD(t, `{
                 color: {type: string, enum: [red]},
                 size: {type: integer, maximum: 20},
                 shape: {type: string},
                 tags: {type: array, items: {type: string}},
-                labels: {type: object, additionalProperties: {type: string}}}`, false))
+                labels: {type: object, additionalProperties: {type: string}}}`, false)
 	tree := Tree(old, new, Compare(old, new))
 	if len(tree.Versions) != 2 || tree.Versions[0].Name != "v1" || tree.Versions[1].Name != "v1beta1" {
 		t.Fatalf("versions %+v, want v1 then v1beta1", tree.Versions)
@@ -112,8 +93,8 @@ func TestTree(t *testing.T) {
 // TestTreeNestedCheck: a check inside an anyOf, where the tree has no
 // node, belongs to the field that holds the anyOf.
 func TestTreeNestedCheck(t *testing.T) {
-	old := mustCRD(t, treeCRD(t, `{size: {anyOf: [{type: integer}, {type: string}]}}`, false))
-	new := mustCRD(t, treeCRD(t, `{size: {anyOf: [{type: integer, maximum: 5}, {type: string}]}}`, false))
+	old := treeCRD(t, `{size: {anyOf: [{type: integer}, {type: string}]}}`, false)
+	new := treeCRD(t, `{size: {anyOf: [{type: integer, maximum: 5}, {type: string}]}}`, false)
 	tree := Tree(old, new, Compare(old, new))
 	size := tree.Versions[0].Fields[0].Fields[0]
 	if size.Name != "size" || size.Mark != MarkNarrowed || len(size.Checks) == 0 || !strings.HasPrefix(size.Checks[0].Path, "/properties/spec/properties/size/anyOf") {

@@ -99,6 +99,56 @@ func (r *requests) outside(base string) []string {
 	return out
 }
 
+// tab drives a test's headless Chromium tab: a step that fails ends the
+// test, saying what it was.
+type tab struct {
+	t   *testing.T
+	ctx context.Context
+}
+
+// run does steps.
+func (b tab) run(what string, steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	if err := chromedp.Do(b.ctx, steps...); err != nil {
+		b.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// value is what the script js evaluates to, a string.
+func (b tab) value(what string, js string) string {
+	b.t.Helper()
+	v, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](js))
+	if err != nil {
+		b.t.Fatalf("%s: %v", what, err)
+	}
+	return v
+}
+
+// count is how many elements sel selects.
+func (b tab) count(sel string) int {
+	b.t.Helper()
+	n, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](`document.querySelectorAll(`+jsString(sel)+`).length`))
+	if err != nil {
+		b.t.Fatalf("count %s: %v", sel, err)
+	}
+	return n
+}
+
+// text is the text of the first element sel selects.
+func (b tab) text(sel string) string {
+	b.t.Helper()
+	s, err := chromedp.Run(b.ctx, chromedp.Text(chromedp.CSS(sel)))
+	if err != nil {
+		b.t.Fatalf("text of %s: %v", sel, err)
+	}
+	return s
+}
+
+// visible waits until sel selects a visible element.
+func visible(sel string) chromedp.Action[chromedp.Void] {
+	return chromedp.WaitVisible(chromedp.CSS(sel))
+}
+
 // TestPageInBrowser drives the pages in headless Chromium: the timeline
 // loads (nothing from elsewhere), the filters narrow it, the keyboard
 // moves through the entries and opens one, an object's history shows
@@ -113,37 +163,8 @@ func TestPageInBrowser(t *testing.T) {
 	if err := reqs.listen(ctx); err != nil {
 		t.Fatal(err)
 	}
-	run := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	value := func(what string, js string) string {
-		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](js))
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		return v
-	}
-	count := func(sel string) int {
-		t.Helper()
-		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll(`+jsString(sel)+`).length`))
-		if err != nil {
-			t.Fatalf("count %s: %v", sel, err)
-		}
-		return n
-	}
-	text := func(sel string) string {
-		t.Helper()
-		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
-		}
-		return s
-	}
-	visible := func(sel string) chromedp.Action[chromedp.Void] { return chromedp.WaitVisible(chromedp.CSS(sel)) }
+	tb := tab{t, ctx}
+	run, value, count, text := tb.run, tb.value, tb.count, tb.text
 	// at waits until the page's address has part in it (a form's
 	// submission navigates after Submit returns).
 	at := func(part string) {

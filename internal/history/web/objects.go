@@ -103,14 +103,9 @@ func (e forbidden) Unwrap() error { return e.error }
 // objects serves ObjectsPath.
 func (s *Server) objects(w http.ResponseWriter, r *http.Request) {
 	const handler = "objects"
-	if !s.methodOK(w, r, handler) {
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
+	ctx, cancel, c, ok := s.beginJSON(w, r, handler)
 	defer cancel()
-	c, err := s.auth.authenticate(r)
-	if err != nil {
-		s.jsonError(w, handler, err)
+	if !ok {
 		return
 	}
 	body, err := s.objectAnswer(ctx, c, r)

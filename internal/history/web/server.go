@@ -169,16 +169,28 @@ func PageOf(entries []history.Entry, next string) APIPage {
 // payloads are written.
 func MarshalPage(p APIPage) ([]byte, error) { return marshalNoEscape(p) }
 
-func (s *Server) api(w http.ResponseWriter, r *http.Request) {
-	const handler = "api"
+// beginJSON starts a request to a JSON path of the API: the method
+// checked, the caller authenticated, and a context that ends with the
+// request's time (Options.Timeout); ok false when it answered
+// with an error already. The caller defers cancel.
+func (s *Server) beginJSON(w http.ResponseWriter, r *http.Request, handler string) (ctx context.Context, cancel context.CancelFunc, c *caller, ok bool) {
 	if !s.methodOK(w, r, handler) {
-		return
+		return nil, func() {}, nil, false
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
-	defer cancel()
+	ctx, cancel = context.WithTimeout(r.Context(), s.timeout)
 	c, err := s.auth.authenticate(r)
 	if err != nil {
 		s.jsonError(w, handler, err)
+		return ctx, cancel, nil, false
+	}
+	return ctx, cancel, c, true
+}
+
+func (s *Server) api(w http.ResponseWriter, r *http.Request) {
+	const handler = "api"
+	ctx, cancel, c, ok := s.beginJSON(w, r, handler)
+	defer cancel()
+	if !ok {
 		return
 	}
 	q, err := s.parseQuery(r.URL.RawQuery)

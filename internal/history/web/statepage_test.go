@@ -113,21 +113,8 @@ func TestObjectTimeInBrowser(t *testing.T) {
 	_, base := serve(t, store)
 	r := newReaders(t)
 	ctx := browser(t)
-	run := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	text := func(sel string) string {
-		t.Helper()
-		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
-		}
-		return s
-	}
-	visible := func(sel string) chromedp.Action[chromedp.Void] { return chromedp.WaitVisible(chromedp.CSS(sel)) }
+	tb := tab{t, ctx}
+	run, text := tb.run, tb.text
 
 	// The size change's link: the object as it left it, by alice.
 	run("open w1's history", chromedp.Navigate(base+"/history/object?uid=w1-uid"), visible("section.states"))
@@ -166,11 +153,8 @@ func TestObjectTimeInBrowser(t *testing.T) {
 		visible("div.schema-tree"))
 	marks := map[string]string{}
 	for _, mark := range []string{"added", "removed", "narrowed", "loosened"} {
-		s, err := chromedp.Run(ctx, chromedp.Evaluate[string](`Array.from(document.querySelectorAll("div.schema-tree li.`+mark+` code.field")).map(e => e.textContent).join(",")`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		marks[mark] = s
+		marks[mark] = tb.value("the fields marked "+mark,
+			`Array.from(document.querySelectorAll("div.schema-tree li.`+mark+` code.field")).map(e => e.textContent).join(",")`)
 	}
 	if want := map[string]string{"added": "shape", "removed": "owner", "narrowed": "color", "loosened": "size"}; fmt.Sprint(marks) != fmt.Sprint(want) {
 		t.Errorf("the fields marked: %v, want %v", marks, want)
