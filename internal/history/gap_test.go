@@ -2,6 +2,7 @@ package history
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync/atomic"
 	"testing"
@@ -146,4 +147,33 @@ func TestGapBehind(t *testing.T) {
 	if len(gs) == 0 || len(gs) > 2 || behind != 2 {
 		t.Errorf("gaps %+v: want 2 left behind, in one record or two", gs)
 	}
+}
+
+// TestGapsBetween: the gap records are found by when they were written,
+// newest first, within the times asked and the limit.
+func TestGapsBetween(t *testing.T) {
+	trailStores(t, func(t *testing.T, ts *trailStore) {
+		s := ts.open(t, "", false)
+		write(t, s, batch(t, 0, 3)...)
+		before := time.Now()
+		for i := range 3 {
+			body, _ := json.Marshal(GapBody{Count: int64(i + 1), From: before, To: before, Reasons: map[string]int64{gapQueueFull: int64(i + 1)}})
+			if err := s.(Trail).Append(context.Background(), []Record{{Kind: LinkGap, Body: body}}); err != nil {
+				t.Fatal(err)
+			}
+			write(t, s, batch(t, 3+i, 1)...)
+		}
+		after := time.Now()
+		gl := s.(GapLister)
+		gs, err := gl.GapsBetween(context.Background(), before.Add(-time.Millisecond), after.Add(time.Millisecond), 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(gs) != 2 || gs[0].Gap.Count != 3 || gs[1].Gap.Count != 2 || gs[0].At.Before(gs[1].At) || gs[0].Pos <= gs[1].Pos {
+			t.Errorf("gaps %+v: want the last two, newest first", gs)
+		}
+		if gs, err := gl.GapsBetween(context.Background(), after.Add(time.Millisecond), MaxTime, 10); err != nil || len(gs) != 0 {
+			t.Errorf("gaps after the last: %+v, %v; want none", gs, err)
+		}
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -196,6 +197,38 @@ type Trail interface {
 	// each entry's link with the entry's row as stored (nil when there
 	// is none), until each returns an error.
 	Links(ctx context.Context, each func(l *Link, e *Entry) error) error
+}
+
+// GapLister is a Trail that finds its gap records by when they were
+// written, for the timeline: an index keeps it from reading the trail.
+type GapLister interface {
+	// GapsBetween returns the gap records written (Link.At) from from to
+	// until, both included, newest first, at most limit.
+	GapsBetween(ctx context.Context, from, until time.Time, limit int) ([]Gap, error)
+}
+
+// gapsBetween is GapsBetween on db, whose query selects chain, pos, at
+// and body.
+func gapsBetween(ctx context.Context, db querier, q string, from, until time.Time, limit int) ([]Gap, error) {
+	var out []Gap
+	err := db.query(ctx, q, []any{micros(clampTime(from)), micros(clampTime(until)), limit}, func(scan func(dest ...any) error) error {
+		var g Gap
+		var at int64
+		var body []byte
+		if err := scan(&g.Chain, &g.Pos, &at, &body); err != nil {
+			return err
+		}
+		if err := json.Unmarshal(body, &g.Gap); err != nil {
+			return fmt.Errorf("gap record %s/%d: %w", g.Chain, g.Pos, err)
+		}
+		g.At = time.UnixMicro(at).UTC()
+		out = append(out, g)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("history trail: %w", err)
+	}
+	return out, nil
 }
 
 // chain is a writer's position in its chain: the last link's position

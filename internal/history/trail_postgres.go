@@ -31,6 +31,7 @@ CREATE TABLE IF NOT EXISTS ` + pgTrailTable + ` (
   sig BYTEA,
   PRIMARY KEY (chain, pos)
 );
+CREATE INDEX IF NOT EXISTS ` + pgTrailTable + `_gaps ON ` + pgTrailTable + ` (at) WHERE kind = 'gap';
 `
 
 const (
@@ -182,6 +183,12 @@ func (p *Postgres) appendTrim(ctx context.Context, removed int) error {
 const pgLinks = `SELECT t.chain, t.pos, t.hash, t.key, t.time, t.kind, t.at, t.body, t.sig,
   e.seq, e.id, e.time, e.recorded, e.rule, e.type, e.grp, e.resource, e.namespace, e.name, e.uid, e.usr, e.imp, e.source, e.payload
 FROM ` + pgTrailTable + ` t LEFT JOIN ` + pgTable + ` e ON t.kind = 'entry' AND e.seq = t.key ORDER BY t.chain, t.pos`
+
+// GapsBetween implements GapLister.
+func (p *Postgres) GapsBetween(ctx context.Context, from, until time.Time, limit int) ([]Gap, error) {
+	return gapsBetween(ctx, pgQuerier{p.pool}, "SELECT chain, pos, at, body FROM "+pgTrailTable+
+		" WHERE kind = 'gap' AND at >= $1 AND at <= $2 ORDER BY at DESC LIMIT $3", from, until, limit)
+}
 
 // Links implements Trail.
 func (p *Postgres) Links(ctx context.Context, each func(l *Link, e *Entry) error) error {

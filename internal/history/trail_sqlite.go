@@ -29,6 +29,7 @@ CREATE TABLE IF NOT EXISTS trail (
   body BLOB,
   sig BLOB
 );
+CREATE INDEX IF NOT EXISTS trail_gaps ON trail (at) WHERE kind = 'gap';
 `
 
 // DefaultChain is the embedded store's chain, and a shared store's
@@ -227,6 +228,17 @@ func (s *SQLite) Links(ctx context.Context, each func(l *Link, e *Entry) error) 
 		}
 		return rows.Err()
 	})
+}
+
+// GapsBetween implements GapLister.
+func (s *SQLite) GapsBetween(ctx context.Context, from, until time.Time, limit int) ([]Gap, error) {
+	var out []Gap
+	err := s.use(func() error {
+		var err error
+		out, err = gapsBetween(ctx, sqlDB{s.read}, "SELECT '"+DefaultChain+"', pos, at, body FROM trail WHERE kind = 'gap' AND at >= ? AND at <= ? ORDER BY at DESC LIMIT ?", from, until, limit)
+		return err
+	})
+	return out, err
 }
 
 // scanLink reads the columns of sqliteLinks or pgLinks: head, then the

@@ -65,9 +65,11 @@ func (p Problem) String() string {
 
 // Gap is a gap record found in a chain.
 type Gap struct {
-	Chain string  `json:"chain"`
-	Pos   int64   `json:"pos"`
-	Gap   GapBody `json:"gap"`
+	Chain string `json:"chain"`
+	Pos   int64  `json:"pos"`
+	// At is when the gap record was written.
+	At  time.Time `json:"at"`
+	Gap GapBody   `json:"gap"`
 }
 
 // ChainReport sums up one chain.
@@ -248,7 +250,7 @@ func (v *verifier) add(l *Link, e *Entry) error {
 		if err := json.Unmarshal(l.Body, &b); err != nil {
 			v.problem(Problem{Kind: Altered, Chain: l.Chain, Pos: l.Pos, Detail: "gap record: " + err.Error()})
 		}
-		v.report.Gaps = append(v.report.Gaps, Gap{Chain: l.Chain, Pos: l.Pos, Gap: b})
+		v.report.Gaps = append(v.report.Gaps, Gap{Chain: l.Chain, Pos: l.Pos, At: l.At, Gap: b})
 	case LinkTrim:
 		var b TrimBody
 		if err := json.Unmarshal(l.Body, &b); err != nil {

@@ -5,11 +5,15 @@ import (
 	"context"
 	"embed"
 	"errors"
+	"fmt"
 	"html/template"
 	"io/fs"
 	"net/http"
 	"net/url"
+	"sort"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/fieldwatch/fieldwatch/internal/history"
 )
@@ -41,11 +45,60 @@ type pageData struct {
 	Types   []string
 	Filters string // the filters, described
 	Entries []entryView
+	// Gaps are the trail's gap records written within the page's span.
+	Gaps []gapView
 	// Newest and Older link the first and the next page ("" when none).
 	Newest, Older string
 	// Object heads one object's page; State is its time control.
 	Object *entryView
 	State  *stateView
+}
+
+// gapView is a gap record on the timeline: payloads the history did not
+// keep. Its ids are not shown: they may be of objects the caller may not
+// read.
+type gapView struct {
+	Time, ISO, From, To, Reasons string
+	Count                        int
+}
+
+// maxGaps is how many gap records a page of the timeline shows.
+const maxGaps = 20
+
+// gapsOf returns the gap records written within a page of the timeline:
+// from its oldest entry's time (the beginning on the last page) to its
+// newest's (now on the first page). Whatever the filters: a gap may be
+// of entries they would select.
+func (s *Server) gapsOf(ctx context.Context, q *history.Query, res result) []gapView {
+	gl, ok := s.store.(history.GapLister)
+	if !ok {
+		return nil
+	}
+	from, until := history.MinTime, history.MaxTime
+	if n := len(res.entries); n > 0 {
+		if q.After != nil {
+			until = res.entries[0].Time
+		}
+		if res.next != nil {
+			from = res.entries[n-1].Time
+		}
+	}
+	gs, err := gl.GapsBetween(ctx, from, until, maxGaps)
+	if err != nil {
+		s.errLog.Do(func() { s.log.Error("history: the trail's gap records could not be read", "error", err) })
+		return nil
+	}
+	out := make([]gapView, len(gs))
+	for i, g := range gs {
+		reasons := make([]string, 0, len(g.Gap.Reasons))
+		for r, n := range g.Gap.Reasons {
+			reasons = append(reasons, fmt.Sprintf("%s: %d", r, n))
+		}
+		sort.Strings(reasons)
+		out[i] = gapView{Time: g.At.Format("2006-01-02 15:04:05 MST"), ISO: g.At.Format(time.RFC3339Nano), Count: int(g.Gap.Count),
+			From: g.Gap.From.UTC().Format(time.RFC3339), To: g.Gap.To.UTC().Format(time.RFC3339), Reasons: strings.Join(reasons, ", ")}
+	}
+	return out
 }
 
 // timeline serves /history: the newest entries, filtered like the API.
@@ -94,6 +147,7 @@ func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
 	for i := range res.entries {
 		data.Entries = append(data.Entries, viewOf(&res.entries[i], true))
 	}
+	data.Gaps = s.gapsOf(ctx, &q, res)
 	data.Newest, data.Older = s.pager("/history", data.Form, res.next)
 	s.page(w, handler, "timeline", data, nil)
 }

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -8,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fieldwatch/fieldwatch/internal/history"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
@@ -145,5 +147,37 @@ func TestAPIAuthorization(t *testing.T) {
 	}
 	if code, _, body := getPage(t, base+"/api/v1/history?limit=-1", ""); code != http.StatusBadRequest || !strings.Contains(body, `parameter \"limit\"`) {
 		t.Errorf("limit=-1: %d %s", code, body)
+	}
+}
+
+// TestTimelineGaps: the timeline shows the trail's gap records written
+// within its page, to every reader, with their count, time range and
+// reasons, and without their ids (of objects a reader may not read).
+func TestTimelineGaps(t *testing.T) {
+	store := seed(t, 0)
+	at := time.Date(2026, 12, 1, 9, 30, 0, 0, time.UTC)
+	body, _ := json.Marshal(history.GapBody{Count: 3, From: at, To: at.Add(time.Second), IDs: []string{"hidden-uid/1/widget-audit"},
+		Reasons: map[string]int64{"queueFull": 2, "storeFailed": 1}})
+	if err := store.(history.Trail).Append(context.Background(), []history.Record{{Kind: history.LinkGap, Body: body}}); err != nil {
+		t.Fatal(err)
+	}
+	_, base := serve(t, store)
+	r := newReaders(t)
+	for who, token := range map[string]string{"loopback": "", "the lab reader": r.lab} {
+		req, _ := http.NewRequest(http.MethodGet, base+"/history", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		page, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		html := string(page)
+		if resp.StatusCode != http.StatusOK || !strings.Contains(html, "did not keep <strong>3 payloads</strong> observed from 2026-12-01T09:30:00Z to 2026-12-01T09:30:01Z") ||
+			!strings.Contains(html, "queueFull: 2, storeFailed: 1") || strings.Contains(html, "hidden-uid") {
+			t.Errorf("as %s: %s\n%s", who, resp.Status, html)
+		}
 	}
 }
