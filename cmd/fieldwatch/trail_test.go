@@ -127,7 +127,7 @@ func TestHistoryExportVerify(t *testing.T) {
 		{name: "json", args: []string{"history", "verify", "--pubkey", pub, "-o", "json", export}, code: 0, stdout: `"signed": true`},
 		{name: "not an export", args: []string{"history", "verify", pub}, code: 2, stderr: `pub.pem: line 1: not the header`},
 		{name: "cut in a line", args: []string{"history", "verify", write("cut.jsonl", cut), "--pubkey", pub}, code: 2,
-			stderr: `cut.jsonl: line 23: unexpected end of JSON input`},
+			stderr: `cut.jsonl: line 23: .*unexpected EOF`},
 		{name: "state dir", args: []string{"history", "verify", "--state-dir", dir, "--pubkey", pub}, code: 0,
 			stdout: `chain "local": 22 links, 20 entries(.|\n)*INTACT`},
 		{name: "no file", args: []string{"history", "verify"}, code: 2, stderr: "give one of FILE \\(an export\\), --state-dir and --dsn"},

@@ -9,7 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
+	"sync"
 	"time"
+
+	jsonv2 "github.com/go-json-experiment/json"
 
 	"github.com/fieldwatch/fieldwatch/change"
 )
@@ -79,44 +83,116 @@ func formatTime(t time.Time) string {
 
 // Export writes the trail's links, with their entries, as JSON Lines
 // after a header line; now is the header's time, which Verify takes as
-// when the trail was read.
+// when the trail was read. The store is read on the caller's goroutine
+// while another encodes and writes what it read: the two take about as
+// long (BenchmarkTrailExportVerify).
 func Export(ctx context.Context, t Trail, w io.Writer, now time.Time) error {
 	bw := bufio.NewWriterSize(w, 256<<10)
-	enc := json.NewEncoder(bw)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(ExportHeader{Kind: "header", Format: ExportFormat, Exported: now.UTC()}); err != nil {
+	header, _ := json.Marshal(ExportHeader{Kind: "header", Format: ExportFormat, Exported: now.UTC()})
+	if _, err := bw.Write(append(header, '\n')); err != nil {
 		return err
 	}
-	var compact bytes.Buffer
-	err := t.Links(ctx, func(l *Link, e *Entry) error {
-		line := exportLine{Kind: l.Kind, Chain: l.Chain, Pos: l.Pos, Ref: l.Ref, Time: formatTime(l.Time), At: formatTime(l.At),
-			Prev: hex.EncodeToString(l.Prev), Hash: hex.EncodeToString(l.Hash), Sig: l.Sig, Key: l.Key}
-		if l.Kind == LinkEntry {
-			line.EntryHash = hex.EncodeToString(l.Body)
-		} else {
-			line.Body = l.Body
-		}
-		if e != nil {
-			x := &exportEntry{Seq: e.Seq, ID: e.ID, Time: formatTime(e.Time), Recorded: formatTime(e.Recorded), Rule: e.Rule,
-				Type: string(e.Type), Group: e.Group, Resource: e.Resource, Namespace: e.Namespace, Name: e.Name, UID: e.UID,
-				User: e.User, Impersonated: e.Impersonated, Source: string(e.Source)}
-			compact.Reset()
-			if json.Compact(&compact, e.Payload) == nil && bytes.Equal(compact.Bytes(), e.Payload) {
-				x.Payload = e.Payload
-			} else {
-				x.PayloadBase64 = e.Payload
-				if x.PayloadBase64 == nil {
-					x.PayloadBase64 = []byte{}
+	type row struct {
+		l *Link
+		e *Entry
+	}
+	const batchRows = 256
+	batches := make(chan []row, 4)
+	failed := make(chan struct{}) // closed when the encoder fails
+	done := make(chan struct{})
+	var encErr error
+	go func() {
+		defer close(done)
+		var le linkEncoder
+		for b := range batches {
+			for _, r := range b {
+				if encErr != nil {
+					break // drain
+				}
+				if encErr = le.write(bw, r.l, r.e); encErr != nil {
+					close(failed)
 				}
 			}
-			line.Entry = x
 		}
-		return enc.Encode(&line)
+	}()
+	batch := make([]row, 0, batchRows)
+	send := func() error {
+		select {
+		case batches <- batch:
+			batch = make([]row, 0, batchRows)
+			return nil
+		case <-failed:
+			return errEncoderFailed
+		}
+	}
+	err := t.Links(ctx, func(l *Link, e *Entry) error {
+		if batch = append(batch, row{l, e}); len(batch) == batchRows {
+			return send()
+		}
+		return nil
 	})
-	if err != nil {
+	if err == nil && len(batch) > 0 {
+		err = send()
+	}
+	close(batches)
+	<-done
+	switch {
+	case encErr != nil:
+		return encErr
+	case err != nil:
 		return err
 	}
 	return bw.Flush()
+}
+
+// errEncoderFailed stops the walk of a failed export.
+var errEncoderFailed = errors.New("export: the encoder failed")
+
+// linkEncoder writes links as an export's lines.
+type linkEncoder struct {
+	buf, compact bytes.Buffer
+	enc          *json.Encoder
+}
+
+// write writes l, with e, as a line to w. A payload that is compact JSON
+// is checked so once and appended as it is: encoding/json would compact
+// it again (BenchmarkTrailExportVerify); another is written in base64.
+func (le *linkEncoder) write(w io.Writer, l *Link, e *Entry) error {
+	if le.enc == nil {
+		le.enc = json.NewEncoder(&le.buf)
+		le.enc.SetEscapeHTML(false)
+	}
+	le.buf.Reset()
+	line := exportLine{Kind: l.Kind, Chain: l.Chain, Pos: l.Pos, Ref: l.Ref, Time: formatTime(l.Time), At: formatTime(l.At),
+		Prev: hex.EncodeToString(l.Prev), Hash: hex.EncodeToString(l.Hash), Sig: l.Sig, Key: l.Key}
+	if l.Kind == LinkEntry {
+		line.EntryHash = hex.EncodeToString(l.Body)
+	} else {
+		line.Body = l.Body
+	}
+	var raw []byte // the payload, appended after the row's other fields
+	if e != nil {
+		x := &exportEntry{Seq: e.Seq, ID: e.ID, Time: formatTime(e.Time), Recorded: formatTime(e.Recorded), Rule: e.Rule,
+			Type: string(e.Type), Group: e.Group, Resource: e.Resource, Namespace: e.Namespace, Name: e.Name, UID: e.UID,
+			User: e.User, Impersonated: e.Impersonated, Source: string(e.Source)}
+		le.compact.Reset()
+		if len(e.Payload) > 0 && json.Compact(&le.compact, e.Payload) == nil && bytes.Equal(le.compact.Bytes(), e.Payload) {
+			raw = e.Payload
+		} else {
+			x.PayloadBase64 = e.Payload
+		}
+		line.Entry = x
+	}
+	if err := le.enc.Encode(&line); err != nil {
+		return err
+	}
+	b := le.buf.Bytes()
+	if raw != nil {
+		// The line ends with the entry's object and the line's: "}}\n".
+		b = append(append(append(b[:len(b)-3], `,"payload":`...), raw...), "}}\n"...)
+	}
+	_, err := w.Write(b)
+	return err
 }
 
 // maxExportLine bounds an export's line: a payload is bounded well
@@ -124,12 +200,25 @@ func Export(ctx context.Context, t Trail, w io.Writer, now time.Time) error {
 const maxExportLine = 64 << 20
 
 // ReadExport reads an export: its header, then each link with its
-// entry. Its errors name the line.
+// entry. Its errors name the line. Lines are parsed in batches, on as
+// many goroutines as there are CPUs (at most 4), and handed to each in
+// order (BenchmarkTrailExportVerify); a batch holds at most
+// readBatchLines lines and readBatchBytes bytes beyond its last line.
 func ReadExport(r io.Reader, each func(l *Link, e *Entry) error) (ExportHeader, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 1<<20), maxExportLine)
 	var h ExportHeader
 	n := 0
+	var (
+		arena []byte
+		ends  []int // of each line in arena
+		first int   // the line number of the batch's first line
+	)
+	flush := func() error {
+		err := parseBatch(arena, ends, first, each)
+		arena, ends = arena[:0], ends[:0]
+		return err
+	}
 	for sc.Scan() {
 		n++
 		if n == 1 {
@@ -141,26 +230,77 @@ func ReadExport(r io.Reader, each func(l *Link, e *Entry) error) (ExportHeader, 
 			}
 			continue
 		}
-		l, e, err := parseLine(sc.Bytes())
-		if err != nil {
-			return h, fmt.Errorf("line %d: %w", n, err)
+		if len(ends) == 0 {
+			first = n
 		}
-		if err := each(l, e); err != nil {
-			return h, err
+		arena = append(arena, sc.Bytes()...)
+		ends = append(ends, len(arena))
+		if len(ends) == readBatchLines || len(arena) >= readBatchBytes {
+			if err := flush(); err != nil {
+				return h, err
+			}
 		}
 	}
 	if err := sc.Err(); err != nil {
+		if ferr := flush(); ferr != nil {
+			return h, ferr
+		}
 		return h, fmt.Errorf("line %d: %w", n+1, err)
 	}
 	if n == 0 {
 		return h, errors.New("empty: not a fieldwatch trail export")
 	}
-	return h, nil
+	return h, flush()
 }
 
+const (
+	readBatchLines = 1024
+	readBatchBytes = 8 << 20
+)
+
+// parseBatch parses the lines of arena that end at ends, the first being
+// line first, on up to 4 goroutines, then hands them to each in order.
+// The first line that does not parse ends it with its error.
+func parseBatch(arena []byte, ends []int, first int, each func(l *Link, e *Entry) error) error {
+	type parsed struct {
+		l   *Link
+		e   *Entry
+		err error
+	}
+	out := make([]parsed, len(ends))
+	workers := min(runtime.GOMAXPROCS(0), 4, max(len(ends)/64, 1))
+	per := (len(ends) + workers - 1) / workers
+	var wg sync.WaitGroup
+	for lo := 0; lo < len(ends); lo += per {
+		hi := min(lo+per, len(ends))
+		wg.Go(func() {
+			for i := lo; i < hi; i++ {
+				start := 0
+				if i > 0 {
+					start = ends[i-1]
+				}
+				out[i].l, out[i].e, out[i].err = parseLine(arena[start:ends[i]])
+			}
+		})
+	}
+	wg.Wait()
+	for i := range out {
+		if out[i].err != nil {
+			return fmt.Errorf("line %d: %w", first+i, out[i].err)
+		}
+		if err := each(out[i].l, out[i].e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// parseLine reads a link's line. It decodes with the JSON v2 library,
+// in one pass where encoding/json validates the line before it decodes
+// it (BenchmarkTrailExportVerify).
 func parseLine(b []byte) (*Link, *Entry, error) {
 	var x exportLine
-	if err := json.Unmarshal(b, &x); err != nil {
+	if err := jsonv2.Unmarshal(b, &x); err != nil {
 		return nil, nil, err
 	}
 	l := &Link{Chain: x.Chain, Pos: x.Pos, Kind: x.Kind, Ref: x.Ref, Sig: x.Sig, Key: x.Key}
