@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/fieldwatch/fieldwatch/action"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
 
@@ -223,6 +224,113 @@ func (r *receiver) deliveries() map[string]int {
 		out[k] = v
 	}
 	return out
+}
+
+// stall replaces the receiver by a listener at its address that takes
+// connections and never answers; it returns the most connections it has
+// held open at once so far, and unstall, which closes it and brings the
+// receiver back.
+func (r *receiver) stall() (peak func() int, unstall func()) {
+	r.t.Helper()
+	r.down()
+	ln, err := net.Listen("tcp", r.addr)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var (
+		mu         sync.Mutex
+		open, most int
+		conns      []net.Conn
+	)
+	accepted := make(chan struct{})
+	go func() {
+		defer close(accepted)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			open++
+			most = max(most, open)
+			mu.Unlock()
+			go func() { // held until the client gives up
+				_, _ = io.Copy(io.Discard, c)
+				mu.Lock()
+				open--
+				mu.Unlock()
+			}()
+		}
+	}()
+	peak = func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return most
+	}
+	return peak, func() {
+		_ = ln.Close()
+		<-accepted
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		r.up()
+	}
+}
+
+// TestFaultReceiverNeverAnswers: a receiver that takes connections and
+// never answers costs fieldwatch timed-out attempts, retried, with no
+// more connections open at once than the action's workers (more
+// firings than workers wait in its queue); once a receiver
+// answers at the address again, without a restart, every firing is
+// delivered once and none is dead-lettered.
+func TestFaultReceiverNeverAnswers(t *testing.T) {
+	t.Parallel()
+	env := testenv.Shared(t)
+	ns := namespace(t, env, "receiver-stalled")
+	rec := newReceiver(t)
+	stateDir := t.TempDir()
+	rules := writeFile(t, "rules.yaml", fmt.Sprintf(`rules:
+  - name: cm-created
+    match:
+      resources: [{group: "", kind: ConfigMap}]
+      namespaces: [%s]
+    on: [create]
+    actions:
+      - webhook:
+          url: http://%s/hook
+          timeout: 500ms
+          retry: {attempts: 60, initialBackoff: 100ms, maxBackoff: 1s}
+`, ns, rec.addr))
+	p := startFieldwatch(t, env.WriteKubeconfig(t), "--rules", rules, "--state-dir", stateDir)
+	peak, unstall := rec.stall()
+	const n = 3 * action.DefaultWebhookWorkers
+	createConfigMaps(t, env, ns, "cm", n)
+	testenv.Eventually(t, 30*time.Second, "attempts timed out and retried", func() bool {
+		return p.metric(`fieldwatch_action_retried_total{`) >= 2*action.DefaultWebhookWorkers
+	})
+	// A worker closes its connection when its attempt times out, before
+	// its backoff: a few may overlap with the receiver's noticing it.
+	if most := peak(); most == 0 || most > action.DefaultWebhookWorkers+4 {
+		t.Errorf("%d connections to the stalled receiver at once, want 1 to %d (the action's workers)", most, action.DefaultWebhookWorkers+4)
+	}
+	t.Logf("stalled: at most %d connections at once, %v attempts retried", peak(), p.metric(`fieldwatch_action_retried_total{`))
+	unstall()
+	testenv.Eventually(t, 60*time.Second, "every firing delivered", func() bool { return len(rec.deliveries()) >= n })
+	for id, count := range rec.deliveries() {
+		if count != 1 {
+			t.Errorf("%s delivered %d times", id, count)
+		}
+	}
+	if len(rec.deliveries()) != n {
+		t.Errorf("%d distinct firings delivered, want %d", len(rec.deliveries()), n)
+	}
+	if _, err := os.Stat(filepath.Join(stateDir, "dead-letter.jsonl")); !os.IsNotExist(err) {
+		b, _ := os.ReadFile(filepath.Join(stateDir, "dead-letter.jsonl"))
+		t.Errorf("dead letters written although the receiver answered again within the retry budget:\n%s", b)
+	}
 }
 
 // TestWebhookReceiverDownThenBack: firings made while the receiver is down
