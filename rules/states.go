@@ -43,11 +43,6 @@ type State struct {
 	User, Impersonated, Manager string
 }
 
-// stateNoise are left out of a state: the watcher keeps managedFields
-// reduced (docs/payload.md), and the resourceVersion is the state's own
-// field.
-var stateNoise = [][]string{{"metadata", "managedFields"}, {"metadata", "resourceVersion"}}
-
 // KeepsStates reports whether a rule with states matches res.
 func (s *Set) KeepsStates(res change.Resource) bool {
 	for _, r := range s.RulesFor(res) {
@@ -161,7 +156,9 @@ func buildState(c *Change, redact []*fieldPath) (State, bool, error) {
 	return st, true, nil
 }
 
-// withoutStateNoise returns obj without stateNoise, copying the maps it
+// withoutStateNoise returns obj without metadata.managedFields (the
+// watcher keeps them reduced, docs/payload.md) and
+// metadata.resourceVersion (the state's own field), copying the maps it
 // changes.
 func withoutStateNoise(obj map[string]any) map[string]any {
 	meta, ok := obj["metadata"].(map[string]any)
