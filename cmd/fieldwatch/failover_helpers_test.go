@@ -142,6 +142,17 @@ func (h *hooks) rules(t *testing.T, ns, replica string) string {
 	return h.rulesWith(t, ns, replica, "")
 }
 
+// relisted counts the payloads that say "observed":"relist".
+func (h *hooks) relisted() int {
+	n := 0
+	for _, p := range h.payloads() {
+		if p.observed == "relist" {
+			n++
+		}
+	}
+	return n
+}
+
 // rulesWith is rules with more keys (YAML at the rules' indentation, each
 // line ending in a newline) in both rules.
 func (h *hooks) rulesWith(t *testing.T, ns, replica, more string) string {

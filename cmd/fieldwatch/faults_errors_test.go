@@ -128,12 +128,7 @@ func TestFaultAPIServerErrors(t *testing.T) {
 	w.waitWrites(t, 100)
 	w.finish()
 	o := settle(t, h, w, 2*time.Minute)
-	relisted := 0
-	for _, p := range h.payloads() {
-		if p.observed == "relist" {
-			relisted++
-		}
-	}
+	relisted := h.relisted()
 	t.Logf("a minute of 500s: %s; %d requests refused, %d payloads observed by a relist", o, refused, relisted)
 	// client-go's reflectors back off to 30 s, fieldwatch's discovery to
 	// its own bound: a few dozen requests a resource, not thousands.

@@ -57,12 +57,7 @@ func TestFaultAPIServerRestartCompaction(t *testing.T) {
 	w.waitWrites(t, 100)
 	w.finish()
 	o := settle(t, h, w, 2*time.Minute)
-	relisted := 0
-	for _, p := range h.payloads() {
-		if p.observed == "relist" {
-			relisted++
-		}
-	}
+	relisted := h.relisted()
 	t.Logf("apiserver restarted, etcd compacted: %s; %d payloads observed by a relist", o, relisted)
 	if relisted == 0 {
 		t.Error("no payload says observed relist: the gap's writes cannot all have come from watch events")

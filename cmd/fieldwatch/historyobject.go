@@ -12,7 +12,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/pmezard/go-difflib/difflib"
 	"sigs.k8s.io/yaml"
 
 	"github.com/fieldwatch/fieldwatch/internal/history"
@@ -278,10 +277,7 @@ func printObjectDiff(w io.Writer, key history.ObjectKey, body []byte) error {
 	if err != nil {
 		return err
 	}
-	text, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
-		A: difflib.SplitLines(string(a)), B: difflib.SplitLines(string(b)),
-		FromFile: key.String() + " at " + d.From.At, ToFile: key.String() + " at " + d.To.At, Context: 3,
-	})
+	text, err := web.UnifiedDiff(key, d.From.At, string(a), d.To.At, string(b))
 	if err != nil {
 		return err
 	}

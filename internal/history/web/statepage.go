@@ -119,10 +119,7 @@ func (sv *stateView) fill(key history.ObjectKey, o *APIObject, d *APIDiff, max i
 	if err != nil {
 		return err
 	}
-	text, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
-		A: difflib.SplitLines(from.YAML), B: difflib.SplitLines(to.YAML),
-		FromFile: key.String() + " at " + from.At, ToFile: key.String() + " at " + to.At, Context: 3,
-	})
+	text, err := UnifiedDiff(key, from.At, from.YAML, to.At, to.YAML)
 	if err != nil {
 		return err
 	}
@@ -170,6 +167,16 @@ func schemaTree(from, to json.RawMessage) (*diff.SchemaTree, error) {
 		crds[i] = crd
 	}
 	return diff.Tree(crds[0], crds[1], diff.Compare(crds[0], crds[1])), nil
+}
+
+// UnifiedDiff is the unified diff, with three lines of context, of two
+// YAML states of key at the times fromAt and toAt: as the object page
+// and fieldwatch history diff show it.
+func UnifiedDiff(key history.ObjectKey, fromAt, fromYAML, toAt, toYAML string) (string, error) {
+	return difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
+		A: difflib.SplitLines(fromYAML), B: difflib.SplitLines(toYAML),
+		FromFile: key.String() + " at " + fromAt, ToFile: key.String() + " at " + toAt, Context: 3,
+	})
 }
 
 // sizeCheck refuses a page larger than a response may be.
