@@ -37,6 +37,10 @@ type Payload struct {
 	// (change.Observed). It is left out (empty) for a change one watch
 	// event delivered, which is one write.
 	Observed change.Observed `json:"observed,omitempty"`
+	// Cluster names the cluster the object is in (fieldwatch run
+	// --cluster-name), so that payloads of several clusters can share a
+	// receiver or a history; absent when no name is set.
+	Cluster string `json:"cluster,omitempty"`
 	// Resource is the object's resource, at the version it was watched at.
 	Resource Resource `json:"resource"`
 	// Namespace is the object's namespace; "" for a cluster-scoped object.

@@ -37,6 +37,9 @@ type Change struct {
 	// ambiguous), match.users and match.excludeUsers can decide, and the
 	// CEL actor has the audit fields.
 	Attribution *change.Attribution
+	// Cluster names the cluster the change is of (fieldwatch run
+	// --cluster-name): the payload's cluster; "" leaves the key out.
+	Cluster string
 	// Observed says how the change was seen: "" or change.ObservedWatch
 	// for one watch event (one write), otherwise the net effect of
 	// writes fieldwatch could not see one by one (a relist, a restart, a

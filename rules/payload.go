@@ -99,6 +99,10 @@ func (r *Rule) firing(st *evalState, ops []patchOp) (Firing, error) {
 		b = append(b, `,"observed":`...)
 		b = appendJSONString(b, string(o))
 	}
+	if c.Cluster != "" {
+		b = append(b, `,"cluster":`...)
+		b = appendJSONString(b, c.Cluster)
+	}
 	b = append(b, `,"resource":{"group":`...)
 	b = appendJSONString(b, ref.Group)
 	b = append(b, `,"version":`...)

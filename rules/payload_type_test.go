@@ -147,7 +147,7 @@ func typeCoverage(t *testing.T) map[string]rules.Firing {
 		ImpactError: "stopped at --crd-impact-max-objects"}
 	changes := map[string]*rules.Change{
 		"observed, attributed": {Type: change.Updated, Resource: widgets, Old: widget("1", 1), New: widget("2", 3), Time: at,
-			Observed: change.ObservedRelist, Attribution: everyone},
+			Observed: change.ObservedRelist, Attribution: everyone, Cluster: "prod-eu"},
 		"crd impact": {Type: change.Updated, Resource: crds, Old: crd("1", "red", "green"), New: crd("2", "red"), Time: at, CRD: comparison},
 		"crd guard overridden": {Type: change.Updated, Resource: crds, Old: crd("1", "red", "green"), New: crd("2", "red"), Time: at, CRD: comparison,
 			Attribution: &change.Attribution{Match: change.MatchExact, Source: change.SourceAdmission, Verb: "update",

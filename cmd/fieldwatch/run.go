@@ -67,7 +67,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Var(&objectBytes, "queue-max-object-bytes", "bytes the changes of one object waiting for a worker hold at most (a quantity such as 16Mi); beyond it the watcher slows down")
 	fs.BoolVar(&cfg.DryRun, "dry-run", false, "patch actions log the patch instead of sending it")
 	fs.StringVar(&cfg.ExternalURL, "external-url", "", "the URL users reach fieldwatch's history page at (https://fieldwatch.example.com): notifications link each object to /history/object there")
-	fs.StringVar(&cfg.ClusterName, "cluster-name", "", "the cluster's name in notifications: the alertmanager action's cluster label, PagerDuty's source, the messages' text")
+	fs.StringVar(&cfg.ClusterName, "cluster-name", "", "the cluster's name: every payload's cluster, the history's chain and checkpoints, and in notifications the alertmanager action's cluster label, PagerDuty's source, the messages' text")
 	fs.BoolVar(&cfg.LeaderElect, "leader-elect", false, "elect one active replica through a coordination.k8s.io Lease")
 	fs.StringVar(&cfg.LeaseNamespace, "leader-elect-namespace", podNamespace(), "namespace of the leader election Lease")
 	fs.StringVar(&cfg.LeaseName, "leader-elect-name", app.DefaultLeaseName, "name of the leader election Lease (with --total-shards > 1, the default is fieldwatch-shard-N-of-M: each shard elects its own leader)")

@@ -56,7 +56,8 @@ type Config struct {
 	// ExternalURL is where users reach this fieldwatch (its history
 	// page): the notification actions link to it. "" for no links.
 	ExternalURL string
-	// ClusterName names the cluster in notifications.
+	// ClusterName names the cluster: every payload's cluster, the
+	// history's chain and checkpoints, and notifications.
 	ClusterName string
 	// LeaderElect makes replicas elect one leader through a Lease. Every
 	// replica watches; only the leader evaluates and acts. It publishes its

@@ -223,6 +223,7 @@ func (a *app) evaluateConfirmed(h *historyState) {
 			continue
 		}
 		rc := rulesChange(c)
+		rc.Cluster = a.cfg.ClusterName
 		if set.WantsCRDImpact(rc) {
 			a.crdImpact(context.Background(), c, rc)
 		}

@@ -56,6 +56,7 @@ type historyEntry struct {
 	namespace string
 	name, uid string
 	user      string // the impersonated user, else the authenticated one
+	cluster   string
 	changes   []map[string]any
 }
 
@@ -73,9 +74,9 @@ func (c historyClient) query(t *testing.T, params url.Values) ([]historyEntry, s
 	var out []historyEntry
 	for _, e := range page.Entries {
 		var p struct {
-			ID, Type, Namespace, Name, UID string
-			Changes                        []map[string]any
-			Actor                          struct {
+			ID, Type, Namespace, Name, UID, Cluster string
+			Changes                                 []map[string]any
+			Actor                                   struct {
 				User, ImpersonatedUser struct{ Username string }
 			}
 		}
@@ -87,13 +88,14 @@ func (c historyClient) query(t *testing.T, params url.Values) ([]historyEntry, s
 			user = p.Actor.User.Username
 		}
 		out = append(out, historyEntry{seq: e.Seq, source: string(e.Source), id: p.ID, typ: p.Type, namespace: p.Namespace,
-			name: p.Name, uid: p.UID, user: user, changes: p.Changes})
+			name: p.Name, uid: p.UID, user: user, cluster: p.Cluster, changes: p.Changes})
 	}
 	return out, page.Next
 }
 
 // TestHistory: fieldwatch with a state directory keeps every firing in
-// its history, as delivered (the user from the audit stream included);
+// its history, as delivered (the user from the audit stream and the
+// cluster's name included);
 // the API filters, pages and refuses bad input; a user whose service
 // account may read ConfigMaps in one namespace sees only that
 // namespace's entries (TokenReview and SubjectAccessReview by the real
@@ -144,8 +146,8 @@ func TestHistory(t *testing.T) {
 	// Newest first, each with its old value and the user.
 	for i, want := range []struct{ typ, old, new string }{{"updated", "2", "3"}, {"updated", "1", "2"}, {"created", "", ""}} {
 		e := entries[i]
-		if e.typ != want.typ || e.user != "alice" || e.source != "delivered" {
-			t.Errorf("entry %d: %s by %q (%s), want %s by alice", i, e.typ, e.user, e.source, want.typ)
+		if e.typ != want.typ || e.user != "alice" || e.source != "delivered" || e.cluster != "hist" {
+			t.Errorf("entry %d: %s by %q (%s) in cluster %q, want %s by alice in hist (--cluster-name)", i, e.typ, e.user, e.source, e.cluster, want.typ)
 		}
 		if want.old != "" && (len(e.changes) != 1 || e.changes[0]["oldValue"] != want.old || e.changes[0]["value"] != want.new) {
 			t.Errorf("entry %d changes %v, want /data/k %s -> %s", i, e.changes, want.old, want.new)

@@ -44,6 +44,7 @@ func (p *pipeline) Handle(ctx context.Context, c *watcher.Change) error {
 		return nil // no rule watches this resource (any more)
 	}
 	rc := rulesChange(c)
+	rc.Cluster = p.app.cfg.ClusterName
 	if set.WantsCRDImpact(rc) {
 		// From the cache as it is now, before any wait.
 		p.app.crdImpact(ctx, c, rc)

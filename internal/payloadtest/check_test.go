@@ -7,7 +7,7 @@ import (
 )
 
 // full uses every key of payload.Payload.
-const full = `{"id":"u1/42/r","time":"2026-12-02T12:00:00.000001Z","rule":"r","type":"updated","observed":"relist",` +
+const full = `{"id":"u1/42/r","time":"2026-12-02T12:00:00.000001Z","rule":"r","type":"updated","observed":"relist","cluster":"prod-eu",` +
 	`"resource":{"group":"example.com","version":"v1","resource":"widgets","kind":"Widget"},` +
 	`"namespace":"shop","name":"w1","uid":"u1","resourceVersion":"42",` +
 	`"changes":[{"op":"replace","path":"/spec/size","value":3,"oldValue":1.50}],` +
