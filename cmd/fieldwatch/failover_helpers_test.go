@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -184,14 +185,18 @@ type made struct {
 }
 
 // writers create, update and delete ConfigMaps and Widgets in a namespace
-// until stopped, and record every write that succeeded.
+// until stopped, and record every write that succeeded. A write whose
+// answer was lost may have been applied all the same: finish reads every
+// object back and records the state it finds.
 type writers struct {
-	t      *testing.T
-	ns     string
-	mu     sync.Mutex
-	writes []made
-	stop   context.CancelFunc
-	done   sync.WaitGroup
+	t        *testing.T
+	ns       string
+	mu       sync.Mutex
+	writes   []made
+	stop     context.CancelFunc
+	done     sync.WaitGroup
+	clients  map[string]dynamic.ResourceInterface // by kind
+	finished sync.Once
 }
 
 var widgetsGVR = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
@@ -203,13 +208,14 @@ func startWriters(t *testing.T, env *testenv.Env, ns string, interval, minAge ti
 	t.Helper()
 	installWidgets(t, env)
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &writers{t: t, ns: ns, stop: cancel}
+	w := &writers{t: t, ns: ns, stop: cancel, clients: map[string]dynamic.ResourceInterface{}}
 	dyn := env.Dynamic(t)
 	for i, kind := range []string{"ConfigMap", "Widget"} {
 		client := dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}).Namespace(ns)
 		if kind == "Widget" {
 			client = dyn.Resource(widgetsGVR).Namespace(ns)
 		}
+		w.clients[kind] = client
 		w.done.Go(func() { w.run(ctx, client, kind, interval, minAge, rand.New(rand.NewPCG(uint64(i), 7))) })
 	}
 	t.Cleanup(w.finish)
@@ -224,10 +230,33 @@ func installWidgets(t *testing.T, env *testenv.Env) {
 	}
 }
 
-// finish stops the writers and waits for them.
+// finish stops the writers, waits for them, and records what every
+// object is now where it differs from its last recorded write (a write
+// applied whose answer was lost: a request cut by the stop, say).
 func (w *writers) finish() {
 	w.stop()
 	w.done.Wait()
+	w.finished.Do(w.readBack)
+}
+
+// readBack records the state of every object the writers wrote, as a
+// client reads it now, where it is not its last recorded write.
+func (w *writers) readBack() {
+	last := map[string]made{} // by kind and name
+	for _, m := range w.made() {
+		last[m.kind+"/"+m.name] = m
+	}
+	for _, m := range last {
+		o, err := w.clients[m.kind].Get(context.Background(), m.name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err) && m.typ != "deleted":
+			w.record(made{"deleted", m.kind, m.name, m.uid, "", time.Now(), nil})
+		case err == nil && m.typ != "deleted" && o.GetResourceVersion() != m.rv && o.GetUID() == m.uid:
+			w.record(made{"updated", m.kind, m.name, o.GetUID(), o.GetResourceVersion(), time.Now(), o.Object})
+		case err != nil && !apierrors.IsNotFound(err):
+			w.t.Errorf("reading %s %s back: %v", m.kind, m.name, err)
+		}
+	}
 }
 
 func (w *writers) run(ctx context.Context, client dynamic.ResourceInterface, kind string, interval, minAge time.Duration, rnd *rand.Rand) {
