@@ -198,12 +198,12 @@ func TestNamespacedInstall(t *testing.T) {
 	if err := os.WriteFile(rules, []byte(outside), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 30*time.Second, "the refused reload", func() bool {
-		return p.metric("fieldwatch_rules_reload_failures_total") == 1
+	// The failure is counted before it is logged: both are waited for.
+	want := `rules[1].match.namespaces[1]: namespace \"nsi-out\" is not watched`
+	testenv.EventuallyWhy(t, 30*time.Second, "the refused reload, its error logged", func() (bool, string) {
+		return p.metric("fieldwatch_rules_reload_failures_total") == 1 && strings.Contains(p.logs(), want),
+			fmt.Sprintf("%v reload failures; the log's tail:\n%s", p.metric("fieldwatch_rules_reload_failures_total"), tail(p.logs(), 2048))
 	})
-	if want := `rules[1].match.namespaces[1]: namespace \"nsi-out\" is not watched`; !strings.Contains(p.logs(), want) {
-		t.Errorf("the reload's error does not say %s:\n%s", want, tail(p.logs(), 2048))
-	}
 }
 
 // access is one SelfSubjectAccessReview and its expected answer.
