@@ -60,10 +60,7 @@ func (l *Ledger) lastEpoch(name string) (string, bool) {
 // version out of status.storedVersions, a migration (which the guard lets
 // through), and the old version leaving the CRD.
 func TestLedgerStorageSwitchAndMigration(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration: control plane")
-	}
-	env := testenv.Shared(t)
+	env := testenv.Shared(t) // skips the unit tier
 	ctx := context.Background()
 	fc := clocktesting.NewFakeClock(time.Now())
 	ledger := NewLedger(LedgerOptions{Dynamic: env.Dynamic(t), Clock: fc, Logger: discard})

@@ -25,10 +25,7 @@ func hasLine(lines []string, want string) bool {
 // calls, objects from the watcher's cache: what kubectl and client-go get
 // back for safe and breaking updates and deletions, in warn and deny mode.
 func TestGuardAtAdmission(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration: control plane")
-	}
-	env := testenv.Shared(t)
+	env := testenv.Shared(t) // skips the unit tier
 	ctx := context.Background()
 	const group = "admission.guard.example.com"
 	crd := installWidgets(t, env, group)
@@ -127,10 +124,7 @@ func TestGuardAtAdmission(t *testing.T) {
 // TestGuardListsUncached reviews a CRD whose objects fieldwatch does not
 // cache: they are listed on demand, in pages.
 func TestGuardListsUncached(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration: control plane")
-	}
-	env := testenv.Shared(t)
+	env := testenv.Shared(t) // skips the unit tier
 	ctx := context.Background()
 	const group = "uncached.guard.example.com"
 	crd := installWidgets(t, env, group)

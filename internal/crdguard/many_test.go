@@ -75,9 +75,7 @@ func (m *manyWidgets) narrowReview(tb testing.TB) *admissionv1.AdmissionRequest 
 // says it is not and how far it got (on a slow machine, or under the race
 // detector); with a lower bound on the objects, it says where it stopped.
 func TestGuardManyObjects(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration: 50,000 objects")
-	}
+	testenv.SkipShort(t, testenv.LoadTest) // 50,000 objects
 	const n = 50000
 	env := testenv.Shared(t)
 	m := many(t, n)
