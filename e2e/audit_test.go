@@ -250,6 +250,19 @@ func logAuditState(t *testing.T, logs podLogs, pages map[string]string) {
 		}
 		t.Logf("%s's log lines about the audit webhook (%d, last 40):\n  %s", pod, len(logged), strings.Join(logged[max(0, len(logged)-40):], "\n  "))
 	}
+	// The apiserver logs each event list its webhook dropped.
+	data, err := os.ReadFile(filepath.Join(c.root, "bin/cluster/logs/kube-apiserver.log"))
+	if err != nil {
+		t.Logf("the apiserver's log: %v", err)
+		return
+	}
+	var dropped []string
+	for line := range strings.Lines(string(data)) {
+		if strings.Contains(line, "Error in audit plugin") {
+			dropped = append(dropped, strings.TrimSpace(line))
+		}
+	}
+	t.Logf("the apiserver's audit webhook dropped event lists %d times (last 20):\n  %s", len(dropped), strings.Join(dropped[max(0, len(dropped)-20):], "\n  "))
 }
 
 // userClient returns a client of the cluster authenticated as user (a

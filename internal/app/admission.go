@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/fieldwatch/fieldwatch/change"
@@ -215,26 +216,38 @@ func (a *app) serveAdmission(ctx context.Context, bg interface{ Go(func()) }, ce
 	return nil
 }
 
-// lingerAdmission, deferred by run, keeps the admission endpoint up until
-// Linger has passed since parent ended, when it did: the endpoint stops
-// after it returns.
-func (a *app) lingerAdmission(parent context.Context) func() {
-	c := &a.cfg.Admission
-	if !c.enabled() || c.Linger <= 0 {
+// lingerEndpoints, deferred by run, keeps the admission endpoint and the
+// audit webhook up until their Linger has passed since parent ended, when
+// it did: they stop after it returns. Meanwhile the audit webhook, with
+// peers, relays what the apiserver posts to them once this replica's own
+// index is closed.
+func (a *app) lingerEndpoints(parent context.Context) func() {
+	var linger time.Duration
+	var what []string
+	if c := &a.cfg.Admission; c.enabled() && c.Linger > 0 {
+		linger, what = c.Linger, append(what, "admission webhook")
+	}
+	if c := &a.cfg.Audit; c.WebhookAddr != "" && c.WebhookLinger > 0 {
+		linger, what = max(linger, c.WebhookLinger), append(what, "audit webhook")
+	}
+	if linger <= 0 {
 		return func() {}
 	}
 	stopped := make(chan time.Time, 1)
-	stop := context.AfterFunc(parent, func() { stopped <- time.Now() })
+	stop := context.AfterFunc(parent, func() {
+		a.auditSink.relaying.Store(true)
+		stopped <- time.Now()
+	})
 	return func() {
 		if stop() {
 			return // run ended for another reason: no one is told to go elsewhere
 		}
 		at := <-stopped
-		wait := time.Until(at.Add(c.Linger))
+		wait := time.Until(at.Add(linger))
 		if wait <= 0 {
 			return
 		}
-		a.log.Info("admission webhook: answering until the Service sends elsewhere", "for", wait.Round(time.Millisecond).String())
+		a.log.Info(strings.Join(what, " and ")+": answering until the Service sends elsewhere", "for", wait.Round(time.Millisecond).String())
 		t := time.NewTimer(wait)
 		defer t.Stop()
 		<-t.C

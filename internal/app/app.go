@@ -360,7 +360,7 @@ func (a *app) run(ctx context.Context) error {
 	if err := a.startAdmission(auditCtx, &bg); err != nil {
 		return err
 	}
-	defer a.lingerAdmission(parent)() // before stopAudit
+	defer a.lingerEndpoints(parent)() // before stopAudit
 
 	if !a.cfg.LeaderElect {
 		a.metrics.leader.Set(1)

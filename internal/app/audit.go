@@ -41,6 +41,14 @@ type AuditConfig struct {
 	// WebhookReady, if set, is called with the receiver's address once it
 	// listens (tests use it with WebhookAddr "127.0.0.1:0").
 	WebhookReady func(addr string)
+	// WebhookLinger keeps the receiver taking posts on shutdown until this
+	// long after the run's context ended (SIGTERM), overlapping the drain,
+	// while the Service stops sending this replica the apiserver's posts:
+	// the apiserver drops a post whose connection is refused (its audit
+	// webhook retries resets, timeouts, 429 and 5xx only), and the changes
+	// of its events go out unattributed. With WebhookPeers the events are relayed to the
+	// peers once this replica's index is closed. Zero lingers not at all.
+	WebhookLinger time.Duration
 	// LogPath is the apiserver's audit log to follow (JSON lines); "" for
 	// none. LogStateFile records how far it was read (default
 	// audit-log.state in Config.StateDir, if any).
@@ -124,17 +132,26 @@ func (s *auditScope) keeps(group, resource string) bool {
 	return s.all || s.groups[group] || s.resources[resource] || s.exact[[2]string{group, resource}]
 }
 
+// DefaultAuditWebhookLinger is `fieldwatch run`'s --audit-webhook-linger:
+// as DefaultAdmissionLinger, a few seconds for the endpoints of a
+// terminating pod to leave kube-proxy's rules.
+const DefaultAuditWebhookLinger = DefaultAdmissionLinger
+
 // auditSwitch is the sink of the audit webhook, which runs for the whole
 // process: it forwards to the index of the running replica, a standby's
 // too, and has none while the replica starts or once it stopped. The
 // webhook takes the apiserver's posts while there is an index and the
 // replica leads, or, with peers to forward them to, stands by too (else a
 // standby turns them away, 503, and the apiserver's retry reaches the
-// leader).
+// leader). With peers it also takes them while it lingers after SIGTERM,
+// its index closed, only to relay them: the apiserver does not retry a
+// post that finds no listener, and the Service may send it here for a
+// moment after the pod is deleted.
 type auditSwitch struct {
-	ix      atomic.Pointer[audit.Index]
-	shared  bool         // the receiver forwards to peers
-	standby *atomic.Bool // the app's
+	ix       atomic.Pointer[audit.Index]
+	shared   bool         // the receiver forwards to peers
+	standby  *atomic.Bool // the app's
+	relaying atomic.Bool  // lingering after SIGTERM
 }
 
 // Add implements audit.Sink.
@@ -145,6 +162,9 @@ func (s *auditSwitch) Add(source string, recs []audit.Record, ignored int) {
 }
 
 func (s *auditSwitch) accepting() bool {
+	if s.shared && s.relaying.Load() {
+		return true
+	}
 	return s.ix.Load() != nil && (s.shared || s.standby == nil || !s.standby.Load())
 }
 

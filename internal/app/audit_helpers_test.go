@@ -286,6 +286,8 @@ type fieldwatchRun struct {
 	out         *stampedLines
 	logs        *testenv.SyncBuffer
 	webhookAddr string
+	// stop ends the run's context (SIGTERM) and waits for it to return.
+	stop func()
 }
 
 // runFieldwatch runs fieldwatch with the rules src against the audited
@@ -329,7 +331,7 @@ func runFieldwatch(t *testing.T, plane *auditPlane, src string, edit func(*Confi
 			t.Logf("its payloads: %d; metrics: %s", len(r.out.where(func(map[string]any) bool { return true })), r.metricsSummary())
 		}
 	})
-	testenv.RunUntilCleanup(t, 30*time.Second, a.run)
+	r.stop = testenv.RunUntilCleanup(t, 30*time.Second, a.run)
 	if cfg.Audit.WebhookAddr != "" {
 		select {
 		case r.webhookAddr = <-webhook:

@@ -447,6 +447,68 @@ func TestAttributionNeedsASource(t *testing.T) {
 	}
 }
 
+// TestAuditWebhookLingers: two replicas with leader election forward to
+// each other (--audit-webhook-peers) and the apiserver posts only to the
+// leader's receiver, as a Service still does for a moment after the
+// leader's pod is deleted. The leader is stopped (SIGTERM): while it
+// lingers its receiver takes the apiserver's posts and relays them to the
+// replica that took over, which names the writer of every change made
+// after. Without the linger the posts find no listener, the apiserver
+// drops them, and the changes go out unattributed.
+func TestAuditWebhookLingers(t *testing.T) {
+	plane := sharedAuditPlane(t)
+	env := plane.env
+	const ns = "lingers"
+	env.EnsureNamespace(t, ns)
+	pods := map[string]*testenv.Proxy{"a": testenv.NewProxy(t, ""), "b": testenv.NewProxy(t, "")}
+	replica := func(id string) *fieldwatchRun {
+		return runFieldwatch(t, plane, allChanges, func(c *Config) {
+			c.LeaderElect, c.LeaseNamespace, c.LeaseName, c.Identity = true, ns, "fieldwatch-linger-test", id
+			c.Audit.WebhookPeers = []string{pods["a"].Addr(), pods["b"].Addr()}
+			c.Audit.WebhookLinger = 15 * time.Second
+			c.Audit.Wait = 10 * time.Second
+			c.Audit.WebhookReady = func(addr string) { pods[id].SetTarget(addr) }
+		})
+	}
+	leads := func(r *fieldwatchRun) func() bool {
+		return func() bool {
+			w := r.app.watcher.Load()
+			return !r.app.standby.Load() && w != nil && w.Synced()
+		}
+	}
+	a := replica("a")
+	testenv.Eventually(t, time.Minute, "a to lead", leads(a))
+	b := replica("b")
+	plane.hook.setTarget(a.webhookAddr)
+	a.warmUp(t, plane)
+	testenv.Eventually(t, 30*time.Second, "b to hold the events a forwards", func() bool { return b.auditEvents(t, "peer") > 0 })
+
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		a.stop()
+	}()
+	testenv.Eventually(t, time.Minute, "b to take over", leads(b))
+	alice := env.Impersonating(t, "alice").Dynamic.Resource(cmGVR).Namespace(ns)
+	const n = 3
+	for i := range n {
+		if _, err := alice.Create(context.Background(), testConfigMap(fmt.Sprintf("cm-%d", i), map[string]any{"k": "v"}), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range b.out.waitFor(t, time.Minute, n, inNamespace(ns, "")) {
+		if m := actorOf(p.p)["match"]; (m != "window" && m != "exact") || effectiveUser(p.p) != "alice" {
+			t.Errorf("%v: actor %v, want alice", p.p["name"], actorOf(p.p))
+		}
+	}
+	select {
+	case <-stopped:
+		t.Error("a's run returned before the changes made after its stop were attributed: it did not linger")
+	default:
+	}
+	<-stopped
+}
+
 // TestAttributionStandbyReplica: two replicas with leader election behind
 // one address (the proxy sends each new connection to the next, as a
 // Service does), the first connection to the standby. The standby turns

@@ -98,21 +98,28 @@ func (b *SyncBuffer) String() string {
 // RunUntilCleanup runs run in a goroutine with a context that ends when
 // the test does; the test's cleanup waits up to timeout for run to return
 // and reports its error, or that it did not return. Cleanups registered
-// before it run after run returned.
-func RunUntilCleanup(t testing.TB, timeout time.Duration, run func(context.Context) error) {
+// before it run after run returned. The function it returns ends run's
+// context earlier and waits for it the same way (a SIGTERM in the middle
+// of a test); the cleanup then has nothing left to do.
+func RunUntilCleanup(t testing.TB, timeout time.Duration, run func(context.Context) error) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			case <-time.After(timeout):
+				t.Errorf("Run did not return %s after its context ended", timeout)
 			}
-		case <-time.After(timeout):
-			t.Errorf("Run did not return %s after its context ended", timeout)
-		}
-	})
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
