@@ -272,19 +272,36 @@ func (p *Postgres) halt(sig syscall.Signal, timeout time.Duration) error {
 	default:
 	}
 	if sig == syscall.SIGKILL {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-		return nil
+		return p.killGroup(cmd.Process.Pid, done)
 	}
 	_ = cmd.Process.Signal(sig)
 	select {
 	case <-done:
 		return nil
 	case <-time.After(timeout):
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-		return fmt.Errorf("postgres did not stop within %s of %s: killed", timeout, sig)
+		return errors.Join(fmt.Errorf("postgres did not stop within %s of %s: killed", timeout, sig), p.killGroup(cmd.Process.Pid, done))
 	}
+}
+
+// killGroup SIGKILLs the server's process group and waits until every
+// process of it is gone, then removes the lock file the postmaster left.
+// Start must not find a backend still attached to the old shared memory
+// ("pre-existing shared memory block is still in use"), nor a lock file
+// naming a PID that another process has taken since ("is another
+// postmaster running?"): either makes the new server exit at once.
+func (p *Postgres) killGroup(pid int, done <-chan struct{}) error {
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	<-done
+	err := Wait(context.Background(), 10*time.Millisecond, 10*time.Second, "the killed server's processes to exit", func() bool {
+		return errors.Is(syscall.Kill(-pid, 0), syscall.ESRCH)
+	})
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(filepath.Join(p.data, "postmaster.pid")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
 }
 
 // Start starts a server stopped by Shutdown or Kill again on its data,
