@@ -14,59 +14,13 @@ import (
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
+	"github.com/fieldwatch/fieldwatch/internal/testenv/browser"
 )
 
 // screenshot, when set, is where TestPageInBrowser saves a screenshot of
 // the timeline (docs/history-timeline.png: go test ./internal/history/web
 // -run TestPageInBrowser -screenshot ../../../docs/history-timeline.png).
 var screenshot = flag.String("screenshot", "", "save a screenshot of the timeline to this PNG file")
-
-// chromium is Debian's Chromium (`make test` installs the chromium
-// package when it is missing), or $FIELDWATCH_CHROMIUM.
-func chromium() string {
-	if p := os.Getenv("FIELDWATCH_CHROMIUM"); p != "" {
-		return p
-	}
-	return "/usr/bin/chromium"
-}
-
-// browser starts a headless Chromium for the test, with an empty profile
-// and nothing that calls out: no background networking, component
-// updates, sync or QUIC. It is stopped (by its process) when the test
-// ends.
-func browser(t *testing.T) context.Context {
-	t.Helper()
-	if _, err := os.Stat(chromium()); err != nil {
-		t.Fatalf("no Chromium at %s (`make test` installs Debian's chromium package; or set FIELDWATCH_CHROMIUM): %v", chromium(), err)
-	}
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(chromium()),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-extensions", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1440, 1000),
-	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelCtx := chromedp.NewContext(actx)
-	ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
-	t.Cleanup(func() {
-		cancelTimeout()
-		cancelCtx()
-		cancelAlloc() // ends the browser process
-	})
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("start Chromium: %v", err)
-	}
-	return ctx
-}
 
 // requests records every URL the page asks for.
 type requests struct {
@@ -158,7 +112,7 @@ func visible(sel string) chromedp.Action[chromedp.Void] {
 func TestPageInBrowser(t *testing.T) {
 	_, base := serve(t, seed(t, 3000))
 	r := newReaders(t)
-	ctx := browser(t)
+	ctx := browser.Start(t)
 	var reqs requests
 	if err := reqs.listen(ctx); err != nil {
 		t.Fatal(err)

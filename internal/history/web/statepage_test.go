@@ -15,6 +15,7 @@ import (
 
 	"github.com/fieldwatch/fieldwatch/change"
 	"github.com/fieldwatch/fieldwatch/internal/history"
+	"github.com/fieldwatch/fieldwatch/internal/testenv/browser"
 )
 
 // objectScreenshot, when set, is where TestObjectTimeInBrowser saves a
@@ -112,7 +113,7 @@ func TestObjectTimeInBrowser(t *testing.T) {
 	seedCRDStates(t, store)
 	_, base := serve(t, store)
 	r := newReaders(t)
-	ctx := browser(t)
+	ctx := browser.Start(t)
 	tb := tab{t, ctx}
 	run, text := tb.run, tb.text
 
