@@ -209,14 +209,15 @@ type Firing struct {
 	Skipped []int
 	// Object addresses the object the change is about.
 	Object ObjectRef
-	// Time, Type, User, Impersonated and Manager are the payload's
-	// "time" (as written: UTC, to the microsecond), "type" and the
-	// actor's user and impersonated user's usernames and manager ("" when
-	// the payload has none), for those that would read them back from
-	// the payload (the history).
+	// Time, Type, User, Impersonated, Manager and Cluster are the
+	// payload's "time" (as written: UTC, to the microsecond), "type", the
+	// actor's user and impersonated user's usernames and manager, and
+	// "cluster" ("" when the payload has none), for those that would read
+	// them back from the payload (the history).
 	Time                        time.Time
 	Type                        change.Type
 	User, Impersonated, Manager string
+	Cluster                     string
 }
 
 // ObjectRef addresses one object of one resource.

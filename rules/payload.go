@@ -158,7 +158,7 @@ func (r *Rule) firing(st *evalState, ops []patchOp) (Firing, error) {
 		}
 	}
 	b = append(b, '}')
-	f := Firing{ID: id, Rule: r, Payload: bytes.Clone(b), Object: ref, Time: c.Time.UTC().Truncate(time.Microsecond), Type: c.Type}
+	f := Firing{ID: id, Rule: r, Payload: bytes.Clone(b), Object: ref, Time: c.Time.UTC().Truncate(time.Microsecond), Type: c.Type, Cluster: c.Cluster}
 	if hasActor {
 		f.Manager = actor.Manager
 	}

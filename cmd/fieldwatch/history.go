@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -291,9 +293,17 @@ func printHistory(w io.Writer, output string, entries []history.Entry, next stri
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	// The cluster column when the entries name one (--cluster-name).
+	clusters := slices.ContainsFunc(entries, func(e history.Entry) bool { return e.Cluster != "" })
+	if clusters {
+		_, _ = fmt.Fprint(tw, "CLUSTER\t")
+	}
 	_, _ = fmt.Fprintln(tw, "TIME\tTYPE\tRESOURCE\tOBJECT\tWHO\tRULE\tCHANGES")
 	for i := range entries {
 		e := &entries[i]
+		if clusters {
+			_, _ = fmt.Fprintf(tw, "%s\t", cmp.Or(e.Cluster, "-"))
+		}
 		object := e.Name
 		if e.Namespace != "" {
 			object = e.Namespace + "/" + e.Name

@@ -64,7 +64,8 @@ func TestHistoryPubkey(t *testing.T) {
 // signatures fail (1); a file that is not an export, or is cut in a
 // line, is bad input (2) naming the file and line. The state directory
 // verifies in place too, and after a row is edited in history.db,
-// verify names it.
+// verify names it. The entries name their cluster, which the export and
+// the CSV carry.
 func TestHistoryExportVerify(t *testing.T) {
 	dir := t.TempDir()
 	keyFile, key := writeKey(t)
@@ -79,7 +80,7 @@ func TestHistoryExportVerify(t *testing.T) {
 		if i%2 == 0 { // a value a spreadsheet would take for a formula
 			changes = fmt.Sprintf(`[{"op":"replace","path":"/data/v","value":"=cmd|' /C calc'!A0","oldValue":"%d"}]`, i)
 		}
-		p := fmt.Appendf(nil, `{"id":"u%d/1/r","time":"2026-12-01T12:00:%02dZ","rule":"r","type":"updated","resource":{"group":"","version":"v1","resource":"configmaps","kind":"ConfigMap"},"namespace":"ns","name":"cm","uid":"u%d","resourceVersion":"1","changes":%s}`, i, i, i, changes)
+		p := fmt.Appendf(nil, `{"id":"u%d/1/r","time":"2026-12-01T12:00:%02dZ","rule":"r","type":"updated","resource":{"group":"","version":"v1","resource":"configmaps","kind":"ConfigMap"},"namespace":"ns","name":"cm","uid":"u%d","resourceVersion":"1","cluster":"prod","changes":%s}`, i, i, i, changes)
 		r.Record(p, history.Delivered)
 	}
 	r.Close(context.Background())
@@ -130,6 +131,9 @@ func TestHistoryExportVerify(t *testing.T) {
 			stderr: `cut.jsonl: line 23: .*unexpected EOF`},
 		{name: "state dir", args: []string{"history", "verify", "--state-dir", dir, "--pubkey", pub}, code: 0,
 			stdout: `chain "local": 22 links, 20 entries(.|\n)*INTACT`},
+		{name: "by cluster", args: []string{"history", "--state-dir", dir, "--cluster", "prod", "--limit", "1"}, code: 0,
+			stdout: `^CLUSTER\s+TIME\s+TYPE.*\nprod\s+2026-12-01T12:00:19Z\s+updated`},
+		{name: "another cluster", args: []string{"history", "--state-dir", dir, "--cluster", "dev"}, code: 0, stdout: `^TIME\s+TYPE[^\n]*\n$`},
 		{name: "no file", args: []string{"history", "verify"}, code: 2, stderr: "give one of FILE \\(an export\\), --state-dir and --dsn"},
 		{name: "a file and a state dir", args: []string{"history", "verify", export, "--state-dir", dir}, code: 2, stderr: "give one of FILE"},
 		{name: "no history in the state dir", args: []string{"history", "verify", "--state-dir", t.TempDir()}, code: 1, stderr: "history.db"},
@@ -155,10 +159,10 @@ func TestHistoryExportVerify(t *testing.T) {
 	if len(rows) != 21 || strings.Join(rows[0], ",") != strings.Join(history.CSVHeader, ",") {
 		t.Fatalf("%d rows, header %q: want the header and 20 entries", len(rows), rows[0])
 	}
-	if got := strings.Join(rows[1], ","); got != "2026-12-01T12:00:00Z,updated,,configmaps,ns,cm,,,,r,u0/1/r,replace,/data/v,0,'=cmd|' /C calc'!A0," {
+	if got := strings.Join(rows[1], ","); got != "2026-12-01T12:00:00Z,updated,,configmaps,ns,cm,,,,r,u0/1/r,replace,/data/v,0,'=cmd|' /C calc'!A0,,prod" {
 		t.Errorf("u0's row: %s", got)
 	}
-	if got := strings.Join(rows[2], ","); got != "2026-12-01T12:00:01Z,updated,,configmaps,ns,cm,,,,r,u1/1/r,,,,," {
+	if got := strings.Join(rows[2], ","); got != "2026-12-01T12:00:01Z,updated,,configmaps,ns,cm,,,,r,u1/1/r,,,,,,prod" {
 		t.Errorf("u1's row (no changes): %s", got)
 	}
 	// The same from a server's /api/v1/history/export, as JSON Lines and

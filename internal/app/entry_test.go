@@ -13,7 +13,8 @@ import (
 // TestEntryOfIsThePayloads: the history entry the pipeline records from
 // a firing's fields is the one the history would read from its payload,
 // for each type of change, with and without attribution, with a value
-// JSON escapes, a cluster-scoped object and a secret's redaction.
+// JSON escapes, a cluster-scoped object, a cluster's name and a secret's
+// redaction.
 func TestEntryOfIsThePayloads(t *testing.T) {
 	set, err := rules.Parse("rules.yaml", []byte(`rules:
   - name: widgets
@@ -44,7 +45,8 @@ func TestEntryOfIsThePayloads(t *testing.T) {
 		name string
 		c    rules.Change
 	}{
-		{"updated, attributed", rules.Change{Type: change.Updated, Resource: widgets, Old: obj("shop", "1", "kubectl"), New: obj("shop", "2", "kubectl-edit"), Time: at, Attribution: alice}},
+		{"updated, attributed, a cluster named", rules.Change{Type: change.Updated, Resource: widgets, Old: obj("shop", "1", "kubectl"), New: obj("shop", "2", "kubectl-edit"), Time: at,
+			Attribution: alice, Cluster: "prod"}},
 		{"created, cluster-scoped", rules.Change{Type: change.Created, Resource: clusterWidgets, New: obj("", "3", "helm"), Time: at}},
 		{"deleted, unattributed", rules.Change{Type: change.Deleted, Resource: widgets, Old: obj("shop", "4", "kubectl"), Time: at,
 			Attribution: &change.Attribution{Match: change.MatchNone}}},

@@ -314,7 +314,7 @@ func entryOf(f *rules.Firing, source history.Source) history.Entry {
 		ID: f.ID, Time: f.Time, Rule: f.Rule.Name, Type: f.Type,
 		Group: o.Group, Version: o.Version, Resource: o.Resource, Kind: o.Kind,
 		Namespace: o.Namespace, Name: o.Name, UID: o.UID, ResourceVersion: o.ResourceVersion,
-		User: f.User, Impersonated: f.Impersonated, Manager: f.Manager,
+		User: f.User, Impersonated: f.Impersonated, Manager: f.Manager, Cluster: f.Cluster,
 		Source: source, Payload: f.Payload,
 	}
 }

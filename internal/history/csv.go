@@ -15,7 +15,7 @@ import (
 )
 
 // CSVHeader is the first row of WriteCSV's output.
-var CSVHeader = []string{"time", "type", "group", "resource", "namespace", "name", "user", "impersonated", "manager", "rule", "id", "op", "path", "old", "new", "note"}
+var CSVHeader = []string{"time", "type", "group", "resource", "namespace", "name", "user", "impersonated", "manager", "rule", "id", "op", "path", "old", "new", "note", "cluster"}
 
 // WriteCSV writes the trail's entries that walk visits (Trail.Links, or
 // ReadExport over an export) as CSV for a spreadsheet: a header row
@@ -54,6 +54,7 @@ func WriteCSV(w io.Writer, walk func(each func(*Link, *Entry) error) error) erro
 		if perr != nil || len(p.Changes) == 0 {
 			clear(row)
 			copy(row, head)
+			row[16] = e.Cluster
 			if perr != nil {
 				row[15] = "the payload does not decode: " + perr.Error()
 			}
@@ -62,6 +63,7 @@ func WriteCSV(w io.Writer, walk func(each func(*Link, *Entry) error) error) erro
 		for _, c := range p.Changes {
 			clear(row)
 			copy(row, head)
+			row[16] = e.Cluster
 			row[11], row[12], row[13], row[14] = string(c.Op), c.Path, csvValue(c.OldValue), csvValue(c.Value)
 			if err := cw.Write(csvSafe(row)); err != nil {
 				return err

@@ -47,6 +47,9 @@ type Entry struct {
 	// impersonated user's (actor.user, actor.impersonatedUser), "" when
 	// the payload does not name them; Manager is actor.manager.
 	User, Impersonated, Manager string
+	// Cluster is the payload's cluster (--cluster-name), "" when it names
+	// none: several clusters' instances may write into one database.
+	Cluster string
 	// Source says whether this replica delivered it or recorded it from
 	// the leader's confirmation.
 	Source Source
@@ -75,6 +78,7 @@ type payloadHead struct {
 	Name            string `json:"name"`
 	UID             string `json:"uid"`
 	ResourceVersion string `json:"resourceVersion"`
+	Cluster         string `json:"cluster"`
 	Actor           struct {
 		Manager string `json:"manager"`
 		User    struct {
@@ -89,7 +93,7 @@ type payloadHead struct {
 // headKeys are the top-level keys of a payload that ParsePayload decodes.
 var headKeys = map[string]bool{
 	"id": true, "time": true, "rule": true, "type": true, "resource": true, "namespace": true,
-	"name": true, "uid": true, "resourceVersion": true, "actor": true,
+	"name": true, "uid": true, "resourceVersion": true, "cluster": true, "actor": true,
 }
 
 // ParsePayload returns the entry of a payload: its fields read from the
@@ -146,7 +150,7 @@ func ParsePayload(payload []byte, source Source) (Entry, error) {
 		Group: h.Resource.Group, Version: h.Resource.Version, Resource: h.Resource.Resource, Kind: h.Resource.Kind,
 		Namespace: h.Namespace, Name: h.Name, UID: h.UID, ResourceVersion: h.ResourceVersion,
 		User: h.Actor.User.Username, Impersonated: h.Actor.ImpersonatedUser.Username, Manager: h.Actor.Manager,
-		Source: source, Payload: payload,
+		Cluster: h.Cluster, Source: source, Payload: payload,
 	}, nil
 }
 
@@ -226,6 +230,8 @@ func fieldOf(h *payloadHead, key string) any {
 		return &h.UID
 	case "resourceVersion":
 		return &h.ResourceVersion
+	case "cluster":
+		return &h.Cluster
 	default: // "actor"
 		return &h.Actor
 	}

@@ -67,6 +67,7 @@ type exportEntry struct {
 	UID          string `json:"uid"`
 	User         string `json:"user"`
 	Impersonated string `json:"impersonated"`
+	Cluster      string `json:"cluster,omitempty"`
 	Source       string `json:"source"`
 	// Payload is the payload as stored when it is compact JSON on one
 	// line; PayloadBase64 otherwise.
@@ -174,7 +175,7 @@ func (le *linkEncoder) write(w io.Writer, l *Link, e *Entry) error {
 	if e != nil {
 		x := &exportEntry{Seq: e.Seq, ID: e.ID, Time: formatTime(e.Time), Recorded: formatTime(e.Recorded), Rule: e.Rule,
 			Type: string(e.Type), Group: e.Group, Resource: e.Resource, Namespace: e.Namespace, Name: e.Name, UID: e.UID,
-			User: e.User, Impersonated: e.Impersonated, Source: string(e.Source)}
+			User: e.User, Impersonated: e.Impersonated, Cluster: e.Cluster, Source: string(e.Source)}
 		le.compact.Reset()
 		if len(e.Payload) > 0 && json.Compact(&le.compact, e.Payload) == nil && bytes.Equal(le.compact.Bytes(), e.Payload) {
 			raw = e.Payload
@@ -329,7 +330,8 @@ func parseLine(b []byte) (*Link, *Entry, error) {
 	}
 	y := x.Entry
 	e := &Entry{Seq: y.Seq, ID: y.ID, Rule: y.Rule, Type: change.Type(y.Type), Group: y.Group, Resource: y.Resource,
-		Namespace: y.Namespace, Name: y.Name, UID: y.UID, User: y.User, Impersonated: y.Impersonated, Source: Source(y.Source), Payload: y.Payload}
+		Namespace: y.Namespace, Name: y.Name, UID: y.UID, User: y.User, Impersonated: y.Impersonated, Cluster: y.Cluster,
+		Source: Source(y.Source), Payload: y.Payload}
 	if y.PayloadBase64 != nil {
 		e.Payload = y.PayloadBase64
 	}

@@ -14,6 +14,7 @@ type fixture struct {
 	group, resource    string
 	namespace, name    string
 	user, imp, manager string
+	cluster            string
 	time               time.Time
 	changes            string // JSON array; default one replace
 }
@@ -49,6 +50,9 @@ func (f fixture) payload() []byte {
 			actor += `,"impersonatedUser":{"username":` + q(f.imp) + `}`
 		}
 		actor += `,"match":"window"}`
+	}
+	if f.cluster != "" {
+		actor += `,"cluster":` + q(f.cluster)
 	}
 	return fmt.Appendf(nil, `{"id":%s,"time":%s,"rule":%s,"type":%s,"resource":{"group":%s,"version":"v1","resource":%s,"kind":"Widget"},"namespace":%s,"name":%s,"uid":%s,"resourceVersion":%s,"changes":%s%s}`,
 		q(id), q(f.time.UTC().Format("2006-01-02T15:04:05.000000Z")), q(f.rule), q(f.typ), q(f.group), q(f.resource),

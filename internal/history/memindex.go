@@ -34,10 +34,36 @@ type memIndex struct {
 	// resources are those of the entries indexed since the file was
 	// opened, removed ones included (Store.Resources).
 	resources map[GroupResource]struct{}
+	// clusters are those of the same entries (Store.Clusters).
+	clusters map[string]struct{}
 }
 
 func newMemIndex() *memIndex {
-	return &memIndex{ready: make(chan struct{}), resources: map[GroupResource]struct{}{}}
+	return &memIndex{ready: make(chan struct{}), resources: map[GroupResource]struct{}{}, clusters: map[string]struct{}{}}
+}
+
+// addCluster notes a cluster that entries are of.
+func (x *memIndex) addCluster(c string) {
+	x.mu.RLock()
+	_, ok := x.clusters[c]
+	x.mu.RUnlock()
+	if !ok {
+		x.mu.Lock()
+		x.clusters[c] = struct{}{}
+		x.mu.Unlock()
+	}
+}
+
+// clusterList returns the clusters noted, sorted.
+func (x *memIndex) clusterList() []string {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	out := make([]string, 0, len(x.clusters))
+	for c := range x.clusters {
+		out = append(out, c)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // addResource notes a resource that entries are of.

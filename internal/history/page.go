@@ -169,14 +169,14 @@ func assemble(ctx context.Context, q *Query, src headSource, load loadFunc) (Pag
 
 // headOf builds a head from the columns of a head query: seq, time
 // (microseconds), id, recorded, rule, type, grp, resource, namespace,
-// name, uid, usr, imp, source and the payload's length.
+// name, uid, usr, imp, cluster, source and the payload's length.
 func headOf(scan func(dest ...any) error) (head, error) {
 	var h head
 	var recorded int64
 	var typ, source string
 	e := &h.e
 	if err := scan(&e.Seq, &h.time, &e.ID, &recorded, &e.Rule, &typ, &e.Group, &e.Resource, &e.Namespace, &e.Name,
-		&e.UID, &e.User, &e.Impersonated, &source, &h.size); err != nil {
+		&e.UID, &e.User, &e.Impersonated, &e.Cluster, &source, &h.size); err != nil {
 		return head{}, err
 	}
 	e.Type, e.Source = change.Type(typ), Source(source)

@@ -52,7 +52,16 @@ CREATE TABLE IF NOT EXISTS ` + pgResources + ` (
   resource TEXT NOT NULL,
   PRIMARY KEY (grp, resource)
 );
+ALTER TABLE ` + pgTable + ` ADD COLUMN IF NOT EXISTS cluster TEXT NOT NULL DEFAULT '';
+CREATE TABLE IF NOT EXISTS ` + pgClusters + ` (cluster TEXT PRIMARY KEY);
 `
+
+// pgClusters is the table of the clusters the history's entries are of
+// (Store.Clusters), kept as pgResources is.
+const pgClusters = pgTable + "_clusters"
+
+// pgAddClusters adds clusters, from an array.
+const pgAddClusters = `INSERT INTO ` + pgClusters + ` (cluster) SELECT DISTINCT * FROM unnest($1::text[]) ON CONFLICT DO NOTHING`
 
 // pgResources is the table of the resources the history's entries are of
 // (Store.Resources): a row per resource, added by the write that brings
@@ -67,9 +76,9 @@ SELECT DISTINCT * FROM unnest($1::text[], $2::text[]) ON CONFLICT DO NOTHING`
 // replaces a Confirmed one of the same id (a standby's copy, evaluated
 // without the leader's attribution, that came first); any other repeat
 // is left out.
-const pgInsert = `INSERT INTO ` + pgTable + ` AS h (id, time, recorded, rule, type, grp, resource, namespace, name, uid, usr, imp, source, bytes, payload)
+const pgInsert = `INSERT INTO ` + pgTable + ` AS h (id, time, recorded, rule, type, grp, resource, namespace, name, uid, usr, imp, source, bytes, payload, cluster)
 SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
-  $10::text[], $11::text[], $12::text[], $13::text[], $14::integer[], $15::bytea[])
+  $10::text[], $11::text[], $12::text[], $13::text[], $14::integer[], $15::bytea[], $16::text[])
 ON CONFLICT (id) DO UPDATE SET recorded = excluded.recorded, usr = excluded.usr, imp = excluded.imp,
   source = excluded.source, bytes = excluded.bytes, payload = excluded.payload
 WHERE h.source = 'confirmed' AND excluded.source = 'delivered'
@@ -117,8 +126,10 @@ type Postgres struct {
 	count  atomic.Int64
 	bytes  atomic.Int64
 
-	// known are the resources this replica knows to be in pgResources.
-	known sync.Map // GroupResource: struct{}
+	// known are the resources this replica knows to be in pgResources,
+	// knownClusters the clusters in pgClusters.
+	known         sync.Map // GroupResource: struct{}
+	knownClusters sync.Map // string: struct{}
 }
 
 var _ Store = &Postgres{}
@@ -167,12 +178,18 @@ func (p *Postgres) createTable(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(7016996765293437281)"); err != nil {
 			return err
 		}
-		var had bool
-		if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", pgResources).Scan(&had); err != nil {
+		var had, hadClusters bool
+		if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL", pgResources, pgClusters).Scan(&had, &hadClusters); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, pgSchema+pgTrailSchema); err != nil {
 			return err
+		}
+		if !hadClusters {
+			// A table of entries written before clusters were kept.
+			if _, err := tx.Exec(ctx, "INSERT INTO "+pgClusters+" SELECT DISTINCT cluster FROM "+pgTable+" ON CONFLICT DO NOTHING"); err != nil {
+				return err
+			}
 		}
 		if had {
 			return nil
@@ -190,7 +207,7 @@ func (p *Postgres) createTable(ctx context.Context) error {
 // entryBytes is what the size bound counts of an entry.
 func entryBytes(e *Entry) int {
 	return pgRowOverhead + len(e.Payload) + len(e.ID) + len(e.Rule) + len(e.Type) + len(e.Group) + len(e.Resource) +
-		len(e.Namespace) + len(e.Name) + len(e.UID) + len(e.User) + len(e.Impersonated) + len(e.Source)
+		len(e.Namespace) + len(e.Name) + len(e.UID) + len(e.User) + len(e.Impersonated) + len(e.Source) + len(e.Cluster)
 }
 
 // Write implements Store.
@@ -212,8 +229,9 @@ func (p *Postgres) Write(ctx context.Context, entries []Entry) (int, error) {
 	}
 	n := len(rows)
 	var (
-		id, rule, typ, grp, res, ns, name, uid, usr, imp, src = make([]string, n), make([]string, n), make([]string, n), make([]string, n),
-			make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		id, rule, typ, grp, res, ns, name, uid, usr, imp, src, cluster = make([]string, n), make([]string, n), make([]string, n), make([]string, n),
+			make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n),
+			make([]string, n)
 		tm, rec = make([]int64, n), make([]int64, n)
 		size    = make([]int32, n)
 		payload = make([][]byte, n)
@@ -222,6 +240,7 @@ func (p *Postgres) Write(ctx context.Context, entries []Entry) (int, error) {
 	for i, e := range rows {
 		id[i], rule[i], typ[i], grp[i], res[i], ns[i], name[i], uid[i], usr[i], imp[i], src[i] =
 			e.ID, e.Rule, string(e.Type), e.Group, e.Resource, e.Namespace, e.Name, e.UID, e.User, e.Impersonated, string(e.Source)
+		cluster[i] = e.Cluster
 		tm[i], rec[i] = e.Time.UnixMicro(), e.Recorded.UnixMicro()
 		b := entryBytes(e)
 		size[i], payload[i] = int32(b), e.Payload
@@ -232,7 +251,7 @@ func (p *Postgres) Write(ctx context.Context, entries []Entry) (int, error) {
 	}
 	var written int64
 	err := p.inTrail(ctx, func(tx pgx.Tx, c *chain) error {
-		r, err := tx.Query(ctx, pgInsert, id, tm, rec, rule, typ, grp, res, ns, name, uid, usr, imp, src, size, payload)
+		r, err := tx.Query(ctx, pgInsert, id, tm, rec, rule, typ, grp, res, ns, name, uid, usr, imp, src, size, payload, cluster)
 		if err != nil {
 			return err
 		}
@@ -270,14 +289,29 @@ func (p *Postgres) Write(ctx context.Context, entries []Entry) (int, error) {
 	return int(written), nil
 }
 
-// addResources adds to pgResources the resources of rows that this
-// replica does not know to be there; before the entries, so that a
-// resource with entries is always listed.
+// addResources adds to pgResources and pgClusters the resources and
+// clusters of rows that this replica does not know to be there; before
+// the entries, so that a resource or cluster with entries is always
+// listed.
 func (p *Postgres) addResources(ctx context.Context, rows []*Entry) error {
 	var grp, res []string
 	for _, e := range rows {
 		if _, ok := p.known.Load(GroupResource{e.Group, e.Resource}); !ok {
 			grp, res = append(grp, e.Group), append(res, e.Resource)
+		}
+	}
+	var clusters []string
+	for _, e := range rows {
+		if _, ok := p.knownClusters.Load(e.Cluster); !ok {
+			clusters = append(clusters, e.Cluster)
+		}
+	}
+	if len(clusters) > 0 {
+		if _, err := p.pool.Exec(ctx, pgAddClusters, clusters); err != nil {
+			return err
+		}
+		for _, c := range clusters {
+			p.knownClusters.Store(c, struct{}{})
 		}
 	}
 	if len(grp) == 0 {
@@ -290,6 +324,23 @@ func (p *Postgres) addResources(ctx context.Context, rows []*Entry) error {
 		p.known.Store(GroupResource{grp[i], res[i]}, struct{}{})
 	}
 	return nil
+}
+
+// Clusters implements Store.
+func (p *Postgres) Clusters(ctx context.Context) ([]string, error) {
+	var out []string
+	err := pgQuerier{p.pool}.query(ctx, "SELECT cluster FROM "+pgClusters+" ORDER BY cluster", nil, func(scan func(dest ...any) error) error {
+		var c string
+		if err := scan(&c); err != nil {
+			return err
+		}
+		out = append(out, c)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("history database: %w", err)
+	}
+	return out, nil
 }
 
 // Resources implements Store.
@@ -347,7 +398,7 @@ func (p *Postgres) Query(ctx context.Context, q Query) (Page, error) {
 }
 
 // pgHeads are the columns of a head in PostgreSQL.
-var pgHeads = headColumns("time", "octet_length(payload)::bigint")
+var pgHeads = headColumns("time", "cluster", "octet_length(payload)::bigint")
 
 // Trim implements Store: the entries older than before, then, over nine
 // tenths of maxBytes, the oldest until eight tenths.

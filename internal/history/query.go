@@ -64,6 +64,9 @@ type Query struct {
 	User string
 	Rule string
 	Type change.Type
+	// Cluster selects the entries of one cluster (--cluster-name of the
+	// instance that wrote them).
+	Cluster string
 	// Since (inclusive) and Until (exclusive) bound the entries' time;
 	// zero is no bound.
 	Since, Until time.Time
@@ -179,6 +182,7 @@ var QueryParams = []struct{ Name, Takes string }{
 	{"user", "a user's name, authenticated or impersonated (from the audit stream)"},
 	{"rule", "a rule's name"},
 	{"type", "created, updated or deleted"},
+	{"cluster", "a cluster's name, as its fieldwatch's --cluster-name gives it"},
 	{"since", "a time (RFC 3339, 2026-12-01T00:00:00Z) or a duration before now (24h, 90m); times before 1970 or after 2200 are taken as those"},
 	{"until", "a time (RFC 3339) or a duration before now; times before 1970 or after 2200 are taken as those"},
 	{"cursor", "the \"next\" of the previous page"},
@@ -210,6 +214,7 @@ func ParseQuery(v url.Values, now time.Time) (Query, error) {
 		}
 	}
 	q.Namespace, q.Name, q.UID, q.User, q.Rule = v.Get("namespace"), v.Get("name"), v.Get("uid"), v.Get("user"), v.Get("rule")
+	q.Cluster = v.Get("cluster")
 	if r := v.Get("resource"); r != "" {
 		q.Resource, q.Group, q.GroupSet = strings.Cut(r, ".")
 		if strings.ContainsAny(q.Resource, "/") || q.Resource == "" || (q.GroupSet && q.Group == "") {
@@ -283,6 +288,7 @@ func (q *Query) Values() url.Values {
 	set("user", q.User)
 	set("rule", q.Rule)
 	set("type", string(q.Type))
+	set("cluster", q.Cluster)
 	if !q.Since.IsZero() {
 		v.Set("since", q.Since.UTC().Format(time.RFC3339Nano))
 	}

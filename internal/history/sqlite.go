@@ -46,7 +46,8 @@ CREATE TABLE IF NOT EXISTS entries (
   usr TEXT NOT NULL,
   imp TEXT NOT NULL,
   source TEXT NOT NULL,
-  payload BLOB NOT NULL
+  payload BLOB NOT NULL,
+  cluster TEXT NOT NULL DEFAULT ''
 );
 DROP INDEX IF EXISTS entries_uid;
 DROP INDEX IF EXISTS entries_namespace;
@@ -60,8 +61,8 @@ const seqSpan = 1024
 // overflows.
 func seqOf(t time.Time) int64 { return clampTime(t).UnixMicro() * seqSpan }
 
-const sqliteInsert = `INSERT INTO entries(seq, id, recorded, rule, type, grp, resource, namespace, name, uid, usr, imp, source, payload)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+const sqliteInsert = `INSERT INTO entries(seq, id, recorded, rule, type, grp, resource, namespace, name, uid, usr, imp, source, payload, cluster)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // recentIDs is how many of the newest ids a store knows by hash: an
 // entry whose id is not among them is written without looking for its
@@ -123,6 +124,9 @@ type SQLite struct {
 	gen   int          // how many times the file was reset
 	count atomic.Int64 // entries, counted at open (by the index's load) then kept
 	index *memIndex    // by uid and by namespace
+	// clusterCol is what the entries' cluster is read from: the column,
+	// or "" for a file opened read-only that was written before it.
+	clusterCol string
 	// stopLoad stops the index's load; loaded is closed when it is done.
 	stopLoad context.CancelFunc
 	loaded   chan struct{}
@@ -200,6 +204,10 @@ func (s *SQLite) open() error {
 			return fmt.Errorf("history database %s: %w", s.path, err)
 		}
 	}
+	if err := s.checkCluster(ctx, w); err != nil {
+		_ = w.Close()
+		return fmt.Errorf("history database %s: %w", s.path, err)
+	}
 	if !s.opts.ReadOnly {
 		if err := s.loadRecent(ctx, w); err != nil {
 			_ = w.Close()
@@ -268,29 +276,60 @@ func (s *SQLite) loadRecent(ctx context.Context, db *sql.DB) error {
 	return rows.Err()
 }
 
+// checkCluster adds the cluster column to a file written before it was
+// kept (its entries have none); a file opened read-only that lacks it is
+// read with "" for every entry's cluster.
+func (s *SQLite) checkCluster(ctx context.Context, db *sql.DB) error {
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM pragma_table_info('entries') WHERE name = 'cluster'").Scan(&n); err != nil {
+		return err
+	}
+	switch {
+	case n > 0:
+		s.clusterCol = "cluster"
+	case s.opts.ReadOnly:
+		s.clusterCol = "''"
+	default:
+		if _, err := db.ExecContext(ctx, "ALTER TABLE entries ADD COLUMN cluster TEXT NOT NULL DEFAULT ''"); err != nil {
+			return fmt.Errorf("add the cluster column: %w", err)
+		}
+		s.clusterCol = "cluster"
+	}
+	return nil
+}
+
+// heads are the columns of a head in the embedded store.
+func (s *SQLite) heads() string {
+	return headColumns("seq / "+strconv.Itoa(seqSpan), s.clusterCol, "length(payload)")
+}
+
 // loadIndex loads idx, the index by uid and namespace, with the entries
 // tx (a snapshot of the file when it was opened) holds, and counts them.
 func (s *SQLite) loadIndex(ctx context.Context, tx *sql.Tx, idx *memIndex, done chan struct{}) {
 	defer close(done)
 	defer func() { _ = tx.Rollback() }()
 	start := time.Now()
-	rows, err := tx.QueryContext(ctx, "SELECT seq, uid, namespace, grp, resource FROM entries ORDER BY seq")
+	rows, err := tx.QueryContext(ctx, "SELECT seq, uid, namespace, grp, resource, "+s.clusterCol+" FROM entries ORDER BY seq")
 	// The resources, by group and resource joined with a 0 byte: looked up
 	// without allocating, stored once each.
 	resources := map[string]GroupResource{}
+	clusters := map[string]struct{}{}
 	var key []byte
 	n := idx.load(func(seq *int64, uid, namespace *[]byte) bool {
 		if err != nil || !rows.Next() {
 			return false
 		}
-		var u, ns, g, r sql.RawBytes
-		if err = rows.Scan(seq, &u, &ns, &g, &r); err != nil {
+		var u, ns, g, r, c sql.RawBytes
+		if err = rows.Scan(seq, &u, &ns, &g, &r, &c); err != nil {
 			return false
 		}
 		*uid, *namespace = u, ns
 		key = append(append(append(key[:0], g...), 0), r...)
 		if _, ok := resources[string(key)]; !ok {
 			resources[string(key)] = GroupResource{Group: string(g), Resource: string(r)}
+		}
+		if _, ok := clusters[string(c)]; !ok {
+			clusters[string(c)] = struct{}{}
 		}
 		return true
 	}, func() error {
@@ -304,6 +343,9 @@ func (s *SQLite) loadIndex(ctx context.Context, tx *sql.Tx, idx *memIndex, done 
 	}, func(n int) {
 		for _, gr := range resources {
 			idx.addResource(gr)
+		}
+		for c := range clusters {
+			idx.addCluster(c)
 		}
 		s.mu.RLock()
 		if s.index == idx { // not reset meanwhile
@@ -505,6 +547,7 @@ func (s *SQLite) insert(ctx context.Context, entries []Entry) (int, error) {
 		s.recent.add(r.id, r.seq)
 		s.index.add(r.seq, r.e.UID, r.e.Namespace)
 		s.index.addResource(GroupResource{Group: r.e.Group, Resource: r.e.Resource})
+		s.index.addCluster(r.e.Cluster)
 	}
 	return len(rows), nil
 }
@@ -517,12 +560,12 @@ type sqliteRow struct {
 }
 
 // sqliteColumns is the number of columns sqliteInsert sets.
-const sqliteColumns = 14
+const sqliteColumns = 15
 
 func (r *sqliteRow) appendArgs(args []any) []any {
 	e := r.e
 	return append(args, r.seq, e.ID, e.Recorded.UnixMicro(), e.Rule, string(e.Type), e.Group, e.Resource, e.Namespace, e.Name,
-		e.UID, e.User, e.Impersonated, string(e.Source), e.Payload)
+		e.UID, e.User, e.Impersonated, string(e.Source), e.Payload, e.Cluster)
 }
 
 // insertRows is how many rows one statement inserts: a statement costs
@@ -530,8 +573,8 @@ func (r *sqliteRow) appendArgs(args []any) []any {
 const insertRows = 32
 
 // sqliteInsertMany inserts insertRows rows.
-var sqliteInsertMany = "INSERT INTO entries(seq, id, recorded, rule, type, grp, resource, namespace, name, uid, usr, imp, source, payload) VALUES " +
-	strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?), ", insertRows), ", ")
+var sqliteInsertMany = "INSERT INTO entries(seq, id, recorded, rule, type, grp, resource, namespace, name, uid, usr, imp, source, payload, cluster) VALUES " +
+	strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?), ", insertRows), ", ")
 
 // insertRowsTx inserts rows, insertRows at a time; a chunk whose key is
 // taken (an entry written earlier in the same microsecond) goes row by
@@ -661,6 +704,9 @@ func (s *SQLite) Query(ctx context.Context, q Query) (Page, error) {
 	}
 	var p Page
 	err := s.use(func() (err error) {
+		if q.Cluster != "" && s.clusterCol != "cluster" {
+			return nil // a file written before clusters were kept: none has one
+		}
 		b := build(&q, true)
 		var src headSource
 		if b.index != byTime {
@@ -669,7 +715,7 @@ func (s *SQLite) Query(ctx context.Context, q Query) (Page, error) {
 			}
 			src = s.indexSource(&q, &b)
 		} else {
-			src = &sqlSource{db: sqlDB{s.read}, b: &b, from: "entries", columns: sqliteHeads, placeholders: keepPlaceholders}
+			src = &sqlSource{db: sqlDB{s.read}, b: &b, from: "entries", columns: s.heads(), placeholders: keepPlaceholders}
 		}
 		p, err = assemble(ctx, &q, src, func(ctx context.Context, seqs []int64) (map[int64]Entry, error) {
 			return loadSQL(ctx, sqlDB{s.read}, "entries", keepPlaceholders, seqs)
@@ -678,9 +724,6 @@ func (s *SQLite) Query(ctx context.Context, q Query) (Page, error) {
 	})
 	return p, err
 }
-
-// sqliteHeads are the columns of a head in the embedded store.
-var sqliteHeads = headColumns("seq / "+strconv.Itoa(seqSpan), "length(payload)")
 
 // keepPlaceholders leaves SQLite's ? placeholders as they are.
 func keepPlaceholders(s string) string { return s }
@@ -750,7 +793,7 @@ func (x *indexSource) next(ctx context.Context, n int, refused []Ref) ([]head, b
 		if cond, cargs := notRefused(refused); cond != "" {
 			conds, args = conds+" AND "+cond, append(args, cargs...)
 		}
-		sqlText := "SELECT " + sqliteHeads + " FROM entries WHERE seq IN (" + strings.TrimSuffix(strings.Repeat("?, ", len(x.seqs)), ", ") +
+		sqlText := "SELECT " + x.s.heads() + " FROM entries WHERE seq IN (" + strings.TrimSuffix(strings.Repeat("?, ", len(x.seqs)), ", ") +
 			") AND " + conds + " ORDER BY seq DESC"
 		err := sqlDB{x.s.read}.query(ctx, sqlText, args, func(scan func(dest ...any) error) error {
 			h, err := headOf(scan)
@@ -786,6 +829,18 @@ func (s *SQLite) Resources(ctx context.Context) ([]GroupResource, error) {
 		return nil, err
 	}
 	return idx.resourceList(), nil
+}
+
+// Clusters implements Store: those of the entries written since the file
+// was opened and of those it held then (once the index is loaded).
+func (s *SQLite) Clusters(ctx context.Context) ([]string, error) {
+	s.mu.RLock()
+	idx := s.index
+	s.mu.RUnlock()
+	if err := idx.wait(ctx); err != nil {
+		return nil, err
+	}
+	return idx.clusterList(), nil
 }
 
 // Trim implements Store: the entries older than before, then, when the

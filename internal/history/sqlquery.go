@@ -87,6 +87,9 @@ func build(q *Query, keyed bool) built {
 	if q.Rule != "" {
 		b.filter("rule = ?", q.Rule)
 	}
+	if q.Cluster != "" {
+		b.filter("cluster = ?", q.Cluster)
+	}
 	if q.Type != "" {
 		b.filter("type = ?", string(q.Type))
 	}
@@ -136,9 +139,10 @@ func (b *built) timeColumn() string {
 }
 
 // headColumns are the columns headOf reads, of a table whose time
-// column is timeColumn and whose payload's length is length(payload).
-func headColumns(timeColumn, length string) string {
-	return "seq, " + timeColumn + ", id, recorded, rule, type, grp, resource, namespace, name, uid, usr, imp, source, " + length
+// column is timeColumn, whose cluster is read from cluster and whose
+// payload's length is length.
+func headColumns(timeColumn, cluster, length string) string {
+	return "seq, " + timeColumn + ", id, recorded, rule, type, grp, resource, namespace, name, uid, usr, imp, " + cluster + ", source, " + length
 }
 
 // window returns the query of the scan window's last index entry and of

@@ -241,18 +241,9 @@ func TestStatesMigration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Exec(sqliteSchema); err != nil {
-		t.Fatal(err)
-	}
 	f := fixture{uid: "u1", rv: "10", namespace: "shop", name: "w1", time: t0}
 	e := f.entry(t, Delivered)
-	if _, err := db.Exec(sqliteInsert, seqOf(e.Time), e.ID, e.Recorded.UnixMicro(), e.Rule, string(e.Type), e.Group, e.Resource, e.Namespace, e.Name,
-		e.UID, e.User, e.Impersonated, string(e.Source), e.Payload); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
+	writeOldSQLite(t, db, e)
 	s, err := OpenSQLite(path, SQLiteOptions{})
 	if err != nil {
 		t.Fatal(err)

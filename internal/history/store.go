@@ -20,6 +20,10 @@ type Store interface {
 	// no order: every one that has entries, and maybe some whose entries
 	// were removed.
 	Resources(ctx context.Context) ([]GroupResource, error)
+	// Clusters returns the clusters the history's entries are of
+	// (Entry.Cluster, "" for entries without one), sorted: every one
+	// that has entries, and maybe some whose entries were removed.
+	Clusters(ctx context.Context) ([]string, error)
 	// Trim removes the oldest entries until the store holds none older
 	// than before (when not zero) and at most maxBytes (when positive);
 	// see Stats for what the bytes are.

@@ -99,6 +99,28 @@ func TestTamper(t *testing.T) {
 			},
 		},
 		{
+			// Entry k of the batches names cluster prod when k%3 == 0:
+			// the entry at position 15 is entry 12, that at 14 entry 11.
+			name: "move an entry to another cluster",
+			tamper: func(t *testing.T, ts *trailStore, _ Store, byPos map[int64]*Entry, _ func()) {
+				if byPos[15].Cluster != "prod" {
+					t.Fatalf("the entry at 15 has cluster %q: want prod", byPos[15].Cluster)
+				}
+				ts.exec(t, "UPDATE "+ts.table+" SET cluster = 'dev' WHERE seq = "+ts.ph(1), byPos[15].Seq)
+			},
+			want: []ProblemKind{Altered}, pos: []int64{15},
+		},
+		{
+			name: "give an entry a cluster",
+			tamper: func(t *testing.T, ts *trailStore, _ Store, byPos map[int64]*Entry, _ func()) {
+				if byPos[14].Cluster != "" {
+					t.Fatalf("the entry at 14 has cluster %q: want none", byPos[14].Cluster)
+				}
+				ts.exec(t, "UPDATE "+ts.table+" SET cluster = 'prod' WHERE seq = "+ts.ph(1), byPos[14].Seq)
+			},
+			want: []ProblemKind{Altered}, pos: []int64{14},
+		},
+		{
 			name: "replace a payload",
 			tamper: func(t *testing.T, ts *trailStore, _ Store, byPos map[int64]*Entry, _ func()) {
 				ts.exec(t, "UPDATE "+ts.table+" SET payload = "+ts.ph(1)+" WHERE seq = "+ts.ph(2), byPos[16].Payload, byPos[5].Seq)

@@ -117,6 +117,7 @@ type StartBody struct {
 // signatures apart from any other use of the same bytes.
 const (
 	entryDomain      = "fieldwatch-trail-v1 entry\n"
+	clusterDomain    = "fieldwatch-trail-v1 cluster entry\n"
 	linkDomain       = "fieldwatch-trail-v1 link\n"
 	checkpointDomain = "fieldwatch-trail-v1 checkpoint\n"
 )
@@ -145,13 +146,23 @@ func EntryEncoding(dst []byte, e *Entry) []byte {
 }
 
 // entryHead is EntryEncoding up to the payload's bytes.
+// An entry with a cluster starts with clusterDomain and has the cluster
+// after the source; one without is encoded as before clusters were kept,
+// so that the entries written then verify as they did.
 func entryHead(dst []byte, e *Entry) []byte {
-	dst = append(dst, entryDomain...)
+	if e.Cluster == "" {
+		dst = append(dst, entryDomain...)
+	} else {
+		dst = append(dst, clusterDomain...)
+	}
 	dst = appendField(dst, e.ID)
 	dst = appendInt(dst, micros(e.Time))
 	dst = appendInt(dst, micros(e.Recorded))
 	for _, s := range [...]string{e.Rule, string(e.Type), e.Group, e.Resource, e.Namespace, e.Name, e.UID, e.User, e.Impersonated, string(e.Source)} {
 		dst = appendField(dst, s)
+	}
+	if e.Cluster != "" {
+		dst = appendField(dst, e.Cluster)
 	}
 	return binary.BigEndian.AppendUint32(dst, uint32(len(e.Payload)))
 }

@@ -181,7 +181,7 @@ func (p *Postgres) appendTrim(ctx context.Context, removed int) error {
 
 // pgLinks is the query of Links.
 const pgLinks = `SELECT t.chain, t.pos, t.hash, t.key, t.time, t.kind, t.at, t.body, t.sig,
-  e.seq, e.id, e.time, e.recorded, e.rule, e.type, e.grp, e.resource, e.namespace, e.name, e.uid, e.usr, e.imp, e.source, e.payload
+  e.seq, e.id, e.time, e.recorded, e.rule, e.type, e.grp, e.resource, e.namespace, e.name, e.uid, e.usr, e.imp, e.cluster, e.source, e.payload
 FROM ` + pgTrailTable + ` t LEFT JOIN ` + pgTable + ` e ON t.kind = 'entry' AND e.seq = t.key ORDER BY t.chain, t.pos`
 
 // GapsBetween implements GapLister.

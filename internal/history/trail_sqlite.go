@@ -195,17 +195,23 @@ func (s *SQLite) appendTrim(ctx context.Context, removed int) error {
 	}
 }
 
-// sqliteLinks is the query of Links: the links with their entries' rows.
-const sqliteLinks = `SELECT t.pos, t.hash, t.key, t.time, t.kind, t.at, t.body, t.sig,
-  e.seq, e.id, e.recorded, e.rule, e.type, e.grp, e.resource, e.namespace, e.name, e.uid, e.usr, e.imp, e.source, e.payload
+// sqliteLinks is the query of Links: the links with their entries' rows,
+// the cluster read from clusterCol (SQLite.clusterCol).
+func sqliteLinks(clusterCol string) string {
+	if clusterCol != "''" {
+		clusterCol = "e." + clusterCol
+	}
+	return `SELECT t.pos, t.hash, t.key, t.time, t.kind, t.at, t.body, t.sig,
+  e.seq, e.id, e.recorded, e.rule, e.type, e.grp, e.resource, e.namespace, e.name, e.uid, e.usr, e.imp, ` + clusterCol + `, e.source, e.payload
 FROM trail t LEFT JOIN entries e ON t.kind = 'entry' AND e.seq = t.key ORDER BY t.pos`
+}
 
 // Links implements Trail: the entries' times are read from their
 // payloads (the embedded store keeps them in its keys only); an entry
 // whose payload does not parse has none.
 func (s *SQLite) Links(ctx context.Context, each func(l *Link, e *Entry) error) error {
 	return s.use(func() error {
-		rows, err := s.read.QueryContext(ctx, sqliteLinks)
+		rows, err := s.read.QueryContext(ctx, sqliteLinks(s.clusterCol))
 		if err != nil {
 			return err
 		}
@@ -246,17 +252,17 @@ func (s *SQLite) GapsBetween(ctx context.Context, from, until time.Time, limit i
 // it).
 func scanLink(scan func(dest ...any) error, l *Link, head []any, timeOf func(e *Entry)) (*Link, *Entry, error) {
 	var (
-		kind                                                     string
-		tm, at                                                   int64
-		seq, recorded, etime                                     sql.NullInt64
-		id, rule, typ, grp, res, ns, name, uid, usr, imp, source sql.NullString
-		payload                                                  []byte
+		kind                                                              string
+		tm, at                                                            int64
+		seq, recorded, etime                                              sql.NullInt64
+		id, rule, typ, grp, res, ns, name, uid, usr, imp, cluster, source sql.NullString
+		payload                                                           []byte
 	)
 	dest := append(head, &l.Hash, &l.Key, &tm, &kind, &at, &l.Body, &l.Sig, &seq, &id)
 	if timeOf == nil {
 		dest = append(dest, &etime)
 	}
-	dest = append(dest, &recorded, &rule, &typ, &grp, &res, &ns, &name, &uid, &usr, &imp, &source, &payload)
+	dest = append(dest, &recorded, &rule, &typ, &grp, &res, &ns, &name, &uid, &usr, &imp, &cluster, &source, &payload)
 	if err := scan(dest...); err != nil {
 		return nil, nil, err
 	}
@@ -272,7 +278,7 @@ func scanLink(scan func(dest ...any) error, l *Link, head []any, timeOf func(e *
 	}
 	e := &Entry{Seq: seq.Int64, ID: id.String, Recorded: time.UnixMicro(recorded.Int64).UTC(), Rule: rule.String,
 		Type: change.Type(typ.String), Group: grp.String, Resource: res.String, Namespace: ns.String, Name: name.String,
-		UID: uid.String, User: usr.String, Impersonated: imp.String, Source: Source(source.String), Payload: payload}
+		UID: uid.String, User: usr.String, Impersonated: imp.String, Cluster: cluster.String, Source: Source(source.String), Payload: payload}
 	if timeOf != nil {
 		timeOf(e)
 	} else {

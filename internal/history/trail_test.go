@@ -109,7 +109,12 @@ func batch(t *testing.T, k, n int) []Entry {
 		if (k+i)%5 == 4 {
 			at = at.Add(-time.Hour)
 		}
-		es[i] = fixture{uid: fmt.Sprintf("u%d", k+i), rv: "1", namespace: "shop", name: "w", user: "alice", time: at}.entry(t, Delivered)
+		// Every third entry names its cluster: both encodings are chained.
+		cluster := ""
+		if (k+i)%3 == 0 {
+			cluster = "prod"
+		}
+		es[i] = fixture{uid: fmt.Sprintf("u%d", k+i), rv: "1", namespace: "shop", name: "w", user: "alice", cluster: cluster, time: at}.entry(t, Delivered)
 	}
 	return es
 }

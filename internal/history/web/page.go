@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -38,13 +39,17 @@ const objectLimit = 50
 
 // pageData is what the templates render.
 type pageData struct {
-	Title   string
-	Caller  string
-	Error   string
-	Form    url.Values // the filters as typed
-	Types   []string
-	Filters string // the filters, described
-	Entries []entryView
+	Title  string
+	Caller string
+	Error  string
+	Form   url.Values // the filters as typed
+	Types  []string
+	// Clusters are the clusters the history holds entries of, when more
+	// than one (or one is filtered on): the page has a cluster filter
+	// and column then.
+	Clusters []string
+	Filters  string // the filters, described
+	Entries  []entryView
 	// Gaps are the trail's gap records written within the page's span.
 	Gaps []gapView
 	// Newest and Older link the first and the next page ("" when none).
@@ -101,6 +106,27 @@ func (s *Server) gapsOf(ctx context.Context, q *history.Query, res result) []gap
 	return out
 }
 
+// clustersOf returns the clusters the timeline offers to filter on: the
+// store's, when there is more than one or filtered is one; nil otherwise
+// (one cluster, or none named: no column). Cluster names are shown to
+// every caller of the page: they name the instances writing into the
+// store, not what any entry holds.
+func (s *Server) clustersOf(ctx context.Context, filtered string) []string {
+	cs, err := s.store.Clusters(ctx)
+	if err != nil {
+		s.errLog.Do(func() { s.log.Error("history: the clusters could not be read", "error", err) })
+		return nil
+	}
+	if filtered != "" && !slices.Contains(cs, filtered) {
+		cs = append(cs, filtered)
+		slices.Sort(cs)
+	}
+	if len(cs) < 2 && filtered == "" {
+		return nil
+	}
+	return cs
+}
+
 // timeline serves /history: the newest entries, filtered like the API.
 func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
 	const handler = "timeline"
@@ -144,6 +170,7 @@ func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	data.Filters = describe(&q)
+	data.Clusters = s.clustersOf(ctx, q.Cluster)
 	for i := range res.entries {
 		data.Entries = append(data.Entries, viewOf(&res.entries[i], true))
 	}

@@ -28,6 +28,7 @@ type entryView struct {
 	UID             string
 	ID              string
 	Source          string
+	Cluster         string
 	Who             string
 	// Manager, User, Impersonated, Verb and Match say how the change was
 	// attributed.
@@ -140,7 +141,7 @@ func viewOf(e *history.Entry, brief bool) entryView {
 	v := entryView{
 		Time: e.Time.UTC().Format(timeFormat), ISO: e.Time.UTC().Format(time.RFC3339Nano), Type: string(e.Type), Rule: e.Rule,
 		Kind: p.Resource.Kind, Resource: resourceName(e.Group, e.Resource), Version: p.Resource.Version,
-		Object: e.Name, Namespace: e.Namespace, Name: e.Name, UID: e.UID, ID: e.ID, Source: string(e.Source), Who: e.Who(),
+		Object: e.Name, Namespace: e.Namespace, Name: e.Name, UID: e.UID, ID: e.ID, Source: string(e.Source), Cluster: e.Cluster, Who: e.Who(),
 		Manager: p.Actor.Manager, User: p.Actor.User.Username, Impersonated: p.Actor.ImpersonatedUser.Username,
 		Verb: p.Actor.Verb, Match: p.Actor.Match, UserAgent: p.Actor.UserAgent, Omitted: e.Omitted,
 	}
@@ -251,6 +252,7 @@ func describe(q *history.Query) string {
 	add("user", q.User)
 	add("rule", q.Rule)
 	add("type", string(q.Type))
+	add("cluster", q.Cluster)
 	if !q.Since.IsZero() {
 		add("since", q.Since.Format(timeFormat))
 	}
