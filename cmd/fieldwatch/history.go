@@ -115,10 +115,7 @@ func historyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	src, err := o.source(ctx)
 	if err != nil {
 		_, _ = fmt.Fprintf(stderr, "fieldwatch history: %v\n", err)
-		if errors.Is(err, errBadInput) {
-			return 2
-		}
-		return 1
+		return openFailed(err)
 	}
 	defer src.close()
 	var entries []history.Entry
@@ -148,6 +145,15 @@ func historyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 
 // errBadInput marks an error of the command line (exit 2).
 var errBadInput = errors.New("bad input")
+
+// openFailed is the exit code of a history that could not be opened: 2
+// for bad input (a database a newer fieldwatch wrote included), else 1.
+func openFailed(err error) int {
+	if errors.Is(err, errBadInput) || errors.Is(err, history.ErrNewerSchema) {
+		return 2
+	}
+	return 1
+}
 
 // historyPage is a page as the command reads it.
 type historyPage struct {

@@ -126,7 +126,7 @@ func historyExportCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 		trail, closeTrail, err := openTrail(ctx, *stateDir, *dsn)
 		if err != nil {
 			_, _ = fmt.Fprintf(stderr, "fieldwatch history export: %v\n", err)
-			return 1
+			return openFailed(err)
 		}
 		defer closeTrail()
 		if *format == "csv" {
@@ -287,7 +287,7 @@ func historyVerifyCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 		trail, closeTrail, err := openTrail(ctx, *stateDir, *dsn)
 		if err != nil {
 			_, _ = fmt.Fprintf(stderr, "fieldwatch history verify: %v\n", err)
-			return 1
+			return openFailed(err)
 		}
 		defer closeTrail()
 		opts.Now = time.Now()

@@ -65,7 +65,7 @@ func TestHistoryPubkey(t *testing.T) {
 // line, is bad input (2) naming the file and line. The state directory
 // verifies in place too, and after a row is edited in history.db,
 // verify names it. The entries name their cluster, which the export and
-// the CSV carry.
+// the CSV carry. A file a newer fieldwatch wrote is bad input (exit 2).
 func TestHistoryExportVerify(t *testing.T) {
 	dir := t.TempDir()
 	keyFile, key := writeKey(t)
@@ -205,5 +205,20 @@ func TestHistoryExportVerify(t *testing.T) {
 	runCLICases(t, []cliCase{
 		{name: "state dir altered", args: []string{"history", "verify", "--state-dir", dir, "--pubkey", pub}, code: 1,
 			stdout: `TAMPERED altered: chain "local" position \d+ entry u7/1/r`},
+	})
+
+	// A newer fieldwatch's file is bad input, for every command.
+	if db, err = sql.Open("sqlite", path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(fmt.Sprintf("PRAGMA user_version = %d", history.SchemaVersion+1)); err != nil {
+		t.Fatal(err)
+	}
+	_ = db.Close()
+	newer := `written by a newer fieldwatch \(schema version \d+; this one knows versions up to \d+\)`
+	runCLICases(t, []cliCase{
+		{name: "newer: list", args: []string{"history", "--state-dir", dir}, code: 2, stderr: newer},
+		{name: "newer: verify", args: []string{"history", "verify", "--state-dir", dir}, code: 2, stderr: newer},
+		{name: "newer: export", args: []string{"history", "export", "--state-dir", dir}, code: 2, stderr: newer},
 	})
 }

@@ -3,10 +3,15 @@ package history
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // sqliteSchemaBeforeClusters is the embedded store's table as it was
@@ -143,4 +148,66 @@ func TestClusterReadOnly(t *testing.T) {
 	if cs, err := ro.Clusters(context.Background()); err != nil || !slices.Equal(cs, []string{""}) {
 		t.Errorf("read-only Clusters: %q, %v; want only \"\"", cs, err)
 	}
+}
+
+// TestNewerSchema: a store a newer fieldwatch wrote (a higher schema
+// version) is refused with ErrNewerSchema naming the version, read-only
+// or not, and left as it was: not set aside, not migrated.
+func TestNewerSchema(t *testing.T) {
+	ctx := context.Background()
+	t.Run("SQLite", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "history.db")
+		s, err := OpenSQLite(path, SQLiteOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		write(t, s, fixture{uid: "u1", rv: "1", namespace: "shop", name: "w1", time: t0}.entry(t, Delivered))
+		_ = s.Close()
+		db, err := sql.Open("sqlite", "file:"+path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Exec(fmt.Sprintf("PRAGMA user_version = %d", SchemaVersion+1)); err != nil {
+			t.Fatal(err)
+		}
+		_ = db.Close()
+		for _, ro := range []bool{true, false} {
+			_, err := OpenSQLite(path, SQLiteOptions{ReadOnly: ro})
+			if !errors.Is(err, ErrNewerSchema) || !strings.Contains(err.Error(), fmt.Sprintf("schema version %d", SchemaVersion+1)) {
+				t.Errorf("read-only %v: %v, want ErrNewerSchema naming version %d", ro, err, SchemaVersion+1)
+			}
+		}
+		if db, err = sql.Open("sqlite", "file:"+path); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = db.Close() }()
+		var n, v int
+		if err := db.QueryRow("SELECT count(*), (SELECT user_version FROM pragma_user_version) FROM entries").Scan(&n, &v); err != nil || n != 1 || v != SchemaVersion+1 {
+			t.Errorf("the file after the refusals: %d entries, version %d, %v; want its one entry, version %d", n, v, err, SchemaVersion+1)
+		}
+	})
+	t.Run("PostgreSQL", func(t *testing.T) {
+		dsn := newPGDatabase(t)
+		s, err := OpenPostgres(ctx, dsn, PostgresOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = s.Close()
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = conn.Close(ctx) }()
+		if _, err := conn.Exec(ctx, "UPDATE "+pgMeta+" SET value = $1 WHERE name = 'schema'", fmt.Sprint(SchemaVersion+1)); err != nil {
+			t.Fatal(err)
+		}
+		_, err = OpenPostgres(ctx, dsn, PostgresOptions{})
+		if !errors.Is(err, ErrNewerSchema) || !strings.Contains(err.Error(), fmt.Sprintf("schema version %d", SchemaVersion+1)) {
+			t.Errorf("%v, want ErrNewerSchema naming version %d", err, SchemaVersion+1)
+		}
+		var v string
+		if err := conn.QueryRow(ctx, "SELECT value FROM "+pgMeta+" WHERE name = 'schema'").Scan(&v); err != nil || v != fmt.Sprint(SchemaVersion+1) {
+			t.Errorf("the schema row after the refusal: %q, %v; want it as it was", v, err)
+		}
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -54,7 +55,12 @@ CREATE TABLE IF NOT EXISTS ` + pgResources + ` (
 );
 ALTER TABLE ` + pgTable + ` ADD COLUMN IF NOT EXISTS cluster TEXT NOT NULL DEFAULT '';
 CREATE TABLE IF NOT EXISTS ` + pgClusters + ` (cluster TEXT PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS ` + pgMeta + ` (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 `
+
+// pgMeta holds what the tables are: the row schema is their version
+// (SchemaVersion).
+const pgMeta = pgTable + "_meta"
 
 // pgClusters is the table of the clusters the history's entries are of
 // (Store.Clusters), kept as pgResources is.
@@ -178,11 +184,26 @@ func (p *Postgres) createTable(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(7016996765293437281)"); err != nil {
 			return err
 		}
-		var had, hadClusters bool
-		if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL", pgResources, pgClusters).Scan(&had, &hadClusters); err != nil {
+		var had, hadClusters, hadMeta bool
+		if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL, to_regclass($3) IS NOT NULL",
+			pgResources, pgClusters, pgMeta).Scan(&had, &hadClusters, &hadMeta); err != nil {
 			return err
 		}
+		if hadMeta {
+			var version int
+			err := tx.QueryRow(ctx, "SELECT value::int FROM "+pgMeta+" WHERE name = 'schema'").Scan(&version)
+			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+			if version > SchemaVersion {
+				return newerSchema(version)
+			}
+		}
 		if _, err := tx.Exec(ctx, pgSchema+pgTrailSchema); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO "+pgMeta+" (name, value) VALUES ('schema', $1) ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+			strconv.Itoa(SchemaVersion)); err != nil {
 			return err
 		}
 		if !hadClusters {
@@ -198,7 +219,10 @@ func (p *Postgres) createTable(ctx context.Context) error {
 		_, err := tx.Exec(ctx, "INSERT INTO "+pgResources+" SELECT DISTINCT grp, resource FROM "+pgTable+" ON CONFLICT DO NOTHING")
 		return err
 	})
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrNewerSchema):
+		return fmt.Errorf("history database: %w", err)
+	case err != nil:
 		return fmt.Errorf("history database: create table %s: %w", pgTable, err)
 	}
 	return nil

@@ -194,6 +194,15 @@ func (s *SQLite) open() error {
 	}
 	w.SetMaxOpenConns(1)
 	ctx := context.Background()
+	var version int
+	if err := w.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
+		_ = w.Close()
+		return fmt.Errorf("history database %s: %w", s.path, err)
+	}
+	if version > SchemaVersion {
+		_ = w.Close()
+		return fmt.Errorf("history database %s: %w", s.path, newerSchema(version))
+	}
 	if !s.opts.ReadOnly {
 		if _, err := w.ExecContext(ctx, sqliteSchema+sqliteTrailSchema); err != nil {
 			_ = w.Close()
@@ -207,6 +216,12 @@ func (s *SQLite) open() error {
 	if err := s.checkCluster(ctx, w); err != nil {
 		_ = w.Close()
 		return fmt.Errorf("history database %s: %w", s.path, err)
+	}
+	if !s.opts.ReadOnly && version < SchemaVersion {
+		if _, err := w.ExecContext(ctx, "PRAGMA user_version = "+strconv.Itoa(SchemaVersion)); err != nil {
+			_ = w.Close()
+			return fmt.Errorf("history database %s: %w", s.path, err)
+		}
 	}
 	if !s.opts.ReadOnly {
 		if err := s.loadRecent(ctx, w); err != nil {

@@ -3,6 +3,7 @@ package history
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -54,6 +55,22 @@ type Stats struct {
 	// the pages of removed ones); for PostgreSQL the stored bytes of the
 	// entries' rows.
 	Bytes int64
+}
+
+// SchemaVersion is the version of the stores' tables this fieldwatch
+// writes (SQLite's user_version, the schema row of PostgreSQL's
+// fieldwatch_history_meta; stores from before it have none). A store of
+// a higher version was written by a newer fieldwatch: opening it fails
+// with ErrNewerSchema rather than reading it wrong or changing it.
+const SchemaVersion = 1
+
+// ErrNewerSchema is returned (wrapped) by OpenSQLite and OpenPostgres for
+// a store a newer fieldwatch wrote.
+var ErrNewerSchema = errors.New("the history database was written by a newer fieldwatch")
+
+// newerSchema is the error of a store of version v.
+func newerSchema(v int) error {
+	return fmt.Errorf("%w (schema version %d; this one knows versions up to %d): use that version, or the state from before the upgrade", ErrNewerSchema, v, SchemaVersion)
 }
 
 // ErrFull is returned (wrapped) by Write when the disk or the database
