@@ -161,6 +161,8 @@ func TestRefusedValues(t *testing.T) {
 			"history.port is audit.port"},
 		{"a DSN Secret without a key (values.schema.json)", "history: {dsnSecret: {name: x, key: \"\"}}",
 			"at '/history/dsnSecret/key'"},
+		{"a signing key Secret without a key (values.schema.json)", "history: {signingKeySecret: {name: x, key: \"\"}}",
+			"at '/history/signingKeySecret/key'"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

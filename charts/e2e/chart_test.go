@@ -4,7 +4,12 @@ package e2e
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
+	"maps"
 	"os/exec"
 	"slices"
 	"strings"
@@ -95,7 +100,14 @@ func TestChart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &chartSteps{cfg: cfg, vals: map[string]any{"image": imageValues(c.image)}}
+	// The trail is signed with a key from a Secret of the user's, and
+	// the cluster is named: the pods start only if they read the key.
+	createSigningKeySecret(t, releaseNS, signingKeySecret)
+	s := &chartSteps{cfg: cfg, vals: map[string]any{
+		"image":       imageValues(c.image),
+		"clusterName": chartClusterName,
+		"history":     map[string]any{"signingKeySecret": map[string]any{"name": signingKeySecret, "key": "ed25519.pem"}},
+	}}
 	runSteps(t, []step{
 		{"Install", s.install},
 		{"CustomResourceFires", s.fires},
@@ -104,6 +116,38 @@ func TestChart(t *testing.T) {
 		{"Rollback", s.rollback},
 		{"Uninstall", s.uninstall},
 	})
+}
+
+// signingKeySecret is the Secret of TestChart's trail signing key, and
+// chartClusterName the cluster's name it installs with.
+const (
+	signingKeySecret = "chart-history-signing"
+	chartClusterName = "chart-e2e-cluster"
+)
+
+// createSigningKeySecret creates Secret name in ns with a new Ed25519
+// private key (PKCS #8 PEM) under ed25519.pem.
+func createSigningKeySecret(t *testing.T, ns, name string) {
+	t.Helper()
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Data:       map[string][]byte{"ed25519.pem": pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})},
+	}
+	_, err = c.cs.CoreV1().Secrets(ns).Create(context.Background(), secret, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		_, err = c.cs.CoreV1().Secrets(ns).Update(context.Background(), secret, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // install runs helm install --wait with the image make image built, and
@@ -156,7 +200,8 @@ func (s *chartSteps) install(t *testing.T) {
 }
 
 // fires: a Widget created, changed and deleted shows up as three payloads
-// of the default rule crd-audit in the leader's log.
+// of the default rule crd-audit in the leader's log, each naming the
+// cluster (clusterName).
 func (s *chartSteps) fires(t *testing.T) {
 	const ns = nsPrefix + "-fire"
 	ensureNamespace(t, ns)
@@ -178,12 +223,12 @@ func (s *chartSteps) fires(t *testing.T) {
 		got = nil
 		for _, p := range chartRelease.payloadsOf(t, leader) {
 			if p.UID == string(created.GetUID()) && p.Rule == "crd-audit" {
-				got = append(got, string(p.Type))
+				got = append(got, string(p.Type)+" in "+p.Cluster)
 			}
 		}
-		return slices.Equal(got, []string{"created", "updated", "deleted"})
+		return slices.Equal(got, []string{"created in " + chartClusterName, "updated in " + chartClusterName, "deleted in " + chartClusterName})
 	}) {
-		t.Errorf("the leader %s logged %v for the Widget, want created, updated, deleted", leader, got)
+		t.Errorf("the leader %s logged %v for the Widget, want created, updated, deleted in %s", leader, got, chartClusterName)
 	}
 }
 
@@ -193,6 +238,13 @@ func widget(ns, name string) *unstructured.Unstructured {
 		"metadata": map[string]any{"name": name, "namespace": ns},
 		"spec":     map[string]any{"size": int64(1)},
 	}}
+}
+
+// with returns the values of the last revision with key set to v.
+func (s *chartSteps) with(key string, v any) map[string]any {
+	vals := maps.Clone(s.vals)
+	vals[key] = v
+	return vals
 }
 
 // upgrade runs helm upgrade --wait with vals, which become the values of
@@ -234,7 +286,7 @@ func (s *chartSteps) upgradeRules(t *testing.T) {
 	if defaults == "" {
 		t.Fatal("the chart's values hold no rules.inline")
 	}
-	vals := map[string]any{"image": s.vals["image"], "rules": map[string]any{"inline": defaults + reloadedRule}}
+	vals := s.with("rules", map[string]any{"inline": defaults + reloadedRule})
 	upgraded := time.Now()
 	s.upgrade(t, vals)
 	if got := chartRelease.statefulSet(t).Status.CurrentRevision; got != revision {
@@ -300,7 +352,7 @@ func (s *chartSteps) upgradeImage(t *testing.T) {
 	if out, err := exec.Command(c.tool, "ctr", "-n", "k8s.io", "images", "tag", "--force", c.image, next).CombinedOutput(); err != nil {
 		t.Fatalf("tag %s as %s: %v: %s", c.image, next, err, out)
 	}
-	vals := map[string]any{"image": imageValues(next), "rules": s.vals["rules"]}
+	vals := s.with("image", imageValues(next))
 	s.rollTo(t, nsPrefix+"-upgrade", next, func(t *testing.T) { s.upgrade(t, vals) })
 }
 
@@ -355,6 +407,10 @@ func (s *chartSteps) uninstall(t *testing.T) {
 		t.Fatalf("helm uninstall --wait: %v", err)
 	}
 	t.Logf("helm uninstall --wait: %s", time.Since(start).Round(100*time.Millisecond))
+	// The signing key's Secret is the user's, not the release's.
+	if err := c.cs.CoreV1().Secrets(releaseNS).Delete(context.Background(), signingKeySecret, metav1.DeleteOptions{}); err != nil {
+		t.Error(err)
+	}
 	want := []string{
 		"Lease " + chartRelease.fullname,
 		"PersistentVolumeClaim state-chart-fieldwatch-0",
