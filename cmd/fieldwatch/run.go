@@ -118,6 +118,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.History.MaxAge, "history-max-age", app.DefaultHistoryMaxAge, "how long entries are kept in the history; older ones are removed")
 	fs.StringVar(&cfg.History.SigningKeyFile, "history-signing-key-file", "", "sign checkpoints of the history's audit trail with this Ed25519 private key (PEM PKCS #8, as openssl genpkey -algorithm ed25519 writes it; a mounted Secret's key); fieldwatch history pubkey prints its public key (docs/trail.md)")
 	fs.IntVar(&cfg.History.CheckpointEvery, "history-checkpoint-every", history.DefaultCheckpointEvery, "with --history-signing-key-file: sign a checkpoint of the trail after this many records")
+	fs.DurationVar(&cfg.History.VerifyEvery, "history-verify-interval", history.DefaultVerifyEvery, "verify the history's trail in place at start and this long after each verification (with the signing key's public key when there is one): the page's verified mark and the fieldwatch_history_trail_* metrics; 0 never")
 	fs.DurationVar(&cfg.History.CheckpointInterval, "history-checkpoint-interval", history.DefaultCheckpointInterval, "with --history-signing-key-file: sign a checkpoint of the trail this long after the first record not yet sealed, at most")
 	au := &cfg.Audit
 	maxBody := byteSize(audit.DefaultMaxBodyBytes)

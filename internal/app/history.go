@@ -54,6 +54,11 @@ type HistoryConfig struct {
 	SigningKeyFile     string
 	CheckpointEvery    int
 	CheckpointInterval time.Duration
+	// VerifyEvery, when positive, verifies the trail in place at start
+	// and then this long after each verification ended, with the signing
+	// key's public key when there is one: the page's verified mark and
+	// the trail's metrics (history.Verifier). Zero verifies never.
+	VerifyEvery time.Duration
 }
 
 // History defaults.
@@ -98,6 +103,8 @@ type historyState struct {
 	// stateErrLog lets one state that cannot be kept a minute through
 	// to the log.
 	stateErrLog rate.Sometimes
+	// stopVerify stops the trail's verifier, if one runs.
+	stopVerify func()
 }
 
 // openHistory opens the history's store and starts its recorder; nil
@@ -138,26 +145,49 @@ func (a *app) openHistory(ctx context.Context) (*historyState, error) {
 		a.log.Error("the history cannot be opened: running without it (deliveries are not affected)", "error", err)
 		return nil, nil
 	}
+	rec := history.NewRecorder(history.RecorderOptions{
+		Store: store, MaxAge: h.MaxAge, MaxBytes: h.MaxBytes, Logger: a.log, Metrics: m,
+		Signer: signer, CheckpointEvery: h.CheckpointEvery, CheckpointInterval: h.CheckpointInterval,
+	})
+	var verifier *history.Verifier
+	var verification func() *history.Verification
+	if trail, ok := store.(history.Trail); ok && h.VerifyEvery > 0 {
+		vo := history.VerifierOptions{Interval: h.CheckpointInterval, Every: h.VerifyEvery, Unwritten: rec.OldestUnwritten,
+			Logger: a.log, Registerer: a.reg}
+		if signer != nil {
+			vo.Key = signer.PublicKey()
+		}
+		verifier = history.NewVerifier(trail, vo)
+		verification = verifier.Last
+	}
 	server, err := web.New(web.Options{
 		Store: store, Rest: a.cfg.Rest, Auth: h.Auth, InsecureLoopback: h.InsecureLoopback,
 		MaxResponseBytes: h.MaxResponseBytes, MaxBytesInFlight: h.MaxBytesInFlight, Logger: a.log, Registerer: a.reg,
+		Verification: verification,
 	})
 	if err != nil {
+		rec.Close(ctx)
 		_ = store.Close()
 		return nil, err
 	}
 	hs := &historyState{
-		store: store,
-		rec: history.NewRecorder(history.RecorderOptions{
-			Store: store, MaxAge: h.MaxAge, MaxBytes: h.MaxBytes, Logger: a.log, Metrics: m,
-			Signer: signer, CheckpointEvery: h.CheckpointEvery, CheckpointInterval: h.CheckpointInterval,
-		}),
+		store:       store,
+		rec:         rec,
 		web:         server,
 		confirmed:   make(chan *watcher.Change, confirmedQueue),
 		done:        make(chan struct{}),
 		stateErrLog: rate.Sometimes{Interval: time.Minute},
 	}
 	go a.evaluateConfirmed(hs)
+	if verifier != nil {
+		vctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		stopped := make(chan struct{})
+		go func() {
+			defer close(stopped)
+			verifier.Run(vctx)
+		}()
+		hs.stopVerify = func() { cancel(); <-stopped }
+	}
 	a.log.Info("keeping the history of firings", "store", storeName(h, a.cfg.StateDir), "maxBytes", h.MaxBytes, "maxAge", h.MaxAge.String(),
 		"insecureLoopback", h.InsecureLoopback)
 	return hs, nil
@@ -187,6 +217,9 @@ func storeName(h *HistoryConfig, stateDir string) string {
 // close stops the recorder (writing what it holds within 5 s) and the
 // store; call it once the actions are done.
 func (h *historyState) close(ctx context.Context) error {
+	if h.stopVerify != nil {
+		h.stopVerify()
+	}
 	close(h.confirmed)
 	<-h.done
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

@@ -116,6 +116,7 @@ func TestHistory(t *testing.T) {
 		c.ClusterName = "hist"
 		c.History.SigningKeyFile = keyFile
 		c.History.InsecureLoopback = true
+		c.History.VerifyEvery = 200 * time.Millisecond
 		c.Ready = func(addr string) { httpAddr <- addr }
 	})
 	admin := historyClient{base: "http://" + <-httpAddr} // loopback, no token, --history-insecure-loopback: everything
@@ -222,6 +223,20 @@ func TestHistory(t *testing.T) {
 	}
 	if w := fw.metric(t, "fieldwatch_history_entries_total"); w < 5 {
 		t.Errorf("fieldwatch_history_entries_total = %v, want at least the 5 firings", w)
+	}
+	// The trail, verified in place with the signing key while fieldwatch
+	// runs (--history-verify-interval): the timeline says its entries
+	// were intact, and the summary that signatures were checked.
+	testenv.Eventually(t, 30*time.Second, "the timeline's entries verified", func() bool {
+		_, body := admin.get(t, "/history")
+		return strings.Contains(string(body), `class="mark verified"`)
+	})
+	if code, body := admin.get(t, "/history/trail"); code != http.StatusOK || !strings.Contains(string(body), "found the trail intact") ||
+		!strings.Contains(string(body), "checked with the signing key") || !strings.Contains(string(body), "<td>local</td>") {
+		t.Errorf("the trail's summary: %d\n%s", code, body)
+	}
+	if p := fw.metric(t, "fieldwatch_history_trail_problems"); p != 0 || fw.metric(t, "fieldwatch_history_trail_verified_timestamp_seconds") == 0 {
+		t.Errorf("fieldwatch_history_trail_problems %v and a verification's time: want 0 and one", p)
 	}
 }
 

@@ -69,6 +69,10 @@ var metricSections = []metricSection{
 		}},
 	{"internal/history", "The history, when there is one (`--state-dir` or `--history-dsn`, unless `--history=false`); [history.md](history.md#metrics) says how to read them.",
 		func(t *testing.T, reg prometheus.Registerer) { history.NewMetrics(reg) }},
+	{"internal/history (trail verification)", "The verification of the history's trail in place (`--history-verify-interval`, with a history); [trail.md](trail.md) says what it finds.",
+		func(t *testing.T, reg prometheus.Registerer) {
+			history.NewVerifier(nil, history.VerifierOptions{Registerer: reg})
+		}},
 	{"internal/history/web", "The history's API and pages.",
 		func(t *testing.T, reg prometheus.Registerer) {
 			if _, err := web.New(web.Options{Rest: &rest.Config{Host: "https://127.0.0.1:1"}, Registerer: reg}); err != nil {

@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -242,4 +245,100 @@ func BenchmarkTrailExportVerify(b *testing.B) {
 	}
 	b.ReportMetric(float64(total*b.N)/exportTime.Seconds(), "exported-entries/s")
 	b.ReportMetric(float64(total*b.N)/verifyTime.Seconds(), "verified-entries/s")
+}
+
+// BenchmarkVerifyMemory verifies an export of FIELDWATCH_VERIFY_ENTRIES
+// entries (default 1,000,000; docs/performance.md has 10,000,000), signed
+// every 1,000, and reports the verification's peak heap, sampled every
+// 10 ms: the reader and Verify keep a bounded batch and a few values per
+// chain, so the peak does not grow with the entries.
+func BenchmarkVerifyMemory(b *testing.B) {
+	total := 1000000
+	if s := os.Getenv("FIELDWATCH_VERIFY_ENTRIES"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1000 {
+			b.Fatalf("FIELDWATCH_VERIFY_ENTRIES=%q: want a number of entries, 1000 or more", s)
+		}
+		total = n
+	}
+	store, err := OpenSQLite(filepath.Join(b.TempDir(), "history.db"), SQLiteOptions{MaxBytes: 1 << 40})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = store.Close() }()
+	key := newKey(b)
+	signer := NewSigner(key, "bench")
+	for k := 0; k < total; k += 1000 {
+		es := make([]Entry, min(1000, total-k))
+		for i := range es {
+			if es[i], err = ParsePayload(benchPayload(k+i), Delivered); err != nil {
+				b.Fatal(err)
+			}
+			es[i].Recorded = es[i].Time
+		}
+		if _, err := store.Write(context.Background(), es); err != nil {
+			b.Fatal(err)
+		}
+		if err := store.Append(context.Background(), []Record{signer.record()}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	path := filepath.Join(b.TempDir(), "trail.jsonl")
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := Export(context.Background(), store, f, time.Now()); err != nil {
+		b.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		b.Fatal(err)
+	}
+	_ = store.Close()
+	fi, _ := os.Stat(path)
+	b.ResetTimer()
+	for range b.N {
+		runtime.GC()
+		var base runtime.MemStats
+		runtime.ReadMemStats(&base)
+		var peak atomic.Uint64
+		stop := make(chan struct{})
+		sampled := make(chan struct{})
+		go func() {
+			defer close(sampled)
+			t := time.NewTicker(10 * time.Millisecond)
+			defer t.Stop()
+			for {
+				var m runtime.MemStats
+				runtime.ReadMemStats(&m)
+				if m.HeapInuse > peak.Load() {
+					peak.Store(m.HeapInuse)
+				}
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+				}
+			}
+		}()
+		start := time.Now()
+		r, err := Verify(func(each func(*Link, *Entry) error) error {
+			f, err := os.Open(path)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = f.Close() }()
+			_, err = ReadExport(f, each)
+			return err
+		}, VerifyOptions{Key: publicOf(key), Now: time.Now()})
+		took := time.Since(start)
+		close(stop)
+		<-sampled
+		if err != nil || !r.Intact() || r.Chains[0].Entries != int64(total) {
+			b.Fatalf("Verify = %+v, %v", r, err)
+		}
+		b.ReportMetric(float64(peak.Load()-min(peak.Load(), base.HeapInuse))/(1<<20), "peak-heap-MiB")
+		b.ReportMetric(float64(total)/took.Seconds(), "verified-entries/s")
+		b.ReportMetric(float64(fi.Size())/(1<<30), "export-GiB")
+	}
 }

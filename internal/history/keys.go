@@ -113,6 +113,9 @@ func NewSigner(key ed25519.PrivateKey, cluster string) *Signer {
 }
 
 // record is the checkpoint record to append.
+// PublicKey returns the public key of the signing key.
+func (s *Signer) PublicKey() ed25519.PublicKey { return s.key.Public().(ed25519.PublicKey) }
+
 func (s *Signer) record() Record {
 	return Record{Kind: LinkCheckpoint, Body: s.body, Sign: func(hash []byte) []byte {
 		return ed25519.Sign(s.key, SignedMessage(hash))

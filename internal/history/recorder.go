@@ -98,9 +98,12 @@ type Recorder struct {
 	trail Trail // the store's, nil when it keeps none
 
 	mu      sync.Mutex
-	queue   []queued
+	queue   []queued // in the order of their at
 	bytes   int64
 	closing bool
+	// writing is when the oldest payload of the batch being written was
+	// queued (zero: none is).
+	writing time.Time
 	gap     gap // payloads not kept since the last gap record
 	wake    chan struct{}
 	done    chan struct{}
@@ -200,8 +203,8 @@ func (r *Recorder) RecordState(s State) {
 
 func (r *Recorder) record(q queued) {
 	size := q.size()
-	q.at = time.Now()
 	r.mu.Lock()
+	q.at = time.Now() // under the lock: the queue is in the order of at
 	if r.closing || len(r.queue) >= r.opts.QueueEntries || r.bytes+size > r.opts.QueueBytes {
 		reason := gapQueueFull
 		if r.closing {
@@ -275,6 +278,9 @@ func (r *Recorder) take() (batch []queued) {
 		n++
 	}
 	batch = append(batch, r.queue[:n]...)
+	if n > 0 {
+		r.writing = batch[0].at
+	}
 	clear(r.queue[:n])
 	r.queue = r.queue[n:]
 	for i := range batch {
@@ -285,6 +291,21 @@ func (r *Recorder) take() (batch []queued) {
 	}
 	r.m.queued.Set(float64(len(r.queue)))
 	return batch
+}
+
+// OldestUnwritten returns when the oldest payload or state that is
+// queued or being written was recorded (zero: none is): everything
+// recorded before it was written to the store (or counted in a gap
+// record) by now. The trail's Verifier takes it as the bound of what a
+// verification covers.
+func (r *Recorder) OldestUnwritten() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	oldest := r.writing
+	if len(r.queue) > 0 && (oldest.IsZero() || r.queue[0].at.Before(oldest)) {
+		oldest = r.queue[0].at
+	}
+	return oldest
 }
 
 // pending returns how many payloads wait and when the oldest came.
@@ -331,7 +352,11 @@ func (r *Recorder) run(ctx context.Context) {
 		switch {
 		case n >= r.batch || (n > 0 && (closing || time.Since(oldest) >= r.opts.FlushInterval)):
 			batch := r.take()
-			if !r.write(ctx, batch) {
+			ok := r.write(ctx, batch)
+			r.mu.Lock()
+			r.writing = time.Time{}
+			r.mu.Unlock()
+			if !ok {
 				r.dropRest()
 				return
 			}

@@ -57,6 +57,10 @@ type pageData struct {
 	// Object heads one object's page; State is its time control.
 	Object *entryView
 	State  *stateView
+	// Mark says whether the trail's last verification covered the
+	// timeline's entries (nil: no verifier); Trail is the summary page's.
+	Mark  *markView
+	Trail *trailView
 }
 
 // gapView is a gap record on the timeline: payloads the history did not
@@ -173,6 +177,9 @@ func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
 	data.Clusters = s.clustersOf(ctx, q.Cluster)
 	for i := range res.entries {
 		data.Entries = append(data.Entries, viewOf(&res.entries[i], true))
+	}
+	if len(res.entries) > 0 {
+		data.Mark = s.markOf(res.entries, data.Entries)
 	}
 	data.Gaps = s.gapsOf(ctx, &q, res)
 	data.Newest, data.Older = s.pager("/history", data.Form, res.next)

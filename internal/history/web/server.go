@@ -43,6 +43,10 @@ type Options struct {
 	Timeout    time.Duration
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
+	// Verification, when set, returns the last verification of the
+	// trail in place (nil before the first): the timeline's verified
+	// mark and the summary at /history/trail. Unset: neither.
+	Verification func() *history.Verification
 }
 
 // Defaults of Options.
@@ -66,6 +70,7 @@ type Server struct {
 	errLog           rate.Sometimes
 	now              func() time.Time
 	exporting        chan struct{} // holds the export under way (export.go)
+	verification     func() *history.Verification
 }
 
 // New returns a Server.
@@ -108,9 +113,10 @@ func New(opts Options) (*Server, error) {
 			Namespace: "fieldwatch", Subsystem: "history", Name: "entries_scanned_total",
 			Help: "Entries the history's queries went through, matching or not (at most 20,000 a request).",
 		}),
-		errLog:    rate.Sometimes{Interval: 10 * time.Second},
-		now:       time.Now,
-		exporting: make(chan struct{}, 1),
+		errLog:       rate.Sometimes{Interval: 10 * time.Second},
+		now:          time.Now,
+		exporting:    make(chan struct{}, 1),
+		verification: opts.Verification,
 	}
 	if opts.Registerer != nil {
 		opts.Registerer.MustRegister(s.requests, s.throttled, s.scanned)
@@ -120,14 +126,16 @@ func New(opts Options) (*Server, error) {
 
 // Register adds the API and the pages to mux: /api/v1/history,
 // /api/v1/history/export (the audit trail), ObjectsPath (objects as they
-// were), /history (the timeline), /history/object (one object's history)
-// and /history/assets/.
+// were), /history (the timeline), /history/object (one object's
+// history), /history/trail (the trail's last verification) and
+// /history/assets/.
 func (s *Server) Register(mux *http.ServeMux) {
 	mux.HandleFunc("/api/v1/history", s.api)
 	mux.HandleFunc("/api/v1/history/export", s.export)
 	mux.HandleFunc(ObjectsPath, s.objects)
 	mux.HandleFunc("/history", s.timeline)
 	mux.HandleFunc("/history/object", s.object)
+	mux.HandleFunc("/history/trail", s.trailSummary)
 	mux.Handle("/history/assets/", s.assets())
 }
 

@@ -38,6 +38,9 @@ type entryView struct {
 	CRD                                                 *crdView
 	// Omitted is the size of a payload left out (history.Entry.Omitted).
 	Omitted int64
+	// Problem is what the trail's last verification found wrong with the
+	// entry ("": nothing).
+	Problem string
 }
 
 // changeView is one change: its path, old and new values as JSON.
