@@ -126,8 +126,10 @@ lint: check tidy ## gofmt, go vet, go mod tidy check and golangci-lint (pinned)
 # inputs did not change is not linked and run again, so that make unit
 # after a change in rules/ runs rules/ and what imports it. Linking the
 # race-enabled test binaries is most of a full run's CPU time; add
-# -count=1 to run every package anyway.
-UNIT_FLAGS ?= -short -race -timeout 5m
+# -count=1 to run every package anyway. -p 4 on two cores overlaps one
+# package's link with another's tests that wait on timers and sockets
+# (docs/development.md has the timing).
+UNIT_FLAGS ?= -short -race -timeout 5m -p 4
 
 .PHONY: unit
 unit: ## the unit tier: every package's fast tests (-short, -race), no control plane, in about a minute
