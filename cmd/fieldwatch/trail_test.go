@@ -18,31 +18,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fieldwatch/fieldwatch/internal/history"
+	"github.com/fieldwatch/fieldwatch/internal/history/historytest"
 )
-
-// writeKey writes a new signing key to a file and returns the file and
-// the key.
-func writeKey(t *testing.T) (string, ed25519.PrivateKey) {
-	t.Helper()
-	_, key, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := history.MarshalPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "signing.pem")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path, key
-}
 
 // TestHistoryPubkey: the public key printed is the signing key's, as
 // verify --pubkey reads it; a missing or wrong file is bad input.
 func TestHistoryPubkey(t *testing.T) {
-	keyFile, key := writeKey(t)
+	keyFile, key := historytest.WriteSigningKey(t)
 	code, stdout, stderr := runCLI(t, "history", "pubkey", "--key-file", keyFile)
 	if code != 0 || stdout != string(history.MarshalPublicKey(key.Public().(ed25519.PublicKey))) {
 		t.Fatalf("exit %d, stdout %q, stderr %q: want the public key's PEM", code, stdout, stderr)
@@ -68,7 +50,7 @@ func TestHistoryPubkey(t *testing.T) {
 // the CSV carry. A file a newer fieldwatch wrote is bad input (exit 2).
 func TestHistoryExportVerify(t *testing.T) {
 	dir := t.TempDir()
-	keyFile, key := writeKey(t)
+	keyFile, key := historytest.WriteSigningKey(t)
 	path := filepath.Join(dir, "history.db")
 	s, err := history.OpenSQLite(path, history.SQLiteOptions{})
 	if err != nil {

@@ -3,12 +3,10 @@ package app
 import (
 	"context"
 	"crypto/ed25519"
-	"crypto/rand"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -19,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/fieldwatch/fieldwatch/internal/history"
+	"github.com/fieldwatch/fieldwatch/internal/history/historytest"
 	"github.com/fieldwatch/fieldwatch/internal/history/web"
 	"github.com/fieldwatch/fieldwatch/internal/testenv"
 )
@@ -109,7 +108,8 @@ func TestHistory(t *testing.T) {
 	alice := env.Impersonating(t, "alice")
 	httpAddr := make(chan string, 1)
 	stateDir := t.TempDir()
-	keyFile, pub := writeSigningKey(t)
+	keyFile, key := historytest.WriteSigningKey(t)
+	pub := key.Public().(ed25519.PublicKey)
 	t.Cleanup(func() { verifyStoppedTrail(t, filepath.Join(stateDir, historyFile), pub, 5) }) // after fieldwatch stopped
 	fw := runFieldwatch(t, plane, allChanges, func(c *Config) {
 		c.StateDir = stateDir
@@ -238,24 +238,6 @@ func TestHistory(t *testing.T) {
 	if p := fw.metric(t, "fieldwatch_history_trail_problems"); p != 0 || fw.metric(t, "fieldwatch_history_trail_verified_timestamp_seconds") == 0 {
 		t.Errorf("fieldwatch_history_trail_problems %v and a verification's time: want 0 and one", p)
 	}
-}
-
-// writeSigningKey writes a new Ed25519 signing key to a file.
-func writeSigningKey(t *testing.T) (string, ed25519.PublicKey) {
-	t.Helper()
-	pub, key, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := history.MarshalPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "signing.pem")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path, pub
 }
 
 // verifyStoppedTrail verifies the trail of the history file a stopped
