@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -234,7 +235,10 @@ Without --pubkey, signatures and the tail are not checked.
 
 Exit codes: 0 intact; 1 tampered or incomplete (problems or gaps), or a
 store that could not be read; 2 bad input (a file that is not an
-export, a key that does not load).
+export, a key that does not load, a trail whose checkpoints name
+another cluster than --cluster). A trail none of whose checkpoints was
+made with --pubkey is reported as such, exit 1: another cluster's
+export or key, or every key replaced.
 `
 
 func historyVerifyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -249,6 +253,7 @@ func historyVerifyCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 	output := fs.String("o", "text", "output format: text or json (the report)")
 	stateDir := fs.String("state-dir", "", "verify DIR/history.db instead of an export")
 	dsn := fs.String("dsn", "", "verify the PostgreSQL history of --history-dsn instead of an export (password from $PGPASSWORD or a passfile)")
+	cluster := fs.String("cluster", "", "the cluster the trail must be of (its fieldwatch's --cluster-name, which every checkpoint names): a trail with a checkpoint of another is bad input")
 	// The file comes first, the flags after it, or the other way round.
 	var file string
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
@@ -296,6 +301,10 @@ func historyVerifyCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 			_, _ = fmt.Fprintf(stderr, "fieldwatch history verify: %v\n", err)
 			return 1
 		}
+		if msg := otherCluster(report, *cluster); msg != "" {
+			_, _ = fmt.Fprintf(stderr, "fieldwatch history verify: %s\n", msg)
+			return 2
+		}
 		return printVerified(stdout, report, *output)
 	}
 	walk := func(each func(*history.Link, *history.Entry) error) error {
@@ -324,7 +333,25 @@ func historyVerifyCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 		_, _ = fmt.Fprintf(stderr, "fieldwatch history verify: %v\n", err)
 		return 2
 	}
+	if msg := otherCluster(report, *cluster); msg != "" {
+		_, _ = fmt.Fprintf(stderr, "fieldwatch history verify: %s: %s\n", file, msg)
+		return 2
+	}
 	return printVerified(stdout, report, *output)
+}
+
+// otherCluster says why report is of another cluster than want ("" when
+// it is not, or want is ""): a checkpoint names another.
+func otherCluster(report *history.Report, want string) string {
+	if want == "" {
+		return ""
+	}
+	for _, c := range report.Clusters {
+		if c != want {
+			return fmt.Sprintf("a trail of cluster %q, not %q (--cluster): its checkpoints name %q", c, want, report.Clusters)
+		}
+	}
+	return ""
 }
 
 // printVerified prints report as output (text or json) and returns the
@@ -360,6 +387,10 @@ func printReport(w io.Writer, r *history.Report) {
 	for _, g := range r.Gaps {
 		_, _ = fmt.Fprintf(w, "GAP chain %q position %d: %d payloads not kept, %s to %s, %v\n",
 			g.Chain, g.Pos, g.Gap.Count, g.Gap.From.Format(time.RFC3339), g.Gap.To.Format(time.RFC3339), g.Gap.Reasons)
+	}
+	if f := r.ForeignKey; f != nil {
+		_, _ = fmt.Fprintf(w, "NO CHECKPOINT SIGNED WITH --pubkey: the first, chain %q position %d, names cluster %q and key %s: another cluster's export or key, or every key replaced\n",
+			f.Chain, f.Pos, f.Cluster, base64.StdEncoding.EncodeToString(f.Key))
 	}
 	for _, p := range r.Problems {
 		_, _ = fmt.Fprintf(w, "TAMPERED %s\n", p)

@@ -1,7 +1,10 @@
 package history
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -210,4 +213,29 @@ func TestNewerSchema(t *testing.T) {
 			t.Errorf("the schema row after the refusal: %q, %v; want it as it was", v, err)
 		}
 	})
+}
+
+// TestVerifyClusters: a report names the clusters its checkpoints name;
+// verified with another key than the one that made them all, it names
+// the first checkpoint as made with another key (an export of another
+// cluster, or the keys replaced), and each as a bad signature.
+func TestVerifyClusters(t *testing.T) {
+	s := openSQLite(t)
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealedTrail(t, s, key)
+	r := verifyTrail(t, s, VerifyOptions{Key: key.Public().(ed25519.PublicKey)})
+	if !r.Intact() || !slices.Equal(r.Clusters, []string{"prod"}) || r.ForeignKey != nil {
+		t.Errorf("with its key: intact %v, clusters %q, foreign %+v; want intact, prod, none", r.Intact(), r.Clusters, r.ForeignKey)
+	}
+	other, _, _ := ed25519.GenerateKey(rand.Reader)
+	r = verifyTrail(t, s, VerifyOptions{Key: other})
+	if f := r.ForeignKey; f == nil || f.Pos != 12 || f.Cluster != "prod" || !bytes.Equal(f.Key, key.Public().(ed25519.PublicKey)) {
+		t.Errorf("with another key: foreign %+v, want the checkpoint at 12, of prod, with the key that made it", f)
+	}
+	if len(r.Problems) != 3 || r.Problems[0].Kind != BadSignature {
+		t.Errorf("with another key: %v, want the three checkpoints' bad signatures", r.Problems)
+	}
 }

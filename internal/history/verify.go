@@ -103,6 +103,22 @@ type Report struct {
 	Superseded int64 `json:"superseded"`
 	// Signed says whether signatures were checked.
 	Signed bool `json:"signed"`
+	// Clusters are the clusters the checkpoints name (--cluster-name),
+	// each once, in the order met.
+	Clusters []string `json:"clusters,omitempty"`
+	// ForeignKey, when set, is the first checkpoint of a trail none of
+	// whose checkpoints names the key given: every one was made with
+	// another key. Not tampering but the wrong pair: an export of
+	// another cluster, or another cluster's key.
+	ForeignKey *CheckpointRef `json:"foreignKey,omitempty"`
+}
+
+// CheckpointRef names a checkpoint and what its body says.
+type CheckpointRef struct {
+	Chain   string `json:"chain"`
+	Pos     int64  `json:"pos"`
+	Cluster string `json:"cluster"`
+	Key     []byte `json:"key"`
 }
 
 // Intact reports whether nothing was found wrong and nothing is missing.
@@ -174,6 +190,10 @@ type verifier struct {
 	// same id may match it (Superseded).
 	differs map[int64]*differ
 	missing int64
+	// keyed counts the checkpoints that name the key given; foreign is
+	// the first that names another.
+	keyed   int64
+	foreign *CheckpointRef
 }
 
 func (v *verifier) problem(p Problem) {
@@ -268,18 +288,25 @@ func (v *verifier) add(l *Link, e *Entry) error {
 }
 
 func (v *verifier) checkpoint(c *chainCheck, l *Link, hash []byte) {
-	if v.opts.Key == nil {
-		return
-	}
 	var b CheckpointBody
 	if err := json.Unmarshal(l.Body, &b); err != nil {
 		v.problem(Problem{Kind: Altered, Chain: l.Chain, Pos: l.Pos, Detail: "checkpoint: " + err.Error()})
 		return
 	}
+	if !slices.Contains(v.report.Clusters, b.Cluster) {
+		v.report.Clusters = append(v.report.Clusters, b.Cluster)
+	}
+	if v.opts.Key == nil {
+		return
+	}
 	if !bytes.Equal(b.Key, v.opts.Key) {
+		if v.foreign == nil {
+			v.foreign = &CheckpointRef{Chain: l.Chain, Pos: l.Pos, Cluster: b.Cluster, Key: b.Key}
+		}
 		v.problem(Problem{Kind: BadSignature, Chain: l.Chain, Pos: l.Pos, Detail: "the checkpoint names another key than the one given"})
 		return
 	}
+	v.keyed++
 	if !ed25519.Verify(v.opts.Key, SignedMessage(hash), l.Sig) {
 		v.problem(Problem{Kind: BadSignature, Chain: l.Chain, Pos: l.Pos, Detail: "the checkpoint's signature does not verify"})
 		return
@@ -312,6 +339,9 @@ func (v *verifier) judge(l *Link, e *Entry) error {
 
 // finish adds the chains' reports and their cut tails.
 func (v *verifier) finish() {
+	if v.keyed == 0 {
+		v.report.ForeignKey = v.foreign
+	}
 	for _, id := range v.order {
 		c := v.chains[id]
 		switch {
