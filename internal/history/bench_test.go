@@ -231,15 +231,7 @@ func BenchmarkTrailExportVerify(b *testing.B) {
 		}
 		exportTime += time.Since(start)
 		start = time.Now()
-		r, err := Verify(func(each func(*Link, *Entry) error) error {
-			f, err := os.Open(path)
-			if err != nil {
-				return err
-			}
-			defer func() { _ = f.Close() }()
-			_, err = ReadExport(f, each)
-			return err
-		}, VerifyOptions{Key: publicOf(key), Now: time.Now()})
+		r, err := verifyFile(path, VerifyOptions{Key: publicOf(key), Now: time.Now()})
 		if err != nil || !r.Intact() || r.Chains[0].Entries != total {
 			b.Fatalf("Verify = %+v, %v", r, err)
 		}
@@ -299,15 +291,7 @@ func BenchmarkVerifyMemory(b *testing.B) {
 			}
 		}()
 		start := time.Now()
-		r, err := Verify(func(each func(*Link, *Entry) error) error {
-			f, err := os.Open(path)
-			if err != nil {
-				return err
-			}
-			defer func() { _ = f.Close() }()
-			_, err = ReadExport(f, each)
-			return err
-		}, VerifyOptions{Key: publicOf(key), Now: time.Now()})
+		r, err := verifyFile(path, VerifyOptions{Key: publicOf(key), Now: time.Now()})
 		took := time.Since(start)
 		close(stop)
 		<-sampled

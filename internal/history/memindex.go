@@ -42,49 +42,40 @@ func newMemIndex() *memIndex {
 	return &memIndex{ready: make(chan struct{}), resources: map[GroupResource]struct{}{}, clusters: map[string]struct{}{}}
 }
 
+// addResource notes a resource that entries are of.
+func (x *memIndex) addResource(gr GroupResource) { note(&x.mu, x.resources, gr) }
+
+// resourceList returns the resources noted, in no order.
+func (x *memIndex) resourceList() []GroupResource { return noted(&x.mu, x.resources) }
+
 // addCluster notes a cluster that entries are of.
-func (x *memIndex) addCluster(c string) {
-	x.mu.RLock()
-	_, ok := x.clusters[c]
-	x.mu.RUnlock()
-	if !ok {
-		x.mu.Lock()
-		x.clusters[c] = struct{}{}
-		x.mu.Unlock()
-	}
-}
+func (x *memIndex) addCluster(c string) { note(&x.mu, x.clusters, c) }
 
 // clusterList returns the clusters noted, sorted.
 func (x *memIndex) clusterList() []string {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	out := make([]string, 0, len(x.clusters))
-	for c := range x.clusters {
-		out = append(out, c)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(slices.Values(noted(&x.mu, x.clusters)))
 }
 
-// addResource notes a resource that entries are of.
-func (x *memIndex) addResource(gr GroupResource) {
-	x.mu.RLock()
-	_, ok := x.resources[gr]
-	x.mu.RUnlock()
+// note adds k to the set m that mu guards, taking the write lock only
+// when k is new.
+func note[K comparable](mu *sync.RWMutex, m map[K]struct{}, k K) {
+	mu.RLock()
+	_, ok := m[k]
+	mu.RUnlock()
 	if !ok {
-		x.mu.Lock()
-		x.resources[gr] = struct{}{}
-		x.mu.Unlock()
+		mu.Lock()
+		m[k] = struct{}{}
+		mu.Unlock()
 	}
 }
 
-// resourceList returns the resources noted, in no order.
-func (x *memIndex) resourceList() []GroupResource {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	out := make([]GroupResource, 0, len(x.resources))
-	for gr := range x.resources {
-		out = append(out, gr)
+// noted returns the keys of the set m that mu guards, in no order.
+func noted[K comparable](mu *sync.RWMutex, m map[K]struct{}) []K {
+	mu.RLock()
+	defer mu.RUnlock()
+	out := make([]K, 0, len(m))
+	for k := range m {
+		out = append(out, k)
 	}
 	return out
 }

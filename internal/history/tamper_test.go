@@ -33,6 +33,19 @@ func sealedTrail(t *testing.T, s Store, key ed25519.PrivateKey) map[int64]*Entry
 	return byPos
 }
 
+// verifyFile verifies the export at path.
+func verifyFile(path string, opts VerifyOptions) (*Report, error) {
+	return Verify(func(each func(*Link, *Entry) error) error {
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = f.Close() }()
+		_, err = ReadExport(f, each)
+		return err
+	}, opts)
+}
+
 // exportVerify exports s's trail as it would be read at now, then
 // verifies the file with pub.
 func exportVerify(t *testing.T, s Store, pub ed25519.PublicKey, now time.Time) *Report {
@@ -48,15 +61,7 @@ func exportVerify(t *testing.T, s Store, pub ed25519.PublicKey, now time.Time) *
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	r, err := Verify(func(each func(*Link, *Entry) error) error {
-		f, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = f.Close() }()
-		_, err = ReadExport(f, each)
-		return err
-	}, VerifyOptions{Key: pub, Now: now})
+	r, err := verifyFile(path, VerifyOptions{Key: pub, Now: now})
 	if err != nil {
 		t.Fatalf("Verify: %v", err)
 	}
