@@ -121,8 +121,10 @@ func (b *bench) ksmSection(ctx context.Context) error {
 	if _, err := os.Stat(ksm); err != nil {
 		return fmt.Errorf("%s: run `make ksm` first: %w", ksm, err)
 	}
-	if err := b.ksmObjects(ctx, ksm, 100_000); err != nil {
-		return err
+	if !b.o.hold {
+		if err := b.ksmObjects(ctx, ksm, 100_000); err != nil {
+			return err
+		}
 	}
 	return b.ksmCRDs(ctx, ksm, 3000)
 }
@@ -166,6 +168,11 @@ func (b *bench) ksmCRDs(ctx context.Context, ksm string, n int) error {
 	crs := filepath.Join(b.dir, "ksm-crds.crs.yaml")
 	if err := os.WriteFile(crs, []byte(scaleCRS()), 0o644); err != nil {
 		return err
+	}
+	if b.o.hold {
+		_, _ = fmt.Fprintf(os.Stderr, "bench: holding %d CRDs with an object each; kubeconfig %s; metrics config %s; interrupt to stop\n", n, kubeconfig, crs)
+		<-ctx.Done()
+		return nil
 	}
 	return b.comparePeers(fmt.Sprintf("%d CRDs, one object each, 2 series each", n), ksm, kubeconfig, crs, 2*n)
 }

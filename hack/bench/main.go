@@ -70,8 +70,9 @@ type options struct {
 	compare      string
 	crdCounts    []int
 	objectCounts []int
-	// hold keeps the CRD-count scenario's control plane, with its CRDs
-	// created, until interrupted: for profiling against it.
+	// hold keeps the CRD-count or kube-state-metrics scenario's control
+	// plane, with its CRDs (and objects) created, until interrupted: for
+	// profiling against it.
 	hold bool
 }
 
@@ -95,7 +96,7 @@ func main() {
 	flag.StringVar(&o.compare, "compare", "", "another fieldwatch binary to run beside bin/fieldwatch in the events section (CPU per change with a webhook, the drain), the CRD-count (deploy/ rules) and object-count scenarios, for a change's before and after in one run")
 	crdCounts := flag.String("crd-counts", "100,1000,3000", "CRD counts of the CRD-count scenario (crds), ascending")
 	objectCounts := flag.String("object-counts", "100000,300000", "ConfigMap counts of the object-count scenario (objects), ascending")
-	flag.BoolVar(&o.hold, "hold", false, "in the CRD-count scenario (crds), create the last count's CRDs, print the kubeconfig and wait until interrupted, measuring nothing: for profiling fieldwatch against it")
+	flag.BoolVar(&o.hold, "hold", false, "in the CRD-count scenario (crds), create the last count's CRDs, print the kubeconfig and wait until interrupted, measuring nothing: for profiling fieldwatch against it; in the kube-state-metrics scenario (ksm), the same with the 3,000 CRDs of an object each and their metrics configuration")
 	flag.Parse()
 	var err error
 	if o.crdCounts, err = counts(*crdCounts); err == nil {
