@@ -238,14 +238,16 @@ func (s *Scraper) update(src Source) {
 		s.memo = map[memoKey]*resMemo{}
 		clear(s.count)
 	}
-	byGroup := map[string][]Snapshot{}
-	for _, snap := range src.Snapshots(s.set.Selects) {
-		byGroup[snap.Resource.Group] = append(byGroup[snap.Resource.Group], snap)
+	snaps := src.Snapshots(s.set.Selects)
+	byGroup := make(map[string][]int, len(s.set.byGroup)) // indexes in snaps
+	for i := range snaps {
+		byGroup[snaps[i].Resource.Group] = append(byGroup[snaps[i].Resource.Group], i)
 	}
 	unmatched := 0
 	for i, rm := range s.set.resources {
 		matched := false
-		for _, snap := range byGroup[rm.sel.Group] {
+		for _, si := range byGroup[rm.sel.Group] {
+			snap := &snaps[si]
 			if !rm.sel.Matches(snap.Resource) {
 				continue
 			}

@@ -1,8 +1,11 @@
 package watcher
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -78,34 +81,56 @@ func (w *Watcher) Cached(gr schema.GroupResource) (Snapshot, error) {
 // with the watcher's lock held: it must be quick and not call the
 // watcher.
 func (w *Watcher) Snapshots(want func(change.Resource) bool) []Snapshot {
+	// A resource is watched once, cluster-wide, or once per namespace:
+	// the watches of one are gathered by sorting them, when some are per
+	// namespace (BenchmarkSnapshots).
 	w.mu.Lock()
-	byRes := map[schema.GroupVersionResource][]*resourceWatch{}
+	rws := make([]*resourceWatch, 0, len(w.watches))
+	perNamespace := false
 	for key, rw := range w.watches {
 		if !rw.metaOnly && want(rw.res) {
-			byRes[key.gvr] = append(byRes[key.gvr], rw)
+			rws = append(rws, rw)
+			perNamespace = perNamespace || key.namespace != ""
 		}
 	}
 	w.mu.Unlock()
-	var out []Snapshot
-	for _, rws := range byRes {
-		synced := true
-		for _, rw := range rws {
-			synced = synced && rw.hasSynced() && rw.listed.Load() != nil
+	if perNamespace {
+		slices.SortFunc(rws, func(a, b *resourceWatch) int { return compareGVR(a.res, b.res) })
+	}
+	out := make([]Snapshot, 0, len(rws))
+	for i := 0; i < len(rws); {
+		j := i + 1
+		for perNamespace && j < len(rws) && compareGVR(rws[j].res, rws[i].res) == 0 {
+			j++
 		}
-		if !synced {
-			continue
+		if snap, ok := snapshotOf(rws[i:j]); ok {
+			out = append(out, snap)
 		}
-		snap := Snapshot{Resource: rws[0].res, Projection: rws[0].typ.projection}
-		for _, rw := range rws {
-			mark := rw.listed.Load()
-			snap.Listed, snap.ResourceVersion = mark.at, mark.resourceVersion
-			for _, o := range rw.store.list() {
-				if !o.typ.foreign {
-					snap.Objects = append(snap.Objects, o)
-				}
-			}
-		}
-		out = append(out, snap)
+		i = j
 	}
 	return out
+}
+
+// compareGVR orders resources by group, version and resource.
+func compareGVR(a, b change.Resource) int {
+	return cmp.Or(strings.Compare(a.Group, b.Group), strings.Compare(a.Version, b.Version), strings.Compare(a.Resource, b.Resource))
+}
+
+// snapshotOf returns the snapshot of the watches of one resource, unless
+// one of them has not synced.
+func snapshotOf(rws []*resourceWatch) (Snapshot, bool) {
+	n := 0
+	for _, rw := range rws {
+		if !rw.hasSynced() || rw.listed.Load() == nil {
+			return Snapshot{}, false
+		}
+		n += rw.store.len()
+	}
+	snap := Snapshot{Resource: rws[0].res, Projection: rws[0].typ.projection, Objects: make([]*Object, 0, n)}
+	for _, rw := range rws {
+		mark := rw.listed.Load()
+		snap.Listed, snap.ResourceVersion = mark.at, mark.resourceVersion
+		snap.Objects = rw.store.appendOwn(snap.Objects)
+	}
+	return snap, true
 }

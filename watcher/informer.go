@@ -219,6 +219,20 @@ func (s *objectStore) list() []*Object {
 	return out
 }
 
+// appendOwn appends to dst the objects of this shard: those of other
+// shards, cached for keying only, are left out.
+func (s *objectStore) appendOwn(dst []*Object) []*Object {
+	foreign := s.rw.foreign
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, o := range s.items {
+		if o.typ != foreign {
+			dst = append(dst, o)
+		}
+	}
+	return dst
+}
+
 // put sets the cached state of an object, with no change handed on (a
 // benchmark's stand-in for an event already handled).
 func (s *objectStore) put(o *Object) {
