@@ -98,12 +98,17 @@ func (w *Watcher) Snapshots(want func(change.Resource) bool) []Snapshot {
 		slices.SortFunc(rws, func(a, b *resourceWatch) int { return compareGVR(a.res, b.res) })
 	}
 	out := make([]Snapshot, 0, len(rws))
+	// The snapshots' objects share one array, grown as needed: a slice
+	// handed out before it grew keeps the array it was cut from.
+	objs := make([]*Object, 0, len(rws))
 	for i := 0; i < len(rws); {
 		j := i + 1
 		for perNamespace && j < len(rws) && compareGVR(rws[j].res, rws[i].res) == 0 {
 			j++
 		}
-		if snap, ok := snapshotOf(rws[i:j]); ok {
+		var snap Snapshot
+		var ok bool
+		if snap, objs, ok = snapshotOf(rws[i:j], objs); ok {
 			out = append(out, snap)
 		}
 		i = j
@@ -117,20 +122,21 @@ func compareGVR(a, b change.Resource) int {
 }
 
 // snapshotOf returns the snapshot of the watches of one resource, unless
-// one of them has not synced.
-func snapshotOf(rws []*resourceWatch) (Snapshot, bool) {
-	n := 0
+// one of them has not synced, its objects appended to objs (and cut
+// from it); it returns objs grown.
+func snapshotOf(rws []*resourceWatch, objs []*Object) (Snapshot, []*Object, bool) {
 	for _, rw := range rws {
 		if !rw.hasSynced() || rw.listed.Load() == nil {
-			return Snapshot{}, false
+			return Snapshot{}, objs, false
 		}
-		n += rw.store.len()
 	}
-	snap := Snapshot{Resource: rws[0].res, Projection: rws[0].typ.projection, Objects: make([]*Object, 0, n)}
+	snap := Snapshot{Resource: rws[0].res, Projection: rws[0].typ.projection}
+	start := len(objs)
 	for _, rw := range rws {
 		mark := rw.listed.Load()
 		snap.Listed, snap.ResourceVersion = mark.at, mark.resourceVersion
-		snap.Objects = rw.store.appendOwn(snap.Objects)
+		objs = rw.store.appendOwn(objs)
 	}
-	return snap, true
+	snap.Objects = objs[start:len(objs):len(objs)]
+	return snap, objs, true
 }
