@@ -219,16 +219,7 @@ func BenchmarkTrailExportVerify(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		start := time.Now()
-		f, err := os.Create(path)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := Export(context.Background(), store, f, time.Now()); err != nil {
-			b.Fatal(err)
-		}
-		if err := f.Close(); err != nil {
-			b.Fatal(err)
-		}
+		exportFile(b, store, path, time.Now())
 		exportTime += time.Since(start)
 		start = time.Now()
 		r, err := verifyFile(path, VerifyOptions{Key: publicOf(key), Now: time.Now()})
@@ -332,15 +323,6 @@ func writeExport(b *testing.B, key ed25519.PrivateKey, total int) string {
 		}
 	}
 	path := filepath.Join(b.TempDir(), "trail.jsonl")
-	f, err := os.Create(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := Export(context.Background(), store, f, time.Now()); err != nil {
-		b.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		b.Fatal(err)
-	}
+	exportFile(b, store, path, time.Now())
 	return path
 }

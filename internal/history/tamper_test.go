@@ -33,6 +33,21 @@ func sealedTrail(t *testing.T, s Store, key ed25519.PrivateKey) map[int64]*Entry
 	return byPos
 }
 
+// exportFile exports trail, as read at now, to path.
+func exportFile(tb testing.TB, trail Trail, path string, now time.Time) {
+	tb.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := Export(context.Background(), trail, f, now); err != nil {
+		tb.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		tb.Fatal(err)
+	}
+}
+
 // verifyFile verifies the export at path.
 func verifyFile(path string, opts VerifyOptions) (*Report, error) {
 	return Verify(func(each func(*Link, *Entry) error) error {
@@ -51,16 +66,7 @@ func verifyFile(path string, opts VerifyOptions) (*Report, error) {
 func exportVerify(t *testing.T, s Store, pub ed25519.PublicKey, now time.Time) *Report {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "trail.jsonl")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := Export(context.Background(), s.(Trail), f, now); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
+	exportFile(t, s.(Trail), path, now)
 	r, err := verifyFile(path, VerifyOptions{Key: pub, Now: now})
 	if err != nil {
 		t.Fatalf("Verify: %v", err)
