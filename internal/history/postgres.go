@@ -318,14 +318,11 @@ func (p *Postgres) Write(ctx context.Context, entries []Entry) (int, error) {
 // the entries, so that a resource or cluster with entries is always
 // listed.
 func (p *Postgres) addResources(ctx context.Context, rows []*Entry) error {
-	var grp, res []string
+	var grp, res, clusters []string
 	for _, e := range rows {
 		if _, ok := p.known.Load(GroupResource{e.Group, e.Resource}); !ok {
 			grp, res = append(grp, e.Group), append(res, e.Resource)
 		}
-	}
-	var clusters []string
-	for _, e := range rows {
 		if _, ok := p.knownClusters.Load(e.Cluster); !ok {
 			clusters = append(clusters, e.Cluster)
 		}

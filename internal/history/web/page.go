@@ -25,14 +25,7 @@ var templateFS embed.FS
 //go:embed assets
 var assetFS embed.FS
 
-var pages = template.Must(template.New("").Funcs(template.FuncMap{
-	"plural": func(n int, one, many string) string {
-		if n == 1 {
-			return one
-		}
-		return many
-	},
-}).ParseFS(templateFS, "templates/*.html"))
+var pages = template.Must(template.New("").Funcs(template.FuncMap{"plural": plural}).ParseFS(templateFS, "templates/*.html"))
 
 // objectLimit is how many entries of one object a page shows.
 const objectLimit = 50

@@ -74,6 +74,7 @@ func (s *Server) markOf(entries []history.Entry, views []entryView) *markView {
 	return m
 }
 
+// plural is one for n == 1, else many (the templates' plural too).
 func plural(n int, one, many string) string {
 	if n == 1 {
 		return one
